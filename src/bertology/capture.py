@@ -115,7 +115,7 @@ class AttentionBatch:
         return (self[index] for index in range(len(self)))
 
 
-def _accepted_inputs(loaded: LoadedModel, encoded: EncodedBatch) -> dict[str, torch.Tensor]:
+def accepted_inputs(loaded: LoadedModel, encoded: EncodedBatch) -> dict[str, torch.Tensor]:
     """The encoded tensors the model's forward takes (DistilBERT takes no token_type_ids)."""
     parameters = inspect.signature(loaded.model.forward).parameters
     return {
@@ -144,7 +144,7 @@ def capture_batch(
         loaded.tokenizer, texts, texts_b, max_length=limit, pad_to_multiple_of=pad_to_multiple_of
     )
     with torch.inference_mode(), recording(keep_qk=qk) as recorder:
-        loaded.model(**_accepted_inputs(loaded, encoded))
+        loaded.model(**accepted_inputs(loaded, encoded))
     calls = recorder.calls
     return AttentionBatch(
         probs=torch.stack([call.probs for call in calls], dim=1),

@@ -9,17 +9,28 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerFast
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+    PretrainedConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerFast,
+)
 
 from bertology.errors import BertologyError
 from bertology.hook import route_attention_through_capture
 
 DEFAULT_NAME = "default"
 DEFAULT_LABEL = "all-MiniLM-L6-v2"
+#: A training run folder keeps its model and tokenizer here (so ``--model RUN_DIR`` works).
+RUN_MODEL_FOLDER = "model"
 
 #: ``config.model_type`` values whose attention we capture and test, with a display name.
 SUPPORTED_ARCHITECTURES: dict[str, str] = {
@@ -126,27 +137,65 @@ def _describe_load_failure(source: str, error: Exception) -> str:
     return f"Could not load '{source}': no such local directory or hub model ({text.splitlines()[0]})."
 
 
-def load_model(name_or_path: str | Path | None = None, *, device: str | None = None) -> LoadedModel:
+def _source_of(name_or_path: str | Path | None) -> tuple[str, str]:
+    """(where to load from, display label) for a name, a model folder or a training run folder."""
+    if name_or_path is None or str(name_or_path) == DEFAULT_NAME:
+        return str(default_model_path()), DEFAULT_LABEL
+    run_model = Path(name_or_path) / RUN_MODEL_FOLDER
+    if (run_model / "config.json").is_file():
+        return str(run_model), str(name_or_path)
+    return str(name_or_path), str(name_or_path)
+
+
+def _classifier_config(config: PretrainedConfig, label: str, labels: Sequence[str] | None) -> None:
+    """Give ``config`` the label names of the task, or check it already has trained ones."""
+    if labels is not None:
+        config.id2label = dict(enumerate(labels))
+        config.label2id = {name: number for number, name in enumerate(labels)}
+        return
+    if not any(name.endswith("ForSequenceClassification") for name in config.architectures or []):
+        raise BertologyError(
+            f"'{label}' is not a fine-tuned classifier; fine-tune it first ('bertology finetune') "
+            "or give the task so a new classification head can be trained."
+        )
+
+
+def load_model(
+    name_or_path: str | Path | None = None,
+    *,
+    device: str | None = None,
+    classifier: bool = False,
+    labels: Sequence[str] | None = None,
+) -> LoadedModel:
     """Load ``name_or_path`` (``None`` or ``"default"``: the embedded all-MiniLM-L6-v2).
 
+    ``name_or_path`` may be a hub name, a model folder, or a training run folder (its ``model/``).
     The model is loaded with ``attn_implementation="eager"`` and switched to route its attention
     through bertology's capture function, which computes exactly what eager does.
+    classifier: load a sequence classifier (``AutoModelForSequenceClassification``) instead of the bare
+        encoder. labels: the task's label names; when they differ from the checkpoint's, the
+        classification head is new (randomly initialised). Without ``labels`` the checkpoint must be
+        a fine-tuned classifier.
 
     Raises:
-        BertologyError: unknown name, missing weights, no network, or an unsupported architecture.
+        BertologyError: unknown name, missing weights, no network, an unsupported architecture, or a
+            classifier asked of a model that has none.
     """
-    is_default = name_or_path is None or str(name_or_path) == DEFAULT_NAME
-    source = str(default_model_path()) if is_default else str(name_or_path)
-    label = DEFAULT_LABEL if is_default else str(name_or_path)
+    source, label = _source_of(name_or_path)
     _check_findable(source)
     try:
         config = AutoConfig.from_pretrained(source)
     except (OSError, ValueError) as error:
         raise BertologyError(_describe_load_failure(source, error)) from error
     _check_supported(config.model_type, label)
+    auto_class = AutoModelForSequenceClassification if classifier else AutoModel
+    if classifier:
+        _classifier_config(config, label, labels)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
-        model = AutoModel.from_pretrained(source, attn_implementation="eager")
+        model = auto_class.from_pretrained(
+            source, config=config, attn_implementation="eager", ignore_mismatched_sizes=classifier
+        )
     except (OSError, ValueError) as error:
         raise BertologyError(_describe_load_failure(source, error)) from error
     if not tokenizer.is_fast:
