@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import subprocess
@@ -12,8 +13,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bertology.analyze import analyze_corpus, save_analysis
+from bertology.analysis.distances import DistanceAccumulator
+from bertology.analysis.patterns import PatternAccumulator
+from bertology.analyze import analyze_corpus, batch_texts, iter_batches, save_analysis
+from bertology.capture import capture_batch
+from bertology.corpus import iter_segments
 from bertology.models import LoadedModel
+from bertology.stats import SpecialTokens, SurfaceAccumulator
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "corpus.txt"
 
@@ -32,6 +38,28 @@ def test_batch_size_does_not_change_the_results(small_corpus: Path, default_mode
     assert one.segments == many.segments == 10
     pd.testing.assert_frame_equal(one.heads_frame(), many.heads_frame(), atol=1e-5, rtol=1e-4)
     np.testing.assert_allclose(one.distances.distance, many.distances.distance, atol=1e-6)
+
+
+def test_streamed_analysis_equals_accumulators_fed_captured_batches(
+    small_corpus: Path, default_model: LoadedModel
+) -> None:
+    """analyze_corpus summarises each layer while the model runs; the accumulators' own update(batch)
+    on fully captured batches is the independent path."""
+    streamed = analyze_corpus(small_corpus, default_model, limit=9, batch_size=4, js_tokens_per_segment=5)
+    special = SpecialTokens.of(default_model)
+    surface, patterns = SurfaceAccumulator(special), PatternAccumulator(special)
+    distances = DistanceAccumulator(max_tokens_per_segment=5)
+    segments = itertools.islice(iter_segments(small_corpus, default_model.tokenizer, max_length=128), 9)
+    for batch in iter_batches(segments, 4):
+        captured = capture_batch(*batch_texts(batch), model=default_model, max_length=128)
+        for accumulator in (surface, patterns, distances):
+            accumulator.update(captured)
+    for name, values in surface.result().columns.items():
+        np.testing.assert_allclose(streamed.surface[name], values, rtol=1e-5, atol=1e-6, err_msg=name)
+    for name, values in patterns.result().scores.columns.items():
+        np.testing.assert_allclose(streamed.patterns.scores[name], values, rtol=1e-5, atol=1e-6, err_msg=name)
+    np.testing.assert_allclose(streamed.distances.js_sum, distances.result().js_sum, rtol=1e-5)
+    assert streamed.distances.tokens == distances.result().tokens
 
 
 def test_analysis_writes_report_csv_and_examples(

@@ -98,7 +98,7 @@ def test_roberta_special_tokens_are_found_by_their_own_strings() -> None:
     assert roberta["sep"][0, sep] == pytest.approx(1.0)
     assert roberta["sep_to_sep"][0, sep] == pytest.approx(1.0)
     assert roberta["cls"][0, HEADS.index(cls_head)] == pytest.approx(1.0)
-    roles = TokenRoles.of(batch, cls_token="<s>", sep_token="</s>")
+    roles = TokenRoles.of(batch.encoded, batch.probs.shape[-1], cls_token="<s>", sep_token="</s>")
     assert roles.is_sep[0].tolist() == [False, False, False, True, True, False, False, True]
     with_bert_strings = surface(batch)
     assert with_bert_strings["sep"][0, sep] == 0.0

@@ -17,16 +17,17 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import torch
 
-from bertology.analysis.distances import DistanceAccumulator, HeadDistances, mds_embedding
+from bertology.analysis.distances import DistanceAccumulator, HeadDistances, RowSampler, mds_embedding
 from bertology.analysis.patterns import HeadPatterns, PatternAccumulator
-from bertology.capture import capture, capture_batch
+from bertology.capture import capture, stream_batch
 from bertology.corpus import Segment, iter_segments
 from bertology.errors import BertologyError, TruncationWarning
-from bertology.inputs import Text
+from bertology.inputs import EncodedBatch, Text
 from bertology.models import LoadedModel
 from bertology.stats.base import HeadTable
-from bertology.stats.rows import SpecialTokens
+from bertology.stats.rows import RowSummarizer, SpecialTokens
 from bertology.stats.surface import SurfaceAccumulator
 
 _PATTERN_KEYS = {"layer", "head", "label", "label_segment"}
@@ -89,6 +90,47 @@ def batch_texts(batch: list[Segment]) -> tuple[list[Text], list[Text | None]]:
     return [segment.text_a for segment in batch], [segment.text_b for segment in batch]
 
 
+def analyse_batch(
+    batch: list[Segment],
+    loaded: LoadedModel,
+    row_statistics: tuple[SurfaceAccumulator, PatternAccumulator],
+    distances: DistanceAccumulator,
+    max_length: int,
+) -> EncodedBatch:
+    """Run one batch of segments and fold it into the accumulators while the model runs.
+
+    As soon as a layer is computed, its rows are summarised (:class:`~bertology.stats.rows.RowSummarizer`)
+    and its sampled rows kept for the distances; no layer outlives the next one, and the summary is
+    made once for all row statistics. Segments are padded to ``max_length``, so every batch has the same
+    shape (steady memory). Returns the encoded batch.
+    """
+    summarizer: RowSummarizer | None = None
+    sampler: RowSampler | None = None
+
+    def consumer(encoded: EncodedBatch) -> Callable[[torch.Tensor], None]:
+        nonlocal summarizer, sampler
+        summarizer = rows = RowSummarizer(encoded, row_statistics[0].special)
+        sampler = sampled = distances.sampler(encoded.lengths)
+
+        def consume(probs: torch.Tensor) -> None:
+            rows.add_layer(probs)
+            sampled.add_layer(probs)
+
+        return consume
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TruncationWarning)  # counted by the caller, reported once
+        encoded = stream_batch(
+            *batch_texts(batch), consumer, model=loaded, max_length=max_length, pad_to_multiple_of=max_length
+        )
+    assert summarizer is not None and sampler is not None
+    summary = summarizer.result()
+    for accumulator in row_statistics:
+        accumulator.update_rows(summary)
+    distances.add(sampler)
+    return encoded
+
+
 def analyze_corpus(
     corpus: str | Path,
     loaded: LoadedModel,
@@ -117,16 +159,10 @@ def analyze_corpus(
     segments = iter_segments(corpus, loaded.tokenizer, max_length=max_length, format=corpus_format)
     done = truncated = cut = 0
     for batch in iter_batches(itertools.islice(segments, limit), batch_size):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", TruncationWarning)  # counted below, reported once
-            attention = capture_batch(
-                *batch_texts(batch), model=loaded, max_length=max_length, pad_to_multiple_of=max_length
-            )
-        for accumulator in (surface, patterns, distances):
-            accumulator.update(attention)
+        encoded = analyse_batch(batch, loaded, (surface, patterns), distances, max_length)
         done += len(batch)
-        truncated += sum(1 for tokens in attention.encoded.truncated if tokens > 0)
-        cut += sum(attention.encoded.truncated)
+        truncated += sum(1 for tokens in encoded.truncated if tokens > 0)
+        cut += sum(encoded.truncated)
         if on_progress is not None:
             on_progress(done)
     if done == 0:

@@ -8,7 +8,7 @@ statistics) that also yields one :class:`Attention` per input.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -123,6 +123,17 @@ def accepted_inputs(loaded: LoadedModel, encoded: EncodedBatch) -> dict[str, tor
     }
 
 
+def _encode(
+    loaded: LoadedModel,
+    texts: Sequence[Text],
+    texts_b: Sequence[Text | None] | None,
+    max_length: int | None,
+    pad_to_multiple_of: int | None,
+) -> EncodedBatch:
+    limit = loaded.max_length if max_length is None else min(max_length, loaded.max_length)
+    return encode(loaded.tokenizer, texts, texts_b, max_length=limit, pad_to_multiple_of=pad_to_multiple_of)
+
+
 def capture_batch(
     texts: Sequence[Text],
     texts_b: Sequence[Text | None] | None = None,
@@ -139,10 +150,7 @@ def capture_batch(
     pad_to_multiple_of: pad the batch to a multiple of this many tokens (see :func:`encode`).
     """
     loaded = resolve_model(model)
-    limit = loaded.max_length if max_length is None else min(max_length, loaded.max_length)
-    encoded = encode(
-        loaded.tokenizer, texts, texts_b, max_length=limit, pad_to_multiple_of=pad_to_multiple_of
-    )
+    encoded = _encode(loaded, texts, texts_b, max_length, pad_to_multiple_of)
     with torch.inference_mode(), recording(keep_qk=qk) as recorder:
         loaded.model(**accepted_inputs(loaded, encoded))
     calls = recorder.calls
@@ -154,6 +162,28 @@ def capture_batch(
         encoded=encoded,
         model_name=loaded.name,
     )
+
+
+def stream_batch(
+    texts: Sequence[Text],
+    texts_b: Sequence[Text | None] | None,
+    consumer: Callable[[EncodedBatch], Callable[[torch.Tensor], None]],
+    *,
+    model: LoadedModel,
+    max_length: int | None = None,
+    pad_to_multiple_of: int | None = None,
+) -> EncodedBatch:
+    """Run ``model`` once on a padded batch, streaming each layer's attention as soon as it is computed.
+
+    consumer: called once with the encoded batch before the model runs; it returns the function that
+        then receives each layer's ``probs`` [batch, heads, N, N] (right-padded), in layer order.
+    Nothing is kept, so each layer's buffer is reused by the next: the way to feed streaming statistics.
+    Options as :func:`capture_batch`. Returns the encoded batch (tokens, lengths, word alignment).
+    """
+    encoded = _encode(model, texts, texts_b, max_length, pad_to_multiple_of)
+    with torch.inference_mode(), recording(consume=consumer(encoded)):
+        model.model(**accepted_inputs(model, encoded))
+    return encoded
 
 
 def capture(

@@ -5,6 +5,12 @@ transformers 5 sends every attention call through a function looked up by name i
 (its ``eager_attention_forward``, so the numbers are exactly eager's) and, while a :class:`Recorder` is
 active in the current context, keeps what it computed. Outside a recording it only computes.
 A ``ContextVar`` holds the active recorder, so threads (e.g. concurrent web requests) never mix records.
+
+The same function applies head gates: while :func:`gating` is active, each head's output (before the
+layer's output projection) is multiplied by its gate. transformers gives the attention function no
+layer index (ALBERT even shares one attention module between all layers), so the gates count the calls:
+in an encoder every forward pass makes exactly one attention call per layer, in layer order.
+A ``ContextVar`` holds the active gates too.
 """
 
 from __future__ import annotations
@@ -40,16 +46,27 @@ class AttentionCall:
 
 @dataclass
 class Recorder:
-    """Collects one :class:`AttentionCall` per attention call, in call order (= layer order)."""
+    """Collects one :class:`AttentionCall` per attention call, in call order (= layer order).
+
+    consume: if set, each call's probs [batch, heads, q, k] are handed to it at once and nothing is
+        kept (streaming statistics: the layer's buffer is freed for the next layer).
+    keep_graph: keep ``probs`` attached to the autograd graph (not detached), so gradients of a loss
+        with respect to the attention weights can be taken (``torch.autograd.grad(loss, probs)``).
+    """
 
     keep_qk: bool = False
+    consume: Callable[[torch.Tensor], None] | None = None
+    keep_graph: bool = False
     calls: list[AttentionCall] = field(default_factory=list)
 
     def record(self, probs: torch.Tensor, query: torch.Tensor, key: torch.Tensor, scaling: float) -> None:
+        if self.consume is not None:
+            self.consume(probs.detach())
+            return
         keep = self.keep_qk
         self.calls.append(
             AttentionCall(
-                probs=probs.detach(),
+                probs=probs if self.keep_graph else probs.detach(),
                 query=query.detach() if keep else None,
                 key=key.detach() if keep else None,
                 scaling=float(scaling),
@@ -61,14 +78,72 @@ _active: ContextVar[Recorder | None] = ContextVar("bertology_recorder", default=
 
 
 @contextmanager
-def recording(keep_qk: bool = False) -> Iterator[Recorder]:
-    """Record every attention call made in this context (this thread / task) until the block ends."""
-    recorder = Recorder(keep_qk=keep_qk)
+def recording(
+    keep_qk: bool = False, consume: Callable[[torch.Tensor], None] | None = None, keep_graph: bool = False
+) -> Iterator[Recorder]:
+    """Record every attention call made in this context (this thread / task) until the block ends
+    (``consume``: stream each layer's probs to it instead; ``keep_graph``: keep them differentiable;
+    see :class:`Recorder`)."""
+    recorder = Recorder(keep_qk=keep_qk, consume=consume, keep_graph=keep_graph)
     token = _active.set(recorder)
     try:
         yield recorder
     finally:
         _active.reset(token)
+
+
+#: Attribute of an attention module whose heads were structurally pruned: the original indices of the
+#: heads it still computes, in order (gates are looked up by these).
+KEPT_HEADS = "bertology_kept_heads"
+
+
+@dataclass
+class HeadGates:
+    """Multipliers on each head's output, applied before the layer's output projection.
+
+    values: [layers, heads] (one gate per head) or [batch, layers, heads] (one per input of the batch,
+        e.g. for per-example gradients); 1 leaves a head as it is, 0 removes it. May require grad.
+    next_layer: the layer of the next attention call. It advances by one per call and wraps to 0 after
+        the last layer, so consecutive forward passes line up; code that runs only layers ``l..`` of a
+        model sets it to ``l`` first.
+    """
+
+    values: torch.Tensor
+    next_layer: int = 0
+
+    @property
+    def num_layers(self) -> int:
+        return self.values.shape[-2]
+
+    def apply(self, module: torch.nn.Module, output: torch.Tensor) -> torch.Tensor:
+        """``output`` [batch, tokens, heads, head_dim] of one attention call, times its layer's gates."""
+        layer = self.next_layer
+        self.next_layer = (layer + 1) % self.num_layers
+        gates = self.values[..., layer, :]
+        kept = getattr(module, KEPT_HEADS, None)
+        if kept is not None:
+            gates = gates[..., kept]
+        if gates.shape[-1] != output.shape[2]:
+            raise ValueError(
+                f"Layer {layer} has {output.shape[2]} heads but {gates.shape[-1]} gates were given."
+            )
+        shape = (1, 1, -1, 1) if gates.dim() == 1 else (gates.shape[0], 1, -1, 1)
+        return output * gates.reshape(shape).to(output.dtype)
+
+
+_gates: ContextVar[HeadGates | None] = ContextVar("bertology_gates", default=None)
+
+
+@contextmanager
+def gating(values: torch.Tensor) -> Iterator[HeadGates]:
+    """Apply head gates ``values`` ([layers, heads] or [batch, layers, heads], see :class:`HeadGates`) to
+    every attention call made in this context (this thread / task) until the block ends."""
+    gates = HeadGates(values)
+    token = _gates.set(gates)
+    try:
+        yield gates
+    finally:
+        _gates.reset(token)
 
 
 def _eager_for(module: torch.nn.Module) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
@@ -86,7 +161,7 @@ def capture_attention(
     dropout: float = 0.0,
     **kwargs: object,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Eager attention that also records into the active recorder.
+    """Eager attention that also records into the active recorder and applies the active head gates.
 
     query, key, value: [batch, heads, tokens, head_dim]; attention_mask: additive [batch, 1, q, k].
     Returns (output [batch, tokens, heads, head_dim], probs [batch, heads, q, k]) like eager.
@@ -98,6 +173,9 @@ def capture_attention(
     recorder = _active.get()
     if recorder is not None:
         recorder.record(probs, query, key, effective_scaling)
+    gates = _gates.get()
+    if gates is not None:
+        output = gates.apply(module, output)
     return output, probs
 
 

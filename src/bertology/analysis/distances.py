@@ -123,6 +123,33 @@ class HeadDistances:
         )
 
 
+class RowSampler:
+    """Collects, layer by layer, the attention rows of each segment's sampled query tokens.
+
+    queries: per segment, the positions of its query tokens; lengths: per segment, its real tokens.
+    """
+
+    def __init__(self, queries: list[np.ndarray], lengths: list[int]) -> None:
+        self.queries = queries
+        self.lengths = lengths
+        self.layers: list[list[torch.Tensor]] = []  # [layer][segment] -> [heads, tokens, n]
+
+    @property
+    def heads_per_layer(self) -> int:
+        return self.layers[0][0].shape[0]
+
+    def add_layer(self, probs: torch.Tensor) -> None:
+        """Keep the sampled rows of one layer: ``probs`` [B, H, N, N]."""
+        rows = []
+        for index, (queries, n) in enumerate(zip(self.queries, self.lengths, strict=True)):
+            rows.append(probs[index, :, torch.as_tensor(queries, device=probs.device), :n].float())
+        self.layers.append(rows)
+
+    def segment_rows(self, index: int) -> torch.Tensor:
+        """``[L*H, T*n]``: segment ``index``'s sampled rows of every head (layer-major), laid end to end."""
+        return torch.cat([layer[index] for layer in self.layers]).flatten(1)
+
+
 class DistanceAccumulator:
     """Streams :func:`js_divergence_sums` over every segment's query tokens; ``result()`` is
     :class:`HeadDistances`.
@@ -167,24 +194,38 @@ class DistanceAccumulator:
         return np.sort(np.random.default_rng([self.seed, segment]).choice(length, size=limit, replace=False))
 
     def update(self, batch: AttentionBatch) -> None:
-        probs = batch.probs
-        layers, heads = probs.shape[1], probs.shape[2]
-        check_same_shape(self.shape, (layers, heads), "This distance accumulator")
-        total = np.zeros((layers * heads, layers * heads))
+        sampler = self.sampler(batch.lengths)
+        for layer in range(batch.probs.shape[1]):
+            sampler.add_layer(batch.probs[:, layer])
+        self.add(sampler)
+
+    def sampler(self, lengths: np.ndarray) -> RowSampler:
+        """A :class:`RowSampler` for the next batch, whose segments have ``lengths`` [B] real tokens;
+        numbers the segments and picks their query tokens."""
+        segments = self.counter.take(len(lengths))
+        return RowSampler(
+            [self.query_tokens(int(n), int(segment)) for n, segment in zip(lengths, segments, strict=True)],
+            [int(n) for n in lengths],
+        )
+
+    def add(self, sampler: RowSampler) -> None:
+        """Fold in the rows a sampler collected (every layer of its batch)."""
+        heads = sampler.heads_per_layer
+        shape = (len(sampler.layers), heads)
+        check_same_shape(self.shape, shape, "This distance accumulator")
+        total = np.zeros((shape[0] * heads, shape[0] * heads))
         group: list[torch.Tensor] = []
         width = 0
-        for index, segment in enumerate(self.counter.take(len(batch))):
-            n = int(batch.lengths[index])
-            queries = torch.as_tensor(self.query_tokens(n, int(segment)), device=probs.device)
-            group.append(probs[index, :, :, queries, :n].reshape(layers * heads, -1))
+        for index in range(len(sampler.lengths)):
+            group.append(sampler.segment_rows(index))
             width += group[-1].shape[1]
-            self.tokens += len(queries)
-            if width >= self.group_columns or index == len(batch) - 1:
+            if width >= self.group_columns or index == len(sampler.lengths) - 1:
                 total += js_divergence_sums(torch.cat(group, dim=1)).cpu().numpy()
                 group, width = [], 0
         self.js_sum = total if self.js_sum is None else self.js_sum + total
-        self.shape = (layers, heads)
-        self.segments += len(batch)
+        self.shape = shape
+        self.tokens += sum(len(queries) for queries in sampler.queries)
+        self.segments += len(sampler.lengths)
 
     def merge(self, other: Self) -> Self:
         if other.js_sum is None or other.shape is None:

@@ -20,18 +20,11 @@ import numpy as np
 import torch
 
 from bertology.stats.base import HeadTable, SegmentCounter, SegmentMeans, check_same_shape
-from bertology.stats.rows import (
-    AttentionRows,
-    QueryValues,
-    SpecialTokens,
-    pad_rows,
-    stack_segment_means,
-    surface_form,
-)
+from bertology.stats.rows import QueryValues, RowSummary, SpecialTokens, stack_segment_means
 from bertology.stats.surface import next_token, previous_token
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     import pandas as pd
 
@@ -73,77 +66,51 @@ class PatternThresholds:
     broad: float = 0.9
 
 
-def text_ids(batch: AttentionBatch, device: torch.device) -> torch.Tensor:
-    """[B, N] int64: per segment, equal ids for tokens with equal lowercased :func:`surface_form`;
-    -1 for special tokens and padding."""
-    rows = []
-    for tokens, special in zip(batch.encoded.tokens, batch.encoded.special, strict=True):
-        ids: dict[str, int] = {}
-        row = [ids.setdefault(surface_form(token).lower(), len(ids)) for token in tokens]
-        rows.append(np.where(special, -1, row))
-    return pad_rows(rows, batch.probs.shape[-1], -1, device)
-
-
-def equal_pairs(ids: torch.Tensor) -> torch.Tensor:
-    """[B, Q, K] bool: query and key have the same id and it is not -1."""
-    return (ids[:, :, None] == ids[:, None, :]) & (ids >= 0)[:, :, None]
-
-
-def on_keys(rows: AttentionRows, keys: torch.Tensor) -> QueryValues:
-    """Mass on per-query ``keys`` [B, Q, K], over the queries that have at least one such key."""
-    return QueryValues(rows.mass_on(keys), keys.any(-1))
-
-
-def same_word(rows: AttentionRows, text: torch.Tensor) -> QueryValues:
+def same_word(rows: RowSummary) -> QueryValues:
     """Same or related word: ``v(q) = sum_k A[q, k]`` over keys ``k`` (``q`` itself included) with the
     same token text as ``q`` or the same word as ``q``; queries: every non-special token."""
-    word = rows.roles.word
-    return on_keys(rows, equal_pairs(text) | equal_pairs(word))
+    return QueryValues(rows.same_word, rows.same_word_queries)
 
 
-def other_sentence(rows: AttentionRows, text: torch.Tensor) -> QueryValues:
+def other_sentence(rows: RowSummary) -> QueryValues:
     """Same word in the other sentence: ``v(q) = sum_k A[q, k]`` over keys ``k`` with the same token text
     as ``q`` in the other sentence of a pair; queries: the tokens that have such a key."""
-    segment = rows.roles.segment
-    return on_keys(rows, equal_pairs(text) & (segment[:, :, None] != segment[:, None, :]))
+    return QueryValues(rows.other_sentence, rows.other_sentence_queries)
 
 
-def word_pieces(rows: AttentionRows) -> QueryValues:
+def word_pieces(rows: RowSummary) -> QueryValues:
     """Other pieces of the same word: ``v(q) = sum_{k != q} A[q, k]`` over keys of ``q``'s word;
     queries: tokens of words split into two or more pieces."""
-    size = rows.probs.shape[-1]
-    itself = torch.eye(size, dtype=torch.bool, device=rows.probs.device)
-    return on_keys(rows, equal_pairs(rows.roles.word) & ~itself)
+    return QueryValues(rows.word_pieces, rows.word_piece_queries)
 
 
-def delimiters(rows: AttentionRows) -> QueryValues:
+def delimiters(rows: RowSummary) -> QueryValues:
     """Delimiters: ``v(q) = sum_{k in CLS or SEP} A[q, k]`` over all queries."""
-    return QueryValues(rows.mass_on(rows.roles.is_delimiter), rows.roles.valid)
+    return QueryValues(rows.cls + rows.sep, rows.roles.valid)
 
 
-def broad(rows: AttentionRows) -> QueryValues:
+def broad(rows: RowSummary) -> QueryValues:
     """Broad attention: ``v(q) = H(A[q]) / ln m(q)``, the row's entropy in nats over that of uniform
     attention across ``q``'s sentence (``m(q)`` tokens with ``q``'s segment id, its [CLS] / [SEP]
     included); queries: those with ``m(q) >= 2``. For a single text the sentence is the whole segment;
     attention spread beyond the sentence can score above 1."""
-    segment = rows.roles.segment
-    sizes = ((segment[:, :, None] == segment[:, None, :]) & rows.roles.valid[:, None, :]).sum(-1)
-    queries = rows.roles.valid & (sizes >= 2)
-    log_size = torch.log(sizes.clamp_min(2).to(rows.probs.dtype))[:, None, None, :]
+    segment, valid = rows.roles.segment, rows.roles.valid
+    sizes = ((segment[:, :, None] == segment[:, None, :]) & valid[:, None, :]).sum(-1)
+    queries = valid & (sizes >= 2)
+    log_size = torch.log(sizes.clamp_min(2).to(rows.entropy.dtype))[:, None, None, :]
     return QueryValues(rows.entropy / log_size, queries)
 
 
-def pattern_values(rows: AttentionRows, text: torch.Tensor) -> dict[str, QueryValues]:
-    """Every pattern's per-query score, keyed and ordered as :data:`PATTERNS`; ``text``: :func:`text_ids`."""
-    return {
-        "word_pieces": word_pieces(rows),
-        "other_sentence": other_sentence(rows, text),
-        "same_word": same_word(rows, text),
-        "next": next_token(rows),
-        "previous": previous_token(rows),
-        "delimiters": delimiters(rows),
-        "broad": broad(rows),
-    }
+#: Every pattern's per-query score, keyed and ordered as :data:`PATTERNS`.
+PATTERN_SCORES: dict[str, Callable[[RowSummary], QueryValues]] = {
+    "word_pieces": word_pieces,
+    "other_sentence": other_sentence,
+    "same_word": same_word,
+    "next": next_token,
+    "previous": previous_token,
+    "delimiters": delimiters,
+    "broad": broad,
+}
 
 
 def label_heads(scores: Mapping[str, np.ndarray], thresholds: PatternThresholds) -> np.ndarray:
@@ -230,15 +197,16 @@ class PatternAccumulator:
         self.best_segment: np.ndarray | None = None  # [patterns, layers, heads] int64
 
     def update(self, batch: AttentionBatch) -> None:
-        rows = AttentionRows(batch.probs, self.special.roles(batch))
-        values, defined = stack_segment_means(
-            pattern_values(rows, text_ids(batch, rows.probs.device)).values()
-        )
+        self.update_rows(RowSummary.of(batch, self.special))
+
+    def update_rows(self, rows: RowSummary) -> None:
+        """Fold in a batch already summarised (e.g. once for several accumulators, or while streaming)."""
+        values, defined = stack_segment_means(score(rows) for score in PATTERN_SCORES.values())
         self.means.add(values, defined)
         scores = torch.where(defined[:, :, None, None], values, -torch.inf).cpu().numpy()
         first = scores.argmax(0)  # [patterns, layers, heads], the earliest segment on ties
         best = np.take_along_axis(scores, first[None], axis=0)[0]
-        segments = np.where(np.isfinite(best), self.counter.take(len(batch))[first], -1)
+        segments = np.where(np.isfinite(best), self.counter.take(values.shape[0])[first], -1)
         self._keep_best(best, segments)
 
     def _keep_best(self, score: np.ndarray, segment: np.ndarray) -> None:

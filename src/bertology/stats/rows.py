@@ -21,6 +21,7 @@ from bertology.errors import BertologyError
 
 if TYPE_CHECKING:
     from bertology.capture import AttentionBatch
+    from bertology.inputs import EncodedBatch
     from bertology.models import LoadedModel
 
 #: Word-start and continuation markers of WordPiece (``##``), byte-level BPE (``Ġ``) and
@@ -65,9 +66,11 @@ class SpecialTokens:
             raise BertologyError(f"The tokenizer of '{model.name}' has no [CLS] or [SEP] token.")
         return cls(tokenizer.cls_token, tokenizer.sep_token)
 
-    def roles(self, batch: AttentionBatch) -> TokenRoles:
-        """:meth:`TokenRoles.of` ``batch`` with these strings."""
-        return TokenRoles.of(batch, cls_token=self.cls_token, sep_token=self.sep_token)
+    def roles(self, encoded: EncodedBatch, width: int, device: torch.device | None = None) -> TokenRoles:
+        """:meth:`TokenRoles.of` ``encoded`` with these strings."""
+        return TokenRoles.of(
+            encoded, width, cls_token=self.cls_token, sep_token=self.sep_token, device=device
+        )
 
 
 @dataclass(frozen=True)
@@ -77,7 +80,8 @@ class TokenRoles:
     valid: a real (not padding) token. is_cls / is_sep: a special token whose text is the model's
     [CLS] / [SEP] string. is_punct: a non-special token whose :func:`surface_form` is "." or ",".
     segment: 0 for text A, 1 for text B (``EncodedBatch.segment_ids``). word: index of the token's word,
-    -1 for special tokens (``EncodedBatch.word_ids``).
+    -1 for special tokens (``EncodedBatch.word_ids``). text: equal ids for tokens of a segment with
+    equal lowercased :func:`surface_form`, -1 for special tokens and padding.
     """
 
     valid: torch.Tensor
@@ -86,17 +90,19 @@ class TokenRoles:
     is_punct: torch.Tensor
     segment: torch.Tensor
     word: torch.Tensor
+    text: torch.Tensor
 
     @classmethod
     def of(
         cls,
-        batch: AttentionBatch,
+        encoded: EncodedBatch,
+        width: int,
         *,
         cls_token: str = "[CLS]",
         sep_token: str = "[SEP]",
+        device: torch.device | None = None,
     ) -> TokenRoles:
-        """Roles of ``batch``'s tokens, on the device of ``batch.probs``."""
-        encoded, width, device = batch.encoded, batch.probs.shape[-1], batch.probs.device
+        """Roles of the tokens of ``encoded``, padded to ``width`` tokens, on ``device`` (default: CPU)."""
 
         def mark(test: Callable[[str], bool], among: Sequence[np.ndarray]) -> torch.Tensor:
             """[B, N] bool: tokens where ``among`` is True and ``test(token)`` holds."""
@@ -109,9 +115,14 @@ class TokenRoles:
             ]
             return pad_rows(rows, width, False, device)
 
+        def text_ids(tokens: list[str], special: np.ndarray) -> np.ndarray:
+            ids: dict[str, int] = {}
+            row = [ids.setdefault(surface_form(token).lower(), len(ids)) for token in tokens]
+            return np.where(special, -1, row)
+
         special = [np.asarray(flags, dtype=bool) for flags in encoded.special]
         words = [~flags for flags in special]
-        lengths = torch.as_tensor(np.asarray(batch.lengths), device=device)
+        lengths = torch.as_tensor(np.asarray(encoded.lengths), device=device)
         return cls(
             valid=torch.arange(width, device=device)[None, :] < lengths[:, None],
             is_cls=mark(lambda token: token == cls_token, special),
@@ -119,12 +130,13 @@ class TokenRoles:
             is_punct=mark(lambda token: surface_form(token) in PUNCTUATION, words),
             segment=pad_rows(encoded.segment_ids, width, -1, device),
             word=pad_rows(encoded.word_ids, width, -1, device),
+            text=pad_rows(
+                [text_ids(tokens, flags) for tokens, flags in zip(encoded.tokens, special, strict=True)],
+                width,
+                -1,
+                device,
+            ),
         )
-
-    @classmethod
-    def for_model(cls, batch: AttentionBatch, model: LoadedModel) -> TokenRoles:
-        """Roles with the [CLS] and [SEP] strings of ``model``'s tokenizer."""
-        return SpecialTokens.of(model).roles(batch)
 
     @property
     def is_delimiter(self) -> torch.Tensor:
@@ -159,38 +171,149 @@ def stack_segment_means(statistics: Iterable[QueryValues]) -> tuple[torch.Tensor
     return torch.stack(means, dim=1), torch.stack(defined, dim=1)
 
 
-class AttentionRows:
-    """The attention rows of a batch with their token roles, and shared per-row quantities.
+#: Probabilities are raised to at least this before taking logs; ``x ln x`` there is ~1e-28, i.e. 0.
+_TINY = 1e-30
 
-    probs: [B, L, H, Q, K]; each valid row sums to 1 over its valid keys, padded keys are 0. Kept
-    as float32 (other float types are converted).
+
+def _pairs(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The True entries of a ``[B, Q, K]`` mask as ``(b, q, k, b * Q + q)``, each ``[M]`` int64."""
+    b, q, k = mask.nonzero(as_tuple=True)
+    return b, q, k, b * mask.shape[1] + q
+
+
+@dataclass(frozen=True)
+class RowSummary:
+    """Per-row quantities of every attention row of a batch, which every statistic is made of.
+
+    Each quantity is ``[B, L, H, Q]`` float32 for row ``q`` of ``A = probs[b, l, h]`` (meaningless past
+    the segment's length; statistics pick their queries with ``roles`` and the ``*_queries`` masks):
+    previous ``A[q, q-1]``, next ``A[q, q+1]``, current ``A[q, q]`` (0 where the key does not exist);
+    cls / sep / punct: ``sum_k A[q, k]`` over the [CLS] / [SEP] / punctuation keys; entropy
+    ``-sum_k A[q, k] ln A[q, k]`` in nats; maximum ``max_k A[q, k]``; content_maximum, the maximum over
+    keys that are not [CLS] or [SEP]; same_word: the mass on keys with ``q``'s token text or word
+    (``q`` included); other_sentence: on keys with ``q``'s token text in the other segment;
+    word_pieces: on the other pieces of ``q``'s word.
+    same_word_queries / other_sentence_queries / word_piece_queries: [B, Q] bool, the queries that
+    have at least one such key.
     """
 
-    def __init__(self, probs: torch.Tensor, roles: TokenRoles) -> None:
-        self.probs = probs.float()
-        self.roles = roles
+    roles: TokenRoles
+    previous: torch.Tensor
+    next: torch.Tensor
+    current: torch.Tensor
+    cls: torch.Tensor
+    sep: torch.Tensor
+    punct: torch.Tensor
+    entropy: torch.Tensor
+    maximum: torch.Tensor
+    content_maximum: torch.Tensor
+    same_word: torch.Tensor
+    other_sentence: torch.Tensor
+    word_pieces: torch.Tensor
+    same_word_queries: torch.Tensor
+    other_sentence_queries: torch.Tensor
+    word_piece_queries: torch.Tensor
 
-    def mass_on(self, keys: torch.Tensor) -> torch.Tensor:
-        """[B, L, H, Q] attention mass each row puts on ``keys``: [B, K] or per query [B, Q, K] bool."""
-        weights = keys.to(self.probs.dtype)
-        pattern = "blhqk,bk->blhq" if keys.dim() == 2 else "blhqk,bqk->blhq"
-        return torch.einsum(pattern, self.probs, weights)
+    @classmethod
+    def of(cls, batch: AttentionBatch, special: SpecialTokens) -> RowSummary:
+        """Summarise a captured batch (``batch.probs``: [B, L, H, N, N]) layer by layer."""
+        summarizer = RowSummarizer(batch.encoded, special)
+        for layer in range(batch.probs.shape[1]):
+            summarizer.add_layer(batch.probs[:, layer])
+        return summarizer.result()
 
-    def diagonal(self, offset: int) -> QueryValues:
-        """``A[q, q + offset]`` for the queries whose key ``q + offset`` is a real token."""
-        size = self.probs.shape[-1]
-        padding = (0, offset) if offset >= 0 else (-offset, 0)
-        values = pad(torch.diagonal(self.probs, offset=offset, dim1=-2, dim2=-1), padding)
-        keys_valid = pad(self.roles.valid[:, max(offset, 0) : size + min(offset, 0)], padding, value=False)
-        return QueryValues(values, self.roles.valid & keys_valid)
+    @property
+    def previous_queries(self) -> torch.Tensor:
+        """[B, Q] bool: real queries with a real token before them (``q >= 1``)."""
+        return pad(self.roles.valid[:, 1:], (1, 0), value=False)
 
-    @cached_property
-    def entropy(self) -> torch.Tensor:
-        """[B, L, H, Q] entropy of each row in nats, ``-sum_k A[q, k] ln A[q, k]`` (0 ln 0 = 0)."""
-        return -torch.special.xlogy(self.probs, self.probs).sum(-1)
+    @property
+    def next_queries(self) -> torch.Tensor:
+        """[B, Q] bool: real queries with a real token after them (``q <= n - 2``)."""
+        return pad(self.roles.valid[:, 1:], (0, 1), value=False)
 
     @cached_property
     def log_length(self) -> torch.Tensor:
         """[B, L, H, Q] ``ln n`` of the row's segment (the entropy of uniform attention), broadcast."""
-        lengths = self.roles.valid.sum(-1).to(self.probs.dtype)
-        return torch.log(lengths)[:, None, None, None].expand(self.probs.shape[:-1])
+        lengths = self.roles.valid.sum(-1).to(self.entropy.dtype)
+        return torch.log(lengths)[:, None, None, None].expand(self.entropy.shape)
+
+
+class RowSummarizer:
+    """Builds a :class:`RowSummary` from one batch's attention, one layer at a time.
+
+    Feed it each layer's probs ``[B, H, N, N]`` in layer order with :meth:`add_layer` (e.g. straight from
+    the attention function while streaming, so no layer is kept); every pass over a layer happens while
+    it is in cache, into one reused scratch buffer. The masses on per-query key sets (same word, other
+    sentence, word pieces) are gathered from their few ``(q, k)`` pairs instead of a pass over the rows.
+    """
+
+    def __init__(self, encoded: EncodedBatch, special: SpecialTokens) -> None:
+        self.encoded = encoded
+        self.special = special
+        self.layers: list[dict[str, torch.Tensor]] = []
+        self.scratch: torch.Tensor | None = None
+
+    def _prepare(self, width: int, device: torch.device) -> None:
+        """Token roles and key sets of the batch, once, at the first layer's width and device."""
+        self.roles = roles = self.special.roles(self.encoded, width, device)
+        delimiter = roles.is_delimiter
+        #: [B, 1, N, 3] float: which keys are [CLS], [SEP], punctuation.
+        self.key_sets = torch.stack([roles.is_cls, roles.is_sep, roles.is_punct], dim=-1).float()[:, None]
+        #: [B, 1, 1, N] float: 1 for keys that are not [CLS] / [SEP].
+        self.content = (~delimiter).float()[:, None, None, :]
+        same_text = _equal(roles.text)
+        same_word = _equal(roles.word)
+        itself = torch.eye(roles.valid.shape[1], dtype=torch.bool, device=roles.valid.device)
+        other_segment = roles.segment[:, :, None] != roles.segment[:, None, :]
+        self.masks = {
+            "same_word": same_text | same_word,
+            "other_sentence": same_text & other_segment,
+            "word_pieces": same_word & ~itself,
+        }
+        self.pairs = {name: _pairs(mask) for name, mask in self.masks.items()}
+
+    def add_layer(self, probs: torch.Tensor) -> None:
+        """Summarise one layer: ``probs`` [B, H, N, N], rows summing to 1 over the real keys."""
+        probs = probs.float()
+        if self.scratch is None:
+            self._prepare(probs.shape[-1], probs.device)
+            self.scratch = torch.empty_like(probs)
+        scratch = self.scratch
+        masses = torch.matmul(probs, self.key_sets)  # [B, H, N, 3]
+        entropy = -torch.clamp(probs, min=_TINY, out=scratch).log_().mul_(probs).sum(-1)
+        content_maximum = torch.mul(probs, self.content, out=scratch).amax(-1)
+        quantities = {
+            "previous": pad(torch.diagonal(probs, -1, -2, -1), (1, 0)),
+            "next": pad(torch.diagonal(probs, 1, -2, -1), (0, 1)),
+            "current": torch.diagonal(probs, 0, -2, -1).clone(),
+            "cls": masses[..., 0],
+            "sep": masses[..., 1],
+            "punct": masses[..., 2],
+            "entropy": entropy,
+            "maximum": probs.amax(-1),
+            "content_maximum": content_maximum,
+        }
+        batch, heads, size, _ = probs.shape
+        for name, (b, q, k, row) in self.pairs.items():
+            mass = probs.new_zeros(batch * size, heads).index_add_(0, row, probs[b, :, q, k])
+            quantities[name] = mass.view(batch, size, heads).transpose(1, 2)
+        self.layers.append(quantities)
+
+    def result(self) -> RowSummary:
+        """The summary of the layers added so far (each quantity stacked to [B, L, H, Q])."""
+        if not self.layers:
+            raise BertologyError("No attention layer was summarised; run the model on the batch first.")
+        stacked = {name: torch.stack([layer[name] for layer in self.layers], 1) for name in self.layers[0]}
+        return RowSummary(
+            roles=self.roles,
+            **stacked,
+            same_word_queries=self.masks["same_word"].any(-1),
+            other_sentence_queries=self.masks["other_sentence"].any(-1),
+            word_piece_queries=self.masks["word_pieces"].any(-1),
+        )
+
+
+def _equal(ids: torch.Tensor) -> torch.Tensor:
+    """[B, Q, K] bool: query and key have the same id and it is not -1."""
+    return (ids[:, :, None] == ids[:, None, :]) & (ids >= 0)[:, :, None]

@@ -14,92 +14,91 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Self
 
 from bertology.stats.base import HeadTable, SegmentMeans
-from bertology.stats.rows import AttentionRows, QueryValues, SpecialTokens, stack_segment_means
+from bertology.stats.rows import QueryValues, RowSummary, SpecialTokens, stack_segment_means
 
 if TYPE_CHECKING:
     from bertology.capture import AttentionBatch
 
-Statistic = Callable[[AttentionRows], QueryValues]
+Statistic = Callable[[RowSummary], QueryValues]
 
 
-def previous_token(rows: AttentionRows) -> QueryValues:
+def previous_token(rows: RowSummary) -> QueryValues:
     """Attention to the previous token (Clark et al. 2019, Fig. 2): ``v(q) = A[q, q-1]`` over
     queries ``q = 1 .. n-1``."""
-    return rows.diagonal(-1)
+    return QueryValues(rows.previous, rows.previous_queries)
 
 
-def next_token(rows: AttentionRows) -> QueryValues:
+def next_token(rows: RowSummary) -> QueryValues:
     """Attention to the next token (Clark et al. 2019, Fig. 2): ``v(q) = A[q, q+1]`` over queries
     ``q = 0 .. n-2``."""
-    return rows.diagonal(1)
+    return QueryValues(rows.next, rows.next_queries)
 
 
-def current_token(rows: AttentionRows) -> QueryValues:
+def current_token(rows: RowSummary) -> QueryValues:
     """Attention to the token itself (Clark et al. 2019): ``v(q) = A[q, q]`` over all queries."""
-    return rows.diagonal(0)
+    return QueryValues(rows.current, rows.roles.valid)
 
 
-def to_cls(rows: AttentionRows) -> QueryValues:
+def to_cls(rows: RowSummary) -> QueryValues:
     """Attention to [CLS] (Clark et al. 2019, Fig. 2): ``v(q) = sum_{k in CLS} A[q, k]`` over all queries."""
-    return QueryValues(rows.mass_on(rows.roles.is_cls), rows.roles.valid)
+    return QueryValues(rows.cls, rows.roles.valid)
 
 
-def to_sep(rows: AttentionRows) -> QueryValues:
+def to_sep(rows: RowSummary) -> QueryValues:
     """Attention to [SEP] (Clark et al. 2019, Fig. 2): ``v(q) = sum_{k in SEP} A[q, k]`` over all queries."""
-    return QueryValues(rows.mass_on(rows.roles.is_sep), rows.roles.valid)
+    return QueryValues(rows.sep, rows.roles.valid)
 
 
-def to_punct(rows: AttentionRows) -> QueryValues:
+def to_punct(rows: RowSummary) -> QueryValues:
     """Attention to "." and "," (Clark et al. 2019, Fig. 2): ``v(q) = sum_{k in PUNCT} A[q, k]`` over
     all queries (PUNCT: non-special tokens whose text, without subword marker, is "." or ",")."""
-    return QueryValues(rows.mass_on(rows.roles.is_punct), rows.roles.valid)
+    return QueryValues(rows.punct, rows.roles.valid)
 
 
-def sep_to_sep(rows: AttentionRows) -> QueryValues:
+def sep_to_sep(rows: RowSummary) -> QueryValues:
     """[SEP] attending to [SEP] (Clark et al. 2019, Fig. 3): ``v(q) = sum_{k in SEP} A[q, k]`` over
     the [SEP] queries."""
-    return QueryValues(rows.mass_on(rows.roles.is_sep), rows.roles.is_sep)
+    return QueryValues(rows.sep, rows.roles.is_sep)
 
 
-def other_to_sep(rows: AttentionRows) -> QueryValues:
+def other_to_sep(rows: RowSummary) -> QueryValues:
     """Other tokens attending to [SEP] (Clark et al. 2019, Fig. 3): ``v(q) = sum_{k in SEP} A[q, k]``
     over the queries that are not [SEP] ([CLS] included)."""
-    return QueryValues(rows.mass_on(rows.roles.is_sep), rows.roles.valid & ~rows.roles.is_sep)
+    return QueryValues(rows.sep, rows.roles.valid & ~rows.roles.is_sep)
 
 
-def entropy(rows: AttentionRows) -> QueryValues:
+def entropy(rows: RowSummary) -> QueryValues:
     """Attention entropy in nats (Clark et al. 2019, Sec. 3.3): ``v(q) = -sum_k A[q, k] ln A[q, k]``
     over all queries (``0 ln 0 = 0``)."""
     return QueryValues(rows.entropy, rows.roles.valid)
 
 
-def entropy_uniform(rows: AttentionRows) -> QueryValues:
+def entropy_uniform(rows: RowSummary) -> QueryValues:
     """Baseline for :func:`entropy`, the entropy of uniform attention: ``v(q) = ln n`` over all queries."""
     return QueryValues(rows.log_length, rows.roles.valid)
 
 
-def cls_entropy(rows: AttentionRows) -> QueryValues:
+def cls_entropy(rows: RowSummary) -> QueryValues:
     """Entropy of [CLS]'s attention in nats (Clark et al. 2019, Fig. 4, bottom):
     ``v(q) = -sum_k A[q, k] ln A[q, k]`` over the [CLS] queries."""
     return QueryValues(rows.entropy, rows.roles.is_cls)
 
 
-def cls_entropy_uniform(rows: AttentionRows) -> QueryValues:
+def cls_entropy_uniform(rows: RowSummary) -> QueryValues:
     """Baseline for :func:`cls_entropy`: ``v(q) = ln n`` over the [CLS] queries."""
     return QueryValues(rows.log_length, rows.roles.is_cls)
 
 
-def confidence(rows: AttentionRows) -> QueryValues:
+def confidence(rows: RowSummary) -> QueryValues:
     """Head confidence (Voita et al. 2019, Sec. 4.1): ``v(q) = max_k A[q, k]`` over all queries."""
-    return QueryValues(rows.probs.amax(-1), rows.roles.valid)
+    return QueryValues(rows.maximum, rows.roles.valid)
 
 
-def content_confidence(rows: AttentionRows) -> QueryValues:
+def content_confidence(rows: RowSummary) -> QueryValues:
     """Head confidence with [CLS] and [SEP] left out, as Voita et al. 2019 leave out the end-of-sentence
     token: ``v(q) = max_{k not in CLS or SEP} A[q, k]`` over all queries. The weights are not
     renormalised, so a head that attends only to [SEP] has confidence near 0 here."""
-    delimiters = rows.roles.is_delimiter[:, None, None, None, :]
-    return QueryValues(rows.probs.masked_fill(delimiters, 0.0).amax(-1), rows.roles.valid)
+    return QueryValues(rows.content_maximum, rows.roles.valid)
 
 
 #: The surface statistics in the order of :class:`SurfaceAccumulator`'s table columns.
@@ -133,7 +132,10 @@ class SurfaceAccumulator:
         self.means = SegmentMeans(SURFACE_STATISTICS)
 
     def update(self, batch: AttentionBatch) -> None:
-        rows = AttentionRows(batch.probs, self.special.roles(batch))
+        self.update_rows(RowSummary.of(batch, self.special))
+
+    def update_rows(self, rows: RowSummary) -> None:
+        """Fold in a batch already summarised (e.g. once for several accumulators, or while streaming)."""
         self.means.add(*stack_segment_means(statistic(rows) for statistic in SURFACE_STATISTICS.values()))
 
     def merge(self, other: Self) -> Self:
