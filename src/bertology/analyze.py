@@ -139,7 +139,7 @@ def analyze_corpus(
     limit: int | None = None,
     seed: int = 0,
     batch_size: int = 16,
-    js_tokens_per_segment: int | None = 16,
+    js_tokens_per_segment: int | None = 8,
     corpus_format: str | None = None,
     on_progress: Callable[[int], None] | None = None,
 ) -> CorpusAnalysis:

@@ -14,6 +14,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from bertology.training.finetune import FinetuneSettings, TrainingProgress
+
 app = typer.Typer(
     name="bertology",
     help="See and measure what the attention heads of BERT-family transformers do.",
@@ -116,6 +118,13 @@ def analyze(
     corpus_format: Annotated[
         str | None, typer.Option("--format", help="text, jsonl or conllu (default: from the file name).")
     ] = None,
+    js_tokens: Annotated[
+        int,
+        typer.Option(
+            "--js-tokens",
+            help="Query tokens sampled per segment for the head distances (seeded); 0 = every token.",
+        ),
+    ] = 8,
 ) -> None:
     """Per-head statistics, pattern labels and head clustering over CORPUS, written as an HTML report."""
     from bertology.analyze import analyze_corpus, save_analysis
@@ -130,6 +139,7 @@ def analyze(
             limit=limit,
             seed=seed,
             batch_size=batch_size,
+            js_tokens_per_segment=js_tokens or None,
             corpus_format=corpus_format,
             on_progress=on_progress,
         )
@@ -290,6 +300,138 @@ def probe_gap_command(
     )  # fmt: skip
     best = probe.best()
     out.print(f"Best head {best.label}: {best.accuracy:.3f} over {probe.count} examples. Wrote {report}.")
+
+
+@app.command()
+def serve(
+    model: Annotated[
+        list[str] | None,
+        typer.Option("--model", "-m", help="A model to serve; repeat for more, the first is the default."),
+    ] = None,
+    runs: Annotated[
+        Path | None, typer.Option("--runs", help="Folder of reports and training runs to browse.")
+    ] = None,
+    host: Annotated[str, typer.Option(help="Address to listen on; any but 127.0.0.1 opens it to others.")] = (
+        "127.0.0.1"
+    ),
+    port: Annotated[int, typer.Option(help="Port to listen on (0: any free port).")] = 8000,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", help="Most tokens per input.")] = 512,
+    max_body: Annotated[int, typer.Option("--max-body", help="Largest request body, in bytes.")] = 65536,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds a request may take.")] = 30.0,
+    parallel: Annotated[int, typer.Option("--parallel", help="Computations at once per model.")] = 2,
+) -> None:
+    """A local web app: type a text, see its views and per-head statistics; browse RUNS; a JSON API."""
+    from bertology.server import Limits
+    from bertology.server import serve as serve_app
+
+    limits = Limits(max_tokens=max_tokens, max_body_bytes=max_body, timeout_s=timeout, parallel=parallel)
+    serve_app(
+        model or ["default"],
+        runs,
+        host=host,
+        port=port,
+        limits=limits,
+        announce=lambda line: out.print(line, highlight=False, markup=False),
+    )
+
+
+_FINETUNE = FinetuneSettings()
+
+
+@contextmanager
+def _training_progress(total: int) -> Iterator[Callable[[TrainingProgress], None]]:
+    """A progress bar on stderr showing the optimizer step and the running training loss."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (
+        TextColumn("Fine-tuning"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("loss {task.fields[loss]}"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=err, transient=True) as progress:
+        task = progress.add_task("train", total=total, loss="–")
+
+        def show(state: TrainingProgress) -> None:
+            progress.update(task, total=state.total, completed=state.step, loss=f"{state.loss:.3f}")
+
+        yield show
+
+
+@app.command()
+def finetune(
+    task_dir: Annotated[Path, typer.Argument(help="GLUE-style task folder with train.tsv and dev.tsv.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Run folder to write.")],
+    model: ModelOption = _FINETUNE.model,
+    max_train: Annotated[
+        int, typer.Option("--max-train", help="Train on a seeded random sample of this many (0: all).")
+    ] = _FINETUNE.max_train or 0,
+    max_dev: Annotated[int, typer.Option("--max-dev", help="Evaluate on the first N dev (0: all).")] = 0,
+    epochs: Annotated[int, typer.Option("--epochs", help="Passes over the sample.")] = _FINETUNE.epochs,
+    max_len: Annotated[
+        int, typer.Option("--max-len", help="Tokens per input, special tokens included.")
+    ] = _FINETUNE.max_length,
+    batch_size: Annotated[int, typer.Option("--batch-size")] = _FINETUNE.batch_size,
+    learning_rate: Annotated[
+        float, typer.Option("--lr", help="Peak learning rate.")
+    ] = _FINETUNE.learning_rate,
+    eval_every: Annotated[
+        int, typer.Option("--eval-every", help="Also evaluate every N steps (0: at each epoch's end only).")
+    ] = _FINETUNE.eval_every or 0,
+    watch_every: Annotated[
+        int, typer.Option("--watch-every", help="Record the probe set's attention every S steps (0: never).")
+    ] = _FINETUNE.watch_every,
+    probe_set: Annotated[
+        int, typer.Option("--probe-set", help="Dev examples whose attention is recorded.")
+    ] = _FINETUNE.probe_set,
+    seed: Annotated[int, typer.Option("--seed", help="Seeds the sample, new head, batches, dropout.")] = 0,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace a run in the folder.")] = False,
+) -> None:
+    """Fine-tune a classifier on a GLUE-style task, recording how its attention changes (see 'watch')."""
+    from bertology.training.finetune import finetune as run_finetune
+
+    settings = FinetuneSettings(
+        model=model,
+        max_train=max_train or None,
+        max_dev=max_dev or None,
+        epochs=epochs,
+        max_length=max_len,
+        batch_size=batch_size,
+        learning_rate=learning_rate,
+        eval_every=eval_every or None,
+        watch_every=watch_every,
+        probe_set=probe_set,
+        seed=seed,
+    )
+    with _training_progress(total=0) as on_progress:
+        result = run_finetune(task_dir, output, settings, overwrite=overwrite, on_progress=on_progress)
+    out.print(
+        f"Fine-tuned {result.train_examples} examples for {result.steps} steps in {result.seconds:.0f} s: "
+        f"dev accuracy {result.dev_accuracy:.4f} on {result.dev_examples} examples. Wrote {output} "
+        f"(model/, run.json, metrics.csv{', monitor.zarr' if watch_every else ''}).",
+        highlight=False,
+    )
+
+
+@app.command()
+def watch(
+    run_dir: Annotated[
+        Path, typer.Argument(help="Run folder from 'bertology finetune' or a monitor archive.")
+    ],
+    output: Annotated[
+        Path | None, typer.Option("-o", "--output", help="HTML file to write (default: RUN_DIR/watch.html).")
+    ] = None,
+    open_: Annotated[bool, typer.Option("--open", help="Open the page in a web browser.")] = False,
+) -> None:
+    """Write a page showing the probe examples' attention at every recorded step and what changed."""
+    from bertology.training.watch import write_watch
+
+    target = write_watch(run_dir, output or run_dir / "watch.html")
+    size_mb = target.stat().st_size / 1e6
+    out.print(f"Wrote {target} ({size_mb:.2f} MB).", highlight=False)
+    if open_:
+        webbrowser.open(target.resolve().as_uri())
 
 
 @app.command()

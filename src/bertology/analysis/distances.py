@@ -68,7 +68,7 @@ def js_divergence_sums(rows: torch.Tensor, *, chunk_elements: int | None = None)
                 sums = pair_sums[: len(left), : len(right), :used]
                 torch.add(left[:, None, :], right[None, :, :], out=sums)
                 logs = torch.log(sums, out=pair_logs[: len(left), : len(right), :used])
-                term = logs.mul_(sums).sum(-1, dtype=torch.float64)
+                term = logs.mul_(sums).sum(-1).double()  # float32 within a chunk, float64 across
                 mixed[i : i + block, j : j + block] += term
                 if j != i:
                     mixed[j : j + block, i : i + block] += term.T
