@@ -258,8 +258,8 @@ class RowSummarizer:
         """Token roles and key sets of the batch, once, at the first layer's width and device."""
         self.roles = roles = self.special.roles(self.encoded, width, device)
         delimiter = roles.is_delimiter
-        #: [B, 1, N, 3] float: which keys are [CLS], [SEP], punctuation.
-        self.key_sets = torch.stack([roles.is_cls, roles.is_sep, roles.is_punct], dim=-1).float()[:, None]
+        #: [B, N, 3] float: which keys are [CLS], [SEP], punctuation.
+        self.key_sets = torch.stack([roles.is_cls, roles.is_sep, roles.is_punct], dim=-1).float()
         #: [B, 1, 1, N] float: 1 for keys that are not [CLS] / [SEP].
         self.content = (~delimiter).float()[:, None, None, :]
         same_text = _equal(roles.text)
@@ -280,7 +280,9 @@ class RowSummarizer:
             self._prepare(probs.shape[-1], probs.device)
             self.scratch = torch.empty_like(probs)
         scratch = self.scratch
-        masses = torch.matmul(probs, self.key_sets)  # [B, H, N, 3]
+        batch, heads, size, _ = probs.shape
+        rows = probs.reshape(batch, heads * size, size)
+        masses = torch.bmm(rows, self.key_sets).view(batch, heads, size, 3)  # [CLS], [SEP], punctuation
         entropy = -torch.clamp(probs, min=_TINY, out=scratch).log_().mul_(probs).sum(-1)
         content_maximum = torch.mul(probs, self.content, out=scratch).amax(-1)
         quantities = {
@@ -294,7 +296,6 @@ class RowSummarizer:
             "maximum": probs.amax(-1),
             "content_maximum": content_maximum,
         }
-        batch, heads, size, _ = probs.shape
         for name, (b, q, k, row) in self.pairs.items():
             mass = probs.new_zeros(batch * size, heads).index_add_(0, row, probs[b, :, q, k])
             quantities[name] = mass.view(batch, size, heads).transpose(1, 2)
