@@ -41,6 +41,9 @@ test: $(STAMP) browser lint
 bench: $(STAMP) browser
 	$(BIN)/python benchmarks/bench_views.py
 	$(BIN)/python benchmarks/bench_analyze.py
+	$(BIN)/python benchmarks/bench_serve.py
+	$(BIN)/python benchmarks/bench_finetune.py
+	$(BIN)/python benchmarks/bench_interventions.py --model benchmarks/out/sst2_run --threads 1
 
 clean:
 	rm -rf $(VENV) $(DEMO_DIR) benchmarks/out

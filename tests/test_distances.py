@@ -103,7 +103,7 @@ def test_sampling_is_seeded_and_independent_of_batching() -> None:
     ):
         result = merged.result()
         assert (result.tokens, result.segments) == (whole.tokens, whole.segments)
-        np.testing.assert_allclose(result.js_sum, whole.js_sum, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(result.js_sum, whole.js_sum, rtol=1e-6, atol=1e-9)
     other_seed = accumulate(batch, max_tokens_per_segment=3, seed=2).result()
     assert not np.allclose(other_seed.js_sum, whole.js_sum)
     np.testing.assert_array_equal(accumulate(batch, **options).result().js_sum, whole.js_sum)

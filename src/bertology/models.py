@@ -31,6 +31,9 @@ DEFAULT_NAME = "default"
 DEFAULT_LABEL = "all-MiniLM-L6-v2"
 #: A training run folder keeps its model and tokenizer here (so ``--model RUN_DIR`` works).
 RUN_MODEL_FOLDER = "model"
+#: Config entry of a structurally pruned model: the heads removed per layer (see
+#: :mod:`bertology.interventions.pruning`, which rebuilds the smaller layers on loading).
+PRUNED_HEADS_KEY = "bertology_pruned_heads"
 
 #: ``config.model_type`` values whose attention we capture and test, with a display name.
 SUPPORTED_ARCHITECTURES: dict[str, str] = {
@@ -193,9 +196,14 @@ def load_model(
         _classifier_config(config, label, labels)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
-        model = auto_class.from_pretrained(
-            source, config=config, attn_implementation="eager", ignore_mismatched_sizes=classifier
-        )
+        if getattr(config, PRUNED_HEADS_KEY, None):
+            from bertology.interventions.pruning import load_pruned  # imports this module
+
+            model = load_pruned(auto_class, source, config)
+        else:
+            model = auto_class.from_pretrained(
+                source, config=config, attn_implementation="eager", ignore_mismatched_sizes=classifier
+            )
     except (OSError, ValueError) as error:
         raise BertologyError(_describe_load_failure(source, error)) from error
     if not tokenizer.is_fast:

@@ -21,6 +21,9 @@
  *   #bt-detail, #bt-detail-canvas, #bt-detail-close   model view: enlarged head (inside .bt-overlay)
  *   #bt-theme, #bt-export-png, #bt-export-svg (head view)   buttons
  *   #bt-status                        error / status line
+ *   watch page (#bertology-root[data-view="watch"]): #bt-step <input type=range> (record index),
+ *   #bt-step-label, #bt-example <select>, #bt-mode <select> (head | model), #bt-example-text,
+ *   #bt-report (facts, figures, tables); the head or model view of the chosen example below the bar
  *
  * window.bertology:
  *   ready, view, error, firstPaintMs (since script start), lastDrawMs (last canvas draw)
@@ -32,6 +35,8 @@
  *   setTheme("light" | "dark"), toggleTheme()
  *   pngDataUrl(), exportPng()         the current picture as a PNG data URL / as a download
  *   svgText(), exportSvg()            head view (and model view detail) as SVG text / download
+ *   watch page: view is "watch"; state().watch = {step, stepIndex, steps, example, mode};
+ *   setStep(index), setExample(index), setMode("head" | "model"); the rest act on the shown view
  */
 (() => {
   "use strict";
@@ -859,6 +864,12 @@
       this.picker.set(heads.map(Number));
     }
 
+    /** Show another attention array of the same shape (a training step of the watch page). */
+    setAttention(attention) {
+      this.lines.attention = attention;
+      this.draw();
+    }
+
     setFilter(filter) {
       if (!(filter in SEGMENT_FILTERS)) throw new Error(`unknown filter ${filter}`);
       this.lines.filter = filter;
@@ -1042,6 +1053,13 @@
 
     closeDetail() {
       this.detail.close();
+    }
+
+    /** Show another attention array of the same shape (a training step of the watch page). */
+    setAttention(attention) {
+      this.attention = attention;
+      this.detail.lines.attention = attention;
+      this.draw();
     }
 
     focusToken(side, index) {
@@ -1310,10 +1328,171 @@
   }
 
   // ---------------------------------------------------------------------------------------------
+  // Watch page: the head or model view of one probe example at any recorded training step, then a
+  // report (facts, figures, a table). Every step's attention is decoded once; the step slider swaps the
+  // shown array (setAttention) without rebuilding the view; another example or view kind rebuilds it.
+  // data: {view: "watch", title, model, layers, heads, layer, theme, steps: [T],
+  //        examples: [{tokens, segments, pair, n, caption, text, attention: packed [T, layers, heads, n, n]}],
+  //        facts: [[term, value]], sections: [{id, title, figures: [{png, alt, caption}], table?}]}
+  // ---------------------------------------------------------------------------------------------
+
+  const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
+
+  function checkWatchData(data) {
+    for (const key of ["layers", "heads"]) {
+      if (!Number.isInteger(data[key]) || data[key] < 1) throw new Error(`"${key}" must be a positive integer`);
+    }
+    if (!Array.isArray(data.steps) || data.steps.length < 1) throw new Error("the run has no recorded step");
+    if (!Array.isArray(data.examples) || data.examples.length < 1) throw new Error("the run has no probe example");
+    data.model = String(data.model || "model");
+    data.title = String(data.title || "Training");
+    data.layer = Number.isInteger(data.layer) ? clamp(data.layer, 0, data.layers - 1) : 0;
+  }
+
+  async function decodeWatchArrays(data) {
+    const arrays = await Promise.all(data.examples.map((example, i) => decodeArray(example.attention, `example ${i}`)));
+    arrays.forEach((array, i) => {
+      const { n } = data.examples[i];
+      const expected = [data.steps.length, data.layers, data.heads, n, n];
+      if (array.shape.length !== 5 || expected.some((size, axis) => size !== array.shape[axis])) {
+        throw new Error(`example ${i} has attention of shape [${array.shape}], expected [${expected}]`);
+      }
+    });
+    return arrays;
+  }
+
+  function reportFigure({ png, alt, caption }) {
+    if (!BASE64.test(png)) throw new Error("a figure is not base64 PNG data");
+    const image = el("img", { src: `data:image/png;base64,${png}`, alt, loading: "lazy" });
+    return el("figure", {}, [image, caption && el("figcaption", { text: caption })]);
+  }
+
+  function reportTable({ caption, columns, rows }) {
+    const head = el("tr", {}, columns.map((name) => el("th", { text: name })));
+    const body = rows.map((row) => el("tr", {}, row.map((cell) => el("td", { text: String(cell) }))));
+    const table = el("table", {}, [el("thead", {}, [head]), el("tbody", {}, body)]);
+    return el("div", {}, [caption && el("p", { class: "bt-caption", text: caption }), el("div", { class: "bt-table-wrap" }, [table])]);
+  }
+
+  function watchReport(data) {
+    const facts = el("dl", { class: "bt-facts" }, data.facts.flatMap(([term, value]) => [
+      el("dt", { text: term }), el("dd", { text: value }),
+    ]));
+    const sections = data.sections.map((section) => el("section", { id: `bt-${section.id}` }, [
+      el("h2", { text: section.title }),
+      ...(section.figures || []).map(reportFigure),
+      section.table && reportTable(section.table),
+    ]));
+    return el("div", { id: "bt-report", class: "bt-report" }, [facts, ...sections]);
+  }
+
+  class WatchView {
+    constructor(data, arrays) {
+      this.data = data;
+      this.arrays = arrays;
+      this.stepIndex = data.steps.length - 1;
+      this.example = 0;
+      this.mode = "head";
+      this.inner = null;
+      this.slider = el("input", {
+        id: "bt-step", type: "range", min: 0, max: data.steps.length - 1, step: 1, value: this.stepIndex,
+        "aria-label": "Training step",
+      });
+      this.slider.addEventListener("input", () => this.setStep(this.slider.value));
+      this.stepLabel = el("output", { id: "bt-step-label", class: "bt-step-label" });
+      const examples = data.examples.map((example, i) => [i, `${i}: ${example.caption}`]);
+      this.exampleControl = selectControl("bt-example", "Example", examples, 0, (v) => this.setExample(v));
+      const modes = [["head", "Head view"], ["model", "Model view"]];
+      this.modeControl = selectControl("bt-mode", "View", modes, this.mode, (v) => this.setMode(v));
+      this.exampleText = el("div", { id: "bt-example-text", class: "bt-hint" });
+      const subtitle = `${data.model} · ${data.steps.length} recorded steps · ${data.examples.length} probe examples`;
+      const toolbar = el("header", { class: "bt-toolbar" }, [
+        el("div", { class: "bt-title" }, [el("strong", { text: data.title }), el("span", { class: "bt-subtitle", text: subtitle })]),
+        this.exampleControl.element,
+        this.modeControl.element,
+        el("label", { class: "bt-control bt-step" }, ["Step", this.slider, this.stepLabel]),
+      ]);
+      this.live = el("div", { class: "bt-watch-live" });
+      this.element = el("div", { class: "bt-watch" }, [toolbar, this.exampleText, this.live, watchReport(data)]);
+      this.showStep();
+    }
+
+    /** The attention of `example` at record `stepIndex`, {shape: [layers, heads, n, n], values} (no copy). */
+    attentionAt(example, stepIndex) {
+      const [, layers, heads, n] = this.arrays[example].shape;
+      const size = layers * heads * n * n;
+      const values = this.arrays[example].values.subarray(stepIndex * size, (stepIndex + 1) * size);
+      return { shape: [layers, heads, n, n], values };
+    }
+
+    showStep() {
+      const { steps } = this.data;
+      this.slider.value = String(this.stepIndex);
+      this.stepLabel.textContent = `${steps[this.stepIndex]} (record ${this.stepIndex + 1} of ${steps.length})`;
+    }
+
+    /** (Re)build the inner head or model view for the current example and step. */
+    build() {
+      const example = this.data.examples[this.example];
+      const previous = this.inner && this.inner.state();
+      const layer = previous && Number.isInteger(previous.layer) ? previous.layer : this.data.layer;
+      const data = {
+        view: this.mode, model: this.data.model, theme: currentTheme(), tokens: example.tokens,
+        segments: example.segments, pair: Boolean(example.pair), layers: this.data.layers, heads: this.data.heads,
+        n: example.n, layer, head: 0, query: 0,
+      };
+      checkData(data);
+      this.exampleText.textContent = example.text;
+      this.inner = new VIEWS[this.mode](data, { attention: this.attentionAt(this.example, this.stepIndex) }, ACTIONS);
+      this.live.replaceChildren(this.inner.element);
+      installApi(this.inner, data);
+      const innerState = api.state;
+      Object.assign(api, {
+        view: "watch",
+        state: () => ({ ...innerState(), watch: this.state() }),
+        setStep: (index) => this.setStep(index),
+        setExample: (index) => this.setExample(index),
+        setMode: (mode) => this.setMode(mode),
+      });
+      this.inner.draw();
+    }
+
+    setStep(index) {
+      this.stepIndex = clamp(Number(index), 0, this.data.steps.length - 1);
+      this.showStep();
+      this.inner.setAttention(this.attentionAt(this.example, this.stepIndex));
+    }
+
+    setExample(index) {
+      this.example = clamp(Number(index), 0, this.data.examples.length - 1);
+      this.exampleControl.select.value = String(this.example);
+      this.build();
+    }
+
+    setMode(mode) {
+      if (mode !== "head" && mode !== "model") throw new Error(`unknown view ${mode}`);
+      this.mode = mode;
+      this.modeControl.select.value = mode;
+      this.build();
+    }
+
+    state() {
+      const { steps } = this.data;
+      return { step: steps[this.stepIndex], stepIndex: this.stepIndex, steps: steps.length, example: this.example, mode: this.mode };
+    }
+  }
+
+  // ---------------------------------------------------------------------------------------------
   // Boot
   // ---------------------------------------------------------------------------------------------
 
   const VIEWS = { head: HeadView, model: ModelView, neuron: NeuronView };
+  /** The toolbar buttons of every view call the page API (which the view in charge installed). */
+  const ACTIONS = {
+    toggleTheme: () => api.toggleTheme(),
+    exportPng: () => api.exportPng(),
+    exportSvg: () => api.exportSvg(),
+  };
 
   function checkData(data) {
     if (!VIEWS[data.view]) throw new Error(`unknown view "${data.view}"`);
@@ -1370,6 +1549,26 @@
     });
   }
 
+  async function startView(root, data) {
+    checkData(data);
+    applyTheme(data.theme);
+    const arrays = await decodeArrays(data);
+    const view = new VIEWS[data.view](data, arrays, ACTIONS);
+    installApi(view, data);
+    root.dataset.view = data.view;
+    root.replaceChildren(view.element);
+    view.draw();
+  }
+
+  async function startWatch(root, data) {
+    checkWatchData(data);
+    applyTheme(data.theme);
+    const watch = new WatchView(data, await decodeWatchArrays(data));
+    root.dataset.view = "watch";
+    root.replaceChildren(watch.element);
+    watch.build();
+  }
+
   function showError(root, error) {
     api.error = String(error && error.message ? error.message : error);
     const message = `Cannot show this view: ${api.error}`;
@@ -1381,19 +1580,8 @@
     const root = document.getElementById("bertology-root");
     try {
       const data = JSON.parse(document.getElementById("bertology-data").textContent);
-      checkData(data);
-      applyTheme(data.theme);
-      const arrays = await decodeArrays(data);
-      const actions = {
-        toggleTheme: () => api.toggleTheme(),
-        exportPng: () => api.exportPng(),
-        exportSvg: () => api.exportSvg(),
-      };
-      const view = new VIEWS[data.view](data, arrays, actions);
-      installApi(view, data);
-      root.dataset.view = data.view;
-      root.replaceChildren(view.element);
-      view.draw();
+      if (data.view === "watch") await startWatch(root, data);
+      else await startView(root, data);
       await nextPaint();
       api.firstPaintMs = performance.now() - scriptStart;
       api.ready = true;

@@ -1,0 +1,43 @@
+"""Interventions on attention heads: gates, single-head ablation, importance, pruning, saliency.
+
+- :func:`head_gates`: multiply any heads' outputs by a factor (0 removes them) inside a ``with`` block.
+- :func:`ablation_sweep`: accuracy with each single head removed (lower layers computed once per batch).
+- :func:`head_importance`: Michel et al. (2019)'s gradient-based head importance.
+- :func:`pruning_curve`: accuracy as more and more heads are removed in a given order.
+- :func:`prune_heads`: remove heads from the weights (a smaller model that saves and loads again).
+- :func:`attention_gradients`: Clark et al. (2019)'s gradient of the loss by attended-to token kind.
+- :func:`explain`: signed per-token attributions (gradient, gradient x input, integrated gradients).
+- :func:`run_ablation`: all of the above for a classifier on a task's dev set (``bertology ablate``).
+"""
+
+from bertology.interventions.ablation import AblationResult, ablation_sweep
+from bertology.interventions.attention_gradients import AttentionGradients, attention_gradients
+from bertology.interventions.curves import pruning_curve, removal_counts
+from bertology.interventions.data import LabelledTexts
+from bertology.interventions.gates import HeadSelection, head_gates
+from bertology.interventions.importance import HeadImportance, head_importance
+from bertology.interventions.pruning import PruningOutcome, prune_and_measure, prune_heads, save_model
+from bertology.interventions.run import AblationRun, run_ablation
+from bertology.interventions.saliency import Explanation, explain
+
+__all__ = [
+    "AblationResult",
+    "AblationRun",
+    "AttentionGradients",
+    "Explanation",
+    "HeadImportance",
+    "HeadSelection",
+    "LabelledTexts",
+    "PruningOutcome",
+    "ablation_sweep",
+    "attention_gradients",
+    "explain",
+    "head_gates",
+    "head_importance",
+    "prune_and_measure",
+    "prune_heads",
+    "pruning_curve",
+    "removal_counts",
+    "run_ablation",
+    "save_model",
+]

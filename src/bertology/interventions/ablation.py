@@ -1,0 +1,133 @@
+"""Single-head ablation: the score of a classifier with each head removed in turn (gate 0).
+
+Michel et al. (2019), Table 1 / Figure 1: removing one head at test time and measuring the change of the
+task score. With ``reuse_lower_layers`` (the default) each batch's lower layers run once: removing head
+``(l, h)`` changes nothing below layer ``l``, so only layers ``l..L-1`` are recomputed for it
+(:mod:`~bertology.interventions.partial`), and batches hold examples of similar length (less padding).
+Without it, every head costs one full pass through :func:`~bertology.classify.predict_logits`; both give
+the same accuracies (the logits agree to float rounding).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+
+from bertology.classify import accuracy, predict_logits
+from bertology.interventions.curves import Head, lowest_first
+from bertology.interventions.data import LabelledTexts, batches, eval_mode
+from bertology.interventions.gates import head_gates
+from bertology.interventions.partial import logits_from_layer, record_layer_inputs
+from bertology.models import LoadedModel
+from bertology.stats.base import head_index_frame
+
+
+@dataclass
+class AblationResult:
+    """Accuracy with each single head removed.
+
+    baseline: accuracy with every head (fraction of examples right).
+    accuracy: [layers, heads] accuracy with only that head's gate at 0.
+    examples: number of examples scored.
+    """
+
+    baseline: float
+    accuracy: np.ndarray
+    examples: int
+
+    @property
+    def change(self) -> np.ndarray:
+        """[layers, heads] accuracy with the head removed minus the baseline (negative: the head helped)."""
+        return self.accuracy - self.baseline
+
+    def removal_order(self) -> list[Head]:
+        """Every head, the one whose removal leaves the highest accuracy first (ties: lower layer, head)."""
+        return lowest_first(-self.accuracy)
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row per head: ``layer``, ``head`` (0-based), ``accuracy``, ``change``."""
+        return pd.DataFrame(
+            {
+                **head_index_frame(*self.accuracy.shape),
+                "accuracy": self.accuracy.ravel(),
+                "change": self.change.ravel(),
+            }
+        )
+
+
+def _single_head_gates(layers: int, heads: int, layer: int, head: int) -> torch.Tensor:
+    values = torch.ones(layers, heads)
+    values[layer, head] = 0.0
+    return values
+
+
+def _sweep_reusing(
+    loaded: LoadedModel, data: LabelledTexts, batch_size: int, progress: Callable[[int], None] | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """(baseline logits [n, labels], logits [layers, heads, n, labels]) with lower layers reused, over
+    batches of examples of similar length."""
+    layers, heads = loaded.num_layers, loaded.num_heads
+    baseline = np.empty((len(data), loaded.model.config.num_labels), np.float32)
+    ablated = np.empty((layers, heads, *baseline.shape), np.float32)
+    done = 0
+    with torch.inference_mode(), eval_mode(loaded):
+        for batch in batches(loaded, data, batch_size=batch_size, by_length=True):
+            recorded = record_layer_inputs(loaded, batch.inputs)
+            baseline[batch.rows] = recorded.logits.float().cpu().numpy()
+            for layer in range(layers):
+                for head in range(heads):
+                    with head_gates(loaded, _single_head_gates(layers, heads, layer, head)) as gates:
+                        logits = logits_from_layer(loaded, batch.inputs, recorded, layer, gates)
+                    ablated[layer, head, batch.rows] = logits.float().cpu().numpy()
+                    done += len(batch.rows)
+                    if progress is not None:
+                        progress(done)
+    return baseline, ablated
+
+
+def _sweep_full_passes(
+    loaded: LoadedModel, data: LabelledTexts, batch_size: int, progress: Callable[[int], None] | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """(baseline logits, logits [layers, heads, n, labels]), one full pass per head."""
+    layers, heads = loaded.num_layers, loaded.num_heads
+    baseline = predict_logits(loaded, data.texts, data.texts_b, batch_size=batch_size)
+    ablated = np.empty((layers, heads, *baseline.shape), np.float32)
+    done = 0
+
+    def advance(count: int) -> None:
+        nonlocal done
+        done += count
+        if progress is not None:
+            progress(done)
+
+    for layer in range(layers):
+        for head in range(heads):
+            with head_gates(loaded, {layer: [head]}):
+                ablated[layer, head] = predict_logits(
+                    loaded, data.texts, data.texts_b, batch_size=batch_size, progress=advance
+                )
+    return baseline, ablated
+
+
+def ablation_sweep(
+    loaded: LoadedModel,
+    data: LabelledTexts,
+    *,
+    batch_size: int = 32,
+    reuse_lower_layers: bool = True,
+    progress: Callable[[int], None] | None = None,
+) -> AblationResult:
+    """Accuracy of the classifier ``loaded`` on ``data`` with each single head removed.
+
+    reuse_lower_layers: compute each batch's lower layers once (see the module docstring); ``False`` runs a
+        full forward pass per head (the reference the fast path is tested against).
+    progress: called with the number of example passes done so far, out of ``layers * heads * examples``.
+    """
+    sweep = _sweep_reusing if reuse_lower_layers else _sweep_full_passes
+    baseline, ablated = sweep(loaded, data, batch_size, progress)
+    scores = np.array([[accuracy(logits, data.labels) for logits in row] for row in ablated])
+    return AblationResult(accuracy(baseline, data.labels), scores, len(data))

@@ -1,0 +1,116 @@
+"""Where each supported architecture keeps its layers and its attention projections.
+
+Interventions that change weights (structural pruning) or run part of a model (the ablation sweep) need
+to know the modules by name; this is the only module of the package that does. Every ``nn.Linear``
+stores its weight as ``[out_features, in_features]``: the query, key and value projections output
+``heads * head_dim`` features (head ``h`` owns rows ``h * head_dim .. (h + 1) * head_dim``), and the
+output projection takes them as input (head ``h`` owns the same range of columns).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import nn
+from transformers import PreTrainedModel
+
+from bertology.errors import BertologyError
+
+#: Architectures whose layers sit in ``encoder.layer`` with ``attention.self`` / ``attention.output``.
+_BERT_LIKE = {"bert", "roberta", "xlm-roberta", "electra"}
+
+
+@dataclass(frozen=True)
+class AttentionParts:
+    """One layer's self-attention.
+
+    module: the module handed to the attention function (it holds the head count).
+    query, key, value: projections from the hidden size to ``heads * head_dim`` features.
+    output: the projection from ``heads * head_dim`` features back to the hidden size.
+    head_dim: features per head.
+    """
+
+    module: nn.Module
+    query: nn.Linear
+    key: nn.Linear
+    value: nn.Linear
+    output: nn.Linear
+    head_dim: int
+
+
+def _config_layers(model: PreTrainedModel) -> int:
+    config = model.config
+    return int(getattr(config, "num_hidden_layers", None) or config.n_layers)
+
+
+def shares_layers(model: PreTrainedModel) -> bool:
+    """True for ALBERT, whose layers share one set of weights (a group of layers)."""
+    return model.config.model_type == "albert"
+
+
+def layer_modules(model: PreTrainedModel) -> list[nn.Module]:
+    """The module called once per layer, in layer order; its first argument and its result are the hidden
+    states ``[batch, tokens, hidden]``. ALBERT's list repeats its shared layer groups.
+
+    Raises:
+        BertologyError: an ALBERT with more than one layer per group (several attention calls per layer).
+    """
+    base = model.base_model
+    model_type = model.config.model_type
+    if model_type in _BERT_LIKE:
+        return list(base.encoder.layer)
+    if model_type == "distilbert":
+        return list(base.transformer.layer)
+    if model_type == "albert":
+        if model.config.inner_group_num != 1:
+            raise BertologyError(
+                "bertology supports ALBERT models with one layer per group (inner_group_num=1)."
+            )
+        groups = base.encoder.albert_layer_groups
+        layers = _config_layers(model)
+        return [groups[int(index / (layers / len(groups)))] for index in range(layers)]
+    raise BertologyError(f"Interventions do not know the layers of a {model_type!r} model.")
+
+
+def attention_parts(model: PreTrainedModel) -> list[AttentionParts]:
+    """Each layer's :class:`AttentionParts`, in layer order (ALBERT: the shared parts, repeated)."""
+    model_type = model.config.model_type
+    parts = []
+    for layer in layer_modules(model):
+        if model_type in _BERT_LIKE:
+            attention = layer.attention.self
+            parts.append(
+                AttentionParts(
+                    attention,
+                    attention.query,
+                    attention.key,
+                    attention.value,
+                    layer.attention.output.dense,
+                    attention.attention_head_size,
+                )
+            )
+        elif model_type == "distilbert":
+            attention = layer.attention
+            parts.append(
+                AttentionParts(
+                    attention,
+                    attention.q_lin,
+                    attention.k_lin,
+                    attention.v_lin,
+                    attention.out_lin,
+                    attention.attention_head_size,
+                )
+            )
+        else:
+            attention = layer.albert_layers[0].attention
+            parts.append(
+                AttentionParts(
+                    attention,
+                    attention.query,
+                    attention.key,
+                    attention.value,
+                    attention.dense,
+                    attention.attention_head_size,
+                )
+            )
+    return parts

@@ -1,0 +1,53 @@
+"""Pruning curves: the score after removing more and more heads (gate 0) in a given order.
+
+Michel et al. (2019), Figure 2: heads are ranked once (by single-head ablation or by importance) and
+removed least useful first; the score is measured after each step, all other heads kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from bertology.classify import accuracy, predict_logits
+from bertology.interventions.data import LabelledTexts
+from bertology.interventions.gates import head_gates
+from bertology.models import LoadedModel
+
+#: A head as ``(layer, head)``, 0-based.
+Head = tuple[int, int]
+
+
+def lowest_first(scores: np.ndarray) -> list[Head]:
+    """Every head of ``scores`` [layers, heads], lowest score first (ties: lower layer, then lower head)."""
+    heads = scores.shape[1]
+    return [(int(index // heads), int(index % heads)) for index in np.argsort(scores.ravel(), kind="stable")]
+
+
+def removal_counts(total: int) -> list[int]:
+    """How many heads to remove at each point of a curve: 0, 3, 10, 20, 30, ... and finally ``total``."""
+    return sorted({0, *(count for count in (3, *range(10, total, 10)) if count < total), total})
+
+
+def pruning_curve(
+    loaded: LoadedModel,
+    data: LabelledTexts,
+    order: Sequence[Head],
+    counts: Sequence[int],
+    *,
+    batch_size: int = 32,
+    progress: Callable[[int], None] | None = None,
+) -> np.ndarray:
+    """[len(counts)] accuracy on ``data`` with the first ``count`` heads of ``order`` removed (gate 0).
+
+    progress: called with the number of curve points done.
+    """
+    scores = []
+    for done, count in enumerate(counts, start=1):
+        with head_gates(loaded, list(order[:count])):
+            logits = predict_logits(loaded, data.texts, data.texts_b, batch_size=batch_size)
+        scores.append(accuracy(logits, data.labels))
+        if progress is not None:
+            progress(done)
+    return np.array(scores)

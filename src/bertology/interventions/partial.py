@@ -1,0 +1,102 @@
+"""Run a classifier from layer ``l`` on: keep the hidden states entering each layer from one clean pass,
+then recompute only layers ``l..L-1`` and the classification head.
+
+Removing head ``(l, h)`` leaves layers ``0..l-1`` as they were, so a sweep over every head needs each
+batch's lower layers only once. The layers run are the model's own modules, called with the arguments
+the clean pass gave them; the head (pooler, classifier) is the model's own forward with every layer
+replaced, for that call, by a module that returns the given last hidden states. Both steps change the
+model's modules for the duration of one call (a hook, a replaced ``forward``), so the model must not
+serve other threads meanwhile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from bertology.hook import HeadGates
+from bertology.interventions.anatomy import layer_modules
+from bertology.models import LoadedModel
+
+
+@dataclass
+class LayerInputs:
+    """What one clean forward pass of a batch gave each layer.
+
+    hidden: per layer, [batch, tokens, hidden] the hidden states entering it.
+    extra_args, extra_kwargs: per layer, the other arguments of its call (the attention mask and so on).
+    logits: [batch, labels] of the clean pass.
+    """
+
+    hidden: list[torch.Tensor]
+    extra_args: list[tuple[Any, ...]]
+    extra_kwargs: list[dict[str, Any]]
+    logits: torch.Tensor
+
+
+def _distinct(modules: list[nn.Module]) -> list[nn.Module]:
+    return list({id(module): module for module in modules}.values())
+
+
+def record_layer_inputs(loaded: LoadedModel, inputs: dict[str, torch.Tensor]) -> LayerInputs:
+    """Run ``loaded`` (a classifier) once on ``inputs`` and keep what entered each layer."""
+    calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+
+    def keep(_: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        calls.append((args, kwargs))
+
+    modules = layer_modules(loaded.model)
+    handles = [m.register_forward_pre_hook(keep, with_kwargs=True) for m in _distinct(modules)]
+    try:
+        logits = loaded.model(**inputs).logits
+    finally:
+        for handle in handles:
+            handle.remove()
+    if len(calls) != len(modules):
+        raise RuntimeError(f"Expected {len(modules)} layer calls in one forward pass, saw {len(calls)}.")
+    return LayerInputs(
+        hidden=[args[0] for args, _ in calls],
+        extra_args=[args[1:] for args, _ in calls],
+        extra_kwargs=[kwargs for _, kwargs in calls],
+        logits=logits,
+    )
+
+
+@contextmanager
+def _layers_returning(modules: list[nn.Module], hidden: torch.Tensor) -> Iterator[None]:
+    """Inside the block every layer returns ``hidden`` (and computes nothing)."""
+    distinct = _distinct(modules)
+    for module in distinct:
+        module.forward = lambda *args, **kwargs: hidden  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        for module in distinct:
+            del module.forward
+
+
+def logits_from_layer(
+    loaded: LoadedModel,
+    inputs: dict[str, torch.Tensor],
+    recorded: LayerInputs,
+    start: int,
+    gates: HeadGates | None = None,
+) -> torch.Tensor:
+    """[batch, labels] logits of ``inputs`` with layers ``start..L-1`` recomputed from ``recorded``.
+
+    gates: the active head gates (from :func:`~bertology.interventions.gates.head_gates`); they are
+    pointed at layer ``start`` so the layers run take their own gates.
+    """
+    modules = layer_modules(loaded.model)
+    if gates is not None:
+        gates.next_layer = start
+    hidden = recorded.hidden[start]
+    for index in range(start, len(modules)):
+        hidden = modules[index](hidden, *recorded.extra_args[index], **recorded.extra_kwargs[index])
+    with _layers_returning(modules, hidden):
+        return loaded.model(**inputs).logits

@@ -1,0 +1,162 @@
+"""The whole ablation study of a classifier on a task's dev set, as ``bertology ablate`` runs it.
+
+Single-head ablation, Michel et al.'s importance, pruning curves by both rankings, attention-gradient
+importance by key category, and a structurally pruned copy with its accuracy and speed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from bertology.errors import BertologyError
+from bertology.interventions.ablation import AblationResult, ablation_sweep
+from bertology.interventions.attention_gradients import AttentionGradients, attention_gradients
+from bertology.interventions.curves import pruning_curve, removal_counts
+from bertology.interventions.data import LabelledTexts
+from bertology.interventions.importance import HeadImportance, head_importance
+from bertology.interventions.pruning import PruningOutcome, prune_and_measure, save_model
+from bertology.models import LoadedModel
+from bertology.readers.glue import read_glue
+
+#: ``progress(stage, done, total)``: a stage's name, and how many of its ``total`` steps are done.
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass
+class AblationRun:
+    """Everything ``bertology ablate`` measures.
+
+    counts: heads removed at each point of the pruning curves; curve_by_ablation, curve_by_importance:
+        [len(counts)] accuracy with that many heads removed in each ranking's order.
+    pruning: the structurally pruned copy (``None`` when not asked for); pruned_dir: its run folder.
+    """
+
+    model_name: str
+    task_name: str
+    examples: int
+    ablation: AblationResult
+    importance: HeadImportance
+    counts: list[int]
+    curve_by_ablation: np.ndarray
+    curve_by_importance: np.ndarray
+    attention_gradients: AttentionGradients
+    pruning: PruningOutcome | None
+    pruned_dir: Path | None
+    seconds: float
+
+    def curve_frame(self) -> pd.DataFrame:
+        """The pruning curves: ``heads_removed``, ``fraction_removed``, ``accuracy_by_ablation``,
+        ``accuracy_by_importance``."""
+        total = self.ablation.accuracy.size
+        return pd.DataFrame(
+            {
+                "heads_removed": self.counts,
+                "fraction_removed": np.array(self.counts) / total,
+                "accuracy_by_ablation": self.curve_by_ablation,
+                "accuracy_by_importance": self.curve_by_importance,
+            }
+        )
+
+    def summary(self) -> dict[str, str | int | float]:
+        layers, heads = self.ablation.accuracy.shape
+        summary: dict[str, str | int | float] = {
+            "model": self.model_name,
+            "task": self.task_name,
+            "dev examples": self.examples,
+            "layers x heads": f"{layers} x {heads}",
+            "dev accuracy, all heads": round(self.ablation.baseline, 4),
+            "attention-gradient loss": self.attention_gradients.loss,
+            "seconds": round(self.seconds, 1),
+        }
+        if self.pruning is not None:
+            summary |= {
+                "heads removed structurally": f"{self.pruning.removed} of {self.pruning.total_heads}",
+                "pruned accuracy": round(self.pruning.accuracy, 4),
+                "pruned speed-up": round(self.pruning.speedup, 2),
+            }
+        return summary
+
+
+def run_ablation(
+    loaded: LoadedModel,
+    task_dir: str | Path,
+    *,
+    max_dev: int | None = None,
+    batch_size: int = 32,
+    prune_fraction: float = 0.5,
+    pruned_dir: str | Path | None = None,
+    progress: Progress | None = None,
+) -> AblationRun:
+    """Run every measurement of :class:`AblationRun` for the classifier ``loaded`` on the dev set of the
+    GLUE-style task in ``task_dir`` (its first ``max_dev`` examples).
+
+    prune_fraction: share of heads to remove structurally, least important (Michel et al.) first; 0 skips
+        pruning. pruned_dir: where to save the pruned model as a run folder (not saved if ``None``).
+
+    Raises:
+        BertologyError: a bad task folder, labels the classifier does not have, or a fraction outside 0..1.
+    """
+    if not 0.0 <= prune_fraction < 1.0:
+        raise BertologyError(
+            f"The share of heads to prune must be at least 0 and below 1, not {prune_fraction}."
+        )
+    started = time.perf_counter()
+    task = read_glue(task_dir, max_dev=max_dev)
+    data = LabelledTexts.of_split(loaded, task, task.dev)
+
+    def stage(name: str, total: int) -> Callable[[int], None]:
+        def report(done: int) -> None:
+            if progress is not None:
+                progress(name, done, total)
+
+        return report
+
+    heads = loaded.num_layers * loaded.num_heads
+    ablation = ablation_sweep(
+        loaded, data, batch_size=batch_size, progress=stage("Ablating single heads", heads * len(data))
+    )
+    importance = head_importance(loaded, data, progress=stage("Head importance", len(data)))
+    counts = removal_counts(heads)
+    curves = [
+        pruning_curve(
+            loaded,
+            data,
+            order,
+            counts,
+            batch_size=batch_size,
+            progress=stage(f"Pruning curve by {name}", len(counts)),
+        )
+        for name, order in (
+            ("ablation", ablation.removal_order()),
+            ("importance", importance.removal_order()),
+        )
+    ]
+    gradients = attention_gradients(loaded, data, progress=stage("Attention gradients", len(data)))
+    pruning = None
+    if prune_fraction > 0:
+        stage("Pruning and timing", 1)(0)
+        chosen = importance.removal_order()[: round(prune_fraction * heads)]
+        pruned, pruning = prune_and_measure(loaded, chosen, data, batch_size=batch_size)
+        if pruned_dir is not None:
+            save_model(pruned, pruned_dir)
+        stage("Pruning and timing", 1)(1)
+    return AblationRun(
+        model_name=loaded.name,
+        task_name=task.name,
+        examples=len(data),
+        ablation=ablation,
+        importance=importance,
+        counts=counts,
+        curve_by_ablation=curves[0],
+        curve_by_importance=curves[1],
+        attention_gradients=gradients,
+        pruning=pruning,
+        pruned_dir=Path(pruned_dir) if pruning is not None and pruned_dir is not None else None,
+        seconds=time.perf_counter() - started,
+    )

@@ -1,0 +1,271 @@
+"""Files and HTML pages of the interventions: the ablation study (``bertology ablate``) and saliency
+explanations (``bertology explain``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from bertology.interventions.attention_gradients import CATEGORIES
+from bertology.interventions.pruning import PruningOutcome
+from bertology.interventions.run import AblationRun
+from bertology.interventions.saliency import METHODS, Explanation
+from bertology.report import page, plots
+from bertology.report.probes import _heatmap_png
+from bertology.stats.base import HeadTable
+
+#: Display names of the saliency methods.
+METHOD_TITLES = {
+    "gradient": "Gradient",
+    "gradient_x_input": "Gradient × input",
+    "integrated_gradients": "Integrated gradients",
+}
+
+#: Background colours (RGB) of positive and negative attributions.
+POSITIVE_RGB = (214, 39, 40)
+NEGATIVE_RGB = (31, 119, 180)
+
+
+def _curve_figure(frame: pd.DataFrame) -> Figure:
+    """Accuracy against the number of heads removed, one line per ranking (Michel et al. 2019, Fig. 2)."""
+    figure = plots.new_figure(6.0, 3.6)
+    ax = figure.subplots()
+    for index, (column, label) in enumerate(
+        (
+            ("accuracy_by_ablation", "ranked by single-head ablation"),
+            ("accuracy_by_importance", "ranked by importance"),
+        )
+    ):
+        ax.plot(frame["heads_removed"], frame[column], marker=plots.MARKERS[index], ms=4, lw=1.6, label=label)
+    ax.set_xlabel("heads removed (least useful first)", fontsize=9)
+    ax.set_ylabel("dev accuracy", fontsize=9)
+    ax.tick_params(labelsize=8)
+    ax.grid(alpha=0.3, lw=0.5)
+    ax.legend(fontsize=8, frameon=False)
+    return figure
+
+
+def _gradient_figure(run: AblationRun) -> Figure:
+    """Mean |dL/dA| per layer by key category (Clark et al. 2019, Fig. 3): heads as points, layer means
+    as lines."""
+    per_head = run.attention_gradients.per_head
+    table = HeadTable(
+        columns={name: per_head[:, :, index] for index, name in enumerate(CATEGORIES)},
+        defined_segments={},
+        segments=run.examples,
+    )
+    figure = plots.layer_summary(table, {"gradient of the loss by attended-to token": list(CATEGORIES)})
+    ax = figure.axes[0]
+    finite = per_head[np.isfinite(per_head)]
+    ax.set_ylim(0, float(finite.max()) * 1.05 if finite.size else 1.0)
+    ax.set_ylabel(f"mean |∂L/∂attention| ({run.attention_gradients.loss} loss)", fontsize=9)
+    return figure
+
+
+def _save_png(outdir: Path, name: str, figure: Figure, dpi: int) -> bytes:
+    png = plots.to_png(figure, dpi=dpi)
+    (outdir / "plots").mkdir(parents=True, exist_ok=True)
+    (outdir / "plots" / f"{name}.png").write_bytes(png)
+    return png
+
+
+def _pruning_section(outcome: PruningOutcome, pruned_dir: Path | None) -> page.Section:
+    frame = pd.DataFrame(
+        {
+            "model": ["original", "pruned"],
+            "heads": [outcome.total_heads, outcome.total_heads - outcome.removed],
+            "parameters": [outcome.baseline_parameters, outcome.parameters],
+            "dev accuracy": [outcome.baseline_accuracy, outcome.accuracy],
+            "inference seconds": [outcome.baseline_seconds, outcome.seconds],
+            "speed-up": [1.0, outcome.speedup],
+        }
+    )
+    removed = "; ".join(
+        f"layer {layer}: {', '.join(map(str, heads))}" for layer, heads in outcome.heads.items()
+    )
+    blocks = [
+        page.paragraph(
+            f"The {outcome.removed} least important heads (Michel et al.'s normalised importance) were "
+            "removed from the query, key, value and output weights. Inference time: the fastest of 3 passes "
+            "over the same dev batches (forward passes only, no tokenization), the two models taking turns, "
+            "after a warm-up round."
+        ),
+        page.table(frame, float_format="{:.4g}"),
+        page.paragraph(f"Removed heads (0-based): {removed}.", class_="muted"),
+    ]
+    if pruned_dir is not None:
+        blocks.append(
+            page.paragraph(
+                f"The pruned model is saved as a run folder in {pruned_dir} "
+                f"(load it with load_model('{pruned_dir}', classifier=True))."
+            )
+        )
+    return page.Section("Structural pruning", "pruning", blocks)
+
+
+def write_ablation_report(run: AblationRun, outdir: str | Path, *, dpi: int = 110) -> Path:
+    """Write the results of :func:`~bertology.interventions.run.run_ablation` into ``outdir``:
+    ``ablation.csv``, ``importance.csv``, ``pruning_curve.csv``, ``attention_gradients.csv`` (per head) and
+    ``attention_gradients_by_layer.csv``, ``summary.json`` (with ``pruning``), the PNGs in ``plots/`` and
+    ``report.html``; return the report."""
+    target = Path(outdir)
+    target.mkdir(parents=True, exist_ok=True)
+    ablation, importance, gradients = run.ablation, run.importance, run.attention_gradients
+    ablation.to_frame().to_csv(target / "ablation.csv", index=False)
+    importance.to_frame().to_csv(target / "importance.csv", index=False)
+    curve = run.curve_frame()
+    curve.to_csv(target / "pruning_curve.csv", index=False)
+    gradients.to_frame().to_csv(target / "attention_gradients.csv", index=False)
+    by_layer = pd.DataFrame(gradients.per_layer, columns=list(CATEGORIES)).rename_axis("layer").reset_index()
+    by_layer.to_csv(target / "attention_gradients_by_layer.csv", index=False)
+    summary = {
+        **run.summary(),
+        "pruning_curve": curve.to_dict(orient="list"),
+        "pruning": None if run.pruning is None else run.pruning.to_dict(),
+    }
+    (target / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+
+    ablation_png = _heatmap_png(
+        target, "ablation", {"accuracy change when removed": ablation.change}, dpi, unit="accuracy change"
+    )
+    importance_png = _heatmap_png(
+        target,
+        "importance",
+        {"importance, normalised per layer": importance.normalized, "importance": importance.raw},
+        dpi,
+        columns=2,
+        unit="E|dL/dξ|",
+    )
+    curve_png = _save_png(target, "pruning_curve", _curve_figure(curve), dpi)
+    gradient_png = _save_png(target, "attention_gradients", _gradient_figure(run), dpi)
+    sections = [
+        page.Section(
+            "Single-head ablation",
+            "ablation",
+            [
+                page.paragraph(
+                    f"Dev accuracy with every head: {ablation.baseline:.4f}. Each cell is the accuracy "
+                    "with only that head removed (its output multiplied by 0 before the output projection) "
+                    "minus that baseline (Michel et al. 2019)."
+                ),
+                page.figure(ablation_png, alt="accuracy change per head", caption="Layer x head, 0-based."),
+            ],
+        ),
+        page.Section(
+            "Head importance",
+            "importance",
+            [
+                page.paragraph(
+                    "Michel et al.'s importance I_h = E_x |∂L(x)/∂ξ_h|: the mean over dev examples of "
+                    "the magnitude of the gradient of the example's cross-entropy with respect to the head's "
+                    "gate ξ_h (1 = unchanged). Left: normalised by the L2 norm of its layer's scores, as in "
+                    "the paper; right: raw."
+                ),
+                page.figure(importance_png, alt="head importance", caption="Layer x head, 0-based."),
+            ],
+        ),
+        page.Section(
+            "Pruning curves",
+            "curves",
+            [
+                page.paragraph(
+                    "Dev accuracy after removing (gating to 0) more and more heads, least useful first: by "
+                    "the accuracy left when the head alone is removed (highest first), and by normalised "
+                    "importance (lowest first)."
+                ),
+                page.table(curve, float_format="{:.4f}"),
+                page.figure(curve_png, alt="pruning curves"),
+            ],
+        ),
+        page.Section(
+            "Attention gradients",
+            "gradients",
+            [
+                page.paragraph(
+                    "Mean magnitude of the gradient of the loss with respect to the attention weights, by "
+                    'what the weight attends to: [SEP], punctuation ("." and ",") or any other token (Clark '
+                    f"et al. 2019, Figure 3). Loss: {gradients.loss} (for a classifier, the cross-entropy of "
+                    "each example's gold label). Points: heads; lines: the mean over each layer's heads."
+                ),
+                page.table(by_layer, float_format="{:.3g}"),
+                page.figure(gradient_png, alt="attention gradients per layer"),
+            ],
+        ),
+    ]
+    if run.pruning is not None:
+        sections.append(_pruning_section(run.pruning, run.pruned_dir))
+    report = target / "report.html"
+    title = f"Head ablation: {run.model_name} on {run.task_name}"
+    report.write_text(
+        page.render_page(title, sections, header=[page.definitions(run.summary())]), encoding="utf-8"
+    )
+    return report
+
+
+def _colour(value: float, scale: float) -> str:
+    """CSS style of an attribution: a red (positive) or blue (negative) background of opacity
+    |value| / scale, with white text on the strongest."""
+    red, green, blue = POSITIVE_RGB if value >= 0 else NEGATIVE_RGB
+    alpha = 0.0 if scale <= 0 else min(1.0, abs(value) / scale)
+    text = "color: #fff; " if alpha > 0.6 else ""
+    background = f"background-color: rgba({red}, {green}, {blue}, {alpha:.3f})"
+    return f"{text}{background}; padding: 0 .15em; border-radius: 3px"
+
+
+def _coloured_tokens(tokens: list[str], values: np.ndarray) -> page.Markup:
+    """The tokens as text, each on a background of its attribution's colour (hover: the value)."""
+    scale = float(np.abs(values).max()) if values.size else 0.0
+    spans = (
+        page.element("span", token, style=_colour(float(value), scale), title=f"{value:+.4g}")
+        for token, value in zip(tokens, values, strict=True)
+    )
+    return page.element("p", page.join(part for span in spans for part in (span, " ")), class_="tokens")
+
+
+def write_explanation(explanation: Explanation, path: str | Path) -> tuple[Path, Path]:
+    """Write ``explanation`` as an HTML page at ``path`` (coloured tokens per method and a table) and as JSON
+    beside it (same name, ``.json``); return both paths."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    json_path = target.with_suffix(".json")
+    json_path.write_text(explanation.to_json(), encoding="utf-8")
+    blocks = [
+        page.paragraph(
+            "Red: the token pushes towards the predicted label; blue: away from it; the stronger the colour, "
+            "the larger the attribution relative to the largest of that method (hover a token for its value, "
+            "in logit units). Integrated gradients start from a baseline where every non-special token is "
+            "[PAD]; its attributions sum to the logit difference between input and baseline."
+        )
+    ]
+    for method in METHODS:
+        blocks += [
+            page.element("h3", METHOD_TITLES[method]),
+            _coloured_tokens(explanation.tokens, explanation.attributions[method]),
+        ]
+    frame = pd.DataFrame(
+        {"token": explanation.tokens, **{METHOD_TITLES[m]: explanation.attributions[m] for m in METHODS}}
+    )
+    header = [
+        page.definitions(
+            {
+                "text": explanation.text,
+                "second text": explanation.text_b,
+                "predicted label": explanation.label,
+                "probability": round(explanation.probability, 4),
+                "logit (input / baseline)": f"{explanation.logit:.4g} / {explanation.baseline_logit:.4g}",
+                "integrated gradients": (
+                    f"{explanation.steps} steps, completeness gap {explanation.completeness_gap:.2g}"
+                ),
+            }
+        )
+    ]
+    sections = [
+        page.Section("Attributions", "attributions", blocks),
+        page.Section("Values", "values", [page.table(frame, float_format="{:+.4g}")]),
+    ]
+    target.write_text(page.render_page("Saliency", sections, header=header), encoding="utf-8")
+    return target, json_path

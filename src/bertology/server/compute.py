@@ -1,0 +1,106 @@
+"""What the server computes for one input, by the library's own functions (as the CLI uses them).
+
+Each function takes a loaded model and a request and returns the answer; each first checks the
+input's token count against the server's limit, so no input is ever silently truncated.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from bertology.analysis.patterns import PatternAccumulator
+from bertology.capture import capture, capture_batch
+from bertology.models import LoadedModel
+from bertology.server.errors import RequestError
+from bertology.server.schemas import AttentionRequest, InputRequest, ViewRequest
+from bertology.stats.rows import SpecialTokens
+from bertology.stats.surface import SurfaceAccumulator
+from bertology.views import render_view
+
+#: Decimal places of the probabilities in ``/api/attention`` answers (absolute error <= 5e-7).
+ATTENTION_DECIMALS = 6
+
+
+def check_length(loaded: LoadedModel, request: InputRequest, max_tokens: int) -> int:
+    """The input's token count (special tokens included); 422 when it exceeds ``max_tokens`` or the
+    model's own limit."""
+    count = len(loaded.tokenizer(request.text, request.text_b, verbose=False)["input_ids"])
+    limit = min(max_tokens, loaded.max_length)
+    if count > limit:
+        raise RequestError(
+            422, f"The input has {count} tokens; at most {limit} are accepted per input with '{loaded.name}'."
+        )
+    return count
+
+
+def _check_index(name: str, value: int | None, count: int) -> None:
+    if value is not None and value >= count:
+        raise RequestError(422, f"{name} {value} does not exist; there are {count} (0 to {count - 1}).")
+
+
+def attention_answer(
+    loaded: LoadedModel, request: AttentionRequest, *, max_tokens: int, max_values: int
+) -> dict[str, Any]:
+    """Tokens, segments and ``attention[layer][head][query][key]`` for the asked layers and heads."""
+    n = check_length(loaded, request, max_tokens)
+    _check_index("Layer", request.layer, loaded.num_layers)
+    _check_index("Head", request.head, loaded.num_heads)
+    layers = list(range(loaded.num_layers)) if request.layer is None else [request.layer]
+    heads = list(range(loaded.num_heads)) if request.head is None else [request.head]
+    values = len(layers) * len(heads) * n * n
+    if values > max_values:
+        raise RequestError(
+            422,
+            f"That is {values} attention values ({len(layers)} layers x {len(heads)} heads x {n} x {n} "
+            f"tokens); one answer carries at most {max_values}: ask for one layer or one head.",
+        )
+    attention = capture(request.text, request.text_b, model=loaded)
+    chosen = attention.probs[np.ix_(layers, heads)]
+    return {
+        "model": loaded.name,
+        "tokens": attention.tokens,
+        "segments": attention.segment_ids.tolist(),
+        "layers": layers,
+        "heads": heads,
+        "attention": np.round(chosen.astype(np.float64), ATTENTION_DECIMALS).tolist(),
+    }
+
+
+def statistics_answer(loaded: LoadedModel, request: InputRequest, *, max_tokens: int) -> dict[str, Any]:
+    """The corpus statistics of :mod:`bertology.stats.surface` and the pattern scores and labels of
+    :mod:`bertology.analysis.patterns`, over this one input (a corpus of one segment)."""
+    check_length(loaded, request, max_tokens)
+    batch = capture_batch([request.text], None if request.text_b is None else [request.text_b], model=loaded)
+    special = SpecialTokens.of(loaded)
+    surface, patterns = SurfaceAccumulator(special), PatternAccumulator(special)
+    surface.update(batch)
+    patterns.update(batch)
+    scores = patterns.result()
+    return {
+        "model": loaded.name,
+        "tokens": batch.encoded.tokens[0],
+        "segments": batch.encoded.segment_ids[0].tolist(),
+        "layers": loaded.num_layers,
+        "heads": loaded.num_heads,
+        "surface": surface.result().to_dict()["columns"],
+        "patterns": scores.scores.to_dict()["columns"],
+        "labels": scores.labels.tolist(),
+    }
+
+
+def view_page(loaded: LoadedModel, request: ViewRequest, *, max_tokens: int) -> str:
+    """The head, model or neuron view page, exactly as ``bertology view`` writes it."""
+    check_length(loaded, request, max_tokens)
+    view = render_view(
+        request.text,
+        request.text_b,
+        kind=request.view,
+        model=loaded,
+        layer=request.layer,
+        head=request.head,
+        query=request.query,
+        theme=request.theme,
+    )
+    return view.html

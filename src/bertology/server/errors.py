@@ -1,0 +1,84 @@
+"""Every failed request gets a JSON answer ``{"error": "<one sentence>"}`` with a 4xx (or 503) status.
+
+Library errors (:class:`~bertology.errors.BertologyError`: empty text, a layer that does not exist)
+become 422; request-shape errors name the field and what is wrong with it; anything unexpected is
+logged and answered 500 with a generic sentence, so no request can take the server down.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException
+
+from bertology.errors import BertologyError
+
+log = logging.getLogger("bertology.server")
+
+#: FastAPI's 400 detail for a body that is not even text (e.g. invalid UTF-8).
+_UNPARSABLE_BODY = "There was an error parsing the body"
+
+
+class ErrorAnswer(BaseModel):
+    """The body of every error answer."""
+
+    error: str
+
+
+class RequestError(Exception):
+    """A request the server refuses: ``status`` is the HTTP status, ``message`` one sentence."""
+
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = headers
+
+
+def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+def describe_validation(error: RequestValidationError) -> str:
+    """One sentence naming each bad field (``text: String should have at least 1 character``)."""
+    parts = []
+    for problem in error.errors():
+        location = [str(part) for part in problem.get("loc", ()) if part != "body"]
+        message = str(problem.get("msg", "invalid"))
+        if problem.get("type") == "json_invalid":
+            message = f"the body is not valid JSON ({problem.get('ctx', {}).get('error', message)})"
+            location = []
+        parts.append(f"{'.'.join(location)}: {message}" if location else message)
+    return "Bad request: " + "; ".join(parts) + "."
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Answer every failure as JSON (see the module docstring)."""
+
+    @app.exception_handler(RequestError)
+    async def refused(_: Request, error: RequestError) -> JSONResponse:
+        return error_response(error.status, error.message, error.headers)
+
+    @app.exception_handler(BertologyError)
+    async def library_error(_: Request, error: BertologyError) -> JSONResponse:
+        return error_response(422, str(error))
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, error: RequestValidationError) -> JSONResponse:
+        return error_response(422, describe_validation(error))
+
+    @app.exception_handler(HTTPException)
+    async def http_error(_: Request, error: HTTPException) -> JSONResponse:
+        message = str(error.detail)
+        if message == _UNPARSABLE_BODY:
+            message = "Bad request: the body could not be read; send JSON encoded as UTF-8."
+        return error_response(error.status_code, message, getattr(error, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, error: Exception) -> JSONResponse:
+        log.exception("Unexpected error answering %s %s", request.method, request.url.path)
+        return error_response(500, f"Internal error ({type(error).__name__}); the server keeps running.")

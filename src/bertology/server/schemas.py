@@ -1,0 +1,94 @@
+"""Request and answer bodies of the JSON API (they make its OpenAPI schema).
+
+Heads are ``(layer, head)``, 0-based. Attention rows are the attending (query) token, columns the
+attended-to (key) token. Per-head tables are ``[layers][heads]`` lists; ``null`` where a statistic is
+not defined for the input (e.g. [SEP]-to-[SEP] without a [SEP]).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from bertology.views import VIEW_KINDS
+
+PerHead = list[list[float | None]]
+
+
+class InputRequest(BaseModel):
+    """One text, or a pair of texts, for one of the server's models."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: str = Field(min_length=1, description="The text (text A of a pair).")
+    text_b: str | None = Field(None, min_length=1, description="Optional second text (text B of a pair).")
+    model: str | None = Field(None, description="A model name from /api/models (default: the first one).")
+
+
+class AttentionRequest(InputRequest):
+    layer: int | None = Field(None, ge=0, description="Only this layer (default: every layer).")
+    head: int | None = Field(None, ge=0, description="Only this head (default: every head).")
+
+
+class ViewRequest(InputRequest):
+    view: Literal[VIEW_KINDS] = Field("head", description="head, model or neuron.")  # type: ignore[valid-type]
+    layer: int = Field(0, ge=0, description="Layer shown first.")
+    head: int = Field(0, ge=0, description="Head shown first (neuron view).")
+    query: int = Field(0, ge=0, description="Query token shown first (neuron view).")
+    theme: Literal["light", "dark"] = "light"
+
+
+class ModelInfo(BaseModel):
+    name: str
+    model_type: str
+    layers: int
+    heads: int
+    max_tokens: int = Field(description="Most tokens per input, special tokens included.")
+
+
+class ModelList(BaseModel):
+    default: str
+    models: list[ModelInfo]
+
+
+class AttentionAnswer(BaseModel):
+    model: str
+    tokens: list[str]
+    segments: list[int] = Field(description="Per token: 0 = text A, 1 = text B.")
+    layers: list[int] = Field(description="The layers in ``attention``, in order.")
+    heads: list[int] = Field(description="The heads in ``attention``, in order.")
+    attention: list[list[list[list[float]]]] = Field(
+        description="[layers][heads][query][key] softmax probabilities, rounded to 6 decimals."
+    )
+
+
+class StatisticsAnswer(BaseModel):
+    model: str
+    tokens: list[str]
+    segments: list[int]
+    layers: int
+    heads: int
+    surface: dict[str, PerHead] = Field(
+        description="Surface statistics (bertology.stats.surface), each [layers][heads]."
+    )
+    patterns: dict[str, PerHead] = Field(
+        description="Pattern scores (bertology.analysis.patterns), each [layers][heads]."
+    )
+    labels: list[list[str]] = Field(description="[layers][heads] primary pattern label, or 'none'.")
+
+
+class RunEntry(BaseModel):
+    path: str = Field(description="Folder, relative to the runs folder, with '/' between parts.")
+    kind: Literal["analysis", "probe", "training"]
+    url: str
+
+
+class RunList(BaseModel):
+    root: str | None = Field(description="The runs folder, or null when the server has none.")
+    runs: list[RunEntry]
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+    models: list[str]

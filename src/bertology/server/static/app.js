@@ -1,0 +1,221 @@
+// The bertology web app page. Every text from the user, a model or the server is inserted with
+// textContent (never as markup); views arrive as whole pages shown in a sandboxed srcdoc iframe.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+let models = [];
+let shown = null; // the input whose view and statistics are on the page
+let viewRequest = 0; // number of the latest view request; older answers are dropped
+let statistics = null;
+
+function setState(state, message) {
+  document.body.dataset.state = state;
+  $("status").textContent = message || "";
+  $("status").classList.toggle("error", state === "error");
+}
+
+async function callApi(path, body, expect) {
+  const response = await fetch(path, {
+    method: body === undefined ? "GET" : "POST",
+    headers: body === undefined ? {} : { "Content-Type": "application/json" },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  if (!response.ok) {
+    let message = `${response.status} ${response.statusText}`;
+    try {
+      message = (await response.json()).error || message;
+    } catch (ignored) {
+      // not JSON: keep the status line
+    }
+    throw new Error(message);
+  }
+  return expect === "text" ? response.text() : response.json();
+}
+
+function fillNumbers(select, count, keep) {
+  select.replaceChildren();
+  for (let index = 0; index < count; index += 1) {
+    const option = document.createElement("option");
+    option.value = String(index);
+    option.textContent = String(index);
+    select.append(option);
+  }
+  select.value = String(Math.min(keep, count - 1));
+}
+
+function currentModel() {
+  return models.find((model) => model.name === $("model").value) || models[0];
+}
+
+function onModelChange() {
+  const model = currentModel();
+  fillNumbers($("layer"), model.layers, Number($("layer").value) || 0);
+  fillNumbers($("head"), model.heads, Number($("head").value) || 0);
+}
+
+function readInput() {
+  const textB = $("text-b").value;
+  return {
+    model: $("model").value,
+    text: $("text").value,
+    text_b: textB.trim() === "" ? null : textB,
+  };
+}
+
+async function showView() {
+  const number = ++viewRequest;
+  const body = {
+    ...shown,
+    view: $("view").value,
+    layer: Number($("layer").value),
+    head: Number($("head").value),
+    theme: matchMedia("(prefers-color-scheme: dark)").matches ? "dark" : "light",
+  };
+  setState("busy", "Computing the view…");
+  try {
+    const html = await callApi("/api/view", body, "text");
+    if (number !== viewRequest) return;
+    $("view-frame").srcdoc = html;
+    $("view-frame").dataset.view = body.view;
+    $("view-frame").dataset.layer = String(body.layer);
+    setState("ready", "");
+  } catch (error) {
+    if (number === viewRequest) setState("error", error.message);
+  }
+}
+
+function statisticNames(answer) {
+  return [
+    ...Object.keys(answer.surface).map((name) => ["surface", name]),
+    ...Object.keys(answer.patterns).map((name) => ["patterns", name]),
+    ["labels", "label"],
+  ];
+}
+
+function fillStatisticChoice(answer) {
+  const select = $("statistic");
+  const keep = select.value;
+  select.replaceChildren();
+  for (const [group, name] of statisticNames(answer)) {
+    const option = document.createElement("option");
+    option.value = `${group}:${name}`;
+    option.textContent = group === "patterns" ? `pattern score: ${name}` : name;
+    select.append(option);
+  }
+  if ([...select.options].some((option) => option.value === keep)) select.value = keep;
+}
+
+function drawTable() {
+  const [group, name] = $("statistic").value.split(":");
+  const grid = group === "labels" ? statistics.labels : statistics[group][name];
+  const numbers = grid.flat().filter((value) => typeof value === "number");
+  const top = Math.max(1e-9, ...numbers.map(Math.abs));
+  const table = $("stat-table");
+  table.replaceChildren();
+  const header = table.createTHead().insertRow();
+  header.append(document.createElement("th"));
+  for (let head = 0; head < statistics.heads; head += 1) {
+    const cell = document.createElement("th");
+    cell.textContent = String(head);
+    header.append(cell);
+  }
+  const body = table.createTBody();
+  grid.forEach((row, layer) => {
+    const line = body.insertRow();
+    const label = document.createElement("th");
+    label.textContent = String(layer);
+    line.append(label);
+    for (const value of row) {
+      const cell = line.insertCell();
+      if (typeof value === "number") {
+        cell.textContent = value.toFixed(3);
+        cell.style.backgroundColor = `rgba(26, 95, 180, ${(0.6 * Math.abs(value)) / top})`;
+      } else {
+        cell.textContent = value === null ? "–" : String(value);
+      }
+    }
+  });
+}
+
+function showTokens(answer) {
+  const list = $("tokens");
+  list.replaceChildren();
+  answer.tokens.forEach((token, index) => {
+    const item = document.createElement("li");
+    item.textContent = token;
+    item.className = answer.segments[index] === 1 ? "token segment-b" : "token";
+    list.append(item);
+  });
+}
+
+async function showStatistics() {
+  try {
+    statistics = await callApi("/api/statistics", shown);
+    fillStatisticChoice(statistics);
+    drawTable();
+    showTokens(statistics);
+    $("stats").hidden = false;
+  } catch (error) {
+    $("stats").hidden = true;
+    setState("error", error.message);
+  }
+}
+
+function onSubmit(event) {
+  event.preventDefault();
+  shown = readInput();
+  $("shown-model").textContent = shown.model;
+  $("shown-text").textContent = shown.text_b === null ? shown.text : `${shown.text} | ${shown.text_b}`;
+  $("shown").hidden = false;
+  showView();
+  showStatistics();
+}
+
+function listRuns(answer) {
+  $("runs-root").textContent = answer.root
+    ? `Reports and training runs in ${answer.root}:`
+    : "No runs folder (start the server with --runs DIR to browse reports and training runs).";
+  const list = $("runs-list");
+  list.replaceChildren();
+  for (const run of answer.runs) {
+    const item = document.createElement("li");
+    const link = document.createElement("a");
+    link.href = run.url;
+    link.target = "_blank";
+    link.rel = "noopener noreferrer";
+    link.textContent = run.path || "(the runs folder itself)";
+    const kind = document.createElement("span");
+    kind.className = "kind";
+    kind.textContent = run.kind;
+    item.append(link, " ", kind);
+    list.append(item);
+  }
+  if (answer.root && answer.runs.length === 0) $("runs-root").textContent += " none yet.";
+}
+
+async function start() {
+  $("input-form").addEventListener("submit", onSubmit);
+  $("model").addEventListener("change", onModelChange);
+  for (const id of ["view", "layer", "head"]) {
+    $(id).addEventListener("change", () => shown && showView());
+  }
+  $("statistic").addEventListener("change", drawTable);
+  try {
+    const answer = await callApi("/api/models");
+    models = answer.models;
+    for (const model of models) {
+      const option = document.createElement("option");
+      option.value = model.name;
+      option.textContent = `${model.name} (${model.layers} layers × ${model.heads} heads)`;
+      $("model").append(option);
+    }
+    $("model").value = answer.default;
+    onModelChange();
+    listRuns(await callApi("/api/runs"));
+    setState("idle", "");
+  } catch (error) {
+    setState("error", `Could not reach the server: ${error.message}`);
+  }
+}
+
+start();

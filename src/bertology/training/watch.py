@@ -1,0 +1,223 @@
+"""The watch page of a training run: attention of the probe examples at every recorded step, and what
+changed, as one self-contained HTML page.
+
+The page is a bertology view page (``bertology.views``) of kind ``"watch"``: the head view or the model
+view of one probe example, a slider over the recorded steps (the page carries every step, so moving it
+redraws without loading anything), then the report: loss and accuracy, each head's statistics over the
+steps, the change of each head's attention from the first to the last record (mean Jensen-Shannon
+divergence, :mod:`bertology.training.compare`) as a heatmap and a ranked table.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from bertology.errors import BertologyError
+from bertology.report.plots import title_of, to_png, unit_of
+from bertology.stats.base import HeadTable
+from bertology.training import plots
+from bertology.training.archive import MonitorArchive, read_archive
+from bertology.training.compare import head_change
+from bertology.training.finetune import METRICS_JSONL, RUN_FILE
+from bertology.views.page import render_page
+from bertology.views.payload import pack_attention
+
+#: Statistics drawn as curves over the steps and compared before / after.
+CURVE_STATISTICS = ("previous", "next", "current", "cls", "sep", "punct", "entropy", "confidence")
+#: Heads outlined on the change heatmap and listed first in the table.
+TOP_HEADS = 10
+#: Characters of an example's text shown in the example selector.
+CAPTION_CHARS = 70
+
+
+def _run_info(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / RUN_FILE
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def _metrics(run_dir: Path) -> pd.DataFrame | None:
+    """The rows of metrics.jsonl, or None; a last line cut short by a killed run is left out."""
+    path = run_dir / METRICS_JSONL
+    if not path.is_file():
+        return None
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            break
+    return pd.DataFrame(rows) if rows else None
+
+
+def _figure(figure: Any, alt: str, caption: str) -> dict[str, str]:
+    return {"png": base64.b64encode(to_png(figure)).decode("ascii"), "alt": alt, "caption": caption}
+
+
+def _table_at(archive: MonitorArchive, record: int) -> HeadTable:
+    columns = {
+        name: archive.stats[record, index].astype(np.float64) for index, name in enumerate(archive.statistics)
+    }
+    return HeadTable(columns=columns, defined_segments={}, segments=len(archive.lengths))
+
+
+def _examples(archive: MonitorArchive) -> tuple[list[dict[str, Any]], np.ndarray]:
+    """The page's probe examples (tokens and all steps' attention, 8-bit packed) and the head change."""
+    examples, first, last = [], [], []
+    probe = archive.probe
+    for index, tokens in enumerate(probe.tokens):
+        attention = archive.attention(index)  # [T, L, H, n, n]
+        first.append(attention[0])
+        last.append(attention[-1])
+        text = probe.texts[index] + ("" if probe.texts_b is None else f" ‖ {probe.texts_b[index]}")
+        label = "" if probe.labels is None else f"label {probe.labels[index]} · "
+        caption = label + (text if len(text) <= CAPTION_CHARS else text[: CAPTION_CHARS - 1] + "…")
+        examples.append(
+            {
+                "tokens": tokens,
+                "segments": probe.segments[index],
+                "pair": probe.texts_b is not None,
+                "n": len(tokens),
+                "caption": caption,
+                "text": label + text,
+                "attention": pack_attention(attention),
+            }
+        )
+    return examples, head_change(first, last)
+
+
+def _ranked_table(archive: MonitorArchive, change: np.ndarray) -> dict[str, Any]:
+    before, after = _table_at(archive, 0), _table_at(archive, len(archive) - 1)
+    order = np.argsort(-change, axis=None, kind="stable")
+    columns = ["rank", "layer", "head", "change (nats)"]
+    columns += [f"{title_of(name)}: before → after" for name in CURVE_STATISTICS]
+    rows = []
+    for rank, flat in enumerate(order, start=1):
+        layer, head = divmod(int(flat), archive.heads)
+        cells: list[str | int] = [rank, layer, head, f"{change[layer, head]:.4f}"]
+        cells += [
+            f"{before[name][layer, head]:.3f} → {after[name][layer, head]:.3f}" for name in CURVE_STATISTICS
+        ]
+        rows.append(cells)
+    caption = (
+        "Every head, most changed first. Change: mean Jensen-Shannon divergence (nats, at most ln 2 ≈ 0.693) "
+        "between a query token's attention at the first and the last record, over all tokens of the probe "
+        "examples. Layers and heads are 0-based."
+    )
+    return {"caption": caption, "columns": columns, "rows": rows}
+
+
+def _facts(archive: MonitorArchive, run: dict[str, Any]) -> list[list[str]]:
+    facts = [["model", archive.model]]
+    if run:
+        facts += [["task", str(run.get("task", ""))], ["status", str(run.get("status", ""))]]
+        if "dev_accuracy" in run:
+            facts.append(
+                ["final dev accuracy", f"{run['dev_accuracy']:.4f} on {run['dev_examples']} examples"]
+            )
+        if "steps" in run:
+            facts.append(["optimizer steps", f"{run['steps']} in {run['seconds']:.0f} s"])
+    steps = ", ".join(str(step) for step in archive.steps)
+    facts += [
+        ["probe examples", str(len(archive.lengths))],
+        ["records", f"{len(archive)} (steps {steps})"],
+        ["layers × heads", f"{archive.layers} × {archive.heads}"],
+    ]
+    return facts
+
+
+def _sections(
+    archive: MonitorArchive, change: np.ndarray, metrics: pd.DataFrame | None
+) -> list[dict[str, Any]]:
+    sections = []
+    if metrics is not None:
+        figure = plots.training_curves(metrics)
+        sections.append(
+            {"id": "training", "title": "Training", "figures": [_figure(figure, "loss and accuracy", "")]}
+        )
+    names = [name for name in CURVE_STATISTICS if name in archive.statistics]
+    curves = [
+        _figure(
+            plots.statistic_curves(archive.steps, archive.statistic(name), name),
+            f"{title_of(name)} over training",
+            f"Mean over the probe examples at each record ({unit_of(name)}).",
+        )
+        for name in names
+    ]
+    sections.append({"id": "statistics", "title": "Head statistics over training", "figures": curves})
+    flat_top = np.argsort(-change, axis=None, kind="stable")[: min(TOP_HEADS, change.size)]
+    top = [divmod(int(flat), archive.heads) for flat in flat_top]
+    before, after = _table_at(archive, 0), _table_at(archive, len(archive) - 1)
+    first, last = int(archive.steps[0]), int(archive.steps[-1])
+    comparison = [
+        _figure(
+            plots.change_heatmap(change, top),
+            "attention change per head",
+            f"Mean JS divergence between the attention at step {first} and at step {last}; "
+            f"the {len(top)} most changed heads are outlined.",
+        ),
+        _figure(
+            plots.statistic_deltas(before, after, names),
+            "statistics after minus before",
+            f"Each statistic at step {last} minus at step {first}.",
+        ),
+    ]
+    sections.append(
+        {
+            "id": "change",
+            "title": f"Before (step {first}) and after (step {last})",
+            "figures": comparison,
+            "table": _ranked_table(archive, change),
+        }
+    )
+    return sections
+
+
+def watch_data(run_dir: str | Path) -> dict[str, Any]:
+    """The watch page's data (the ``"watch"`` contract of ``views/static/views.js``).
+
+    run_dir: a training run folder (``run.json``, ``metrics.jsonl``, ``monitor.zarr``) or an archive.
+    Only complete records are used, so a run still training (or killed) can be watched.
+
+    Raises:
+        BertologyError: no archive, or an archive without records yet.
+    """
+    folder = Path(run_dir)
+    archive = read_archive(folder)
+    if len(archive) == 0:
+        raise BertologyError(f"The attention monitor in {folder} has no complete record yet.")
+    run = _run_info(folder)
+    examples, change = _examples(archive)
+    task = run.get("task")
+    return {
+        "view": "watch",
+        "title": f"Training {archive.model}" + (f" on {task}" if task else ""),
+        "model": archive.model,
+        "layers": archive.layers,
+        "heads": archive.heads,
+        "layer": 0,
+        "theme": "light",
+        "steps": archive.steps.tolist(),
+        "examples": examples,
+        "facts": _facts(archive, run),
+        "sections": _sections(archive, change, _metrics(folder)),
+    }
+
+
+def watch_html(run_dir: str | Path) -> str:
+    """The whole watch page of ``run_dir`` (see :func:`watch_data`) as HTML text."""
+    data = watch_data(run_dir)
+    return render_page(data, f"Watch · {data['title']}")
+
+
+def write_watch(run_dir: str | Path, output: str | Path) -> Path:
+    """Write :func:`watch_html` of ``run_dir`` to ``output``; returns the path."""
+    target = Path(output)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(watch_html(run_dir), encoding="utf-8")
+    return target

@@ -1,0 +1,154 @@
+"""Fine-tuning: batching, settings, a repeatable run on a tiny model, and the default model end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from bertology.classify import accuracy, predict_logits
+from bertology.errors import BertologyError, TruncationWarning
+from bertology.models import load_model
+from bertology.readers.glue import read_glue
+from bertology.training import FinetuneSettings, finetune, read_archive
+from bertology.training.finetune import length_batches
+
+SST2 = Path(__file__).resolve().parents[2] / "shared" / "data" / "glue" / "SST-2"
+BERTOLOGY = [sys.executable, "-m", "bertology"]
+
+_GOOD = ("good", "great", "fun", "lovely", "warm")
+_BAD = ("bad", "dull", "awful", "cold", "boring")
+_FILLER = ("the", "film", "was", "really", "quite", "and", "story", "acting", "a", "very")
+
+
+def write_tiny_task(folder: Path, train_rows: int = 48, dev_rows: int = 12, seed: int = 0) -> Path:
+    """A GLUE-style sentiment task (sentence, label) of short synthetic sentences."""
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, rows in (("train.tsv", train_rows), ("dev.tsv", dev_rows)):
+        lines = ["sentence\tlabel"]
+        for _ in range(rows):
+            label = int(rng.integers(2))
+            words = list(rng.choice(_FILLER, size=int(rng.integers(2, 9))))
+            words.insert(int(rng.integers(len(words) + 1)), str(rng.choice(_GOOD if label else _BAD)))
+            lines.append(f"{' '.join(words)} .\t{label}")
+        (folder / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return folder
+
+
+def tiny_settings(model: Path, **changes: object) -> FinetuneSettings:
+    options = dict(
+        model=str(model), max_train=40, batch_size=8, epochs=2, max_length=32, learning_rate=1e-3,
+        eval_every=None, log_every=1, watch_every=3, probe_set=2, threads=1,
+    )  # fmt: skip
+    return FinetuneSettings(**{**options, **changes})  # type: ignore[arg-type]
+
+
+def test_length_batches_cover_every_example_once_sorted_within_buckets() -> None:
+    lengths = np.random.default_rng(1).integers(3, 60, size=1000)
+    batches = length_batches(lengths, 8, np.random.default_rng(0))
+    assert sorted(np.concatenate(batches).tolist()) == list(range(1000))
+    assert all(len(batch) <= 8 for batch in batches)
+    spreads = [np.ptp(lengths[batch]) for batch in batches]
+    assert np.median(spreads) <= 2  # batches of similar lengths: little padding
+    again = length_batches(lengths, 8, np.random.default_rng(0))
+    assert all(np.array_equal(a, b) for a, b in zip(batches, again, strict=True))
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"epochs": 0}, "epochs must be at least 1"),
+        ({"max_train": 0}, "max-train must be at least 1"),
+        ({"watch_every": -1}, "watch-every must be 0"),
+        ({"warmup": 1.0}, "warm-up fraction"),
+    ],
+)
+def test_bad_settings_are_refused(changes: dict[str, object], message: str, tmp_path: Path) -> None:
+    task = write_tiny_task(tmp_path / "task")
+    with pytest.raises(BertologyError, match=message):
+        finetune(task, tmp_path / "run", FinetuneSettings(**changes))  # type: ignore[arg-type]
+
+
+def test_a_run_repeats_exactly_and_saves_a_loadable_classifier(
+    tiny_model_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    task = write_tiny_task(tmp_path / "task")
+    settings = tiny_settings(tiny_model_dirs["bert"])
+    threads = torch.get_num_threads()
+    first = finetune(task, tmp_path / "one", settings)
+    assert torch.get_num_threads() == threads  # the run's 1 thread was for the run only
+    second = finetune(task, tmp_path / "two", settings)
+    other = finetune(task, tmp_path / "three", tiny_settings(tiny_model_dirs["bert"], seed=1))
+
+    def rows(run: Path) -> pd.DataFrame:
+        return pd.read_csv(run / "metrics.csv").drop(columns="seconds")
+
+    assert first.steps == 10  # 40 examples, batches of 8, 2 epochs
+    pd.testing.assert_frame_equal(rows(first.run_dir), rows(second.run_dir))
+    assert not rows(first.run_dir)["loss"].equals(rows(other.run_dir)["loss"])
+    a, b = read_archive(first.run_dir), read_archive(second.run_dir)
+    assert a.steps.tolist() == [0, 3, 6, 9, 10]
+    np.testing.assert_array_equal(a.stats, b.stats)
+    np.testing.assert_array_equal(a.attention(1), b.attention(1))
+
+    run = json.loads((first.run_dir / "run.json").read_text())
+    assert run["status"] == "finished"
+    assert run["labels"] == ["0", "1"]
+    assert run["steps"] == 10 and run["train_examples"] == 40 and run["dev_examples"] == 12
+    assert run["settings"]["learning_rate"] == 1e-3
+    dev = rows(first.run_dir).query("split == 'dev'")
+    assert dev["step"].tolist() == [5, 10]  # each epoch's end
+    assert dev["accuracy"].iloc[-1] == run["dev_accuracy"] == first.dev_accuracy
+
+    loaded = load_model(first.run_dir, classifier=True)
+    assert loaded.model.config.id2label == {0: "0", 1: "1"}
+    tiny = read_glue(task)
+    logits = predict_logits(loaded, tiny.dev.texts, batch_size=64, max_length=32)
+    assert accuracy(logits, tiny.label_ids(tiny.dev)) == run["dev_accuracy"]
+
+    with pytest.raises(BertologyError, match="already holds a training run"):
+        finetune(task, first.run_dir, settings)
+    unwatched = tiny_settings(tiny_model_dirs["bert"], epochs=1, watch_every=0)
+    finetune(task, first.run_dir, unwatched, overwrite=True)
+    assert not (first.run_dir / "monitor.zarr").exists()  # no stale archive from the run replaced
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*BERTOLOGY, *args], capture_output=True, text=True, timeout=600, env=os.environ)
+
+
+@pytest.mark.skipif(not SST2.is_dir(), reason=f"shared SST-2 data not found at {SST2}")
+def test_default_model_finetunes_on_sst2_and_the_run_can_be_watched(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    result = run_cli(
+        "finetune", str(SST2), "-o", str(run_dir), "--max-train", "128", "--max-dev", "64",
+        "--max-len", "48", "--watch-every", "2", "--probe-set", "3", "--eval-every", "0", "--threads", "1",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["steps"] == 4 and run["train_examples"] == 128 and run["dev_examples"] == 64
+    assert f"dev accuracy {run['dev_accuracy']:.4f} on 64 examples" in result.stdout
+
+    task = read_glue(SST2, max_train=10, max_dev=64)
+    loaded = load_model(run_dir, classifier=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TruncationWarning)
+        logits = predict_logits(loaded, task.dev.texts, batch_size=64, max_length=48)
+    assert accuracy(logits, task.label_ids(task.dev)) == run["dev_accuracy"]
+    assert read_archive(run_dir).steps.tolist() == [0, 2, 4]
+
+    page = tmp_path / "watch.html"
+    result = run_cli("watch", str(run_dir), "-o", str(page))
+    assert result.returncode == 0, result.stderr
+    assert f"Wrote {page}" in result.stdout
+    text = page.read_text()
+    assert '"view":"watch"' in text and "default-src 'none'" in text

@@ -1,0 +1,131 @@
+"""Head gates: gate 0 equals zeroing the head's input columns of the output projection; gate 1 is a no-op."""
+
+from __future__ import annotations
+
+import copy
+import re
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from bertology.capture import accepted_inputs
+from bertology.errors import BertologyError
+from bertology.inputs import encode
+from bertology.interventions.gates import gate_values, head_gates
+from bertology.models import LoadedModel, load_model, wrap_model
+
+TEXTS = ["The quick brown fox jumps over the lazy dog.", "She said that the committee would publish."]
+
+#: The output projection of layer ``l``, found by path (independently of the package's own lookup).
+OUTPUT_PROJECTION: dict[str, Callable[[nn.Module, int], nn.Linear]] = {
+    "bert": lambda model, layer: model.encoder.layer[layer].attention.output.dense,
+    "roberta": lambda model, layer: model.encoder.layer[layer].attention.output.dense,
+    "xlm-roberta": lambda model, layer: model.encoder.layer[layer].attention.output.dense,
+    "electra": lambda model, layer: model.encoder.layer[layer].attention.output.dense,
+    "distilbert": lambda model, layer: model.transformer.layer[layer].attention.out_lin,
+    "albert": lambda model, layer: model.encoder.albert_layer_groups[0].albert_layers[0].attention.dense,
+}
+
+
+def hidden_states(loaded: LoadedModel) -> torch.Tensor:
+    """[batch, tokens, hidden] last hidden states of :data:`TEXTS`."""
+    encoded = encode(loaded.tokenizer, TEXTS, max_length=loaded.max_length)
+    with torch.inference_mode():
+        return loaded.model(**accepted_inputs(loaded, encoded)).last_hidden_state
+
+
+def zeroed_copy(loaded: LoadedModel, layers: list[int], head: int) -> LoadedModel:
+    """A copy of ``loaded`` whose output projections in ``layers`` ignore ``head`` (its input columns 0)."""
+    model = copy.deepcopy(loaded.model)
+    width = model.config.hidden_size // loaded.num_heads
+    for layer in layers:
+        with torch.no_grad():
+            OUTPUT_PROJECTION[loaded.model_type](model, layer).weight[
+                :, head * width : (head + 1) * width
+            ] = 0
+    return wrap_model(model, loaded.tokenizer, "zeroed")
+
+
+def check_gate_zero_equals_zeroed_weights(loaded: LoadedModel, layer: int, head: int) -> None:
+    # ALBERT's layers share one output projection, so zeroing it removes the head in every layer.
+    layers = list(range(loaded.num_layers)) if loaded.model_type == "albert" else [layer]
+    expected = hidden_states(zeroed_copy(loaded, layers, head))
+    plain = hidden_states(loaded)
+    with head_gates(loaded, {(each, head) for each in layers}):
+        gated = hidden_states(loaded)
+    torch.testing.assert_close(gated, expected, rtol=1e-5, atol=1e-5)
+    assert (gated - plain).abs().max() > 1e-4  # the head mattered, so the check can fail
+    assert torch.equal(hidden_states(loaded), plain)  # nothing changes outside the block
+
+
+def check_gate_one_changes_nothing(loaded: LoadedModel) -> None:
+    plain = hidden_states(loaded)
+    with head_gates(loaded, torch.ones(loaded.num_layers, loaded.num_heads)):
+        assert torch.equal(hidden_states(loaded), plain)
+
+
+@pytest.mark.parametrize(
+    "architecture", ["bert", "roberta", "xlm-roberta", "albert", "distilbert", "electra"]
+)
+def test_gates_on_tiny_models(architecture: str, tiny_model_dirs: dict[str, Path]) -> None:
+    loaded = load_model(tiny_model_dirs[architecture])
+    check_gate_zero_equals_zeroed_weights(loaded, layer=1, head=2)
+    check_gate_one_changes_nothing(loaded)
+
+
+def test_gates_on_the_default_model(default_model: LoadedModel) -> None:
+    check_gate_zero_equals_zeroed_weights(default_model, layer=3, head=7)
+    check_gate_one_changes_nothing(default_model)
+
+
+def test_per_example_gates_equal_separate_runs(tiny_model_dirs: dict[str, Path]) -> None:
+    loaded = load_model(tiny_model_dirs["bert"])
+    gates = torch.ones(2, loaded.num_layers, loaded.num_heads)
+    gates[0, 0, 1] = 0.0
+    gates[1, 2, 3] = 0.5
+    with head_gates(loaded, gates):
+        together = hidden_states(loaded)
+    for row in range(2):
+        with head_gates(loaded, gates[row]):
+            alone = hidden_states(loaded)[row]
+        torch.testing.assert_close(together[row], alone, rtol=1e-5, atol=1e-5)
+
+
+def test_gates_stay_in_their_thread(default_model: LoadedModel) -> None:
+    plain = hidden_states(default_model)
+    seen: list[torch.Tensor] = []
+    with head_gates(default_model, {0: range(12)}):
+        worker = threading.Thread(target=lambda: seen.append(hidden_states(default_model)))
+        worker.start()
+        worker.join()
+        gated = hidden_states(default_model)
+    assert torch.equal(seen[0], plain)
+    assert not torch.allclose(gated, plain)
+
+
+def test_gates_are_differentiable(tiny_model_dirs: dict[str, Path]) -> None:
+    loaded = load_model(tiny_model_dirs["distilbert"])
+    gates = torch.ones(loaded.num_layers, loaded.num_heads, requires_grad=True)
+    encoded = encode(loaded.tokenizer, TEXTS, max_length=loaded.max_length)
+    with head_gates(loaded, gates):
+        output = loaded.model(**accepted_inputs(loaded, encoded)).last_hidden_state
+    (gradient,) = torch.autograd.grad(output.square().sum(), gates)
+    assert gradient.shape == (loaded.num_layers, loaded.num_heads)
+    assert bool((gradient != 0).all())
+
+
+@pytest.mark.parametrize(
+    ("gates", "message"),
+    [
+        ({(6, 0)}, "There is no head (6, 0)"),
+        ({0: [12]}, "There is no head (0, 12)"),
+        (torch.ones(6, 11), "Gates must be [layers, heads] = [6, 12]"),
+    ],
+)
+def test_bad_gates_are_clear_errors(default_model: LoadedModel, gates: object, message: str) -> None:
+    with pytest.raises(BertologyError, match=re.escape(message)):
+        gate_values(default_model, gates)  # type: ignore[arg-type]

@@ -1,0 +1,287 @@
+"""The web app's JSON API in-process (FastAPI TestClient): answers equal the library's, every bad request
+gets a 4xx JSON error that says what is wrong, limits hold, and concurrent requests never mix."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import re
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from bertology import capture
+from bertology.errors import BertologyError
+from bertology.models import LoadedModel
+from bertology.server import Limits, create_app
+from bertology.server import compute as server_compute
+from bertology.stats.rows import SpecialTokens
+from bertology.stats.surface import SurfaceAccumulator
+from bertology.views import render_view
+
+PAIR = {"text": "I went to the store.", "text_b": "At the store, I bought fresh strawberries."}
+
+
+@pytest.fixture(scope="module")
+def client(default_model: LoadedModel) -> Iterator[TestClient]:
+    with TestClient(create_app([default_model])) as test_client:
+        yield test_client
+
+
+def error_of(response: httpx.Response, status: int) -> str:
+    assert response.status_code == status, response.text[:500]
+    assert response.headers["content-type"] == "application/json"
+    body = response.json()
+    assert set(body) == {"error"}
+    return body["error"]
+
+
+# --- Answers ------------------------------------------------------------------------------------------
+
+
+def test_health_and_models(client: TestClient) -> None:
+    assert client.get("/api/health").json() == {"status": "ok", "models": ["all-MiniLM-L6-v2"]}
+    answer = client.get("/api/models").json()
+    assert answer == {
+        "default": "all-MiniLM-L6-v2",
+        "models": [
+            {"name": "all-MiniLM-L6-v2", "model_type": "bert", "layers": 6, "heads": 12, "max_tokens": 512}
+        ],
+    }
+
+
+def test_attention_equals_capture(client: TestClient, default_model: LoadedModel) -> None:
+    expected = capture(PAIR["text"], PAIR["text_b"], model=default_model)
+    answer = client.post("/api/attention", json=PAIR).json()
+    assert answer["tokens"] == expected.tokens
+    assert answer["segments"] == expected.segment_ids.tolist()
+    assert answer["layers"] == list(range(6)) and answer["heads"] == list(range(12))
+    np.testing.assert_allclose(np.array(answer["attention"]), expected.probs, atol=6e-7)
+
+    one = client.post("/api/attention", json={**PAIR, "layer": 4, "head": 7}).json()
+    assert (one["layers"], one["heads"]) == ([4], [7])
+    np.testing.assert_allclose(np.array(one["attention"])[0, 0], expected.probs[4, 7], atol=6e-7)
+
+
+def test_statistics_follow_their_formulas(client: TestClient, default_model: LoadedModel) -> None:
+    text = "The cat sat on the mat, and the dog sat on the log."
+    probs = capture(text, model=default_model).probs.astype(np.float64)  # [layers, heads, n, n]
+    answer = client.post("/api/statistics", json={"text": text}).json()
+    n = probs.shape[-1]
+    surface = {name: np.array(values, dtype=float) for name, values in answer["surface"].items()}
+    # Clark et al.: attention to the previous token, averaged over queries 1..n-1; to [CLS] (position 0).
+    np.testing.assert_allclose(
+        surface["previous"], probs[..., np.arange(1, n), np.arange(n - 1)].mean(-1), atol=1e-6
+    )
+    np.testing.assert_allclose(surface["cls"], probs[..., :, 0].mean(-1), atol=1e-6)
+    entropy = -(probs * np.log(np.where(probs > 0, probs, 1))).sum(-1).mean(-1)
+    np.testing.assert_allclose(surface["entropy"], entropy, atol=1e-5)
+    assert np.array(answer["labels"]).shape == (6, 12)
+    # A single text has no other sentence: that pattern is undefined (null), not 0.
+    assert all(value is None for row in answer["patterns"]["other_sentence"] for value in row)
+
+
+def test_statistics_match_the_corpus_accumulator(client: TestClient, default_model: LoadedModel) -> None:
+    from bertology import capture_batch
+
+    accumulator = SurfaceAccumulator(SpecialTokens.of(default_model))
+    accumulator.update(capture_batch([PAIR["text"]], [PAIR["text_b"]], model=default_model))
+    answer = client.post("/api/statistics", json=PAIR).json()
+    assert answer["tokens"] == capture(PAIR["text"], PAIR["text_b"], model=default_model).tokens
+    for name, values in accumulator.result().columns.items():
+        np.testing.assert_allclose(np.array(answer["surface"][name], dtype=float), values, atol=1e-9)
+
+
+@pytest.mark.parametrize(("kind", "layer", "head"), [("head", 2, 0), ("model", 0, 0), ("neuron", 3, 5)])
+def test_view_is_the_page_bertology_view_writes(
+    client: TestClient, default_model: LoadedModel, kind: str, layer: int, head: int
+) -> None:
+    response = client.post("/api/view", json={**PAIR, "view": kind, "layer": layer, "head": head})
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "text/html; charset=utf-8"
+    page = render_view(PAIR["text"], PAIR["text_b"], kind=kind, model=default_model, layer=layer, head=head)
+    assert response.text == page.html
+
+
+def test_page_has_a_strict_policy_that_admits_only_the_view_code(client: TestClient) -> None:
+    response = client.get("/")
+    assert response.status_code == 200
+    policy = response.headers["content-security-policy"]
+    assert (
+        "default-src 'none'" in policy and "'unsafe-inline'" not in policy and "'unsafe-eval'" not in policy
+    )
+    assert response.headers["x-content-type-options"] == "nosniff"
+    assert "<script>" not in response.text and "<style>" not in response.text  # nothing inline of its own
+    view = client.post("/api/view", json={"text": "Hello there."}).text
+    inline = re.search(r"<script>(.*?)</script>", view, re.DOTALL)
+    assert inline is not None
+    digest = base64.b64encode(hashlib.sha256(inline.group(1).encode()).digest()).decode()
+    assert f"'sha256-{digest}'" in policy.split("script-src")[1].split(";")[0]
+    assert client.get("/static/app.js").headers["content-type"].startswith("text/javascript")
+
+
+def test_openapi_schema_lists_the_api(client: TestClient) -> None:
+    schema = client.get("/openapi.json").json()
+    assert {"/api/models", "/api/attention", "/api/statistics", "/api/view", "/api/runs"} <= set(
+        schema["paths"]
+    )
+    errors = schema["paths"]["/api/attention"]["post"]["responses"]
+    assert {"413", "422", "503"} <= set(errors)
+
+
+# --- Bad requests -------------------------------------------------------------------------------------
+
+TOO_LONG = "word " * 600
+
+BAD_BODIES: list[tuple[str, dict[str, Any], str]] = [
+    ("/api/attention", {}, "text: Field required"),
+    ("/api/attention", {"text": ""}, "text: String should have at least 1 character"),
+    ("/api/attention", {"text": "   "}, "empty or only whitespace"),
+    ("/api/attention", {"text": 5}, "text: Input should be a valid string"),
+    ("/api/attention", {"text": "a", "text_b": ""}, "text_b: String should have at least 1 character"),
+    ("/api/attention", {"text": "a", "colour": "red"}, "colour: Extra inputs are not permitted"),
+    ("/api/attention", {"text": "a", "model": "bert-large"}, "Unknown model 'bert-large'"),
+    ("/api/attention", {"text": "a", "layer": 6}, "Layer 6 does not exist; there are 6"),
+    ("/api/attention", {"text": "a", "head": 12}, "Head 12 does not exist; there are 12"),
+    ("/api/attention", {"text": "a", "layer": -1}, "layer: Input should be greater than or equal to 0"),
+    ("/api/attention", {"text": "a", "layer": 1.5}, "layer: Input should be a valid integer"),
+    ("/api/attention", {"text": TOO_LONG}, "The input has 602 tokens; at most 512 are accepted"),
+    ("/api/statistics", {"text": TOO_LONG[:1000], "text_b": TOO_LONG}, "at most 512 are accepted"),
+    ("/api/statistics", {"text": "\t\n"}, "empty or only whitespace"),
+    ("/api/view", {"text": "a", "view": "graph"}, "view: Input should be 'head', 'model' or 'neuron'"),
+    ("/api/view", {"text": "a", "theme": "sepia"}, "theme: Input should be 'light' or 'dark'"),
+    ("/api/view", {"text": "a", "layer": 10**30}, "does not exist; there are 6 layers"),
+    ("/api/view", {"text": "a b", "view": "neuron", "query": 4}, "Query token 4 does not exist"),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "message"), BAD_BODIES)
+def test_bad_requests_say_what_is_wrong(
+    client: TestClient, path: str, body: dict[str, Any], message: str
+) -> None:
+    assert message in error_of(client.post(path, json=body), 422)
+
+
+@pytest.mark.parametrize(
+    ("raw", "status", "message"),
+    [
+        (b"{not json", 422, "the body is not valid JSON"),
+        (b"[1, 2]", 422, "valid dictionary"),
+        (b"null", 422, "valid dictionary"),
+        (b'{"text": "\\ud800 lone surrogate"}', 422, "text: Input should be a valid string"),
+        (b"\xff\xfe", 422, "not valid JSON"),
+        (b'{"text": "\xff\xff"}', 400, "the body could not be read; send JSON encoded as UTF-8"),
+    ],
+)
+def test_malformed_bodies_are_refused(client: TestClient, raw: bytes, status: int, message: str) -> None:
+    response = client.post("/api/statistics", content=raw, headers={"content-type": "application/json"})
+    assert message in error_of(response, status)
+
+
+def test_unknown_routes_and_methods_are_json(client: TestClient) -> None:
+    assert error_of(client.get("/api/nothing"), 404) == "Not Found"
+    assert error_of(client.get("/api/attention"), 405) == "Method Not Allowed"
+    assert "no runs folder" in error_of(client.get("/runs/report.html"), 404)
+
+
+def test_body_over_the_limit_is_413(client: TestClient) -> None:
+    big = b'{"text": "' + b"a" * 70_000 + b'"}'
+    message = error_of(
+        client.post("/api/attention", content=big, headers={"content-type": "application/json"}), 413
+    )
+    assert message == "The request body is 70012 bytes; this server accepts at most 65536 bytes."
+    # A chunked body announces no length: it is counted as it arrives.
+    chunks = iter([b'{"text": "', b"a" * 40_000, b"a" * 40_000, b'"}'])
+    response = client.post("/api/attention", content=chunks, headers={"content-type": "application/json"})
+    assert "over 65536 bytes" in error_of(response, 413)
+    assert client.get("/api/health").status_code == 200
+
+
+def test_limits_must_be_positive() -> None:
+    with pytest.raises(BertologyError, match="max_tokens must be positive"):
+        Limits(max_tokens=0)
+
+
+def test_server_token_limit_and_attention_size_limit(default_model: LoadedModel) -> None:
+    with TestClient(
+        create_app([default_model], limits=Limits(max_tokens=8, max_attention_values=1000))
+    ) as small:
+        assert small.get("/api/models").json()["models"][0]["max_tokens"] == 8
+        message = error_of(small.post("/api/view", json={"text": "one two three four five six seven"}), 422)
+        assert message == "The input has 9 tokens; at most 8 are accepted per input with 'all-MiniLM-L6-v2'."
+        message = error_of(small.post("/api/attention", json={"text": "one two three"}), 422)
+        assert message.startswith("That is 1800 attention values (6 layers x 12 heads x 5 x 5 tokens)")
+        assert "ask for one layer or one head" in message
+        assert small.post("/api/attention", json={"text": "one two three", "layer": 0}).status_code == 200
+
+
+def test_timeout_is_503_and_the_server_keeps_going(default_model: LoadedModel) -> None:
+    app = create_app([default_model], limits=Limits(timeout_s=0.005, parallel=1))
+    with TestClient(app) as slow:
+        response = slow.post("/api/statistics", json={"text": "a long input " * 100})
+        assert "longer than the server's limit of 0.005 s" in error_of(response, 503)
+        assert response.headers["retry-after"] == "5"
+        assert slow.get("/api/health").status_code == 200
+
+
+def test_unexpected_failure_is_a_json_500_not_a_crash(
+    default_model: LoadedModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(server_compute, "statistics_answer", broken)
+    with TestClient(create_app([default_model]), raise_server_exceptions=False) as fragile:
+        assert "Internal error (RuntimeError)" in error_of(fragile.post("/api/statistics", json=PAIR), 500)
+        assert fragile.post("/api/attention", json={**PAIR, "layer": 0}).status_code == 200
+
+
+# --- Concurrency --------------------------------------------------------------------------------------
+
+SENTENCES = [
+    "The cat sat on the mat.",
+    "Colourless green ideas sleep furiously.",
+    "She sells sea shells by the sea shore.",
+    "A stitch in time saves nine.",
+    "Time flies like an arrow; fruit flies like a banana.",
+    "The quick brown fox jumps over the lazy dog.",
+    "To be or not to be, that is the question.",
+    "All that glitters is not gold.",
+]
+
+
+def test_concurrent_requests_get_their_own_answers(default_model: LoadedModel) -> None:
+    app = create_app([default_model], limits=Limits(parallel=3))
+    expected = {text: capture(text, model=default_model) for text in SENTENCES}
+
+    async def ask_all() -> list[tuple[str, httpx.Response]]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+            requests = [
+                (text, path) for text in SENTENCES * 2 for path in ("/api/attention", "/api/statistics")
+            ]
+            answers = await asyncio.gather(
+                *(
+                    http.post(
+                        path, json={"text": text, "layer": 1} if path == "/api/attention" else {"text": text}
+                    )
+                    for text, path in requests
+                )
+            )
+        return [(text, answer) for (text, _), answer in zip(requests, answers, strict=True)]
+
+    started = time.perf_counter()
+    answers = asyncio.run(ask_all())
+    assert time.perf_counter() - started < 60
+    for text, response in answers:
+        assert response.status_code == 200, response.text
+        body = response.json()
+        assert body["tokens"] == expected[text].tokens
+        if "attention" in body:
+            np.testing.assert_allclose(np.array(body["attention"])[0], expected[text].probs[1], atol=6e-7)

@@ -1,0 +1,212 @@
+"""Browsing the runs folder: what is listed, what is served and how, and that no path outside the
+folder is reachable (``..``, absolute paths, symlinks pointing out, encoded variants)."""
+
+from __future__ import annotations
+
+import http.client
+import subprocess
+import sys
+import types
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from bertology.errors import BertologyError
+from bertology.models import LoadedModel
+from bertology.server import create_app
+from bertology.server.errors import RequestError
+from bertology.server.runs import RunsFolder
+
+SECRET = "the secret outside the runs folder"
+PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 16
+
+
+def make_runs(base: Path) -> Path:
+    """A runs folder with an analysis, a probe report, a training run, other files and hostile links;
+    beside it, a secret file that must stay out of reach."""
+    outside = base / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text(SECRET)
+    root = base / "runs"
+    analysis = root / "analysis"
+    (analysis / "plots").mkdir(parents=True)
+    (analysis / "report.html").write_text("<!DOCTYPE html><title>Analysis</title><p>heads</p>")
+    (analysis / "heads.csv").write_text("layer,head,previous\n0,0,0.5\n")
+    (analysis / "plots" / "heads.png").write_bytes(PNG)
+    probe = root / "probes" / "deps"
+    probe.mkdir(parents=True)
+    (probe / "report.html").write_text("<!DOCTYPE html><title>Dependency probe</title>")
+    run = root / "training" / "run 1"
+    (run / "checkpoint" / "nested").mkdir(parents=True)
+    (run / "run.json").write_text('{"steps": 3}')
+    (run / "checkpoint" / "nested" / "report.html").write_text("inside a run: not listed on its own")
+    (root / "notes").mkdir()
+    (root / "notes" / "readme.txt").write_text("plain notes")
+    (root / ".hidden").mkdir()
+    (root / ".hidden" / "report.html").write_text("hidden")
+    (root / "link_out").symlink_to(outside, target_is_directory=True)
+    (root / "secret_link.txt").symlink_to(outside / "secret.txt")
+    (root / "report_link").symlink_to(analysis, target_is_directory=True)  # inside: allowed
+    return root
+
+
+@pytest.fixture(scope="module")
+def runs_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_runs(tmp_path_factory.mktemp("serve"))
+
+
+@pytest.fixture(scope="module")
+def client(default_model: LoadedModel, runs_root: Path) -> Iterator[TestClient]:
+    with TestClient(create_app([default_model], runs=runs_root)) as test_client:
+        yield test_client
+
+
+@pytest.fixture
+def watch_stub(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """Stand in for ``bertology.training.watch.watch_html`` (written elsewhere); records its calls."""
+    calls: list[Path] = []
+
+    def watch_html(run_dir: str | Path) -> str:
+        calls.append(Path(run_dir))
+        return f"<!DOCTYPE html><title>watch</title><input type=range id=step> {Path(run_dir).name}"
+
+    module = types.ModuleType("bertology.training.watch")
+    module.watch_html = watch_html  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "bertology.training.watch", module)
+    return calls
+
+
+# --- Listing ------------------------------------------------------------------------------------------
+
+
+def test_runs_are_listed_by_kind(client: TestClient, runs_root: Path) -> None:
+    answer = client.get("/api/runs").json()
+    assert answer["root"] == str(runs_root.resolve())
+    assert answer["runs"] == [
+        {"path": "analysis", "kind": "analysis", "url": "/runs/analysis/report.html"},
+        {"path": "probes/deps", "kind": "probe", "url": "/runs/probes/deps/report.html"},
+        {"path": "training/run 1", "kind": "training", "url": "/runs/training/run%201/"},
+    ]  # not the hidden folder, not what is inside a run, no symlinked folders
+
+
+def test_no_runs_folder(default_model: LoadedModel) -> None:
+    with TestClient(create_app([default_model])) as bare:
+        assert bare.get("/api/runs").json() == {"root": None, "runs": []}
+    with pytest.raises(BertologyError, match="does not exist"):
+        RunsFolder("/no/such/folder")
+
+
+# --- Serving ------------------------------------------------------------------------------------------
+
+
+def test_files_are_served_with_their_content_types(client: TestClient) -> None:
+    report = client.get("/runs/analysis/report.html")
+    assert report.status_code == 200
+    assert report.headers["content-type"] == "text/html; charset=utf-8"
+    assert report.text.endswith("<p>heads</p>")
+    assert report.headers["content-security-policy"].startswith("sandbox allow-scripts")
+    assert report.headers["x-content-type-options"] == "nosniff"
+    image = client.get("/runs/analysis/plots/heads.png")
+    assert (image.headers["content-type"], image.content) == ("image/png", PNG)
+    assert client.get("/runs/analysis/heads.csv").headers["content-type"].startswith("text/csv")
+    assert client.get("/runs/report_link/heads.csv").status_code == 200  # a symlink that stays inside
+
+
+def test_a_report_folder_leads_to_its_report(client: TestClient) -> None:
+    response = client.get("/runs/probes/deps", follow_redirects=False)
+    assert (response.status_code, response.headers["location"]) == (307, "/runs/probes/deps/report.html")
+    assert "Dependency probe" in client.get("/runs/probes/deps/").text
+
+
+def test_a_training_run_is_shown_by_its_watch_page(
+    client: TestClient, runs_root: Path, watch_stub: list[Path]
+) -> None:
+    response = client.get("/runs/training/run%201/")
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "text/html; charset=utf-8"
+    assert "<input type=range id=step> run 1" in response.text
+    assert watch_stub == [(runs_root / "training" / "run 1").resolve()]
+
+
+def test_missing_things_are_404(client: TestClient) -> None:
+    assert "nothing at 'analysis/nope.html'" in client.get("/runs/analysis/nope.html").json()["error"]
+    response = client.get("/runs/notes/")
+    assert response.status_code == 404
+    assert response.json() == {"error": "There is no report or training run at 'notes/' in the runs folder."}
+
+
+# --- Nothing outside the folder -----------------------------------------------------------------------
+
+ESCAPES = [
+    "%2e%2e/outside/secret.txt",
+    "%2E%2E%2Foutside%2Fsecret.txt",
+    "..%2foutside%2fsecret.txt",
+    "analysis/%2e%2e/%2e%2e/outside/secret.txt",
+    "%252e%252e/outside/secret.txt",
+    "%2fetc%2fpasswd",
+    "/etc/passwd",
+    "..%5coutside%5csecret.txt",
+    "analysis%00/report.html",
+    "link_out/secret.txt",
+    "secret_link.txt",
+    "link_out",
+]
+
+
+@pytest.mark.parametrize("path", ESCAPES)
+def test_paths_out_of_the_folder_are_refused(client: TestClient, path: str) -> None:
+    response = client.get(f"/runs/{path}")
+    assert response.status_code == 403, response.text
+    assert response.json() == {"error": "That path is refused: only files inside the runs folder are served."}
+
+
+@pytest.mark.parametrize(
+    "relative",
+    ["../outside/secret.txt", "analysis/../../outside/secret.txt", "/etc/passwd", "C:/Windows", "a\\..\\b",
+     "a\x00b", "%2e%2e/x", "link_out/secret.txt", "secret_link.txt"],
+)  # fmt: skip
+def test_resolve_refuses_escapes(runs_root: Path, relative: str) -> None:
+    with pytest.raises(RequestError) as refused:
+        RunsFolder(runs_root).resolve(relative)
+    assert refused.value.status == 403
+
+
+def test_resolve_finds_what_is_inside(runs_root: Path) -> None:
+    folder = RunsFolder(runs_root)
+    assert folder.resolve("analysis/plots/heads.png") == (runs_root / "analysis/plots/heads.png").resolve()
+    assert folder.resolve("") == runs_root.resolve()
+    with pytest.raises(RequestError) as missing:
+        folder.resolve("analysis/missing.csv")
+    assert missing.value.status == 404
+
+
+# --- The real command ---------------------------------------------------------------------------------
+
+
+def test_startup_line_and_refusals_of_the_real_command(tmp_path: Path) -> None:
+    """``bertology serve`` in its own process: it says where it listens and refuses raw traversal paths."""
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "secret.txt").write_text(SECRET)
+    command = [sys.executable, "-m", "bertology", "serve", "--port", "0", "--runs", str(tmp_path / "runs")]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = process.stdout.readline() if process.stdout else ""
+        assert line.startswith("bertology serve: listening on http://127.0.0.1:"), process.stderr
+        assert f"(models: all-MiniLM-L6-v2; runs: {(tmp_path / 'runs').resolve()})" in line
+        port = int(line.split("http://127.0.0.1:")[1].split()[0])
+        for raw in ("/runs/../secret.txt", "/runs/%2e%2e/secret.txt", "/runs/..%2fsecret.txt",
+                    "/runs/%252e%252e/secret.txt", "/runs//etc/passwd", "/runs/..\\secret.txt"):  # fmt: skip
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            connection.request("GET", raw)
+            answer = connection.getresponse()
+            body = answer.read().decode()
+            assert 400 <= answer.status < 500 and SECRET not in body, (raw, body)
+            connection.close()
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        connection.request("GET", "/api/health")
+        assert connection.getresponse().status == 200
+    finally:
+        process.terminate()
+        process.wait(30)
