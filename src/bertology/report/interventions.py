@@ -15,7 +15,6 @@ from bertology.interventions.pruning import PruningOutcome
 from bertology.interventions.run import AblationRun
 from bertology.interventions.saliency import METHODS, Explanation
 from bertology.report import page, plots
-from bertology.report.probes import _heatmap_png
 from bertology.stats.base import HeadTable
 
 #: Display names of the saliency methods.
@@ -129,10 +128,10 @@ def write_ablation_report(run: AblationRun, outdir: str | Path, *, dpi: int = 11
     }
     (target / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
 
-    ablation_png = _heatmap_png(
+    ablation_png = plots.heatmap_png(
         target, "ablation", {"accuracy change when removed": ablation.change}, dpi, unit="accuracy change"
     )
-    importance_png = _heatmap_png(
+    importance_png = plots.heatmap_png(
         target,
         "importance",
         {"importance, normalised per layer": importance.normalized, "importance": importance.raw},

@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import math
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import matplotlib
@@ -21,11 +22,10 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from bertology.analysis.patterns import PATTERN_DESCRIPTIONS
+from bertology.stats.base import HeadTable
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
-
-    from bertology.stats.base import HeadTable
 
 #: Grey for undefined (NaN) values, neither end of the colormap.
 NAN_COLOUR = "#c4c4c4"
@@ -194,6 +194,16 @@ def heatmaps(
     for ax in axes[len(names) :]:
         ax.remove()
     return figure
+
+
+def heatmap_png(outdir: Path, name: str, grids: dict[str, np.ndarray], dpi: int, **options: object) -> bytes:
+    """Layer x head heatmaps of ``grids`` (each ``[layers, heads]``) as PNG bytes, also saved as
+    ``outdir/plots/<name>.png``; ``options`` go to :func:`heatmaps`."""
+    table = HeadTable(columns=grids, defined_segments={}, segments=0)
+    png = to_png(heatmaps(table, list(grids), **options), dpi=dpi)  # type: ignore[arg-type]
+    (outdir / "plots").mkdir(parents=True, exist_ok=True)
+    (outdir / "plots" / f"{name}.png").write_bytes(png)
+    return png
 
 
 def _layer_panels(count: int, layers: int) -> tuple[Figure, np.ndarray]:

@@ -11,20 +11,9 @@ from bertology.probes.dependency import ALL, DIRECTIONS, predicted_heads
 from bertology.probes.run import DependencyRun, ParserRun
 from bertology.report import page, plots
 from bertology.report.arcs import arc_diagram
-from bertology.stats.base import HeadTable
 
 #: Relations shown as heatmaps and arc diagrams: the most frequent ones.
 MOST_RELATIONS = 12
-
-
-def _heatmap_png(outdir: Path, name: str, grids: dict[str, np.ndarray], dpi: int, **options: object) -> bytes:
-    """Layer x head heatmaps of ``grids`` (each ``[layers, heads]``) as PNG bytes, also saved as
-    ``outdir/plots/<name>.png``; ``options`` go to :func:`plots.heatmaps`."""
-    table = HeadTable(columns=grids, defined_segments={}, segments=0)
-    png = plots.to_png(plots.heatmaps(table, list(grids), **options), dpi=dpi)  # type: ignore[arg-type]
-    (outdir / "plots").mkdir(parents=True, exist_ok=True)
-    (outdir / "plots" / f"{name}.png").write_bytes(png)
-    return png
 
 
 def _best_rows(table: pd.DataFrame) -> pd.DataFrame:
@@ -39,7 +28,7 @@ def _heatmap_section(run: DependencyRun, rows: pd.DataFrame, outdir: Path, dpi: 
         )
         for row in rows.itertuples()
     }
-    png = _heatmap_png(
+    png = plots.heatmap_png(
         outdir, "relation_heatmaps", columns, dpi, value_range=(0.0, 1.0), columns=4, unit="accuracy"
     )
     caption = (
@@ -119,8 +108,8 @@ def write_parser_report(run: ParserRun, outdir: str | Path, *, dpi: int = 110) -
     layers, per_layer = run.parser.weights.shape[1:]
     grids = {name: heads[name].to_numpy().reshape(layers, per_layer) for name in heads.columns[2:]}
     weights = {name: grids.pop(name) for name in ("w", "u")}
-    png = _heatmap_png(target, "parser_weights", weights, dpi, columns=2, unit="weight (log-linear)")
-    alone_png = _heatmap_png(
+    png = plots.heatmap_png(target, "parser_weights", weights, dpi, columns=2, unit="weight (log-linear)")
+    alone_png = plots.heatmap_png(
         target, "single_head_uas", grids, dpi, value_range=(0.0, 1.0), columns=2, unit="UAS"
     )
     sections = [
@@ -179,7 +168,9 @@ def write_head_accuracy_report(
     accuracies as ``plots/heads.png``, ``table`` (if any) as ``table.csv``, and ``report.html``."""
     target = Path(outdir)
     target.mkdir(parents=True, exist_ok=True)
-    png = _heatmap_png(target, "heads", {"accuracy": heatmap}, dpi, value_range=(0.0, 1.0), unit="accuracy")
+    png = plots.heatmap_png(
+        target, "heads", {"accuracy": heatmap}, dpi, value_range=(0.0, 1.0), unit="accuracy"
+    )
     blocks: list[page.Markup] = [page.paragraph(explanation)]
     if table is not None:
         table.to_csv(target / "table.csv", index=False)
