@@ -68,7 +68,7 @@ class FinetuneSettings:
     """
 
     model: str = "default"
-    max_train: int | None = 40_000
+    max_train: int | None = 30_000
     max_dev: int | None = None
     epochs: int = 1
     max_length: int = 64
