@@ -72,45 +72,27 @@ def layer_modules(model: PreTrainedModel) -> list[nn.Module]:
     raise BertologyError(f"Interventions do not know the layers of a {model_type!r} model.")
 
 
+#: Per architecture: the path from a layer module to its attention module, then the names of the query,
+#: key, value and output projections (dotted paths from the layer module).
+_ATTENTION_PATHS: dict[str, tuple[str, str, str, str, str]] = {
+    **{
+        name: ("attention.self", "attention.self.query", "attention.self.key", "attention.self.value",
+               "attention.output.dense")
+        for name in _BERT_LIKE
+    },
+    "distilbert": ("attention", "attention.q_lin", "attention.k_lin", "attention.v_lin", "attention.out_lin"),
+    "albert": (
+        "albert_layers.0.attention", "albert_layers.0.attention.query", "albert_layers.0.attention.key",
+        "albert_layers.0.attention.value", "albert_layers.0.attention.dense",
+    ),
+}  # fmt: skip
+
+
 def attention_parts(model: PreTrainedModel) -> list[AttentionParts]:
     """Each layer's :class:`AttentionParts`, in layer order (ALBERT: the shared parts, repeated)."""
-    model_type = model.config.model_type
+    paths = _ATTENTION_PATHS[model.config.model_type]
     parts = []
     for layer in layer_modules(model):
-        if model_type in _BERT_LIKE:
-            attention = layer.attention.self
-            parts.append(
-                AttentionParts(
-                    attention,
-                    attention.query,
-                    attention.key,
-                    attention.value,
-                    layer.attention.output.dense,
-                    attention.attention_head_size,
-                )
-            )
-        elif model_type == "distilbert":
-            attention = layer.attention
-            parts.append(
-                AttentionParts(
-                    attention,
-                    attention.q_lin,
-                    attention.k_lin,
-                    attention.v_lin,
-                    attention.out_lin,
-                    attention.attention_head_size,
-                )
-            )
-        else:
-            attention = layer.albert_layers[0].attention
-            parts.append(
-                AttentionParts(
-                    attention,
-                    attention.query,
-                    attention.key,
-                    attention.value,
-                    attention.dense,
-                    attention.attention_head_size,
-                )
-            )
+        attention, query, key, value, output = (layer.get_submodule(path) for path in paths)
+        parts.append(AttentionParts(attention, query, key, value, output, attention.attention_head_size))
     return parts
