@@ -44,14 +44,14 @@ def test_directory_without_weights_is_a_clear_error(tmp_path: Path, tiny_model_d
 
 
 def test_unsupported_architecture_is_a_clear_error(tmp_path: Path) -> None:
-    from transformers import GPT2Config
+    from transformers import LlamaConfig
 
-    GPT2Config(n_layer=1, n_head=2, n_embd=8).save_pretrained(tmp_path)
-    with pytest.raises(bertology.BertologyError, match="'gpt2' model, which bertology does not support"):
+    LlamaConfig(num_hidden_layers=1, num_attention_heads=2, hidden_size=8).save_pretrained(tmp_path)
+    with pytest.raises(bertology.BertologyError, match="'llama' model, which bertology does not support"):
         bertology.load_model(tmp_path)
 
 
-def test_supported_list_names_the_six_architectures() -> None:
+def test_supported_list_names_the_nine_architectures() -> None:
     assert set(SUPPORTED_ARCHITECTURES) == {
         "bert",
         "roberta",
@@ -59,4 +59,7 @@ def test_supported_list_names_the_six_architectures() -> None:
         "albert",
         "distilbert",
         "electra",
+        "bart",
+        "t5",
+        "gpt2",
     }

@@ -9,6 +9,7 @@ import hashlib
 import re
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -67,6 +68,23 @@ def test_attention_equals_capture(client: TestClient, default_model: LoadedModel
     one = client.post("/api/attention", json={**PAIR, "layer": 4, "head": 7}).json()
     assert (one["layers"], one["heads"]) == ([4], [7])
     np.testing.assert_allclose(np.array(one["attention"])[0, 0], expected.probs[4, 7], atol=6e-7)
+
+
+def test_norm_based_weights_through_every_endpoint(client: TestClient, default_model: LoadedModel) -> None:
+    expected = capture(PAIR["text"], PAIR["text_b"], model=default_model, weights="norm")
+    answer = client.post("/api/attention", json={**PAIR, "weights": "norm"}).json()
+    np.testing.assert_allclose(np.array(answer["attention"]), expected.probs, atol=6e-7)
+    statistics = client.post("/api/statistics", json={**PAIR, "weights": "norm"}).json()
+    plain = client.post("/api/statistics", json=PAIR).json()
+    np.testing.assert_allclose(
+        np.array(statistics["surface"]["cls"]), expected.probs[..., 0].mean(-1), rtol=1e-5
+    )
+    assert statistics["surface"]["cls"] != plain["surface"]["cls"]
+    page = client.post("/api/view", json={**PAIR, "view": "model", "weights": "norm"})
+    assert page.status_code == 200 and "norm-based weights" in page.text
+    refused = client.post("/api/view", json={**PAIR, "view": "neuron", "weights": "norm"})
+    assert "neuron view" in error_of(refused, 422)
+    assert "weights" in error_of(client.post("/api/attention", json={**PAIR, "weights": "value"}), 422)
 
 
 def test_statistics_follow_their_formulas(client: TestClient, default_model: LoadedModel) -> None:
@@ -277,7 +295,9 @@ def test_concurrent_requests_get_their_own_answers(default_model: LoadedModel) -
         return [(text, answer) for (text, _), answer in zip(requests, answers, strict=True)]
 
     started = time.perf_counter()
-    answers = asyncio.run(ask_all())
+    # Its own thread: the session's Playwright browser (sync API) keeps an event loop running in this one.
+    with ThreadPoolExecutor(max_workers=1) as runner:
+        answers = runner.submit(asyncio.run, ask_all()).result()
     assert time.perf_counter() - started < 60
     for text, response in answers:
         assert response.status_code == 200, response.text

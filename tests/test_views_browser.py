@@ -338,3 +338,13 @@ def test_unusable_data_shows_an_error_instead_of_a_picture(open_page: Callable[.
     view.page.wait_for_selector("body[data-ready='error']")
     assert "shape" in view.page.locator(".bt-error").inner_text()
     assert view.foreign_requests() == []
+
+
+def test_norm_based_weights_are_named_in_the_subtitle(open_page: Callable[..., ViewPage]) -> None:
+    data = synthetic_view("model", n=12, layers=2, heads=3, seed=5)
+    plain = open_page(data, name="plain")
+    assert "norm-based" not in plain.js("document.querySelector('.bt-subtitle').textContent")
+    view = open_page({**data, "weights": "norm"}, name="norm")
+    assert "norm-based weights" in view.js("document.querySelector('.bt-subtitle').textContent")
+    assert view.ink(".bt-thumb") > 0
+    view.assert_clean()

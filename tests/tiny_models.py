@@ -1,8 +1,8 @@
 """Small randomly initialised models of each supported architecture, saved as local model directories.
 
 Each gets a tokenizer of its architecture's real kind (WordPiece for BERT, DistilBERT and ELECTRA,
-byte-level BPE for RoBERTa, SentencePiece Unigram for XLM-RoBERTa and ALBERT), trained here on a few
-sentences, so special tokens, offsets and pair layouts are the real ones.
+byte-level BPE for RoBERTa, BART and GPT-2, SentencePiece Unigram for XLM-RoBERTa, ALBERT and T5),
+trained here on a few sentences, so special tokens, offsets and pair layouts are the real ones.
 """
 
 from __future__ import annotations
@@ -17,16 +17,25 @@ from transformers import (
     AlbertModel,
     AlbertTokenizer,
     AutoTokenizer,
+    BartConfig,
+    BartModel,
+    BartTokenizer,
     BertConfig,
     BertModel,
     DistilBertConfig,
     DistilBertModel,
     ElectraConfig,
     ElectraModel,
+    GPT2Config,
+    GPT2Model,
+    GPT2Tokenizer,
     PreTrainedTokenizerBase,
     RobertaConfig,
     RobertaModel,
     RobertaTokenizer,
+    T5Config,
+    T5Model,
+    T5Tokenizer,
     XLMRobertaConfig,
     XLMRobertaModel,
     XLMRobertaTokenizer,
@@ -56,15 +65,19 @@ SMALL = {
 ROBERTA_LIKE = {**SMALL, "pad_token_id": 1, "max_position_embeddings": 66}
 
 
-def _roberta_tokenizer() -> PreTrainedTokenizerBase:
+def _byte_level_bpe(specials: list[str]) -> tuple[dict[str, int], list[tuple[str, str]]]:
     trainer = ByteLevelBPETokenizer()
-    specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
     trainer.train_from_iterator(CORPUS, vocab_size=400, min_frequency=1, special_tokens=specials)
     model = json.loads(trainer.to_str())["model"]
     merges = [
         tuple(merge) if isinstance(merge, list) else tuple(merge.split(" ")) for merge in model["merges"]
     ]
-    return RobertaTokenizer(vocab=model["vocab"], merges=merges, model_max_length=60)
+    return model["vocab"], merges
+
+
+def _roberta_tokenizer() -> PreTrainedTokenizerBase:
+    vocab, merges = _byte_level_bpe(["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
+    return RobertaTokenizer(vocab=vocab, merges=merges, model_max_length=60)
 
 
 def _unigram_vocab(specials: list[str]) -> list[tuple[str, float]]:
@@ -100,10 +113,43 @@ def _build(architecture: str) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]
     raise ValueError(architecture)
 
 
+#: Encoder-decoder and decoder-only architectures (see :func:`save_tiny_model`).
+GENERATIVE_ARCHITECTURES = ("bart", "t5", "gpt2")
+
+
+def _build_generative(architecture: str) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
+    """BART (3 encoder, 2 decoder layers), T5 (2 + 2) and GPT-2 (2 layers), 4 heads each."""
+    if architecture == "bart":
+        vocab, merges = _byte_level_bpe(["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
+        tokenizer = BartTokenizer(vocab=vocab, merges=merges, model_max_length=64)
+        layers = {"encoder_layers": 3, "decoder_layers": 2, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64}
+        heads = {"encoder_attention_heads": 4, "decoder_attention_heads": 4}
+        config = BartConfig(
+            vocab_size=len(tokenizer), d_model=32, max_position_embeddings=64, **layers, **heads
+        )
+        return BartModel(config), tokenizer
+    if architecture == "t5":
+        vocab = _unigram_vocab(["<pad>", "</s>", "<unk>"])
+        tokenizer = T5Tokenizer(vocab=vocab, extra_ids=0, model_max_length=64)
+        layers = {"num_layers": 2, "num_decoder_layers": 2, "num_heads": 4}
+        sizes = {"d_model": 32, "d_kv": 8, "d_ff": 64, "relative_attention_num_buckets": 8}
+        config = T5Config(vocab_size=len(tokenizer), decoder_start_token_id=0, **layers, **sizes)
+        return T5Model(config), tokenizer
+    if architecture == "gpt2":
+        vocab, merges = _byte_level_bpe(["<|endoftext|>"])
+        tokenizer = GPT2Tokenizer(vocab=vocab, merges=merges, model_max_length=64)
+        end = tokenizer.eos_token_id
+        sizes = {"n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 64}
+        config = GPT2Config(vocab_size=len(tokenizer), bos_token_id=end, eos_token_id=end, **sizes)
+        return GPT2Model(config), tokenizer
+    raise ValueError(architecture)
+
+
 def save_tiny_model(architecture: str, directory: Path) -> Path:
     """Build a random ``architecture`` model with its tokenizer and save both under ``directory``."""
     torch.manual_seed(0)
-    model, tokenizer = _build(architecture)
+    build = _build_generative if architecture in GENERATIVE_ARCHITECTURES else _build
+    model, tokenizer = build(architecture)
     target = directory / architecture
     model.save_pretrained(target)
     tokenizer.save_pretrained(target)

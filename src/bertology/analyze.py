@@ -20,12 +20,13 @@ import pandas as pd
 import torch
 
 from bertology.analysis.distances import DistanceAccumulator, HeadDistances, RowSampler, mds_embedding
+from bertology.analysis.norms import Weights, check_weights
 from bertology.analysis.patterns import HeadPatterns, PatternAccumulator
 from bertology.capture import capture, stream_batch
 from bertology.corpus import Segment, iter_segments
 from bertology.errors import BertologyError, TruncationWarning
 from bertology.inputs import EncodedBatch, Text
-from bertology.models import LoadedModel
+from bertology.models import LoadedModel, require_encoder
 from bertology.stats.base import HeadTable
 from bertology.stats.rows import RowSummarizer, SpecialTokens
 from bertology.stats.surface import SurfaceAccumulator
@@ -41,6 +42,8 @@ class CorpusAnalysis:
     patterns: pattern scores, primary labels and each head's best example segment.
     distances: mean per-token Jensen-Shannon divergence between every two heads (nats).
     segments: segments analysed; truncated_segments / tokens_cut: how many were cut, by how much.
+    weights: the attention weights measured (``"attention"`` or ``"norm"``, see
+        :mod:`bertology.analysis.norms`).
     """
 
     model_name: str
@@ -55,6 +58,7 @@ class CorpusAnalysis:
     truncated_segments: int
     tokens_cut: int
     seconds: float
+    weights: Weights = "attention"
 
     def heads_frame(self) -> pd.DataFrame:
         """One row per head: layer, head, every surface statistic, the label, its example segment and
@@ -70,6 +74,7 @@ class CorpusAnalysis:
     def summary(self) -> dict[str, str | int | float]:
         return {
             "model": self.model_name,
+            "weights": self.weights,
             "corpus": self.corpus,
             "max_length": self.max_length,
             "seed": self.seed,
@@ -90,45 +95,106 @@ def batch_texts(batch: list[Segment]) -> tuple[list[Text], list[Text | None]]:
     return [segment.text_a for segment in batch], [segment.text_b for segment in batch]
 
 
-def analyse_batch(
-    batch: list[Segment],
-    loaded: LoadedModel,
-    row_statistics: tuple[SurfaceAccumulator, PatternAccumulator],
-    distances: DistanceAccumulator,
-    max_length: int,
-) -> EncodedBatch:
-    """Run one batch of segments and fold it into the accumulators while the model runs.
+class _LayerConsumer:
+    """Receives one batch's layers as the model computes them: each layer's rows are summarised
+    (:class:`~bertology.stats.rows.RowSummarizer`) and its sampled rows kept for the distances."""
 
-    As soon as a layer is computed, its rows are summarised (:class:`~bertology.stats.rows.RowSummarizer`)
-    and its sampled rows kept for the distances; no layer outlives the next one, and the summary is
-    made once for all row statistics. Segments are padded to ``max_length``, so every batch has the same
-    shape (steady memory). Returns the encoded batch.
+    def __init__(self, special: SpecialTokens, distances: DistanceAccumulator) -> None:
+        self.special, self.distances = special, distances
+
+    def __call__(self, encoded: EncodedBatch) -> Callable[[torch.Tensor], None]:
+        self.summarizer = RowSummarizer(encoded, self.special)
+        self.sampler = self.distances.sampler(encoded.lengths)
+        return self.add_layer
+
+    def add_layer(self, probs: torch.Tensor) -> None:
+        """``probs`` [batch, heads, N, N]: one layer of the batch."""
+        self.summarizer.add_layer(probs)
+        self.sampler.add_layer(probs)
+
+
+class CorpusAccumulators:
+    """One model's streaming accumulators over a corpus: surface statistics, pattern scores and JS head
+    distances, fed a batch of segments at a time (:meth:`add`) and read with :meth:`result`.
+
+    js_tokens_per_segment: query tokens sampled per segment for the JS distances (seeded; ``None`` =
+    all). weights: measure the softmax output (``"attention"``) or the norm-based weights (``"norm"``,
+    :mod:`bertology.analysis.norms`).
+
+    Raises:
+        BertologyError: a model that is not an encoder, or unknown weights.
     """
-    summarizer: RowSummarizer | None = None
-    sampler: RowSampler | None = None
 
-    def consumer(encoded: EncodedBatch) -> Callable[[torch.Tensor], None]:
-        nonlocal summarizer, sampler
-        summarizer = rows = RowSummarizer(encoded, row_statistics[0].special)
-        sampler = sampled = distances.sampler(encoded.lengths)
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        *,
+        js_tokens_per_segment: int | None = 8,
+        seed: int = 0,
+        weights: Weights = "attention",
+    ) -> None:
+        require_encoder(loaded, "Corpus analysis")
+        self.loaded, self.weights, self.seed = loaded, check_weights(weights), seed
+        self.special = SpecialTokens.of(loaded)
+        self.surface, self.patterns = SurfaceAccumulator(self.special), PatternAccumulator(self.special)
+        self.distances = DistanceAccumulator(max_tokens_per_segment=js_tokens_per_segment, seed=seed)
+        self.segments = self.truncated_segments = self.tokens_cut = 0
+        #: The rows the distances sampled from the last batch (its :class:`RowSampler`), or ``None``.
+        self.last_sample: RowSampler | None = None
 
-        def consume(probs: torch.Tensor) -> None:
-            rows.add_layer(probs)
-            sampled.add_layer(probs)
+    def add(self, batch: list[Segment], max_length: int) -> EncodedBatch:
+        """Run one batch of segments and fold it into the accumulators while the model runs.
 
-        return consume
+        No layer outlives the next one, and the row summary is made once for all row statistics.
+        Segments are padded to ``max_length``, so every batch has the same shape (steady memory).
+        Returns the encoded batch.
+        """
+        consumer = _LayerConsumer(self.special, self.distances)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", TruncationWarning)  # counted here, reported once by the caller
+            encoded = stream_batch(
+                *batch_texts(batch),
+                consumer,
+                model=self.loaded,
+                max_length=max_length,
+                pad_to_multiple_of=max_length,
+                weights=self.weights,
+            )
+        summary = consumer.summarizer.result()
+        self.surface.update_rows(summary)
+        self.patterns.update_rows(summary)
+        self.distances.add(consumer.sampler)
+        self.last_sample = consumer.sampler
+        self.segments += len(batch)
+        self.truncated_segments += sum(1 for tokens in encoded.truncated if tokens > 0)
+        self.tokens_cut += sum(encoded.truncated)
+        return encoded
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", TruncationWarning)  # counted by the caller, reported once
-        encoded = stream_batch(
-            *batch_texts(batch), consumer, model=loaded, max_length=max_length, pad_to_multiple_of=max_length
+    def result(
+        self, corpus: str | Path, *, corpus_format: str | None, max_length: int, seconds: float
+    ) -> CorpusAnalysis:
+        """The :class:`CorpusAnalysis` of everything added so far.
+
+        Raises:
+            BertologyError: no segment was added.
+        """
+        if self.segments == 0:
+            raise BertologyError(f"The corpus '{corpus}' gave no segments to analyse.")
+        return CorpusAnalysis(
+            model_name=self.loaded.name,
+            corpus=str(corpus),
+            corpus_format=corpus_format,
+            max_length=max_length,
+            seed=self.seed,
+            surface=self.surface.result(),
+            patterns=self.patterns.result(),
+            distances=self.distances.result(),
+            segments=self.segments,
+            truncated_segments=self.truncated_segments,
+            tokens_cut=self.tokens_cut,
+            seconds=seconds,
+            weights=self.weights,
         )
-    assert summarizer is not None and sampler is not None
-    summary = summarizer.result()
-    for accumulator in row_statistics:
-        accumulator.update_rows(summary)
-    distances.add(sampler)
-    return encoded
 
 
 def analyze_corpus(
@@ -141,45 +207,28 @@ def analyze_corpus(
     batch_size: int = 16,
     js_tokens_per_segment: int | None = 8,
     corpus_format: str | None = None,
+    weights: Weights = "attention",
     on_progress: Callable[[int], None] | None = None,
 ) -> CorpusAnalysis:
     """Stream ``corpus`` through ``loaded`` and return every head's statistics.
 
-    limit: analyse at most this many segments (the first ones). js_tokens_per_segment: query tokens
-    sampled per segment for the JS distances (seeded; ``None`` = all). on_progress: called with the
-    number of segments done after each batch.
+    limit: analyse at most this many segments (the first ones). js_tokens_per_segment and weights: see
+    :class:`CorpusAccumulators`. on_progress: called with the number of segments done after each batch.
 
     Raises:
         BertologyError: unreadable or empty corpus, or a corpus too small for the head map.
     """
     start = time.perf_counter()
-    special = SpecialTokens.of(loaded)
-    surface, patterns = SurfaceAccumulator(special), PatternAccumulator(special)
-    distances = DistanceAccumulator(max_tokens_per_segment=js_tokens_per_segment, seed=seed)
+    accumulators = CorpusAccumulators(
+        loaded, js_tokens_per_segment=js_tokens_per_segment, seed=seed, weights=weights
+    )
     segments = iter_segments(corpus, loaded.tokenizer, max_length=max_length, format=corpus_format)
-    done = truncated = cut = 0
     for batch in iter_batches(itertools.islice(segments, limit), batch_size):
-        encoded = analyse_batch(batch, loaded, (surface, patterns), distances, max_length)
-        done += len(batch)
-        truncated += sum(1 for tokens in encoded.truncated if tokens > 0)
-        cut += sum(encoded.truncated)
+        accumulators.add(batch, max_length)
         if on_progress is not None:
-            on_progress(done)
-    if done == 0:
-        raise BertologyError(f"The corpus '{corpus}' gave no segments to analyse.")
-    return CorpusAnalysis(
-        model_name=loaded.name,
-        corpus=str(corpus),
-        corpus_format=corpus_format,
-        max_length=max_length,
-        seed=seed,
-        surface=surface.result(),
-        patterns=patterns.result(),
-        distances=distances.result(),
-        segments=done,
-        truncated_segments=truncated,
-        tokens_cut=cut,
-        seconds=time.perf_counter() - start,
+            on_progress(accumulators.segments)
+    return accumulators.result(
+        corpus, corpus_format=corpus_format, max_length=max_length, seconds=time.perf_counter() - start
     )
 
 
@@ -226,7 +275,11 @@ def save_analysis(analysis: CorpusAnalysis, loaded: LoadedModel, outdir: str | P
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", TruncationWarning)
                 attention = capture(
-                    segment.text_a, segment.text_b, model=loaded, max_length=analysis.max_length
+                    segment.text_a,
+                    segment.text_b,
+                    model=loaded,
+                    max_length=analysis.max_length,
+                    weights=analysis.weights,
                 )
             head_view(attention, layer=layer).save(target / name)
         examples[(layer, head)] = name

@@ -15,9 +15,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bertology.analysis.norms import NormWeighting, Weights, check_weights
+from bertology.errors import BertologyError
 from bertology.hook import recording
 from bertology.inputs import EncodedBatch, Text, encode
-from bertology.models import LoadedModel, resolve_model
+from bertology.models import LoadedModel, require_pair_template, resolve_model
 
 
 class HeadGrid:
@@ -45,6 +47,8 @@ class Attention(HeadGrid):
     queries, keys: [layers, heads, n, head_dim] float32 (before scaling) or ``None``.
     scaling: [layers] the factor applied to q·k before softmax.
     truncated: tokens cut to fit the model. model_name: the model's label.
+    weights: what ``probs`` holds: ``"attention"`` (the softmax output) or ``"norm"`` (norm-based
+        weights, see :mod:`bertology.analysis.norms`).
     """
 
     probs: np.ndarray
@@ -59,6 +63,7 @@ class Attention(HeadGrid):
     scaling: np.ndarray
     truncated: int
     model_name: str
+    weights: Weights = "attention"
 
     @property
     def is_pair(self) -> bool:
@@ -73,6 +78,7 @@ class AttentionBatch:
         (zero columns for padded keys; padded query rows are meaningless).
     queries, keys: [batch, layers, heads, max_n, head_dim] or ``None``.
     scaling: [layers]. encoded: tokens, segments and word alignment of every input.
+    weights: what ``probs`` holds (see :class:`Attention`).
     """
 
     probs: torch.Tensor
@@ -81,6 +87,7 @@ class AttentionBatch:
     scaling: np.ndarray
     encoded: EncodedBatch
     model_name: str
+    weights: Weights = "attention"
 
     @property
     def lengths(self) -> np.ndarray:
@@ -109,6 +116,7 @@ class AttentionBatch:
             scaling=self.scaling,
             truncated=enc.truncated[index],
             model_name=self.model_name,
+            weights=self.weights,
         )
 
     def __iter__(self) -> Iterator[Attention]:
@@ -130,8 +138,26 @@ def _encode(
     max_length: int | None,
     pad_to_multiple_of: int | None,
 ) -> EncodedBatch:
+    """Encode for one forward pass of ``loaded`` (an encoder, or a decoder given single texts).
+
+    Raises:
+        BertologyError: an encoder-decoder model (use :func:`~bertology.capture_seq2seq.capture_seq2seq`),
+            or pairs for a model whose tokenizer has no pair template.
+    """
+    if loaded.kind == "encoder-decoder":
+        raise BertologyError(
+            f"'{loaded.name}' is an encoder-decoder model; capture it from a source and a target text "
+            "with capture_seq2seq (or 'bertology view SOURCE --target TARGET')."
+        )
+    if texts_b is not None and any(text is not None for text in texts_b):
+        require_pair_template(loaded)
     limit = loaded.max_length if max_length is None else min(max_length, loaded.max_length)
     return encode(loaded.tokenizer, texts, texts_b, max_length=limit, pad_to_multiple_of=pad_to_multiple_of)
+
+
+def _weighting(loaded: LoadedModel, weights: str) -> NormWeighting | None:
+    """What turns each call's softmax output into ``weights`` (``None``: keep the softmax output)."""
+    return NormWeighting(loaded.model) if check_weights(weights) == "norm" else None
 
 
 def capture_batch(
@@ -142,16 +168,20 @@ def capture_batch(
     qk: bool = False,
     max_length: int | None = None,
     pad_to_multiple_of: int | None = None,
+    weights: Weights = "attention",
 ) -> AttentionBatch:
     """Run ``model`` once on a padded batch and return the attention of every layer.
 
     max_length: token limit per input (default and upper bound: the model's own limit).
     qk: also keep each layer's per-head query and key vectors (for the neuron view).
     pad_to_multiple_of: pad the batch to a multiple of this many tokens (see :func:`encode`).
+    weights: ``"attention"`` (the softmax output) or ``"norm"`` (norm-based weights,
+        :mod:`bertology.analysis.norms`).
     """
     loaded = resolve_model(model)
     encoded = _encode(loaded, texts, texts_b, max_length, pad_to_multiple_of)
-    with torch.inference_mode(), recording(keep_qk=qk) as recorder:
+    weighting = _weighting(loaded, weights)
+    with torch.inference_mode(), recording(keep_qk=qk, weighting=weighting) as recorder:
         loaded.model(**accepted_inputs(loaded, encoded))
     calls = recorder.calls
     return AttentionBatch(
@@ -161,6 +191,7 @@ def capture_batch(
         scaling=np.array([call.scaling for call in calls]),
         encoded=encoded,
         model_name=loaded.name,
+        weights=weights,
     )
 
 
@@ -172,6 +203,7 @@ def stream_batch(
     model: LoadedModel,
     max_length: int | None = None,
     pad_to_multiple_of: int | None = None,
+    weights: Weights = "attention",
 ) -> EncodedBatch:
     """Run ``model`` once on a padded batch, streaming each layer's attention as soon as it is computed.
 
@@ -181,7 +213,8 @@ def stream_batch(
     Options as :func:`capture_batch`. Returns the encoded batch (tokens, lengths, word alignment).
     """
     encoded = _encode(model, texts, texts_b, max_length, pad_to_multiple_of)
-    with torch.inference_mode(), recording(consume=consumer(encoded)):
+    weighting = _weighting(model, weights)
+    with torch.inference_mode(), recording(consume=consumer(encoded), weighting=weighting):
         model.model(**accepted_inputs(model, encoded))
     return encoded
 
@@ -193,9 +226,15 @@ def capture(
     model: LoadedModel | str | Path | None = None,
     qk: bool = False,
     max_length: int | None = None,
+    weights: Weights = "attention",
 ) -> Attention:
     """The attention of one text or one pair (see :func:`capture_batch`)."""
     batch = capture_batch(
-        [text], None if text_b is None else [text_b], model=model, qk=qk, max_length=max_length
+        [text],
+        None if text_b is None else [text_b],
+        model=model,
+        qk=qk,
+        max_length=max_length,
+        weights=weights,
     )
     return batch[0]

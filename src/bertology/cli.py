@@ -8,13 +8,17 @@ import webbrowser
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from bertology.analysis.relevance import FLOW_MAX_TOKENS
 from bertology.training.finetune import FinetuneSettings, TrainingProgress
+
+if TYPE_CHECKING:
+    from bertology.interventions.ablation import AblationResult
 
 app = typer.Typer(
     name="bertology",
@@ -30,6 +34,13 @@ ModelOption = Annotated[
     str,
     typer.Option(
         "--model", "-m", help="'default' (all-MiniLM-L6-v2, offline), a hub name or a local directory."
+    ),
+]
+WeightsOption = Annotated[
+    str,
+    typer.Option(
+        "--weights",
+        help="attention (softmax weights) or norm (norm-based weights ||a f(x)||, Kobayashi et al. 2020).",
     ),
 ]
 
@@ -81,8 +92,18 @@ def view(
     theme: Annotated[str, typer.Option(help="light or dark.")] = "light",
     output: Annotated[Path | None, typer.Option("-o", "--output", help="HTML file to write.")] = None,
     open_: Annotated[bool, typer.Option("--open", help="Open the page in a web browser.")] = False,
+    weights: WeightsOption = "attention",
+    target: Annotated[
+        str | None,
+        typer.Option("--target", help="Encoder-decoder models: the target text (TEXT is the source)."),
+    ] = None,
+    attention: Annotated[
+        str,
+        typer.Option("--attention", help="Encoder-decoder models: encoder, decoder or cross, shown first."),
+    ] = "cross",
 ) -> None:
-    """Write a head, model or neuron view of TEXT (or the pair TEXT TEXT_B) as one self-contained page."""
+    """Write a head, model or neuron view of TEXT (or the pair TEXT TEXT_B, or for an encoder-decoder model
+    the source TEXT and --target) as one self-contained page."""
     from bertology.errors import BertologyError
     from bertology.models import load_model
     from bertology.views import VIEW_KINDS, render_view
@@ -92,14 +113,62 @@ def view(
     if theme not in ("light", "dark"):
         raise BertologyError(f"Unknown theme '{theme}'; choose light or dark.")
     loaded = load_model(model)
-    page = render_view(text, text_b, kind=kind, model=loaded, layer=layer, head=head, theme=theme)  # type: ignore[arg-type]
-    target = page.save(output or Path(f"{kind}_view.html"))
-    size_mb = target.stat().st_size / 1e6
+    page = render_view(
+        text,
+        text_b,
+        kind=kind,  # type: ignore[arg-type]
+        model=loaded,
+        layer=layer,
+        head=head,
+        theme=theme,  # type: ignore[arg-type]
+        weights=weights,  # type: ignore[arg-type]
+        target=target,
+        attention_set=attention,  # type: ignore[arg-type]
+    )
+    written = page.save(output or Path(f"{kind}_view.html"))
+    size_mb = written.stat().st_size / 1e6
     out.print(
-        f"Wrote the {kind} view of {page.data['n']} tokens to {target} ({size_mb:.2f} MB).", highlight=False
+        f"Wrote the {kind} view of {page.token_count} to {written} ({size_mb:.2f} MB).", highlight=False
     )
     if open_:
-        webbrowser.open(target.resolve().as_uri())
+        webbrowser.open(written.resolve().as_uri())
+
+
+@app.command()
+def relevance(
+    text: Annotated[str, typer.Argument(help="The text (text A of a pair).")],
+    text_b: Annotated[str | None, typer.Argument(help="Optional second text (text B of a pair).")] = None,
+    model: ModelOption = "default",
+    method: Annotated[str, typer.Option("--method", help="rollout, flow or both.")] = "both",
+    max_tokens: Annotated[
+        int, typer.Option("--max-tokens", help="Longest input flow accepts (its time grows about as n^4).")
+    ] = FLOW_MAX_TOKENS,
+    output: Annotated[
+        Path, typer.Option("-o", "--output", help="HTML file to write; the JSON goes beside it.")
+    ] = Path("relevance.html"),
+    weights: WeightsOption = "attention",
+) -> None:
+    """Attention rollout and flow (Abnar and Zuidema 2020) of TEXT as a model view, plus a JSON file
+    beside the page: {model, tokens, formula, attention, rollout, flow}, each matrix [layers][n][n]
+    (row: token at that layer's output, column: input token; flow rows not normalised)."""
+    from bertology.analysis.relevance import RELEVANCE_METHODS, flow_pair_count
+    from bertology.capture import capture
+    from bertology.errors import BertologyError
+    from bertology.views.relevance import relevance_view
+
+    methods = {"rollout": ("rollout",), "flow": ("flow",), "both": RELEVANCE_METHODS}.get(method)
+    if methods is None:
+        raise BertologyError(f"Unknown method '{method}'; choose rollout, flow or both.")
+    attention = capture(text, text_b, model=model, weights=weights)  # type: ignore[arg-type]
+    n = len(attention.tokens)
+    pairs = flow_pair_count(attention.num_layers, n) if "flow" in methods else 0
+    with _progress("Attention flow (max-flow problems)", pairs) as on_progress:
+        page = relevance_view(attention, methods, max_tokens=max_tokens, on_progress=on_progress)
+    html_path = page.save(output)
+    json_path = page.save_json(output.with_suffix(".json"))
+    out.print(
+        f"Wrote the {' and '.join(methods)} of {n} tokens to {html_path} and {json_path}.", highlight=False
+    )
 
 
 @app.command()
@@ -125,6 +194,7 @@ def analyze(
             help="Query tokens sampled per segment for the head distances (seeded); 0 = every token.",
         ),
     ] = 8,
+    weights: WeightsOption = "attention",
 ) -> None:
     """Per-head statistics, pattern labels and head clustering over CORPUS, written as an HTML report."""
     from bertology.analyze import analyze_corpus, save_analysis
@@ -141,6 +211,7 @@ def analyze(
             batch_size=batch_size,
             js_tokens_per_segment=js_tokens or None,
             corpus_format=corpus_format,
+            weights=weights,  # type: ignore[arg-type]
             on_progress=on_progress,
         )
     if analysis.truncated_segments:
@@ -153,6 +224,98 @@ def analyze(
     out.print(
         f"Analysed {analysis.segments} segments in {analysis.seconds:.1f} s. Wrote {report}, "
         f"{output / 'heads.csv'}, {output / 'head_distances.csv'} and the plots in {output / 'plots'}.",
+        highlight=False,
+    )
+
+
+def _ablation_of(name: str, side: str, task_dir: Path, max_dev: int) -> AblationResult | str:
+    """Model ``name``'s single-head ablation on the task, or why it has none (not a fine-tuned classifier)."""
+    from bertology.comparison import single_head_ablation
+    from bertology.errors import BertologyError
+    from bertology.models import load_model
+
+    try:
+        classifier = load_model(name, classifier=True)
+    except BertologyError as error:
+        return str(error)
+    with _progress(f"Ablating the heads of model {side}", None) as on_progress:
+        return single_head_ablation(classifier, task_dir, max_dev=max_dev or None, progress=on_progress)
+
+
+@app.command()
+def compare(
+    model_a: Annotated[str, typer.Argument(help="'default', a hub name, a model folder or a run folder.")],
+    model_b: Annotated[str, typer.Argument(help="The model to compare with, e.g. MODEL_A's fine-tuned run.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Folder for report.html, CSV, JSON, plots.")],
+    corpus: Annotated[
+        Path, typer.Option("--corpus", help="Plain text, .jsonl or .conllu file both models read.")
+    ] = Path("examples/corpus.txt"),
+    task_dir: Annotated[
+        Path | None, typer.Option("--task", help="GLUE-style task folder: also ablate each head of both.")
+    ] = None,
+    text: Annotated[
+        str | None, typer.Option("--text", help="Input of the side-by-side views (default: first segment).")
+    ] = None,
+    limit: Annotated[int | None, typer.Option("--limit", help="Compare at most this many segments.")] = None,
+    max_dev: Annotated[int, typer.Option("--max-dev", help="Dev examples scored for --task (0: all).")] = 100,
+    max_len: Annotated[
+        int, typer.Option("--max-len", help="Tokens per segment, special tokens included.")
+    ] = 128,
+    seed: Annotated[int, typer.Option("--seed", help="Seed for the sampled query tokens.")] = 0,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Segments per forward pass.")] = 16,
+    js_tokens: Annotated[
+        int, typer.Option("--js-tokens", help="Query tokens sampled per segment for the distances; 0 = all.")
+    ] = 8,
+    top: Annotated[int, typer.Option("--top", help="Most changed heads listed.")] = 10,
+    weights: WeightsOption = "attention",
+) -> None:
+    """Compare two models head by head: statistics, labels and confidence side by side, heads matched by JS
+    distance, both models' head views of one input and, with --task, both ablation pictures."""
+    from bertology.comparison import compare_models, first_segment
+    from bertology.models import load_model
+    from bertology.report.comparison import write_comparison_report
+    from bertology.views import head_view
+
+    loaded_a, loaded_b = load_model(model_a), load_model(model_b)
+    with _progress("Comparing segments", limit) as on_progress:
+        comparison = compare_models(
+            loaded_a,
+            loaded_b,
+            corpus,
+            max_length=max_len,
+            limit=limit,
+            seed=seed,
+            batch_size=batch_size,
+            js_tokens_per_segment=js_tokens or None,
+            weights=weights,  # type: ignore[arg-type]
+            on_progress=on_progress,
+        )
+    segment = None if text is not None else first_segment(corpus, loaded_a, max_length=max_len)
+    texts = (text, None) if segment is None else (segment.text_a, segment.text_b)
+    views = (
+        head_view(*texts, model=loaded_a, weights=weights),
+        head_view(*texts, model=loaded_b, weights=weights),
+    )
+    ablations = None
+    if task_dir is not None:
+        ablations = (
+            _ablation_of(model_a, "A", task_dir, max_dev),
+            _ablation_of(model_b, "B", task_dir, max_dev),
+        )
+    shown = " ‖ ".join(part if isinstance(part, str) else " ".join(part) for part in texts if part)
+    report = write_comparison_report(
+        comparison, output, views=views, input_text=shown, ablations=ablations, top=top
+    )
+    pairs = comparison.most_changed(3)
+    changed = ", ".join(
+        f"{int(row.layer_a)}-{int(row.head_a)} → {int(row.layer_b)}-{int(row.head_b)} ({row.distance:.3f})"
+        for row in pairs.itertuples()
+    )
+    out.print(
+        f"Compared {comparison.a.segments} segments at the {comparison.level} level in "
+        f"{comparison.seconds:.1f} s; most changed heads: {changed}. Wrote {report}, "
+        f"{output / 'views.html'}, {output / 'comparison.csv'}, {output / 'comparison.json'} and the plots "
+        f"in {output / 'plots'}.",
         highlight=False,
     )
 

@@ -53,14 +53,25 @@ class Recorder:
         kept (streaming statistics: the layer's buffer is freed for the next layer).
     keep_graph: keep ``probs`` attached to the autograd graph (not detached), so gradients of a loss
         with respect to the attention weights can be taken (``torch.autograd.grad(loss, probs)``).
+    weighting: if set, what is recorded (or consumed) instead of the softmax output:
+        ``weighting(call, probs, value)`` with ``call`` the number of attention calls recorded before this
+        one and ``value`` [batch, heads, key, head_dim], returning [batch, heads, query, key]
+        (e.g. :class:`bertology.analysis.norms.NormWeighting`).
     """
 
     keep_qk: bool = False
     consume: Callable[[torch.Tensor], None] | None = None
     keep_graph: bool = False
+    weighting: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor] | None = None
     calls: list[AttentionCall] = field(default_factory=list)
+    seen: int = 0
 
-    def record(self, probs: torch.Tensor, query: torch.Tensor, key: torch.Tensor, scaling: float) -> None:
+    def record(
+        self, probs: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float
+    ) -> None:
+        if self.weighting is not None:
+            probs = self.weighting(self.seen, probs.detach(), value.detach())
+        self.seen += 1
         if self.consume is not None:
             self.consume(probs.detach())
             return
@@ -80,12 +91,15 @@ _active: ContextVar[Recorder | None] = ContextVar("bertology_recorder", default=
 
 @contextmanager
 def recording(
-    keep_qk: bool = False, consume: Callable[[torch.Tensor], None] | None = None, keep_graph: bool = False
+    keep_qk: bool = False,
+    consume: Callable[[torch.Tensor], None] | None = None,
+    keep_graph: bool = False,
+    weighting: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
 ) -> Iterator[Recorder]:
     """Record every attention call made in this context (this thread / task) until the block ends
     (``consume``: stream each layer's probs to it instead; ``keep_graph``: keep them differentiable;
-    see :class:`Recorder`)."""
-    recorder = Recorder(keep_qk=keep_qk, consume=consume, keep_graph=keep_graph)
+    ``weighting``: record other weights than the softmax output; see :class:`Recorder`)."""
+    recorder = Recorder(keep_qk=keep_qk, consume=consume, keep_graph=keep_graph, weighting=weighting)
     token = _active.set(recorder)
     try:
         yield recorder
@@ -207,7 +221,7 @@ def capture_attention(
     )
     recorder = _active.get()
     if recorder is not None:
-        recorder.record(probs, query, key, effective_scaling)
+        recorder.record(probs, query, key, value, effective_scaling)
     gates = _gates.get()
     if gates is not None:
         output = gates.apply(module, output)

@@ -12,6 +12,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import torch
 from transformers import (
@@ -43,7 +44,15 @@ SUPPORTED_ARCHITECTURES: dict[str, str] = {
     "albert": "ALBERT",
     "distilbert": "DistilBERT",
     "electra": "ELECTRA",
+    "bart": "BART",
+    "t5": "T5",
+    "gpt2": "GPT-2",
 }
+
+ModelKind = Literal["encoder", "encoder-decoder", "decoder"]
+#: Supported architectures that are not encoders: encoder-decoders (loaded bare, with ``AutoModel``, so
+#: they take decoder inputs) and decoder-only language models (causal self-attention).
+_KINDS: dict[str, ModelKind] = {"bart": "encoder-decoder", "t5": "encoder-decoder", "gpt2": "decoder"}
 
 #: Architectures whose position ids start after the padding index, so they take fewer tokens
 #: than ``max_position_embeddings``.
@@ -77,6 +86,11 @@ class LoadedModel:
     @property
     def model_type(self) -> str:
         return self.model.config.model_type
+
+    @property
+    def kind(self) -> ModelKind:
+        """The model's kind: "encoder" (BERT family), "encoder-decoder" (BART, T5) or "decoder" (GPT-2)."""
+        return _KINDS.get(self.model_type, "encoder")
 
     @property
     def num_layers(self) -> int:
@@ -193,6 +207,7 @@ def load_model(
     _check_supported(config.model_type, label)
     auto_class = AutoModelForSequenceClassification if classifier else AutoModel
     if classifier:
+        _require_encoder_type(config.model_type, label, "A sequence classifier (finetune, ablate, explain)")
         _classifier_config(config, label, labels)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
@@ -219,7 +234,41 @@ def wrap_model(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, name:
     model.eval()
     route_attention_through_capture(model)
     tokenizer.padding_side = "right"
+    if tokenizer.pad_token is None:  # GPT-2: batches pad with end-of-text, masked out like any padding
+        tokenizer.pad_token = tokenizer.eos_token
     return LoadedModel(name=name, model=model, tokenizer=tokenizer)
+
+
+def require_encoder(loaded: LoadedModel, what: str) -> None:
+    """Refuse ``what`` (e.g. "Probing") for a model that is not an encoder of the BERT family.
+
+    Raises:
+        BertologyError: ``loaded`` is an encoder-decoder or decoder-only model.
+    """
+    _require_encoder_type(loaded.model_type, loaded.name, what)
+
+
+def _require_encoder_type(model_type: str, label: str, what: str) -> None:
+    kind = _KINDS.get(model_type, "encoder")
+    if kind != "encoder":
+        raise BertologyError(
+            f"{what} works on encoder models (BERT family) only; '{label}' is a {kind} "
+            f"{SUPPORTED_ARCHITECTURES[model_type]} model."
+        )
+
+
+def require_pair_template(loaded: LoadedModel) -> None:
+    """Refuse a text pair for a model whose tokenizer adds nothing between two texts (GPT-2: they would
+    run together as one text).
+
+    Raises:
+        BertologyError: the tokenizer has no pair template.
+    """
+    if loaded.tokenizer.num_special_tokens_to_add(pair=True) == 0:
+        raise BertologyError(
+            f"'{loaded.name}' has no template for a pair of texts (its tokenizer would run them together); "
+            "give one text."
+        )
 
 
 def resolve_model(model: LoadedModel | str | Path | None) -> LoadedModel:

@@ -33,6 +33,45 @@ _TINY = 1e-30
 _BLOCK_HEADS = 24
 
 
+def _default_chunk(rows: torch.Tensor) -> int:
+    """Scratch buffer size in elements: ``2**18`` on the CPU (stays in cache), ``2**24`` on a GPU."""
+    return 2**18 if rows.device.type == "cpu" else 2**24
+
+
+def _row_terms(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(rows as float32 raised to :data:`_TINY`, ``sum p ln p`` [G] and ``sum p`` [G], both float64)."""
+    rows = rows.float().clamp_min(_TINY)
+    return (
+        rows,
+        torch.special.xlogy(rows, rows).sum(-1, dtype=torch.float64),
+        rows.sum(-1, dtype=torch.float64),
+    )
+
+
+def _mixed_block(
+    left: torch.Tensor, right: torch.Tensor, sums: torch.Tensor, logs: torch.Tensor
+) -> torch.Tensor:
+    """``[len(left), len(right)]`` float64 ``sum s ln s`` over the columns, ``s = left_i + right_j``;
+    ``sums`` and ``logs`` are scratch buffers of at least that many rows and ``left``'s columns."""
+    used = left.shape[1]
+    pair_sums = sums[: len(left), : len(right), :used]
+    torch.add(left[:, None, :], right[None, :, :], out=pair_sums)
+    pair_logs = torch.log(pair_sums, out=logs[: len(left), : len(right), :used])
+    return pair_logs.mul_(pair_sums).sum(-1).double()  # float32 within a chunk, float64 across
+
+
+def _js_from_terms(
+    mixed: torch.Tensor,
+    entropy_left: torch.Tensor,
+    totals_left: torch.Tensor,
+    entropy_right: torch.Tensor,
+    totals_right: torch.Tensor,
+) -> torch.Tensor:
+    """``JS = (sum p ln p + sum q ln q) / 2 - sum s ln s / 2 + ln 2 * (sum p + sum q) / 2`` for every pair."""
+    halves = (entropy_left[:, None] + entropy_right[None, :]) / 2
+    return halves - mixed / 2 + math.log(2) * (totals_left[:, None] + totals_right[None, :]) / 2
+
+
 def js_divergence_sums(rows: torch.Tensor, *, chunk_elements: int | None = None) -> torch.Tensor:
     """``[G, G]`` float64: for every pair of heads, the sum over tokens of ``JS(p_i(t), p_j(t))`` in nats.
 
@@ -48,11 +87,8 @@ def js_divergence_sums(rows: torch.Tensor, *, chunk_elements: int | None = None)
     computed in blocks of heads and columns into preallocated buffers. Runs on ``rows``' device.
     """
     heads, width = rows.shape
-    if chunk_elements is None:
-        chunk_elements = 2**18 if rows.device.type == "cpu" else 2**24
-    rows = rows.float().clamp_min(_TINY)
-    entropy_terms = torch.special.xlogy(rows, rows).sum(-1, dtype=torch.float64)  # sum p ln p, [G]
-    totals = rows.sum(-1, dtype=torch.float64)  # sum p = number of tokens, [G]
+    chunk_elements = chunk_elements or _default_chunk(rows)
+    rows, entropy_terms, totals = _row_terms(rows)
     block = min(heads, _BLOCK_HEADS)
     columns = min(width, max(1, chunk_elements // (block * block)))
     pair_sums = rows.new_empty(block, block, columns)
@@ -60,21 +96,52 @@ def js_divergence_sums(rows: torch.Tensor, *, chunk_elements: int | None = None)
     mixed = torch.zeros(heads, heads, dtype=torch.float64, device=rows.device)  # sum s ln s
     for start in range(0, width, columns):
         part = rows[:, start : start + columns]
-        used = part.shape[1]
         for i in range(0, heads, block):
             left = part[i : i + block]
             for j in range(i, heads, block):
-                right = part[j : j + block]
-                sums = pair_sums[: len(left), : len(right), :used]
-                torch.add(left[:, None, :], right[None, :, :], out=sums)
-                logs = torch.log(sums, out=pair_logs[: len(left), : len(right), :used])
-                term = logs.mul_(sums).sum(-1).double()  # float32 within a chunk, float64 across
+                term = _mixed_block(left, part[j : j + block], pair_sums, pair_logs)
                 mixed[i : i + block, j : j + block] += term
                 if j != i:
                     mixed[j : j + block, i : i + block] += term.T
-    halves = (entropy_terms[:, None] + entropy_terms[None, :]) / 2
-    js = halves - mixed / 2 + math.log(2) * (totals[:, None] + totals[None, :]) / 2
+    js = _js_from_terms(mixed, entropy_terms, totals, entropy_terms, totals)
     return js.fill_diagonal_(0.0)
+
+
+def js_cross_sums(
+    left: torch.Tensor, right: torch.Tensor, *, chunk_elements: int | None = None
+) -> torch.Tensor:
+    """``[Ga, Gb]`` float64: for every head ``a`` of one model and ``b`` of another, the sum over tokens of
+    ``JS(p_a(t), q_b(t))`` in nats (at least 0), computed as in :func:`js_divergence_sums`.
+
+    left: [Ga, M], right: [Gb, M] float, each head's attention rows on the same inputs laid end to end;
+        the columns of the two must line up (the same query tokens and keys, in the same order).
+    chunk_elements: as in :func:`js_divergence_sums`.
+
+    Raises:
+        BertologyError: the two have different numbers of columns.
+    """
+    if left.shape[1] != right.shape[1]:
+        raise BertologyError(
+            f"Cross distances need rows over the same tokens, but got {left.shape[1]} and {right.shape[1]} "
+            "columns."
+        )
+    chunk_elements = chunk_elements or _default_chunk(left)
+    left, entropy_left, totals_left = _row_terms(left)
+    right, entropy_right, totals_right = _row_terms(right)
+    block = min(max(len(left), len(right)), _BLOCK_HEADS)
+    columns = min(left.shape[1], max(1, chunk_elements // (block * block)))
+    pair_sums = left.new_empty(block, block, columns)
+    pair_logs = torch.empty_like(pair_sums)
+    mixed = torch.zeros(len(left), len(right), dtype=torch.float64, device=left.device)
+    for start in range(0, left.shape[1], columns):
+        part_right = right[:, start : start + columns]
+        for i in range(0, len(left), block):
+            part_left = left[i : i + block, start : start + columns]
+            for j in range(0, len(right), block):
+                mixed[i : i + block, j : j + block] += _mixed_block(
+                    part_left, part_right[j : j + block], pair_sums, pair_logs
+                )
+    return _js_from_terms(mixed, entropy_left, totals_left, entropy_right, totals_right).clamp_min_(0.0)
 
 
 @dataclass

@@ -19,8 +19,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from bertology.anatomy import layer_modules
 from bertology.hook import HeadGates
-from bertology.interventions.anatomy import layer_modules
 from bertology.models import LoadedModel
 
 

@@ -26,10 +26,10 @@ from safetensors.torch import load_file
 from torch import nn
 from transformers import PretrainedConfig, PreTrainedModel
 
+from bertology.anatomy import AttentionParts, attention_parts, shares_layers
 from bertology.classify import accuracy, predict_logits
 from bertology.errors import BertologyError
 from bertology.hook import KEPT_HEADS
-from bertology.interventions.anatomy import AttentionParts, attention_parts, shares_layers
 from bertology.interventions.data import Batch, LabelledTexts, batches, eval_mode
 from bertology.interventions.gates import HeadSelection, heads_by_layer
 from bertology.models import PRUNED_HEADS_KEY, RUN_MODEL_FOLDER, LoadedModel, wrap_model

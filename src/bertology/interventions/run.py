@@ -21,7 +21,7 @@ from bertology.interventions.curves import pruning_curve, removal_counts
 from bertology.interventions.data import LabelledTexts
 from bertology.interventions.importance import HeadImportance, head_importance
 from bertology.interventions.pruning import PruningOutcome, prune_and_measure, save_model
-from bertology.models import LoadedModel
+from bertology.models import LoadedModel, require_encoder
 from bertology.readers.glue import read_glue
 
 #: ``progress(stage, done, total)``: a stage's name, and how many of its ``total`` steps are done.
@@ -106,6 +106,7 @@ def run_ablation(
         raise BertologyError(
             f"The share of heads to prune must be at least 0 and below 1, not {prune_fraction}."
         )
+    require_encoder(loaded, "Head ablation")
     started = time.perf_counter()
     task = read_glue(task_dir, max_dev=max_dev)
     data = LabelledTexts.of_split(loaded, task, task.dev)

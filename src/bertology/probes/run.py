@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bertology.errors import BertologyError
-from bertology.models import LoadedModel
+from bertology.models import LoadedModel, require_encoder
 from bertology.probes.coreference import CorefProbe, probe_coreference, with_heads
 from bertology.probes.data import iter_word_attention
 from bertology.probes.dependency import DependencyAccumulator, DependencyProbe
@@ -67,6 +67,7 @@ def probe_dependencies(
     Raises:
         BertologyError: unreadable treebank, or no sentence fits the model.
     """
+    require_encoder(loaded, "Dependency probing")
     start = time.perf_counter()
     sentences = itertools.islice(read_treebank(path, treebank_format), limit)
     accumulator = DependencyAccumulator()
@@ -134,6 +135,7 @@ def train_and_evaluate_parser(
     """Train the attention-only parser on ``train`` and report UAS (no punctuation) on ``evaluation``
     beside the right-branching and best-single-head baselines."""
     check_decode(decode)  # before the training, not after it
+    require_encoder(loaded, "The attention parser")
     start = time.perf_counter()
 
     def examples(path: str | Path, limit: int | None) -> Iterator[tuple[Sentence, WordAttention]]:
@@ -167,6 +169,7 @@ def run_coreference(
         breaks and mention head words; without it each document is one sentence and a mention's head
         word is its last word.
     """
+    require_encoder(loaded, "Coreference probing")
     start = time.perf_counter()
     documents = read_coref(path, coref_format)
     pairs = with_heads(documents, read_treebank(treebank)) if treebank is not None else documents
@@ -186,6 +189,7 @@ def run_gap(
     path: str | Path, loaded: LoadedModel, *, limit: int | None = None
 ) -> tuple[GapProbe, dict[str, str | int | float]]:
     """Per head, how often a GAP pronoun attends more to the right name than to the other one."""
+    require_encoder(loaded, "The GAP probe")
     start = time.perf_counter()
     probe = probe_gap(read_gap(path), loaded, limit=limit)
     summary: dict[str, str | int | float] = {

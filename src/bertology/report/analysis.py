@@ -22,6 +22,7 @@ import numpy as np
 
 from bertology.analysis import distances as distances_module
 from bertology.analysis import patterns as patterns_module
+from bertology.analysis.norms import WEIGHT_DESCRIPTIONS
 from bertology.analysis.patterns import PATTERN_DESCRIPTIONS, HeadPatterns, label_heads
 from bertology.errors import BertologyError
 from bertology.report import page, plots
@@ -99,7 +100,7 @@ def closest_pairs(distances: HeadDistances, labels: np.ndarray, count: int = CLO
 
 
 @dataclass
-class _Figures:
+class Figures:
     """Saves each figure as ``directory/<name>.png`` and returns it as an inline page figure."""
 
     directory: Path
@@ -153,6 +154,11 @@ def _header(surface: HeadTable, meta: Mapping[str, str | int | float]) -> list[M
             }
         ),
         page.paragraph(numbering, class_="muted"),
+        *(
+            [page.paragraph(f"Every statistic below is measured on the {WEIGHT_DESCRIPTIONS['norm']}.")]
+            if meta.get("weights") == "norm"
+            else []
+        ),
     ]
 
 
@@ -167,7 +173,7 @@ def _undefined_note(surface: HeadTable, names: tuple[str, ...]) -> str:
     )
 
 
-def _statistic_sections(surface: HeadTable, figures: _Figures) -> list[Section]:
+def _statistic_sections(surface: HeadTable, figures: Figures) -> list[Section]:
     heatmaps = figures.embed(
         "surface_heatmaps",
         plots.heatmaps(surface, HEATMAP_STATISTICS),
@@ -204,7 +210,7 @@ def _statistic_sections(surface: HeadTable, figures: _Figures) -> list[Section]:
     ]
 
 
-def _head_map_section(patterns: HeadPatterns, mds: np.ndarray, figures: _Figures) -> Section:
+def _head_map_section(patterns: HeadPatterns, mds: np.ndarray, figures: Figures) -> Section:
     head_map = figures.embed(
         "head_map",
         plots.head_map(mds, patterns.labels),
@@ -353,7 +359,7 @@ def write_analysis_report(
     example links.
     """
     _check_inputs(surface, patterns, distances, mds, examples)
-    figures = _Figures(Path(outdir) / "plots", dpi)
+    figures = Figures(Path(outdir) / "plots", dpi)
     figures.directory.mkdir(parents=True, exist_ok=True)
     sections = [
         *_statistic_sections(surface, figures),

@@ -56,7 +56,7 @@ def attention_answer(
             f"That is {values} attention values ({len(layers)} layers x {len(heads)} heads x {n} x {n} "
             f"tokens); one answer carries at most {max_values}: ask for one layer or one head.",
         )
-    attention = capture(request.text, request.text_b, model=loaded)
+    attention = capture(request.text, request.text_b, model=loaded, weights=request.weights)
     chosen = attention.probs[np.ix_(layers, heads)]
     return {
         "model": loaded.name,
@@ -72,7 +72,12 @@ def statistics_answer(loaded: LoadedModel, request: InputRequest, *, max_tokens:
     """The corpus statistics of :mod:`bertology.stats.surface` and the pattern scores and labels of
     :mod:`bertology.analysis.patterns`, over this one input (a corpus of one segment)."""
     check_length(loaded, request, max_tokens)
-    batch = capture_batch([request.text], None if request.text_b is None else [request.text_b], model=loaded)
+    batch = capture_batch(
+        [request.text],
+        None if request.text_b is None else [request.text_b],
+        model=loaded,
+        weights=request.weights,
+    )
     special = SpecialTokens.of(loaded)
     surface, patterns = SurfaceAccumulator(special), PatternAccumulator(special)
     surface.update(batch)
@@ -102,5 +107,6 @@ def view_page(loaded: LoadedModel, request: ViewRequest, *, max_tokens: int) -> 
         head=request.head,
         query=request.query,
         theme=request.theme,
+        weights=request.weights,
     )
     return view.html

@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from bertology.analysis.norms import WEIGHTS
 from bertology.views import VIEW_KINDS
 
 PerHead = list[list[float | None]]
@@ -24,6 +25,11 @@ class InputRequest(BaseModel):
     text: str = Field(min_length=1, description="The text (text A of a pair).")
     text_b: str | None = Field(None, min_length=1, description="Optional second text (text B of a pair).")
     model: str | None = Field(None, description="A model name from /api/models (default: the first one).")
+    weights: Literal[WEIGHTS] = Field(  # type: ignore[valid-type]
+        "attention",
+        description="attention: the softmax weights; norm: norm-based weights ||a f(x)|| (Kobayashi et al. "
+        "2020), rows normalised to sum to 1 (not for the neuron view).",
+    )
 
 
 class AttentionRequest(InputRequest):
@@ -59,7 +65,8 @@ class AttentionAnswer(BaseModel):
     layers: list[int] = Field(description="The layers in ``attention``, in order.")
     heads: list[int] = Field(description="The heads in ``attention``, in order.")
     attention: list[list[list[list[float]]]] = Field(
-        description="[layers][heads][query][key] softmax probabilities, rounded to 6 decimals."
+        description="[layers][heads][query][key] attention weights (as requested: softmax or norm-based), "
+        "rounded to 6 decimals."
     )
 
 

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from bertology.analysis.norms import Weights
 from bertology.capture import Attention, capture
+from bertology.capture_seq2seq import AttentionSetName, Seq2SeqAttention, capture_seq2seq
+from bertology.errors import BertologyError
 from bertology.inputs import Text
-from bertology.models import LoadedModel
-from bertology.views.build import VIEW_KINDS, Theme, ViewKind, view_data
+from bertology.models import LoadedModel, require_pair_template, resolve_model
+from bertology.views.build import VIEW_KINDS, Theme, ViewKind, seq2seq_view_data, view_data
 from bertology.views.page import render_page
 
-__all__ = ["VIEW_KINDS", "View", "head_view", "model_view", "neuron_view", "render_view"]
+__all__ = ["VIEW_KINDS", "View", "head_view", "model_view", "neuron_view", "render_view", "seq2seq_view"]
 
 _TITLES = {"head": "Head view", "model": "Model view", "neuron": "Neuron view"}
 
@@ -27,8 +31,22 @@ class View:
     data: dict[str, Any]
 
     @property
+    def heading(self) -> str:
+        """What the page shows, e.g. "Head view"."""
+        return _TITLES[self.kind]
+
+    @property
     def title(self) -> str:
-        return f"{_TITLES[self.kind]} · {self.data['model']}"
+        weights = " · norm-based weights" if self.data.get("weights") == "norm" else ""
+        return f"{self.heading} · {self.data['model']}{weights}"
+
+    @property
+    def token_count(self) -> str:
+        """How many tokens the view shows, in words: "19 tokens" or "9 source and 20 target tokens"."""
+        sets = {entry["name"]: entry for entry in self.data.get("attentionSets", [])}
+        if "cross" in sets:
+            return f"{len(sets['cross']['keyTokens'])} source and {sets['cross']['n']} target tokens"
+        return f"{self.data['n']} tokens"
 
     @cached_property
     def html(self) -> str:
@@ -58,12 +76,66 @@ def render_view(
     head: int = 0,
     query: int = 0,
     theme: Theme = "light",
+    weights: Weights = "attention",
+    head_names: Sequence[str] | None = None,
+    target: str | None = None,
+    attention_set: AttentionSetName = "cross",
 ) -> View:
-    """Build a view from a captured :class:`Attention`, or capture ``source`` (and ``text_b``) first."""
-    attention = (
-        source if isinstance(source, Attention) else capture(source, text_b, model=model, qk=kind == "neuron")
-    )
-    return View(kind, view_data(attention, kind, layer=layer, head=head, query=query, theme=theme))
+    """Build a view from a captured :class:`Attention`, or capture ``source`` (and ``text_b``) first.
+
+    weights: when capturing, show the softmax output (``"attention"``) or the norm-based weights
+    (``"norm"``, :mod:`bertology.analysis.norms`; head and model views).
+    head_names: labels shown instead of the head numbers (one per head).
+    A decoder-only model's attention is drawn as causal. An encoder-decoder model takes ``source`` and
+    ``target`` texts and shows ``attention_set`` first (see :func:`seq2seq_view`).
+    """
+    if isinstance(source, Attention):
+        attention = source
+    else:
+        loaded = resolve_model(model)
+        if loaded.kind == "encoder-decoder":
+            if text_b is not None:
+                raise BertologyError(
+                    "An encoder-decoder model takes a source and a target, not a pair of texts."
+                )
+            text = source if isinstance(source, str) else " ".join(source)
+            return seq2seq_view(
+                text, target, kind=kind, attention_set=attention_set, model=loaded, layer=layer, theme=theme
+            )
+        if target is not None:
+            raise BertologyError(
+                f"A target text is for encoder-decoder models; '{loaded.name}' is a {loaded.kind} model."
+            )
+        if text_b is not None:
+            require_pair_template(loaded)
+        attention = capture(source, text_b, model=loaded, qk=kind == "neuron", weights=weights)
+    data = view_data(attention, kind, layer=layer, head=head, query=query, theme=theme, head_names=head_names)
+    return View(kind, data)
+
+
+def seq2seq_view(
+    source: Seq2SeqAttention | str,
+    target: str | None = None,
+    *,
+    kind: ViewKind = "head",
+    attention_set: AttentionSetName = "cross",
+    model: LoadedModel | str | Path | None = None,
+    layer: int = 0,
+    theme: Theme = "light",
+) -> View:
+    """The head or model view of an encoder-decoder model (BART, T5) for ``source`` and ``target`` (or an
+    already captured :class:`Seq2SeqAttention`), with a selector over encoder self-attention, decoder
+    self-attention and cross-attention; ``attention_set`` is the one shown first."""
+    if isinstance(source, Seq2SeqAttention):
+        attention = source
+    elif target is None:
+        raise BertologyError(
+            "An encoder-decoder model needs a target text as well as the source text (view: --target)."
+        )
+    else:
+        attention = capture_seq2seq(source, target, model=model)
+    data = seq2seq_view_data(attention, kind, attention_set=attention_set, layer=layer, theme=theme)
+    return View(kind, data)
 
 
 def head_view(source: Attention | Text, text_b: Text | None = None, **options: Any) -> View:

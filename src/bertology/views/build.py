@@ -1,10 +1,15 @@
-"""Turn a captured :class:`~bertology.capture.Attention` into the data a view page draws."""
+"""Turn a captured :class:`~bertology.capture.Attention` (or an encoder-decoder's
+:class:`~bertology.capture_seq2seq.Seq2SeqAttention`) into the data a view page draws."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal
 
+import numpy as np
+
 from bertology.capture import Attention
+from bertology.capture_seq2seq import ATTENTION_SETS, AttentionSetName, Seq2SeqAttention
 from bertology.errors import BertologyError
 from bertology.views.payload import pack_attention, pack_float16
 
@@ -18,6 +23,18 @@ def _check_index(name: str, value: int, count: int, plural: str) -> None:
         raise BertologyError(f"{name} {value} does not exist; there are {count} {plural} (0 to {count - 1}).")
 
 
+def _head_names(names: Sequence[str], heads: int) -> list[str]:
+    if isinstance(names, str) or len(names) != heads:
+        raise BertologyError(f"Give one head name per head: {heads} names, not {len(names)}.")
+    return [str(name) for name in names]
+
+
+def is_causal(probs: np.ndarray) -> bool:
+    """True when no query attends to a later key: ``probs [layers, heads, n, n]`` is 0 above the diagonal
+    everywhere (a decoder's self-attention), so the page draws those cells as not attendable."""
+    return probs.shape[-1] > 1 and not np.triu(probs, k=1).any()
+
+
 def view_data(
     attention: Attention,
     kind: ViewKind,
@@ -26,11 +43,14 @@ def view_data(
     head: int = 0,
     query: int = 0,
     theme: Theme = "light",
+    head_names: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """The JSON-ready description of one view (the contract read by ``static/views.js``).
 
     Head and model views carry ``attention: [layers, heads, n, n]`` as 8-bit codes; the neuron view
     carries ``queries`` and ``keys: [layers, heads, n, head_dim]`` as float16 and per-layer ``scaling``.
+    head_names: one label per head (``headNames``), shown instead of the head numbers, e.g.
+        ``["attention", "rollout", "flow"]`` for a page whose "heads" are three kinds of map.
     """
     if kind not in VIEW_KINDS:
         raise BertologyError(f"Unknown view '{kind}'; choose one of {', '.join(VIEW_KINDS)}.")
@@ -51,8 +71,18 @@ def view_data(
         "head": head,
         "query": query,
         "theme": theme,
+        "weights": attention.weights,
     }
+    if head_names is not None:
+        data["headNames"] = _head_names(head_names, heads)
+    if kind != "neuron" and is_causal(attention.probs):
+        data["causal"] = True
     if kind == "neuron":
+        if attention.weights != "attention":
+            raise BertologyError(
+                "The neuron view shows how queries and keys make the softmax weights; show norm-based "
+                "weights in the head or model view."
+            )
         if attention.queries is None or attention.keys is None:
             raise BertologyError("The neuron view needs query and key vectors: capture with qk=True.")
         data["queries"] = pack_float16(attention.queries)
@@ -61,3 +91,65 @@ def view_data(
     else:
         data["attention"] = pack_attention(attention.probs)
     return data
+
+
+#: Selector labels of an encoder-decoder page's attention sets.
+ATTENTION_SET_LABELS: dict[AttentionSetName, str] = {
+    "encoder": "Encoder self-attention",
+    "decoder": "Decoder self-attention (causal)",
+    "cross": "Cross-attention (target → source)",
+}
+
+
+def _attention_set(attention: Seq2SeqAttention, name: AttentionSetName) -> dict[str, Any]:
+    """One entry of ``attentionSets``: its tokens (queries), ``keyTokens`` and ``attention`` codes."""
+    probs = attention.probs(name)
+    layers, heads, n, _ = probs.shape
+    tokens = attention.source_tokens if name == "encoder" else attention.target_tokens
+    entry: dict[str, Any] = {
+        "name": name,
+        "label": ATTENTION_SET_LABELS[name],
+        "tokens": tokens,
+        "segments": [0] * n,
+        "layers": layers,
+        "heads": heads,
+        "n": n,
+        "causal": name == "decoder",
+    }
+    if name == "cross":
+        entry["keyTokens"] = attention.source_tokens
+    entry["attention"] = pack_attention(probs)
+    return entry
+
+
+def seq2seq_view_data(
+    attention: Seq2SeqAttention,
+    kind: ViewKind,
+    *,
+    attention_set: AttentionSetName = "cross",
+    layer: int = 0,
+    theme: Theme = "light",
+) -> dict[str, Any]:
+    """The head or model view of an encoder-decoder model, with a selector over its attention sets.
+
+    The page data has ``attentionSets``: for encoder self-attention, decoder self-attention and
+    cross-attention each ``{name, label, tokens, segments, layers, heads, n, causal, attention}`` and,
+    for cross-attention, ``keyTokens`` (its ``attention`` is ``[layers, heads, n, len(keyTokens)]``:
+    rows = target tokens, columns = source tokens); ``attentionSet`` names the one shown first.
+    """
+    if kind not in ("head", "model"):
+        raise BertologyError(
+            f"The {kind} view is not available for encoder-decoder models; choose the head or model view."
+        )
+    layers = attention.probs(attention_set).shape[0]  # also refuses an unknown set
+    _check_index("Layer", layer, layers, f"{attention_set} layers")
+    return {
+        "view": kind,
+        "model": attention.model_name,
+        "layer": layer,
+        "head": 0,
+        "query": 0,
+        "theme": theme,
+        "attentionSet": attention_set,
+        "attentionSets": [_attention_set(attention, name) for name in ATTENTION_SETS],
+    }

@@ -59,6 +59,7 @@ function readInput() {
     model: $("model").value,
     text: $("text").value,
     text_b: textB.trim() === "" ? null : textB,
+    weights: $("weights").value,
   };
 }
 

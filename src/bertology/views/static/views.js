@@ -9,11 +9,13 @@
  *   html[data-theme]                  "light" | "dark"
  *   #bertology-root[data-view]        "head" | "model" | "neuron"
  *   body[data-ready]                  "1" once the first paint is done ("error" if the data is unusable)
+ *   #bt-attention <select>            attention set (pages with attentionSets: encoder-decoder models)
  *   #bt-layer  <select>               layer (head and neuron view)
  *   #bt-head   <select>               head (neuron view)
  *   #bt-query  <select>               query token (neuron view)
  *   #bt-filter <select>               all | AA | AB | BA | BB: segments of query -> key (head view, pairs only)
  *   #bt-heads                         head selector; .bt-swatch[data-head][aria-pressed] buttons
+ *   .bt-col-label                     model view column headers (head numbers, or data.headNames)
  *   #bt-canvas                        main canvas (head view lines, neuron view vectors)
  *   .bt-token[data-index][data-side]  token labels, data-side "left" (attending / query) or "right"
  *                                     (attended-to / key); .bt-active = shown, .bt-pinned = clicked
@@ -21,6 +23,13 @@
  *   #bt-detail, #bt-detail-canvas, #bt-detail-close   model view: enlarged head (inside .bt-overlay)
  *   #bt-theme, #bt-export-png, #bt-export-svg (head view)   buttons
  *   #bt-status                        error / status line
+ *
+ * Optional view data (head and model view): headNames [heads] labels shown instead of head numbers;
+ * keyTokens (and keySegments): the key tokens when they differ from the query tokens (cross-attention,
+ * attention [layers, heads, n, keyTokens.length], right column / thumbnail columns); causal: true draws
+ * later keys as not attendable (hatched thumbnails) and says "causal"; attentionSets: see below;
+ * weights: "norm" says the values are norm-based weights (bertology.analysis.norms), not softmax output;
+ * caption: a sentence shown under the toolbar (#bt-caption), e.g. how the values were normalised.
  *   watch page (#bertology-root[data-view="watch"]): #bt-step <input type=range> (record index),
  *   #bt-step-label, #bt-example <select>, #bt-mode <select> (head | model), #bt-example-text,
  *   #bt-report (facts, figures, tables); the head or model view of the chosen example below the bar
@@ -35,6 +44,7 @@
  *   setTheme("light" | "dark"), toggleTheme()
  *   pngDataUrl(), exportPng()         the current picture as a PNG data URL / as a download
  *   svgText(), exportSvg()            head view (and model view detail) as SVG text / download
+ *   setAttentionSet(name)             pages with attentionSets; state().attentionSet is the shown one
  *   watch page: view is "watch"; state().watch = {step, stepIndex, steps, example, mode};
  *   setStep(index), setExample(index), setMode("head" | "model"); the rest act on the shown view
  */
@@ -79,6 +89,10 @@
   const clamp = (value, low, high) => Math.min(high, Math.max(low, value));
   const range = (count) => Array.from({ length: count }, (_, i) => i);
   const headColour = (head) => HEAD_COLOURS[head % HEAD_COLOURS.length];
+  /** A head's label: its name from data.headNames, else its 0-based number. */
+  const headLabel = (data, head) => (data.headNames ? data.headNames[head] : String(head));
+  /** "head 3", or the head's name alone when the heads are named. */
+  const headCaption = (data, head) => (data.headNames ? data.headNames[head] : `head ${head}`);
   const sameToken = (a, b) => (a === b) || (a !== null && b !== null && a.side === b.side && a.index === b.index);
 
   /** Create an element. `text` becomes textContent; strings among children become text nodes. */
@@ -199,7 +213,7 @@
       expect("queries", [layers, heads, n, null]);
       expect("keys", [layers, heads, n, arrays.queries.shape[3]]);
     } else {
-      expect("attention", [layers, heads, n, n]);
+      expect("attention", [layers, heads, n, data.keyTokens.length]);
     }
   }
 
@@ -354,23 +368,24 @@
   /**
    * Call visit(i, j, code) for each line of `head` with code >= minCode that passes the focus (one
    * token's row or column), the segment filter and crosses the band.
-   * spec: {values, n, headCount, layer, heads, focus, filter, segments, band}.
+   * spec: {values, n, m, headCount, layer, heads, focus, filter, segments, keySegments, band}
+   * (n query rows, m key rows: values is [layers, heads, n, m]).
    */
   function visitLines(spec, head, minCode, visit) {
-    const { values, n, focus, segments, filter } = spec;
-    const base = (spec.layer * spec.headCount + head) * n * n;
+    const { values, n, m, focus, segments, keySegments, filter } = spec;
+    const base = (spec.layer * spec.headCount + head) * n * m;
     const [rowFrom, rowTo] = focus && focus.side === "left" ? [focus.index, focus.index + 1] : [0, n];
-    const [colFrom, colTo] = focus && focus.side === "right" ? [focus.index, focus.index + 1] : [0, n];
-    const [first, end] = rowsInBand(spec.band, n);
+    const [colFrom, colTo] = focus && focus.side === "right" ? [focus.index, focus.index + 1] : [0, m];
+    const [first, end] = rowsInBand(spec.band, Math.max(n, m));
     for (let i = rowFrom; i < rowTo; i++) {
       if (filter.query !== null && segments[i] !== filter.query) continue;
       // A line from above the band must end at or below its top, one from below at or above its bottom.
       const from = i < first ? Math.max(colFrom, first) : colFrom;
       const to = i >= end ? Math.min(colTo, end) : colTo;
-      const offset = base + i * n;
+      const offset = base + i * m;
       for (let j = from; j < to; j++) {
         const code = values[offset + j];
-        if (code < minCode || (filter.key !== null && segments[j] !== filter.key)) continue;
+        if (code < minCode || (filter.key !== null && keySegments[j] !== filter.key)) continue;
         visit(i, j, code);
       }
     }
@@ -471,25 +486,30 @@
   }
 
   /**
+   * Left column: the query tokens; right column: the key tokens (the same tokens for self-attention, the
+   * source tokens for cross-attention). The lane is as tall as the longer column.
    * The canvas sits in a "lane" as tall as all rows and sticks to the top of the scrolled area, so it
    * is never taller than the viewport; prepare() says which band of rows it shows, and a scroll or a
    * resize asks for a redraw (onViewport).
    */
   class TokenTable {
     /**
-     * options: {tokens, segments, canvasId, headers: {left, right}, onHover(token | null), onClick(token),
-     * onViewport()}
+     * options: {tokens, segments, keyTokens?, keySegments?, canvasId, headers: {left, right},
+     * onHover(token | null), onClick(token), onViewport()}
      */
     constructor(options) {
-      this.tokens = options.tokens;
-      this.labels = options.tokens.map(displayToken);
-      this.segments = options.segments;
+      const keyTokens = options.keyTokens || options.tokens;
+      const keySegments = options.keySegments || options.segments;
+      this.sides = {
+        left: { tokens: options.tokens, segments: options.segments, labels: options.tokens.map(displayToken) },
+        right: { tokens: keyTokens, segments: keySegments, labels: keyTokens.map(displayToken) },
+      };
       this.headers = options.headers;
       this.columnLabels = [];
       this.active = null;
       this.canvas = el("canvas", { id: options.canvasId, class: "bt-canvas" });
       this.left = tokenColumn(options.tokens, options.segments, "left");
-      this.right = tokenColumn(options.tokens, options.segments, "right");
+      this.right = tokenColumn(keyTokens, keySegments, "right");
       this.headerCentre = el("div", { class: "bt-th-center" });
       this.lane = el("div", { class: "bt-lane", style: { height: `${this.height}px` } }, [this.canvas]);
       const table = el("div", { class: "bt-table" }, [
@@ -526,7 +546,7 @@
     }
 
     get height() {
-      return this.tokens.length * ROW;
+      return Math.max(this.sides.left.tokens.length, this.sides.right.tokens.length) * ROW;
     }
 
     /** Size the canvas for the rows in view; returns {ctx (in row coordinates), band: {top, bottom}}. */
@@ -563,8 +583,9 @@
     /** Geometry of the exported picture for a canvas body `bodyWidth` px wide. */
     exportLayout(bodyWidth, caption, colours) {
       const ctx = measureContext(colours);
-      const fitted = this.labels.map((label) => fitText(ctx, label, LABEL_MAX));
-      const widths = fitted.map((label) => ctx.measureText(label).width);
+      const fit = (side) => this.sides[side].labels.map((label) => fitText(ctx, label, LABEL_MAX));
+      const fitted = { left: fit("left"), right: fit("right") };
+      const widths = [...fitted.left, ...fitted.right].map((label) => ctx.measureText(label).width);
       ctx.font = canvasFont(colours, 11);
       widths.push(ctx.measureText(this.headers.left).width, ctx.measureText(this.headers.right).width);
       ctx.font = canvasFont(colours, 13, "600");
@@ -608,13 +629,14 @@
       ];
       for (const { side, x, align, boxX } of sides) {
         ctx.textAlign = align;
-        layout.fitted.forEach((label, index) => {
+        const { segments } = this.sides[side];
+        layout.fitted[side].forEach((label, index) => {
           const y = layout.top + rowCentre(index);
           if (this.active && this.active.side === side && this.active.index === index) {
             ctx.fillStyle = colours.highlight;
             ctx.fillRect(boxX, y - ROW / 2, layout.column, ROW);
           }
-          ctx.fillStyle = this.segments[index] === 1 ? colours.accent : colours.fg;
+          ctx.fillStyle = segments[index] === 1 ? colours.accent : colours.fg;
           ctx.fillText(label, x, y);
         });
       }
@@ -638,10 +660,11 @@
         const x = side === "left" ? layout.column - 6 : layout.bodyX + bodyWidth + 6;
         const anchor = side === "left" ? "end" : "start";
         const group = svgNode("g", { "text-anchor": anchor, "dominant-baseline": "central" });
-        layout.fitted.forEach((label, index) => {
-          const fill = this.segments[index] === 1 ? colours.accent : colours.fg;
+        const { tokens, segments } = this.sides[side];
+        layout.fitted[side].forEach((label, index) => {
+          const fill = segments[index] === 1 ? colours.accent : colours.fg;
           const text = svgNode("text", { x, y: layout.top + rowCentre(index), fill }, label);
-          text.append(svgNode("title", {}, this.tokens[index]));
+          text.append(svgNode("title", {}, tokens[index]));
           group.append(text);
         });
         svg.append(group);
@@ -670,6 +693,8 @@
       this.table = new TokenTable({
         tokens: data.tokens,
         segments: data.segments,
+        keyTokens: data.keyTokens,
+        keySegments: data.keySegments,
         canvasId,
         headers: { left: "attending (query)", right: "attended to (key)" },
         onHover: (token) => this.setHover(token),
@@ -696,9 +721,9 @@
 
     spec(band) {
       return {
-        values: this.attention.values, n: this.data.n, headCount: this.data.heads, layer: this.layer,
-        heads: this.heads, focus: this.focus, filter: SEGMENT_FILTERS[this.filter], segments: this.data.segments,
-        band,
+        values: this.attention.values, n: this.data.n, m: this.data.keyTokens.length, headCount: this.data.heads,
+        layer: this.layer, heads: this.heads, focus: this.focus, filter: SEGMENT_FILTERS[this.filter],
+        segments: this.data.segments, keySegments: this.data.keySegments, band,
       };
     }
 
@@ -712,11 +737,14 @@
     }
 
     caption() {
-      const heads = this.heads.length === this.data.heads ? "all heads" : `head ${this.heads.join(", ") || "none"}`;
+      const named = this.data.headNames;
+      const list = this.heads.map((head) => headLabel(this.data, head)).join(", ") || "none";
+      const heads = this.heads.length === this.data.heads ? "all heads" : `${named ? "" : "head "}${list}`;
       const filter = this.filter === "all" ? "" : ` · ${SEGMENT_FILTERS[this.filter].label}`;
       const focus = this.focus;
-      const direction = focus && focus.side === "left" ? "from" : "into";
-      const token = focus ? ` · ${direction} ${displayToken(this.data.tokens[focus.index])}` : "";
+      const fromQuery = focus && focus.side === "left";
+      const tokens = fromQuery ? this.data.tokens : this.data.keyTokens;
+      const token = focus ? ` · ${fromQuery ? "from" : "into"} ${displayToken(tokens[focus.index])}` : "";
       return `${this.data.model} · layer ${this.layer} · ${heads}${filter}${token}`;
     }
 
@@ -744,6 +772,7 @@
   }
 
   const numberOptions = (count) => range(count).map((i) => [i, String(i)]);
+  const headOptions = (data) => range(data.heads).map((head) => [head, headLabel(data, head)]);
 
   function button(id, text, onClick, title) {
     return el("button", { id, class: "bt-button", type: "button", title, text, onclick: onClick });
@@ -759,7 +788,11 @@
     };
     syncThemeButton();
     const status = el("div", { id: "bt-status", class: "bt-status", role: "status" });
-    const subtitle = `${data.model} · ${data.n} tokens · ${data.layers} layers × ${data.heads} heads`;
+    const square = !data.keyTokens || data.keyTokens === data.tokens;
+    const tokens = square ? `${data.n} tokens` : `${data.n} query × ${data.keyTokens.length} key tokens`;
+    const causal = data.causal ? " · causal" : "";
+    const weights = data.weights === "norm" ? " · norm-based weights ‖αf(x)‖" : "";
+    const subtitle = `${data.model} · ${tokens} · ${data.layers} layers × ${data.heads} heads${causal}${weights}`;
     const toolbar = el("header", { class: "bt-toolbar" }, [
       el("div", { class: "bt-title" }, [
         el("strong", { text: title }),
@@ -773,6 +806,7 @@
     ]);
     const element = el("div", { class: "bt-frame" }, [
       toolbar,
+      data.caption && el("div", { id: "bt-caption", class: "bt-hint", text: data.caption }),
       el("div", { class: "bt-hint", text: hint }),
       status,
       ...body,
@@ -785,13 +819,14 @@
 
   /** Head selector: a colour swatch per head; click toggles, double-click shows that head alone. */
   class HeadPicker {
-    constructor(count, onChange) {
-      this.visible = range(count).map(() => true);
+    constructor(data, onChange) {
+      this.visible = range(data.heads).map(() => true);
       this.onChange = onChange;
-      this.buttons = range(count).map((head) =>
+      const name = (head) => (data.headNames ? data.headNames[head] : `Head ${head}`);
+      this.buttons = range(data.heads).map((head) =>
         el("button", {
-          class: "bt-swatch", type: "button", text: String(head),
-          title: `Head ${head}: click to toggle, double-click to show it alone`,
+          class: "bt-swatch", type: "button", text: headLabel(data, head),
+          title: `${name(head)}: click to toggle, double-click to show it alone`,
           dataset: { head }, style: { "--bt-swatch": headColour(head) }, "aria-pressed": "true",
           onclick: () => this.toggle(head), ondblclick: () => this.solo(head),
         }),
@@ -825,7 +860,8 @@
   // ---------------------------------------------------------------------------------------------
 
   class HeadView {
-    constructor(data, arrays, actions) {
+    /** leading: controls put first in the toolbar (the attention set selector). */
+    constructor(data, arrays, actions, leading = []) {
       this.data = data;
       this.lines = new AttentionLines({
         data, attention: arrays.attention, canvasId: "bt-canvas", heads: range(data.heads),
@@ -833,11 +869,11 @@
       });
       const layers = numberOptions(data.layers);
       this.layerControl = selectControl("bt-layer", "Layer", layers, data.layer, (v) => this.setLayer(v));
-      this.picker = new HeadPicker(data.heads, (heads) => {
+      this.picker = new HeadPicker(data, (heads) => {
         this.lines.heads = heads;
         this.draw();
       });
-      const controls = [this.layerControl.element];
+      const controls = [...leading, this.layerControl.element];
       if (data.pair) {
         const options = Object.entries(SEGMENT_FILTERS).map(([key, { label }]) => [key, label]);
         this.filterControl = selectControl("bt-filter", "Attention", options, "all", (v) => this.setFilter(v));
@@ -910,30 +946,43 @@
     return { start, end };
   }
 
-  /** RGBA for each code 0..255: background mixed towards `ink` by weight^HEAT_GAMMA (< 1: faint weights show). */
+  // Entries of the heat lookup past the 256 codes: the two stripe colours of hatched, not attendable cells.
+  const HATCH_DARK = 256;
+  const HATCH_LIGHT = 257;
+
+  /**
+   * RGBA for each code 0..255: background mixed towards `ink` by weight^HEAT_GAMMA (< 1: faint weights
+   * show); then the two hatch colours.
+   */
   function heatLookup(colours) {
-    const [bg, ink] = [rgbOf(colours.panel), rgbOf(colours.heat)];
-    const lut = new Uint8ClampedArray(256 * 4);
+    const [bg, ink, border] = [rgbOf(colours.panel), rgbOf(colours.heat), rgbOf(colours.border)];
+    const lut = new Uint8ClampedArray(258 * 4);
     for (let code = 0; code < 256; code++) {
       const rgb = mixRgb(bg, ink, (code / 255) ** HEAT_GAMMA);
       lut.set([...rgb, 255], code * 4);
     }
+    lut.set([...border, 255], HATCH_DARK * 4);
+    lut.set([...mixRgb(bg, border, 0.4), 255], HATCH_LIGHT * 4);
     return lut;
   }
 
-  /** Max-pool the n x n matrix at `offset` into a pixels x pixels ImageData (rows = query, cols = key). */
-  function heatmapImage(ctx, values, offset, n, pixels, bins, lut) {
+  /**
+   * Max-pool the n x m matrix at `offset` into a pixels x pixels ImageData (rows = query, cols = key;
+   * `rows` and `cols` from poolBins). causal: a cell whose keys all come after its queries is hatched.
+   */
+  function heatmapImage(ctx, values, offset, m, pixels, rows, cols, lut, causal) {
     const image = ctx.createImageData(pixels, pixels);
     const out = image.data;
     for (let py = 0; py < pixels; py++) {
       for (let px = 0; px < pixels; px++) {
         let best = 0;
-        for (let r = bins.start[py]; r < bins.end[py]; r++) {
-          const row = offset + r * n;
-          for (let c = bins.start[px]; c < bins.end[px]; c++) if (values[row + c] > best) best = values[row + c];
+        for (let r = rows.start[py]; r < rows.end[py]; r++) {
+          const row = offset + r * m;
+          for (let c = cols.start[px]; c < cols.end[px]; c++) if (values[row + c] > best) best = values[row + c];
         }
         const target = (py * pixels + px) * 4;
-        const source = best * 4;
+        const hatched = causal && cols.start[px] >= rows.end[py];
+        const source = (hatched ? ((px + py) % 6 < 2 ? HATCH_DARK : HATCH_LIGHT) : best) * 4;
         out[target] = lut[source];
         out[target + 1] = lut[source + 1];
         out[target + 2] = lut[source + 2];
@@ -947,8 +996,10 @@
     const pixels = Math.max(1, Math.round(size * Math.min(window.devicePixelRatio || 1, 3)));
     if (canvas.width !== pixels) canvas.width = canvas.height = pixels;
     const ctx = canvas.getContext("2d");
-    const offset = (layer * data.heads + head) * data.n * data.n;
-    const image = heatmapImage(ctx, attention.values, offset, data.n, pixels, poolBins(data.n, pixels), lut);
+    const m = data.keyTokens.length;
+    const offset = (layer * data.heads + head) * data.n * m;
+    const [rows, cols] = [poolBins(data.n, pixels), poolBins(m, pixels)];
+    const image = heatmapImage(ctx, attention.values, offset, m, pixels, rows, cols, lut, data.causal);
     ctx.putImageData(image, 0, 0);
   }
 
@@ -976,7 +1027,7 @@
 
     open(layer, head) {
       Object.assign(this.lines, { layer, heads: [head], pinned: null, hover: null });
-      this.title.textContent = `Layer ${layer} · head ${head}`;
+      this.title.textContent = `Layer ${layer} · ${headCaption(this.lines.data, head)}`;
       this.element.hidden = false;
       this.lines.draw();
     }
@@ -987,7 +1038,8 @@
   }
 
   class ModelView {
-    constructor(data, arrays, actions) {
+    /** leading: controls put first in the toolbar (the attention set selector). */
+    constructor(data, arrays, actions, leading = []) {
       this.data = data;
       this.attention = arrays.attention;
       // Window width less padding, the layer-label column and per-thumbnail gap and border.
@@ -997,12 +1049,13 @@
       this.grid = this.buildGrid();
       this.detail = new DetailPanel(data, this.attention, () => this.closeDetail());
       const hint = "Rows are layers, columns are heads (0-based). Each thumbnail is one head's attention matrix: "
-        + "rows = attending (query) token, columns = attended-to (key) token, max-pooled. Click one to enlarge it.";
+        + "rows = attending (query) token, columns = attended-to (key) token, max-pooled. Click one to enlarge it."
+        + (data.causal ? " Causal attention: hatched cells are later tokens, which a token cannot attend to." : "");
       const scroll = el("div", { class: "bt-scroll" }, [this.grid]);
       const body = [scroll, this.detail.element];
       // SVG only through the API (for an enlarged head), so no SVG button here.
       const frameActions = { ...actions, exportSvg: null };
-      this.frame = frame({ data, title: "Model view", controls: [], hint, body, actions: frameActions });
+      this.frame = frame({ data, title: "Model view", controls: leading, hint, body, actions: frameActions });
       this.element = this.frame.element;
     }
 
@@ -1013,14 +1066,15 @@
       grid.append(el("div", { class: "bt-grid-label bt-corner", text: "layer \\ head" }));
       for (const head of range(heads)) {
         const style = { "--bt-swatch": headColour(head) };
-        grid.append(el("div", { class: "bt-grid-label bt-col-label", text: String(head), style }));
+        grid.append(el("div", { class: "bt-grid-label bt-col-label", text: headLabel(this.data, head), style }));
       }
       for (const layer of range(layers)) {
         grid.append(el("div", { class: "bt-grid-label bt-row-label", text: String(layer) }));
         for (const head of range(heads)) {
           const thumb = el("canvas", {
-            class: "bt-thumb", tabindex: 0, role: "button", title: `Layer ${layer}, head ${head}: click to enlarge`,
-            "aria-label": `Layer ${layer}, head ${head}`, dataset: { layer, head },
+            class: "bt-thumb", tabindex: 0, role: "button",
+            title: `Layer ${layer}, ${headCaption(this.data, head)}: click to enlarge`,
+            "aria-label": `Layer ${layer}, ${headCaption(this.data, head)}`, dataset: { layer, head },
             style: { width: `${this.size}px`, height: `${this.size}px` },
           });
           this.thumbs.push(thumb);
@@ -1090,7 +1144,9 @@
         ctx.font = canvasFont(colours, 11);
         ctx.fillStyle = colours.muted;
         ctx.textAlign = "center";
-        for (const head of range(heads)) ctx.fillText(String(head), left + head * cell + this.size / 2, 44);
+        for (const head of range(heads)) {
+          ctx.fillText(fitText(ctx, headLabel(this.data, head), cell), left + head * cell + this.size / 2, 44);
+        }
         ctx.textAlign = "right";
         for (const layer of range(layers)) ctx.fillText(String(layer), left - 8, top + layer * cell + this.size / 2);
         ctx.imageSmoothingEnabled = false;
@@ -1173,7 +1229,7 @@
       const queryOptions = data.tokens.map((token, i) => [i, `${i}: ${displayToken(token)}`]);
       this.controls = {
         layer: selectControl("bt-layer", "Layer", numberOptions(data.layers), this.layer, (v) => this.setLayer(v)),
-        head: selectControl("bt-head", "Head", numberOptions(data.heads), this.head, (v) => this.setHead(v)),
+        head: selectControl("bt-head", "Head", headOptions(data), this.head, (v) => this.setHead(v)),
         query: selectControl("bt-query", "Query", queryOptions, this.query, (v) => this.setQuery(v)),
       };
       const legend = el("span", { class: "bt-legend" }, ["−", el("span", { class: "bt-legend-bar" }), "+"]);
@@ -1319,7 +1375,7 @@
     }
 
     picture() {
-      const caption = `${this.data.model} · layer ${this.layer} · head ${this.head} · query ${this.query}: `
+      const caption = `${this.data.model} · layer ${this.layer} · ${headCaption(this.data, this.head)} · query ${this.query}: `
         + `${displayToken(this.data.tokens[this.query])}`;
       const result = this.result;
       const paint = (ctx, colours) => this.paintBody(ctx, colours, result, FULL_BAND);
@@ -1483,6 +1539,67 @@
   }
 
   // ---------------------------------------------------------------------------------------------
+  // Attention sets (encoder-decoder models): the head or model view of one set at a time, and a selector
+  // (#bt-attention) in its toolbar that rebuilds the view for another set, keeping the layer if it has it.
+  // data: {view: "head" | "model", model, theme, layer, head, attentionSet: name of the set shown first,
+  //        attentionSets: [{name, label, tokens, segments, keyTokens?, keySegments?, layers, heads, n, causal,
+  //                         attention: packed [layers, heads, n, keys]}]}
+  // ---------------------------------------------------------------------------------------------
+
+  async function decodeSets(data) {
+    if (!Array.isArray(data.attentionSets) || data.attentionSets.length < 1) throw new Error('"attentionSets" is empty');
+    return Promise.all(data.attentionSets.map(async (set) => {
+      const { attention, ...fields } = set;
+      const setData = { view: data.view, model: data.model, layer: data.layer, head: data.head, query: 0, ...fields };
+      checkData(setData);
+      const arrays = { attention: await decodeArray(attention, `${setData.name} attention`) };
+      checkShapes(setData, arrays);
+      return { name: String(setData.name), label: String(setData.label || setData.name), data: setData, arrays };
+    }));
+  }
+
+  class AttentionSetView {
+    constructor(data, sets, root) {
+      this.sets = sets;
+      this.root = root;
+      const first = sets.find((set) => set.name === data.attentionSet) || sets[0];
+      const options = sets.map(({ name, label }) => [name, label]);
+      this.control = selectControl("bt-attention", "Attention", options, first.name, (v) => this.setAttentionSet(v));
+      this.show(first, data.layer);
+    }
+
+    show(set, layer) {
+      this.current = set;
+      this.control.select.value = set.name;
+      const data = { ...set.data, layer: clamp(layer, 0, set.data.layers - 1) };
+      this.inner = new VIEWS[data.view](data, set.arrays, ACTIONS, [this.control.element]);
+      installApi(this.inner, data);
+      const innerState = api.state;
+      Object.assign(api, {
+        state: () => ({ ...innerState(), attentionSet: this.current.name }),
+        setAttentionSet: (name) => this.setAttentionSet(name),
+      });
+      this.root.replaceChildren(this.inner.element);
+      this.inner.draw();
+    }
+
+    setAttentionSet(name) {
+      const set = this.sets.find((candidate) => candidate.name === name);
+      if (!set) throw new Error(`unknown attention set ${name}`);
+      const { layer } = this.inner.state();
+      this.show(set, Number.isInteger(layer) ? layer : set.data.layer);
+    }
+  }
+
+  async function startSets(root, data) {
+    if (data.view !== "head" && data.view !== "model") throw new Error(`the ${data.view} view has no attention sets`);
+    applyTheme(data.theme);
+    const sets = await decodeSets(data);
+    root.dataset.view = data.view;
+    return new AttentionSetView(data, sets, root);
+  }
+
+  // ---------------------------------------------------------------------------------------------
   // Boot
   // ---------------------------------------------------------------------------------------------
 
@@ -1502,10 +1619,28 @@
     if (!Array.isArray(data.tokens) || data.tokens.length !== data.n) throw new Error(`expected ${data.n} tokens`);
     const segmentsOk = Array.isArray(data.segments) && data.segments.length === data.n;
     data.segments = segmentsOk ? data.segments : data.tokens.map(() => 0);
+    // Key tokens: their own list for cross-attention (attention [layers, heads, n, keyTokens.length]).
+    if (data.keyTokens === undefined || data.keyTokens === null) {
+      data.keyTokens = data.tokens;
+      data.keySegments = data.segments;
+    } else {
+      if (!Array.isArray(data.keyTokens) || data.keyTokens.length < 1) throw new Error('"keyTokens" must list tokens');
+      const keySegmentsOk = Array.isArray(data.keySegments) && data.keySegments.length === data.keyTokens.length;
+      data.keySegments = keySegmentsOk ? data.keySegments : data.keyTokens.map(() => 0);
+    }
+    data.causal = data.causal === true;
     data.model = String(data.model || "model");
     for (const key of ["layer", "head", "query"]) data[key] = Number.isInteger(data[key]) ? data[key] : 0;
     data.layer = clamp(data.layer, 0, data.layers - 1);
     data.head = clamp(data.head, 0, data.heads - 1);
+    if (data.headNames !== undefined && data.headNames !== null) {
+      if (!Array.isArray(data.headNames) || data.headNames.length !== data.heads) {
+        throw new Error(`"headNames" must list ${data.heads} names`);
+      }
+      data.headNames = data.headNames.map(String);
+    } else {
+      data.headNames = null;
+    }
   }
 
   function fileName(data, extension) {
@@ -1581,6 +1716,7 @@
     try {
       const data = JSON.parse(document.getElementById("bertology-data").textContent);
       if (data.view === "watch") await startWatch(root, data);
+      else if (data.attentionSets) await startSets(root, data);
       else await startView(root, data);
       await nextPaint();
       api.firstPaintMs = performance.now() - scriptStart;

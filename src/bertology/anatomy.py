@@ -1,7 +1,8 @@
 """Where each supported architecture keeps its layers and its attention projections.
 
-Interventions that change weights (structural pruning) or run part of a model (the ablation sweep) need
-to know the modules by name; this is the only module of the package that does. Every ``nn.Linear``
+Interventions that change weights (structural pruning) or run part of a model (the ablation sweep), and
+the norm-based attention weights (which need each layer's output projection), know the modules by name
+only through this module. Every ``nn.Linear``
 stores its weight as ``[out_features, in_features]``: the query, key and value projections output
 ``heads * head_dim`` features (head ``h`` owns rows ``h * head_dim .. (h + 1) * head_dim``), and the
 output projection takes them as input (head ``h`` owns the same range of columns).

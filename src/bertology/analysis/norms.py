@@ -1,0 +1,85 @@
+"""Norm-based attention weights (Kobayashi et al. 2020, "Attention is Not Only a Weight").
+
+A head's output for query token ``i`` is ``sum_j a_ij f(x_j)``, where ``a_ij`` is the attention weight
+and ``f(x_j) = (x_j W_V + b_V) W_O`` is token ``j``'s value vector carried through the head's own block
+of the layer's output projection (the output bias is shared by all tokens and left out, as in the
+paper). A large weight on a vector of small norm moves little: Kobayashi et al. weigh each attended
+token by ``||a_ij f(x_j)|| = a_ij ||f(x_j)||`` instead.
+
+bertology normalises each row so that it sums to 1, which keeps every view and statistic meaningful
+(they treat a row as a distribution)::
+
+    w_ij = a_ij ||f(x_j)|| / sum_k a_ik ||f(x_k)||
+
+``||f(x_j)||`` comes from the head's value vector ``v_j`` (``head_dim`` features, as the attention
+function receives it) and the Gram matrix of the head's columns of the output projection:
+``||f(x_j)||^2 = v_j^T (W_O^h)^T W_O^h v_j``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+import torch
+from transformers import PreTrainedModel
+
+from bertology.anatomy import attention_parts
+from bertology.errors import BertologyError
+
+Weights = Literal["attention", "norm"]
+#: The attention weights bertology can show and measure: the softmax output, or the norm-based weights.
+WEIGHTS: tuple[Weights, ...] = get_args(Weights)
+WEIGHT_DESCRIPTIONS: dict[Weights, str] = {
+    "attention": "attention weights (softmax output)",
+    "norm": "norm-based weights ||a f(x)|| (Kobayashi et al. 2020), rows normalised to sum to 1",
+}
+
+
+def check_weights(weights: str) -> Weights:
+    """``weights`` if it names one of :data:`WEIGHTS`, else a :class:`BertologyError`."""
+    if weights not in WEIGHTS:
+        raise BertologyError(f"Unknown weights '{weights}'; choose one of {', '.join(WEIGHTS)}.")
+    return weights  # type: ignore[return-value]
+
+
+def output_grams(model: PreTrainedModel) -> list[torch.Tensor]:
+    """Per layer, ``[heads, head_dim, head_dim]`` float32: ``G_h = (W_O^h)^T W_O^h``, with ``W_O^h`` the
+    ``[hidden, head_dim]`` block of the output projection that head ``h``'s output goes through.
+
+    Raises:
+        BertologyError: an architecture whose attention projections bertology does not know.
+    """
+    grams = []
+    with torch.no_grad():
+        for parts in attention_parts(model):
+            weight = parts.output.weight.float()  # [hidden, heads * head_dim]
+            blocks = weight.reshape(weight.shape[0], -1, parts.head_dim).transpose(0, 1)  # [heads, hidden, d]
+            grams.append(blocks.transpose(1, 2) @ blocks)
+    return grams
+
+
+def transformed_norms(value: torch.Tensor, gram: torch.Tensor) -> torch.Tensor:
+    """``||f(x_j)||`` [batch, heads, keys] from value vectors ``value`` [batch, heads, keys, head_dim] and
+    one layer's :func:`output_grams` ``gram`` [heads, head_dim, head_dim]."""
+    squared = torch.einsum("bhkd,hde,bhke->bhk", value.float(), gram.to(value.device), value.float())
+    return squared.clamp_min(0).sqrt()
+
+
+def norm_weights(probs: torch.Tensor, norms: torch.Tensor) -> torch.Tensor:
+    """Row-normalised ``a_ij ||f(x_j)||``: ``probs`` [batch, heads, query, key] and ``norms``
+    [batch, heads, key] -> [batch, heads, query, key], each row summing to 1 (0 where ``probs`` is 0)."""
+    weighted = probs * norms[:, :, None, :].to(probs.dtype)
+    return weighted / weighted.sum(-1, keepdim=True).clamp_min(torch.finfo(weighted.dtype).tiny)
+
+
+class NormWeighting:
+    """Turns one attention call's probabilities into norm-based weights: ``weighting(call, probs, value)``
+    with ``probs`` [batch, heads, query, key] and ``value`` [batch, heads, key, head_dim]. ``call`` counts
+    attention calls; an encoder makes one per layer, in layer order, so call ``c`` is layer
+    ``c mod layers`` (consecutive forward passes line up)."""
+
+    def __init__(self, model: PreTrainedModel) -> None:
+        self.grams = output_grams(model)
+
+    def __call__(self, call: int, probs: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        return norm_weights(probs, transformed_norms(value, self.grams[call % len(self.grams)]))

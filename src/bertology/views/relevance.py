@@ -1,0 +1,65 @@
+"""Attention, rollout and flow of one input as a model view: rows are layers, columns the methods."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from bertology.analysis.relevance import (
+    FLOW_MAX_TOKENS,
+    RELEVANCE_METHODS,
+    Relevance,
+    RelevanceMethod,
+    normalise_rows,
+    relevance,
+)
+from bertology.capture import Attention
+from bertology.views import View
+from bertology.views.build import Theme, view_data
+
+CAPTION = (
+    "Rows: layers (0-based); columns: head-mean attention, attention rollout and attention flow "
+    "(Abnar and Zuidema 2020) of each token at that layer's output over the input tokens. Flow values are "
+    "maximum flows, not shares; each flow row is divided by its sum for display (the JSON keeps the values)."
+)
+
+
+@dataclass
+class RelevanceView(View):
+    """A model view whose "heads" are the methods, with the :class:`Relevance` it shows."""
+
+    relevance: Relevance
+
+    @property
+    def heading(self) -> str:
+        return "Attention rollout and flow"
+
+    def save_json(self, path: str | Path) -> Path:
+        """Write the matrices as JSON (see :meth:`Relevance.to_json`, flow not normalised)."""
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(self.relevance.to_json(), encoding="utf-8")
+        return target
+
+
+def relevance_view(
+    attention: Attention,
+    methods: Sequence[RelevanceMethod] = RELEVANCE_METHODS,
+    *,
+    max_tokens: int = FLOW_MAX_TOKENS,
+    on_progress: Callable[[int], None] | None = None,
+    theme: Theme = "light",
+) -> RelevanceView:
+    """Compute ``methods`` for ``attention`` (see :func:`bertology.analysis.relevance.relevance`) and build
+    a model view of ``attention: [layers, 1 + len(methods), n, n]`` with ``headNames`` ["attention",
+    *methods]: head-mean attention, rollout, and flow with each row divided by its sum."""
+    result = relevance(attention, methods, max_tokens=max_tokens, on_progress=on_progress)
+    columns = {"attention": result.attention, **result.methods}
+    shown = [normalise_rows(values) if name == "flow" else values for name, values in columns.items()]
+    maps = replace(attention, probs=np.stack(shown, axis=1), queries=None, keys=None)
+    data = view_data(maps, "model", theme=theme, head_names=list(columns))
+    data["caption"] = CAPTION
+    return RelevanceView("model", data, result)
