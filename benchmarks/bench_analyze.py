@@ -7,6 +7,9 @@
 2. Peak memory (max RSS of a fresh process) analysing 1000 and 4000 segments.
 3. JS distances: the vectorised accumulator against a straightforward loop over head pairs (numpy,
    vectorised over tokens) on the same attention maps.
+4. ``--breakdown N``: where the analysis time goes, on the same N segments' batches timed four ways (best
+   of two): the sdpa forward; the forward routed through capture with a consumer that does nothing
+   (eager attention, encoding); plus the row summary; plus the JS rows and the accumulators.
 
 Run: ``.venv/bin/python benchmarks/bench_analyze.py [--segments 1000] [--memory 1000 4000]``
 """
@@ -32,10 +35,12 @@ from transformers import AutoModel
 
 import bertology
 from bertology.analysis.distances import DistanceAccumulator
-from bertology.analyze import analyze_corpus, batch_texts, iter_batches
+from bertology.analyze import CorpusAccumulators, analyze_corpus, batch_texts, iter_batches
+from bertology.capture import stream_batch
 from bertology.corpus import iter_segments
 from bertology.inputs import encode
 from bertology.models import default_model_path
+from bertology.stats.rows import RowSummarizer, SpecialTokens
 
 GAP = Path(__file__).resolve().parents[2] / "shared" / "data" / "gap"
 BATCH = 16
@@ -78,6 +83,56 @@ def throughput(corpus: Path, segments: int) -> None:
         f"ratio {forward_s / analysis.seconds:.2f} |",
         flush=True,
     )
+
+
+def breakdown(corpus: Path, segments: int) -> None:
+    loaded = bertology.load_model()
+    sdpa = AutoModel.from_pretrained(default_model_path(), attn_implementation="sdpa").eval()
+    warnings.simplefilter("ignore", bertology.TruncationWarning)
+    stream = itertools.islice(iter_segments(corpus, loaded.tokenizer, max_length=128), segments)
+    batches = list(iter_batches(stream, BATCH))
+    special = SpecialTokens.of(loaded)
+
+    def sdpa_forward() -> None:
+        with torch.inference_mode():
+            for batch in batches:
+                sdpa(**encode(loaded.tokenizer, *batch_texts(batch), max_length=128).model_inputs)
+
+    def streamed(summarise: bool) -> None:
+        for batch in batches:
+            consumer = (lambda encoded: RowSummarizer(encoded, special).add_layer) if summarise else None
+            stream_batch(
+                *batch_texts(batch),
+                consumer or (lambda encoded: lambda probs: None),
+                model=loaded,
+                max_length=128,
+                pad_to_multiple_of=128,
+            )
+
+    def full() -> None:
+        accumulators = CorpusAccumulators(loaded)
+        for batch in batches:
+            accumulators.add(batch, 128)
+
+    stages = {
+        "sdpa forward (with encoding)": sdpa_forward,
+        "capture, no-op consumer": lambda: streamed(False),
+        "+ row summary": lambda: streamed(True),
+        "+ JS rows and accumulators (CorpusAccumulators.add)": full,
+    }
+    times = {}
+    for name, stage in stages.items():
+        stage()  # warm-up
+        best = float("inf")
+        for _ in range(2):
+            start = time.perf_counter()
+            stage()
+            best = min(best, time.perf_counter() - start)
+        times[name] = best
+    base = times["sdpa forward (with encoding)"]
+    for name, seconds in times.items():
+        per_batch = 1000 * seconds / len(batches)
+        print(f"| {name} | {per_batch:.0f} ms per batch of {BATCH} | {seconds / base:.2f} |", flush=True)
 
 
 def peak_memory_mb(corpus: Path, segments: int) -> float:
@@ -149,12 +204,15 @@ def main() -> None:
     parser.add_argument("--memory", type=int, nargs="*", default=[1000, 4000])
     parser.add_argument("--js-segments", type=int, default=8)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument("--breakdown", type=int, default=0, help="segments for the time breakdown (0: skip)")
     args = parser.parse_args()
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as folder:
         corpus = gap_corpus(Path(folder) / "gap.txt", copies=2)
         print(f"machine: {torch.get_num_threads()} threads; corpus: GAP dev+validation texts x2")
+        if args.breakdown:
+            breakdown(corpus, args.breakdown)
         throughput(corpus, args.segments)
         memory = {count: peak_memory_mb(corpus, count) for count in args.memory}
         for count, megabytes in memory.items():
