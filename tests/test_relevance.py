@@ -28,7 +28,7 @@ from bertology.analysis.relevance import (
 from bertology.errors import BertologyError
 from bertology.models import LoadedModel
 from bertology.views.payload import ATTENTION_SCALE, unpack
-from bertology.views.relevance import CAPTION, relevance_view
+from bertology.views.relevance import CAPTION, HEADING, relevance_view
 
 
 def hand_example() -> np.ndarray:
@@ -209,6 +209,9 @@ def test_page_draws_one_row_per_layer_and_the_three_named_columns(
         assert view.js("document.querySelectorAll('.bt-thumb').length") == 6 * 3
         assert view.ink(".bt-thumb") > 0
         assert view.js("document.querySelector('#bt-caption').textContent") == CAPTION
+        assert view.js("document.querySelector('.bt-title strong').textContent") == HEADING
+        assert "3 columns" in view.js("document.querySelector('.bt-subtitle').textContent")
+        assert view.js("document.querySelector('.bt-corner').textContent") == "layer \\ column"
         view.assert_clean()
     finally:
         context.close()

@@ -20,6 +20,7 @@ from bertology.capture import Attention
 from bertology.views import View
 from bertology.views.build import Theme, view_data
 
+HEADING = "Attention rollout and flow"
 CAPTION = (
     "Rows: layers (0-based); columns: head-mean attention, attention rollout and attention flow "
     "(Abnar and Zuidema 2020) of each token at that layer's output over the input tokens. Flow values are "
@@ -35,7 +36,7 @@ class RelevanceView(View):
 
     @property
     def heading(self) -> str:
-        return "Attention rollout and flow"
+        return HEADING
 
     def save_json(self, path: str | Path) -> Path:
         """Write the matrices as JSON (see :meth:`Relevance.to_json`, flow not normalised)."""
@@ -62,4 +63,5 @@ def relevance_view(
     maps = replace(attention, probs=np.stack(shown, axis=1), queries=None, keys=None)
     data = view_data(maps, "model", theme=theme, head_names=list(columns))
     data["caption"] = CAPTION
+    data["heading"] = HEADING
     return RelevanceView("model", data, result)

@@ -29,7 +29,8 @@
  * attention [layers, heads, n, keyTokens.length], right column / thumbnail columns); causal: true draws
  * later keys as not attendable (hatched thumbnails) and says "causal"; attentionSets: see below;
  * weights: "norm" says the values are norm-based weights (bertology.analysis.norms), not softmax output;
- * caption: a sentence shown under the toolbar (#bt-caption), e.g. how the values were normalised.
+ * caption: a sentence shown under the toolbar (#bt-caption), e.g. how the values were normalised;
+ * heading: the page's title in the toolbar instead of the view's name (e.g. "Attention rollout and flow").
  *   watch page (#bertology-root[data-view="watch"]): #bt-step <input type=range> (record index),
  *   #bt-step-label, #bt-example <select>, #bt-mode <select> (head | model), #bt-example-text,
  *   #bt-report (facts, figures, tables); the head or model view of the chosen example below the bar
@@ -792,10 +793,11 @@
     const tokens = square ? `${data.n} tokens` : `${data.n} query × ${data.keyTokens.length} key tokens`;
     const causal = data.causal ? " · causal" : "";
     const weights = data.weights === "norm" ? " · norm-based weights ‖αf(x)‖" : "";
-    const subtitle = `${data.model} · ${tokens} · ${data.layers} layers × ${data.heads} heads${causal}${weights}`;
+    const columns = data.headNames ? "columns" : "heads";
+    const subtitle = `${data.model} · ${tokens} · ${data.layers} layers × ${data.heads} ${columns}${causal}${weights}`;
     const toolbar = el("header", { class: "bt-toolbar" }, [
       el("div", { class: "bt-title" }, [
-        el("strong", { text: title }),
+        el("strong", { text: data.heading || title }),
         el("span", { class: "bt-subtitle", text: subtitle }),
       ]),
       ...controls,
@@ -1048,7 +1050,8 @@
       this.thumbs = [];
       this.grid = this.buildGrid();
       this.detail = new DetailPanel(data, this.attention, () => this.closeDetail());
-      const hint = "Rows are layers, columns are heads (0-based). Each thumbnail is one head's attention matrix: "
+      const columns = data.headNames ? data.headNames.join(", ") : "heads (0-based)";
+      const hint = `Rows are layers, columns are ${columns}. Each thumbnail is one matrix: `
         + "rows = attending (query) token, columns = attended-to (key) token, max-pooled. Click one to enlarge it."
         + (data.causal ? " Causal attention: hatched cells are later tokens, which a token cannot attend to." : "");
       const scroll = el("div", { class: "bt-scroll" }, [this.grid]);
@@ -1063,7 +1066,8 @@
       const { layers, heads } = this.data;
       const grid = el("div", { id: "bt-grid", class: "bt-grid", role: "grid" });
       grid.style.gridTemplateColumns = `${GRID_LABEL}px repeat(${heads}, ${this.size + 2}px)`;
-      grid.append(el("div", { class: "bt-grid-label bt-corner", text: "layer \\ head" }));
+      const corner = this.data.headNames ? "layer \\ column" : "layer \\ head";
+      grid.append(el("div", { class: "bt-grid-label bt-corner", text: corner }));
       for (const head of range(heads)) {
         const style = { "--bt-swatch": headColour(head) };
         grid.append(el("div", { class: "bt-grid-label bt-col-label", text: headLabel(this.data, head), style }));
