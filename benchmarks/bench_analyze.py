@@ -96,7 +96,8 @@ def breakdown(corpus: Path, segments: int) -> None:
     def sdpa_forward() -> None:
         with torch.inference_mode():
             for batch in batches:
-                sdpa(**encode(loaded.tokenizer, *batch_texts(batch), max_length=128).model_inputs)
+                texts = batch_texts(batch)
+                sdpa(**encode(loaded.tokenizer, *texts, max_length=128, pad_to_multiple_of=128).model_inputs)
 
     def streamed(summarise: bool) -> None:
         for batch in batches:
