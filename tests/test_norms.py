@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
+from browser_support import open_view
 from transformers import AutoModel
 from typer.testing import CliRunner
 
@@ -18,13 +20,15 @@ from bertology.analyze import analyze_corpus
 from bertology.cli import app
 from bertology.errors import BertologyError
 from bertology.models import LoadedModel, default_model_path
+from bertology.views import neuron_view
 
 TEXT_A, TEXT_B = "I went to the store.", "At the store, I bought fresh strawberries."
 
 
-def _direct_norm_weights(directory: Path | str, loaded: LoadedModel) -> np.ndarray:
-    """[layers, heads, n, n] from an independently loaded eager model: each layer's input hidden states,
-    its value projection, each head's block of the output projection, ``a_ij ||f(x_j)||`` row-normalised."""
+def _direct_norm_weights(directory: Path | str, loaded: LoadedModel) -> tuple[np.ndarray, np.ndarray]:
+    """(weights [layers, heads, n, n], norms [layers, heads, n]) from an independently loaded eager model:
+    each layer's input hidden states, its value projection, each head's block of the output projection,
+    ``||f(x_j)||`` and ``a_ij ||f(x_j)||`` row-normalised."""
     reference = AutoModel.from_pretrained(directory, attn_implementation="eager").eval()
     inputs = dict(loaded.tokenizer(TEXT_A, TEXT_B, return_tensors="pt"))
     if loaded.model_type == "distilbert":
@@ -32,7 +36,7 @@ def _direct_norm_weights(directory: Path | str, loaded: LoadedModel) -> np.ndarr
     with torch.no_grad():
         outputs = reference(**inputs, output_attentions=True, output_hidden_states=True)
         layers = reference.encoder.layer if loaded.model_type == "bert" else reference.transformer.layer
-        result = []
+        result, all_norms = [], []
         for index, layer in enumerate(layers):
             x = outputs.hidden_states[index][0]  # [n, hidden]: the layer's input
             if loaded.model_type == "bert":
@@ -50,7 +54,8 @@ def _direct_norm_weights(directory: Path | str, loaded: LoadedModel) -> np.ndarr
             )  # [heads, n]: ||f_h(x_j)||
             weighted = outputs.attentions[index][0] * norms[:, None, :]
             result.append(weighted / weighted.sum(-1, keepdim=True))
-    return torch.stack(result).numpy()
+            all_norms.append(norms)
+    return torch.stack(result).numpy(), torch.stack(all_norms).numpy()
 
 
 @pytest.mark.parametrize("architecture", ["bert", "distilbert"])
@@ -59,15 +64,19 @@ def test_norm_weights_equal_direct_computation_on_tiny_models(
 ) -> None:
     directory = tiny_model_dirs[architecture]
     loaded = bertology.load_model(directory)
-    captured = bertology.capture(TEXT_A, TEXT_B, model=loaded, weights="norm")
+    captured = bertology.capture(TEXT_A, TEXT_B, model=loaded, weights="norm", qk=True)
     assert captured.weights == "norm"
-    np.testing.assert_allclose(captured.probs, _direct_norm_weights(directory, loaded), rtol=1e-4, atol=1e-6)
+    weights, norms = _direct_norm_weights(directory, loaded)
+    np.testing.assert_allclose(captured.probs, weights, rtol=1e-4, atol=1e-6)
+    assert captured.value_norms is not None
+    np.testing.assert_allclose(captured.value_norms, norms, rtol=1e-4, atol=1e-6)
 
 
 def test_norm_weights_equal_direct_computation_on_default_model(default_model: LoadedModel) -> None:
     captured = bertology.capture(TEXT_A, TEXT_B, model=default_model, weights="norm")
-    expected = _direct_norm_weights(default_model_path(), default_model)
+    expected, _ = _direct_norm_weights(default_model_path(), default_model)
     np.testing.assert_allclose(captured.probs, expected, rtol=1e-4, atol=1e-6)
+    assert captured.value_norms is None  # kept only with qk=True, for the neuron view
     # The weights differ from the softmax output: [SEP] and [CLS] carry vectors of small norm.
     plain = bertology.capture(TEXT_A, TEXT_B, model=default_model)
     special = np.flatnonzero(plain.special)
@@ -121,5 +130,28 @@ def test_cli_view_and_analyze_with_norm_weights(tmp_path: Path) -> None:
     summary = json.loads((tmp_path / "out" / "summary.json").read_text(encoding="utf-8"))
     assert summary["weights"] == "norm"
     assert "norm-based" in (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
-    refused = runner.invoke(app, ["view", TEXT_A, "--view", "neuron", "--weights", "norm", "-o", str(page)])
-    assert isinstance(refused.exception, BertologyError) and "neuron view" in str(refused.exception)
+    result = runner.invoke(app, ["view", TEXT_A, "--view", "neuron", "--weights", "norm", "-o", str(page)])
+    assert result.exit_code == 0, result.output
+    assert '"valueNorms":' in page.read_text(encoding="utf-8")
+
+
+@pytest.mark.browser
+def test_neuron_view_shows_value_norms_and_norm_based_weights(
+    chromium_browser: Any, default_model: LoadedModel, tmp_path: Path
+) -> None:
+    """The page's norm-based column equals the captured norm-based weights (float16 transport)."""
+    attention = bertology.capture(TEXT_A, TEXT_B, model=default_model, weights="norm", qk=True)
+    path = neuron_view(attention, layer=2, head=3, query=4).save(tmp_path / "neuron.html")
+    context = chromium_browser.new_context(viewport={"width": 1400, "height": 900})
+    try:
+        view = open_view(context, path)
+        shown = view.js("window.bertology.neuron()")
+        assert (shown["layer"], shown["head"], shown["query"]) == (2, 3, 4)
+        assert attention.value_norms is not None
+        np.testing.assert_allclose(shown["norms"], attention.value_norms[2, 3], rtol=2e-3)
+        np.testing.assert_allclose(shown["normWeights"], attention.probs[2, 3, 4], atol=3e-3)
+        labels = view.js("document.querySelector('.bt-neuron').textContent")
+        assert "\u2016f(x)\u2016" in labels and "\u2016\u03b1 f(x)\u2016" in labels
+        view.assert_clean()
+    finally:
+        context.close()

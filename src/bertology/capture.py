@@ -46,6 +46,8 @@ class Attention(HeadGrid):
     word_ids: [n] index into ``words`` or -1 for special tokens. word_segments: [len(words)].
     queries, keys: [layers, heads, n, head_dim] float32 (before scaling) or ``None``.
     scaling: [layers] the factor applied to q·k before softmax.
+    value_norms: [layers, heads, n] float32 ``||f(x_j)||`` of each key token (norm-based weights captured
+        with ``qk=True``), else ``None``.
     truncated: tokens cut to fit the model. model_name: the model's label.
     weights: what ``probs`` holds: ``"attention"`` (the softmax output) or ``"norm"`` (norm-based
         weights, see :mod:`bertology.analysis.norms`).
@@ -64,6 +66,7 @@ class Attention(HeadGrid):
     truncated: int
     model_name: str
     weights: Weights = "attention"
+    value_norms: np.ndarray | None = None
 
     @property
     def is_pair(self) -> bool:
@@ -79,6 +82,7 @@ class AttentionBatch:
     queries, keys: [batch, layers, heads, max_n, head_dim] or ``None``.
     scaling: [layers]. encoded: tokens, segments and word alignment of every input.
     weights: what ``probs`` holds (see :class:`Attention`).
+    value_norms: [batch, layers, heads, max_n] (see :class:`Attention`) or ``None``.
     """
 
     probs: torch.Tensor
@@ -88,6 +92,7 @@ class AttentionBatch:
     encoded: EncodedBatch
     model_name: str
     weights: Weights = "attention"
+    value_norms: torch.Tensor | None = None
 
     @property
     def lengths(self) -> np.ndarray:
@@ -117,6 +122,7 @@ class AttentionBatch:
             truncated=enc.truncated[index],
             model_name=self.model_name,
             weights=self.weights,
+            value_norms=unpad(self.value_norms),
         )
 
     def __iter__(self) -> Iterator[Attention]:
@@ -155,9 +161,9 @@ def _encode(
     return encode(loaded.tokenizer, texts, texts_b, max_length=limit, pad_to_multiple_of=pad_to_multiple_of)
 
 
-def _weighting(loaded: LoadedModel, weights: str) -> NormWeighting | None:
+def _weighting(loaded: LoadedModel, weights: str, keep_norms: bool = False) -> NormWeighting | None:
     """What turns each call's softmax output into ``weights`` (``None``: keep the softmax output)."""
-    return NormWeighting(loaded.model) if check_weights(weights) == "norm" else None
+    return NormWeighting(loaded.model, keep_norms=keep_norms) if check_weights(weights) == "norm" else None
 
 
 def capture_batch(
@@ -176,11 +182,11 @@ def capture_batch(
     qk: also keep each layer's per-head query and key vectors (for the neuron view).
     pad_to_multiple_of: pad the batch to a multiple of this many tokens (see :func:`encode`).
     weights: ``"attention"`` (the softmax output) or ``"norm"`` (norm-based weights,
-        :mod:`bertology.analysis.norms`).
+        :mod:`bertology.analysis.norms`; with ``qk``, also each key's ``||f(x_j)||``).
     """
     loaded = resolve_model(model)
     encoded = _encode(loaded, texts, texts_b, max_length, pad_to_multiple_of)
-    weighting = _weighting(loaded, weights)
+    weighting = _weighting(loaded, weights, keep_norms=qk)
     with torch.inference_mode(), recording(keep_qk=qk, weighting=weighting) as recorder:
         loaded.model(**accepted_inputs(loaded, encoded))
     calls = recorder.calls
@@ -192,6 +198,7 @@ def capture_batch(
         encoded=encoded,
         model_name=loaded.name,
         weights=weights,
+        value_norms=torch.stack(weighting.norms, dim=1).cpu() if weighting and weighting.keep_norms else None,
     )
 
 

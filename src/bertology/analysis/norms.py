@@ -76,10 +76,19 @@ class NormWeighting:
     """Turns one attention call's probabilities into norm-based weights: ``weighting(call, probs, value)``
     with ``probs`` [batch, heads, query, key] and ``value`` [batch, heads, key, head_dim]. ``call`` counts
     attention calls; an encoder makes one per layer, in layer order, so call ``c`` is layer
-    ``c mod layers`` (consecutive forward passes line up)."""
+    ``c mod layers`` (consecutive forward passes line up).
 
-    def __init__(self, model: PreTrainedModel) -> None:
+    keep_norms: also keep each call's ``||f(x_j)||`` [batch, heads, key] in :attr:`norms` (for the
+    neuron view, which shows them beside the softmax).
+    """
+
+    def __init__(self, model: PreTrainedModel, *, keep_norms: bool = False) -> None:
         self.grams = output_grams(model)
+        self.keep_norms = keep_norms
+        self.norms: list[torch.Tensor] = []
 
     def __call__(self, call: int, probs: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
-        return norm_weights(probs, transformed_norms(value, self.grams[call % len(self.grams)]))
+        norms = transformed_norms(value, self.grams[call % len(self.grams)])
+        if self.keep_norms:
+            self.norms.append(norms)
+        return norm_weights(probs, norms)

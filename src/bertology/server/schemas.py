@@ -28,7 +28,7 @@ class InputRequest(BaseModel):
     weights: Literal[WEIGHTS] = Field(  # type: ignore[valid-type]
         "attention",
         description="attention: the softmax weights; norm: norm-based weights ||a f(x)|| (Kobayashi et al. "
-        "2020), rows normalised to sum to 1 (not for the neuron view).",
+        "2020), rows normalised to sum to 1 (the neuron view shows them beside the softmax).",
     )
 
 

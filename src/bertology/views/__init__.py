@@ -84,7 +84,7 @@ def render_view(
     """Build a view from a captured :class:`Attention`, or capture ``source`` (and ``text_b``) first.
 
     weights: when capturing, show the softmax output (``"attention"``) or the norm-based weights
-    (``"norm"``, :mod:`bertology.analysis.norms`; head and model views).
+    (``"norm"``, :mod:`bertology.analysis.norms`; the neuron view shows them beside the softmax).
     head_names: labels shown instead of the head numbers (one per head).
     A decoder-only model's attention is drawn as causal. An encoder-decoder model takes ``source`` and
     ``target`` texts and shows ``attention_set`` first (see :func:`seq2seq_view`).

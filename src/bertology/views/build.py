@@ -48,7 +48,8 @@ def view_data(
     """The JSON-ready description of one view (the contract read by ``static/views.js``).
 
     Head and model views carry ``attention: [layers, heads, n, n]`` as 8-bit codes; the neuron view
-    carries ``queries`` and ``keys: [layers, heads, n, head_dim]`` as float16 and per-layer ``scaling``.
+    carries ``queries`` and ``keys: [layers, heads, n, head_dim]`` as float16 and per-layer ``scaling``
+    (and, for norm-based weights, ``valueNorms: [layers, heads, n]`` float16, each key's ``||f(x)||``).
     head_names: one label per head (``headNames``), shown instead of the head numbers, e.g.
         ``["attention", "rollout", "flow"]`` for a page whose "heads" are three kinds of map.
     """
@@ -78,16 +79,17 @@ def view_data(
     if kind != "neuron" and is_causal(attention.probs):
         data["causal"] = True
     if kind == "neuron":
-        if attention.weights != "attention":
-            raise BertologyError(
-                "The neuron view shows how queries and keys make the softmax weights; show norm-based "
-                "weights in the head or model view."
-            )
         if attention.queries is None or attention.keys is None:
             raise BertologyError("The neuron view needs query and key vectors: capture with qk=True.")
         data["queries"] = pack_float16(attention.queries)
         data["keys"] = pack_float16(attention.keys)
         data["scaling"] = attention.scaling.tolist()
+        if attention.weights == "norm":
+            if attention.value_norms is None:
+                raise BertologyError(
+                    "The neuron view of norm-based weights needs each token's ||f(x)||: capture with qk=True."
+                )
+            data["valueNorms"] = pack_float16(attention.value_norms)
     else:
         data["attention"] = pack_attention(attention.probs)
     return data

@@ -41,7 +41,7 @@
  *   setLayer(l), setHead(h), setQuery(i), setHeads([h, ...]), setFilter(f),
  *   focusToken(side, index) / focusToken(null)      pin a token ("left" | "right") or clear the pin
  *   openDetail(layer, head), closeDetail()          model view
- *   neuron()                          neuron view: {layer, head, query, dots, probs} as computed here
+ *   neuron()                          neuron view: {layer, head, query, dots, probs[, norms, normWeights]}
  *   setTheme("light" | "dark"), toggleTheme()
  *   pngDataUrl(), exportPng()         the current picture as a PNG data URL / as a download
  *   svgText(), exportSvg()            head view (and model view detail) as SVG text / download
@@ -194,7 +194,7 @@
   }
 
   async function decodeArrays(data) {
-    const names = ["attention", "queries", "keys"].filter((name) => data[name]);
+    const names = ["attention", "queries", "keys", "valueNorms"].filter((name) => data[name]);
     const arrays = await Promise.all(names.map((name) => decodeArray(data[name], name)));
     const decoded = Object.fromEntries(names.map((name, i) => [name, arrays[i]]));
     checkShapes(data, decoded);
@@ -213,6 +213,7 @@
     if (data.view === "neuron") {
       expect("queries", [layers, heads, n, null]);
       expect("keys", [layers, heads, n, arrays.queries.shape[3]]);
+      if (data.valueNorms) expect("valueNorms", [layers, heads, n]);
     } else {
       expect("attention", [layers, heads, n, data.keyTokens.length]);
     }
@@ -1199,10 +1200,12 @@
     return best;
   }
 
-  function neuronColumns(d) {
+  /** Column layout; norms: add ‖f(x)‖ and the norm-based weight after the softmax. */
+  function neuronColumns(d, norms) {
     const cell = clamp(Math.floor(224 / d), 2, 8);
     const widths = [["query", "query q", d * cell], ["key", "key k", d * cell], ["product", "q × k", d * cell],
       ["dot", "q · k", 58], ["softmax", "softmax", 150]];
+    if (norms) widths.push(["norm", "\u2016f(x)\u2016", 58], ["normWeight", "\u2016\u03b1 f(x)\u2016 (rows sum to 1)", 150]);
     const columns = {};
     let x = 6;
     for (const [name, label, width] of widths) {
@@ -1217,11 +1220,12 @@
       this.data = data;
       this.queries = arrays.queries;
       this.keys = arrays.keys;
+      this.valueNorms = arrays.valueNorms || null;
       this.d = arrays.queries.shape[3];
       this.layer = clamp(data.layer, 0, data.layers - 1);
       this.head = clamp(data.head, 0, data.heads - 1);
       this.query = clamp(data.query, 0, data.n - 1);
-      this.layout = neuronColumns(this.d);
+      this.layout = neuronColumns(this.d, this.valueNorms !== null);
       this.table = new TokenTable({
         tokens: data.tokens, segments: data.segments, canvasId: "bt-canvas",
         headers: { left: "query token", right: "key token" },
@@ -1238,7 +1242,10 @@
       };
       const legend = el("span", { class: "bt-legend" }, ["−", el("span", { class: "bt-legend-bar" }), "+"]);
       const hint = "Click a token on the left (or pick it above) to make it the query. Each row shows a key's "
-        + "vector k, q × k, q · k and softmax(q · k × s) over all keys (s: the layer's scaling, 1/\u221ad in BERT).";
+        + "vector k, q × k, q · k and softmax(q · k × s) over all keys (s: the layer's scaling, 1/\u221ad in BERT)."
+        + (this.valueNorms ? " Norm-based weights: \u2016f(x)\u2016 is the norm of the key token's value vector "
+          + "through the head's output projection; \u2016\u03b1 f(x)\u2016 = softmax \u00d7 \u2016f(x)\u2016, "
+          + "each row divided by its sum (Kobayashi et al. 2020)." : "");
       const controls = [...Object.values(this.controls).map((control) => control.element), legend];
       const body = [this.table.element];
       const frameActions = { ...actions, exportSvg: null };
@@ -1273,7 +1280,12 @@
       const top = Math.max(...scores);
       const weights = scores.map((score) => Math.exp(score - top));
       const total = weights.reduce((a, b) => a + b, 0);
-      return { q, keys, products, dots, probs: weights.map((w) => w / total) };
+      const probs = weights.map((w) => w / total);
+      if (!this.valueNorms) return { q, keys, products, dots, probs };
+      const norms = halfSlice(this.valueNorms, (this.layer * heads + this.head) * n, n);
+      const weighted = probs.map((p, j) => p * norms[j]);
+      const sum = weighted.reduce((a, b) => a + b, 0);
+      return { q, keys, products, dots, probs, norms, normWeights: weighted.map((w) => (sum > 0 ? w / sum : 0)) };
     }
 
     /** Paint the rows in `band`: query row highlight, q, k and q × k cells, q · k and softmax. */
@@ -1305,21 +1317,31 @@
     }
 
     paintNumbers(ctx, colours, result, from, to) {
-      const { dot, softmax } = this.layout.columns;
-      const barWidth = softmax.width - 50;
+      const { dot, softmax, norm, normWeight } = this.layout.columns;
       ctx.font = `11px ${colours.mono}`;
       ctx.textBaseline = "middle";
-      for (let j = from; j < to; j++) {
-        const p = result.probs[j];
+      const bar = (column, p, j) => {
+        const barWidth = column.width - 50;
         ctx.fillStyle = colours.panel;
-        ctx.fillRect(softmax.x, j * ROW + 4, barWidth, ROW - 8);
+        ctx.fillRect(column.x, j * ROW + 4, barWidth, ROW - 8);
         ctx.fillStyle = colours.accent;
-        ctx.fillRect(softmax.x, j * ROW + 4, Math.max(p * barWidth, p > 0 ? 1 : 0), ROW - 8);
+        ctx.fillRect(column.x, j * ROW + 4, Math.max(p * barWidth, p > 0 ? 1 : 0), ROW - 8);
+        ctx.fillStyle = colours.fg;
+        ctx.textAlign = "left";
+        ctx.fillText(p.toFixed(3), column.x + barWidth + 6, rowCentre(j));
+      };
+      const number = (column, value, j) => {
         ctx.fillStyle = colours.fg;
         ctx.textAlign = "right";
-        ctx.fillText(result.dots[j].toFixed(2), dot.x + dot.width, rowCentre(j));
-        ctx.textAlign = "left";
-        ctx.fillText(p.toFixed(3), softmax.x + barWidth + 6, rowCentre(j));
+        ctx.fillText(value.toFixed(2), column.x + column.width, rowCentre(j));
+      };
+      for (let j = from; j < to; j++) {
+        number(dot, result.dots[j], j);
+        bar(softmax, result.probs[j], j);
+        if (result.norms) {
+          number(norm, result.norms[j], j);
+          bar(normWeight, result.normWeights[j], j);
+        }
       }
     }
 
@@ -1373,9 +1395,10 @@
     }
 
     neuron() {
-      const { dots, probs } = this.result;
+      const { dots, probs, norms, normWeights } = this.result;
       const { layer, head, query } = this;
-      return { layer, head, query, dots: Array.from(dots), probs: Array.from(probs) };
+      const shown = { layer, head, query, dots: Array.from(dots), probs: Array.from(probs) };
+      return norms ? { ...shown, norms: Array.from(norms), normWeights: Array.from(normWeights) } : shown;
     }
 
     picture() {
