@@ -30,7 +30,7 @@ demo: $(STAMP)
 	$(BIN)/bertology view "$(PAIR_A)" "$(PAIR_B)" --view model -o $(DEMO_DIR)/model_view.html
 	$(BIN)/bertology view "$(PAIR_A)" "$(PAIR_B)" --view neuron --layer 2 --head 3 -o $(DEMO_DIR)/neuron_view.html
 	$(BIN)/bertology relevance "$(PAIR_A)" "$(PAIR_B)" -o $(DEMO_DIR)/relevance.html
-	$(BIN)/bertology analyze examples/corpus.txt -o $(DEMO_DIR)/analysis
+	$(BIN)/bertology analyze src/bertology/data/sample_corpus.txt -o $(DEMO_DIR)/analysis
 	@echo "Demo outputs are in $(abspath $(DEMO_DIR))/: the three views, relevance.html (rollout and flow) and analysis/report.html (open in a browser)."
 
 lint: $(STAMP)

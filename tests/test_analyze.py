@@ -17,11 +17,11 @@ from bertology.analysis.distances import DistanceAccumulator
 from bertology.analysis.patterns import PatternAccumulator
 from bertology.analyze import analyze_corpus, batch_texts, iter_batches, save_analysis
 from bertology.capture import capture_batch
-from bertology.corpus import iter_segments
+from bertology.corpus import iter_segments, sample_corpus
 from bertology.models import LoadedModel
 from bertology.stats import SpecialTokens, SurfaceAccumulator
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "corpus.txt"
+EXAMPLES = sample_corpus()
 
 
 @pytest.fixture(scope="module")

@@ -20,14 +20,14 @@ from bertology.analysis.distances import js_cross_sums
 from bertology.capture import capture
 from bertology.cli import app
 from bertology.comparison import HeadMatching, compare_models, first_segment, word_rows
-from bertology.corpus import iter_segments
+from bertology.corpus import iter_segments, sample_corpus
 from bertology.errors import BertologyError
 from bertology.models import LoadedModel, load_model, wrap_model
 from bertology.report.comparison import relative_depth
 from bertology.training.compare import js_divergence_rows
 from bertology.words import word_attention
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "corpus.txt"
+EXAMPLES = sample_corpus()
 SST2_ROWS = [
     ("a gorgeous , witty , seductive movie .", "1"),
     ("the story is bogus and its characters are dull .", "0"),

@@ -14,13 +14,14 @@ import pytest
 from browser_support import ViewPage
 
 from bertology.comparison import compare_models, first_segment
+from bertology.corpus import sample_corpus
 from bertology.models import LoadedModel
 from bertology.report.comparison import write_comparison_report
 from bertology.views import head_view
 
 pytestmark = pytest.mark.browser
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "corpus.txt"
+EXAMPLES = sample_corpus()
 
 
 @pytest.fixture(scope="module")

@@ -13,11 +13,11 @@ import pytest
 from transformers import PreTrainedTokenizerFast
 
 import bertology.readers.text
-from bertology.corpus import Segment, detect_format, iter_segments
+from bertology.corpus import Segment, detect_format, iter_segments, sample_corpus
 from bertology.errors import BertologyError
 from bertology.models import LoadedModel
 
-EXAMPLE_CORPUS = Path(__file__).resolve().parents[1] / "examples" / "corpus.txt"
+EXAMPLE_CORPUS = sample_corpus()
 UD_EWT = Path(__file__).resolve().parents[2] / "shared" / "data" / "ud_ewt"
 EWT_DEV = UD_EWT / "en_ewt-ud-dev.conllu"
 

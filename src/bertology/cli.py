@@ -248,8 +248,12 @@ def compare(
     model_b: Annotated[str, typer.Argument(help="The model to compare with, e.g. MODEL_A's fine-tuned run.")],
     output: Annotated[Path, typer.Option("-o", "--output", help="Folder for report.html, CSV, JSON, plots.")],
     corpus: Annotated[
-        Path, typer.Option("--corpus", help="Plain text, .jsonl or .conllu file both models read.")
-    ] = Path("examples/corpus.txt"),
+        Path | None,
+        typer.Option(
+            "--corpus",
+            help="Plain text, .jsonl or .conllu file both models read (default: the sample corpus).",
+        ),
+    ] = None,
     task_dir: Annotated[
         Path | None, typer.Option("--task", help="GLUE-style task folder: also ablate each head of both.")
     ] = None,
@@ -272,10 +276,12 @@ def compare(
     """Compare two models head by head: statistics, labels and confidence side by side, heads matched by JS
     distance, both models' head views of one input and, with --task, both ablation pictures."""
     from bertology.comparison import compare_models, first_segment
+    from bertology.corpus import sample_corpus
     from bertology.models import load_model
     from bertology.report.comparison import write_comparison_report
     from bertology.views import head_view
 
+    corpus = corpus or sample_corpus()
     loaded_a, loaded_b = load_model(model_a), load_model(model_b)
     with _progress("Comparing segments", limit) as on_progress:
         comparison = compare_models(

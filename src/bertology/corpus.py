@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from importlib.resources import files
 from itertools import accumulate, groupby
 from operator import attrgetter
 from pathlib import Path
@@ -56,6 +57,13 @@ class Segment:
     @property
     def is_pair(self) -> bool:
         return self.text_b is not None
+
+
+def sample_corpus() -> Path:
+    """The small sample corpus shipped with bertology: 85 paragraphs of encyclopedic English in 12
+    documents, plain text (61 segments of at most 128 tokens with the default model); see
+    ``bertology/data/README.md``."""
+    return Path(str(files("bertology").joinpath("data", "sample_corpus.txt")))
 
 
 def detect_format(path: str | Path, format: str | None = None) -> str:
