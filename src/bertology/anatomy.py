@@ -90,8 +90,17 @@ _ATTENTION_PATHS: dict[str, tuple[str, str, str, str, str]] = {
 
 
 def attention_parts(model: PreTrainedModel) -> list[AttentionParts]:
-    """Each layer's :class:`AttentionParts`, in layer order (ALBERT: the shared parts, repeated)."""
-    paths = _ATTENTION_PATHS[model.config.model_type]
+    """Each layer's :class:`AttentionParts`, in layer order (ALBERT: the shared parts, repeated).
+
+    Raises:
+        BertologyError: a model outside the BERT family, whose projections this module does not know.
+    """
+    paths = _ATTENTION_PATHS.get(model.config.model_type)
+    if paths is None:
+        raise BertologyError(
+            f"bertology knows the attention projections of BERT-family encoders only, not of a "
+            f"{model.config.model_type!r} model (needed for norm-based weights and interventions)."
+        )
     parts = []
     for layer in layer_modules(model):
         attention, query, key, value, output = (layer.get_submodule(path) for path in paths)
