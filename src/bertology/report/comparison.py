@@ -8,9 +8,6 @@ SHA-256 hash) and nothing from outside.
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import re
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,6 +24,7 @@ from bertology.report.analysis import CONFIDENCE, HEATMAP_STATISTICS, Figures, d
 from bertology.report.page import Markup, Section
 from bertology.stats.base import HeadTable
 from bertology.views import View
+from bertology.views.page import inline_code_hashes
 
 #: Most changed heads listed first.
 TOP_HEADS = 10
@@ -39,7 +37,6 @@ PANEL_WIDTH = 330
 #: Height in CSS pixels of each view frame of ``views.html``.
 VIEW_HEIGHT = 760
 
-_INLINE_SCRIPT = re.compile(r"<script>(.*?)</script>", re.DOTALL)
 
 VIEWS_STYLE = """
 body { margin: 0; padding: 1rem 1.5rem; font: 15px/1.5 system-ui, sans-serif; }
@@ -276,17 +273,10 @@ def _ablation_section(
     return Section("Single-head ablation", "ablation", blocks)
 
 
-def _script_hashes(views: Sequence[View]) -> str:
-    """CSP sources allowing exactly the inline scripts of the view pages."""
-    sources = {source for view in views for source in _INLINE_SCRIPT.findall(view.html)}
-    digests = (base64.b64encode(hashlib.sha256(s.encode("utf-8")).digest()).decode("ascii") for s in sources)
-    return " ".join(f"'sha256-{digest}'" for digest in sorted(digests))
-
-
 def views_page(views: tuple[View, View], caption: str) -> str:
     """A page with the two models' views next to each other, each in a sandboxed srcdoc iframe."""
     policy = (
-        f"default-src 'none'; script-src {_script_hashes(views)}; style-src 'unsafe-inline'; "
+        f"default-src 'none'; script-src {inline_code_hashes()['script']}; style-src 'unsafe-inline'; "
         "img-src data: blob:; base-uri 'none'; form-action 'none'"
     )
     frames = page.join(

@@ -9,29 +9,17 @@ page's policy allows, by their SHA-256 hashes, exactly the view pages' inline sc
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import re
 from functools import cache
 from importlib.resources import files
 
-from bertology.views.page import render_page
-
-_INLINE = re.compile(r"<(script|style)>(.*?)</\1>", re.DOTALL)
-
-
-def _hash(source: str) -> str:
-    return (
-        "'sha256-" + base64.b64encode(hashlib.sha256(source.encode("utf-8")).digest()).decode("ascii") + "'"
-    )
+from bertology.views.page import inline_code_hashes
 
 
 @cache
 def page_policy() -> str:
     """The page's Content-Security-Policy header value."""
-    inline = _INLINE.findall(render_page({}, ""))
-    scripts = " ".join(_hash(source) for tag, source in inline if tag == "script")
-    styles = " ".join(_hash(source) for tag, source in inline if tag == "style")
+    hashes = inline_code_hashes()
+    scripts, styles = hashes["script"], hashes["style"]
     return (
         f"default-src 'none'; script-src 'self' {scripts}; style-src 'self' {styles}; "
         "img-src 'self' data: blob:; connect-src 'self'; frame-src 'self'; base-uri 'none'; "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import html
 import re
 from functools import cache
@@ -24,6 +26,22 @@ _MARKER = re.compile(r"\{\{(csp|title|css|js|data)\}\}")
 @cache
 def _static(name: str) -> str:
     return files("bertology.views").joinpath("static", name).read_text(encoding="utf-8")
+
+
+_INLINE_CODE = re.compile(r"<(script|style)>(.*?)</\1>", re.DOTALL)
+
+
+@cache
+def inline_code_hashes() -> dict[str, str]:
+    """CSP sources that allow exactly a view page's inline code, by SHA-256 hash: ``{"script": ...,
+    "style": ...}``. Every view page inlines the same ``views.js`` and ``views.css`` (its data travels in
+    a ``type="application/json"`` block, which is not code), so a page that embeds view pages in
+    ``srcdoc`` iframes (they inherit its policy) can allow them and nothing else inline."""
+    sources: dict[str, list[str]] = {"script": [], "style": []}
+    for tag, code in _INLINE_CODE.findall(render_page({}, "")):
+        digest = base64.b64encode(hashlib.sha256(code.encode("utf-8")).digest()).decode("ascii")
+        sources[tag].append(f"'sha256-{digest}'")
+    return {tag: " ".join(hashes) for tag, hashes in sources.items()}
 
 
 def render_page(data: dict[str, Any], title: str) -> str:
