@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import itertools
 import re
 import resource
 import subprocess
@@ -35,7 +34,7 @@ from transformers import AutoModel
 
 import bertology
 from bertology.analysis.distances import DistanceAccumulator
-from bertology.analyze import CorpusAccumulators, analyze_corpus, batch_texts, iter_batches
+from bertology.analyze import CorpusAccumulators, analyze_corpus, batch_texts, corpus_batches, iter_batches
 from bertology.capture import stream_batch
 from bertology.corpus import iter_segments
 from bertology.inputs import encode
@@ -60,11 +59,10 @@ def gap_corpus(target: Path, copies: int = 1) -> Path:
 def throughput(corpus: Path, segments: int) -> None:
     loaded = bertology.load_model()
     sdpa = AutoModel.from_pretrained(default_model_path(), attn_implementation="sdpa").eval()
-    stream = itertools.islice(iter_segments(corpus, loaded.tokenizer, max_length=128), segments)
     warnings.simplefilter("ignore", bertology.TruncationWarning)  # analyze_corpus counts them
     batches = [
         encode(loaded.tokenizer, *batch_texts(batch), max_length=128, pad_to_multiple_of=128).model_inputs
-        for batch in iter_batches(stream, BATCH)
+        for batch in corpus_batches(corpus, loaded.tokenizer, limit=segments, batch_size=BATCH)
     ]
 
     def forward_seconds() -> float:
@@ -85,12 +83,42 @@ def throughput(corpus: Path, segments: int) -> None:
     )
 
 
+def softmax_timing(repeats: int = 30) -> None:
+    """One layer's attention at analysis size (16 x 12 heads x 128 tokens x 32 dims): BERT's eager with the
+    softmax into a new buffer, the hook's in-place softmax, and the fused sdpa kernel (mean ms)."""
+    generator = torch.Generator().manual_seed(0)
+    query, key, value = (torch.randn(16, 12, 128, 32, generator=generator) for _ in range(3))
+    mask = torch.zeros(16, 1, 1, 128)
+    mask[:8, ..., 100:] = torch.finfo(torch.float32).min
+
+    def eager(in_place: bool) -> torch.Tensor:
+        scores = torch.matmul(query * 32**-0.5, key.transpose(2, 3)).add_(mask)
+        probs = torch.softmax(scores, -1, out=scores) if in_place else torch.softmax(scores, -1)
+        return torch.matmul(probs, value)
+
+    ways = {
+        "softmax into a new buffer": lambda: eager(False),
+        "softmax in place (bertology's hook)": lambda: eager(True),
+        "sdpa (fused, no probabilities)": lambda: torch.nn.functional.scaled_dot_product_attention(
+            query, key, value, attn_mask=mask
+        ),
+    }
+    with torch.inference_mode():
+        for name, way in ways.items():
+            way()
+            start = time.perf_counter()
+            for _ in range(repeats):
+                way()
+            print(
+                f"| one layer's attention, {name} | {1000 * (time.perf_counter() - start) / repeats:.2f} ms |"
+            )
+
+
 def breakdown(corpus: Path, segments: int) -> None:
     loaded = bertology.load_model()
     sdpa = AutoModel.from_pretrained(default_model_path(), attn_implementation="sdpa").eval()
     warnings.simplefilter("ignore", bertology.TruncationWarning)
-    stream = itertools.islice(iter_segments(corpus, loaded.tokenizer, max_length=128), segments)
-    batches = list(iter_batches(stream, BATCH))
+    batches = list(corpus_batches(corpus, loaded.tokenizer, limit=segments, batch_size=BATCH))
     special = SpecialTokens.of(loaded)
 
     def sdpa_forward() -> None:
@@ -213,6 +241,7 @@ def main() -> None:
         corpus = gap_corpus(Path(folder) / "gap.txt", copies=2)
         print(f"machine: {torch.get_num_threads()} threads; corpus: GAP dev+validation texts x2")
         if args.breakdown:
+            softmax_timing()
             breakdown(corpus, args.breakdown)
         throughput(corpus, args.segments)
         memory = {count: peak_memory_mb(corpus, count) for count in args.memory}

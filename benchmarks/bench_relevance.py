@@ -101,8 +101,11 @@ def benchmark(loaded: bertology.LoadedModel, n: int, pairs_per_layer: int) -> st
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--lengths", type=int, nargs="+", default=[32, 64])
+    parser.add_argument("--lengths", type=int, nargs="*", default=[32, 64])
     parser.add_argument("--pairs-per-layer", type=int, default=16, help="baseline pairs timed per layer")
+    parser.add_argument(
+        "--ours-only", type=int, nargs="*", default=[], help="also time only our flow at these lengths"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     loaded = bertology.load_model()
@@ -114,6 +117,12 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|")
     for n in args.lengths:
         print(benchmark(loaded, n, args.pairs_per_layer), flush=True)
+    for n in args.ours_only:
+        probs = attention_of_length(loaded, n)
+        start = time.process_time()
+        attention_flow(probs, max_tokens=n)
+        seconds = time.process_time() - start
+        print(f"| {n} | {probs.shape[0]} | ours only: {seconds:.1f} s (CPU) |", flush=True)
 
 
 if __name__ == "__main__":

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from tiny_models import ARCHITECTURES, save_tiny_model
 
 import bertology
+from bertology.corpus import sample_corpus
 from bertology.models import LoadedModel
 
 # --- Browser (headless Chromium via Playwright) for the tests marked `browser` ------------------
@@ -59,6 +60,19 @@ def tiny_model_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]
     """A saved, randomly initialised small model directory per supported architecture."""
     root = tmp_path_factory.mktemp("tiny_models")
     return {architecture: save_tiny_model(architecture, root) for architecture in ARCHITECTURES}
+
+
+@pytest.fixture(scope="session")
+def sample_corpus_head(tmp_path_factory: pytest.TempPathFactory) -> Callable[[int], Path]:
+    """``head(count)``: a corpus file holding the sample corpus's first ``count`` lines."""
+
+    def head(count: int) -> Path:
+        lines = sample_corpus().read_text(encoding="utf-8").splitlines()
+        path = tmp_path_factory.mktemp("corpus") / f"first_{count}_lines.txt"
+        path.write_text("\n".join(lines[:count]) + "\n", encoding="utf-8")
+        return path
+
+    return head
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,7 @@ import json
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -25,11 +26,8 @@ EXAMPLES = sample_corpus()
 
 
 @pytest.fixture(scope="module")
-def small_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    lines = EXAMPLES.read_text(encoding="utf-8").splitlines()
-    path = tmp_path_factory.mktemp("corpus") / "small.txt"
-    path.write_text("\n".join(lines[:30]) + "\n", encoding="utf-8")
-    return path
+def small_corpus(sample_corpus_head: Callable[[int], Path]) -> Path:
+    return sample_corpus_head(30)
 
 
 def test_batch_size_does_not_change_the_results(small_corpus: Path, default_model: LoadedModel) -> None:

@@ -6,6 +6,7 @@ import copy
 import html
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -20,14 +21,13 @@ from bertology.analysis.distances import js_cross_sums
 from bertology.capture import capture
 from bertology.cli import app
 from bertology.comparison import HeadMatching, compare_models, first_segment, word_rows
-from bertology.corpus import iter_segments, sample_corpus
+from bertology.corpus import iter_segments
 from bertology.errors import BertologyError
 from bertology.models import LoadedModel, load_model, wrap_model
 from bertology.report.comparison import relative_depth
 from bertology.training.compare import js_divergence_rows
 from bertology.words import word_attention
 
-EXAMPLES = sample_corpus()
 SST2_ROWS = [
     ("a gorgeous , witty , seductive movie .", "1"),
     ("the story is bogus and its characters are dull .", "0"),
@@ -37,11 +37,8 @@ SST2_ROWS = [
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    lines = EXAMPLES.read_text(encoding="utf-8").splitlines()
-    path = tmp_path_factory.mktemp("corpus") / "small.txt"
-    path.write_text("\n".join(lines[:20]) + "\n", encoding="utf-8")
-    return path
+def corpus(sample_corpus_head: Callable[[int], Path]) -> Path:
+    return sample_corpus_head(20)
 
 
 @pytest.fixture(scope="module")
@@ -283,6 +280,11 @@ def test_compare_command_reports_user_errors(tmp_path: Path) -> None:
     )
     assert isinstance(result.exception, BertologyError)
     assert "no.txt' is missing" in str(result.exception)
+    result = CliRunner().invoke(
+        app, ["compare", "default", "default", "--level", "bytes", "-o", str(tmp_path)]
+    )
+    assert isinstance(result.exception, BertologyError)
+    assert "Unknown comparison level 'bytes'" in str(result.exception)
 
 
 def test_relative_depth_lines_up_models_of_different_depth() -> None:

@@ -245,3 +245,8 @@ def test_long_target_is_cut_with_a_warning(loaded: dict[str, LoadedModel]) -> No
     with pytest.warns(bertology.TruncationWarning, match=r"The target has .* tokens were cut from the end"):
         captured = capture_seq2seq(SOURCE, long_target, model=loaded["bart"])
     assert len(captured.target_tokens) == loaded["bart"].max_length == 64
+
+
+def test_a_target_for_an_encoder_is_refused_in_words(default_model: LoadedModel) -> None:
+    with pytest.raises(bertology.BertologyError, match="'all-MiniLM-L6-v2' is an encoder model"):
+        render_view(SOURCE, kind="head", model=default_model, target=TARGET)

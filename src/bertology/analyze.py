@@ -18,17 +18,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
+from transformers import PreTrainedTokenizerFast
 
 from bertology.analysis.distances import DistanceAccumulator, HeadDistances, RowSampler, mds_embedding
 from bertology.analysis.norms import Weights, check_weights
 from bertology.analysis.patterns import HeadPatterns, PatternAccumulator
-from bertology.capture import capture, stream_batch
+from bertology.capture import AttentionBatch, capture, capture_batch, stream_batch
 from bertology.corpus import Segment, iter_segments
 from bertology.errors import BertologyError, TruncationWarning
 from bertology.inputs import EncodedBatch, Text
 from bertology.models import LoadedModel, require_encoder
 from bertology.stats.base import HeadTable
-from bertology.stats.rows import RowSummarizer, SpecialTokens
+from bertology.stats.rows import RowSummarizer, RowSummary, SpecialTokens
 from bertology.stats.surface import SurfaceAccumulator
 
 _PATTERN_KEYS = {"layer", "head", "label", "label_segment"}
@@ -88,6 +89,21 @@ class CorpusAnalysis:
 def iter_batches(segments: Iterator[Segment], size: int) -> Iterator[list[Segment]]:
     while batch := list(itertools.islice(segments, size)):
         yield batch
+
+
+def corpus_batches(
+    corpus: str | Path,
+    tokenizer: PreTrainedTokenizerFast,
+    *,
+    max_length: int = 128,
+    limit: int | None = None,
+    batch_size: int = 16,
+    corpus_format: str | None = None,
+) -> Iterator[list[Segment]]:
+    """The first ``limit`` segments of ``corpus`` (all if ``None``), packed with ``tokenizer`` into at most
+    ``max_length`` tokens each (:func:`~bertology.corpus.iter_segments`), in batches of ``batch_size``."""
+    segments = iter_segments(corpus, tokenizer, max_length=max_length, format=corpus_format)
+    return iter_batches(itertools.islice(segments, limit), batch_size)
 
 
 def batch_texts(batch: list[Segment]) -> tuple[list[Text], list[Text | None]]:
@@ -160,15 +176,36 @@ class CorpusAccumulators:
                 pad_to_multiple_of=max_length,
                 weights=self.weights,
             )
-        summary = consumer.summarizer.result()
-        self.surface.update_rows(summary)
-        self.patterns.update_rows(summary)
         self.distances.add(consumer.sampler)
         self.last_sample = consumer.sampler
-        self.segments += len(batch)
+        self._fold(consumer.summarizer.result(), encoded)
+        return encoded
+
+    def add_captured(self, batch: list[Segment], max_length: int) -> AttentionBatch:
+        """As :meth:`add`, but capture the batch's whole attention ``[B, L, H, N, N]`` and return it, for a
+        caller that needs more of it than the statistics (e.g. word-level attention); one forward pass
+        either way, more memory here. :attr:`last_sample` is not kept."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", TruncationWarning)
+            captured = capture_batch(
+                *batch_texts(batch),
+                model=self.loaded,
+                max_length=max_length,
+                pad_to_multiple_of=max_length,
+                weights=self.weights,
+            )
+        self.distances.update(captured)
+        self.last_sample = None
+        self._fold(RowSummary.of(captured, self.special), captured.encoded)
+        return captured
+
+    def _fold(self, summary: RowSummary, encoded: EncodedBatch) -> None:
+        """Fold one batch's row summary into the row statistics and count its segments and cuts."""
+        self.surface.update_rows(summary)
+        self.patterns.update_rows(summary)
+        self.segments += len(encoded)
         self.truncated_segments += sum(1 for tokens in encoded.truncated if tokens > 0)
         self.tokens_cut += sum(encoded.truncated)
-        return encoded
 
     def result(
         self, corpus: str | Path, *, corpus_format: str | None, max_length: int, seconds: float
@@ -222,8 +259,15 @@ def analyze_corpus(
     accumulators = CorpusAccumulators(
         loaded, js_tokens_per_segment=js_tokens_per_segment, seed=seed, weights=weights
     )
-    segments = iter_segments(corpus, loaded.tokenizer, max_length=max_length, format=corpus_format)
-    for batch in iter_batches(itertools.islice(segments, limit), batch_size):
+    batches = corpus_batches(
+        corpus,
+        loaded.tokenizer,
+        max_length=max_length,
+        limit=limit,
+        batch_size=batch_size,
+        corpus_format=corpus_format,
+    )
+    for batch in batches:
         accumulators.add(batch, max_length)
         if on_progress is not None:
             on_progress(accumulators.segments)

@@ -26,7 +26,7 @@ from transformers import PretrainedConfig
 from bertology.errors import BertologyError, TruncationWarning
 from bertology.hook import AttentionCall, recording
 from bertology.inputs import encode
-from bertology.models import LoadedModel, resolve_model
+from bertology.models import KIND_PHRASES, LoadedModel, resolve_model
 
 AttentionSetName = Literal["encoder", "decoder", "cross"]
 #: The three attention sets of an encoder-decoder model, in the order the views offer them.
@@ -113,8 +113,8 @@ def capture_seq2seq(
     loaded = resolve_model(model)
     if loaded.kind != "encoder-decoder":
         raise BertologyError(
-            f"'{loaded.name}' is a {loaded.kind} model; a source and a target text need an encoder-decoder "
-            "model (BART, T5)."
+            f"'{loaded.name}' is {KIND_PHRASES[loaded.kind]} model; a source and a target text need an "
+            "encoder-decoder model (BART, T5)."
         )
     limit = loaded.max_length if max_length is None else min(max_length, loaded.max_length)
     encoded = encode(loaded.tokenizer, [source], max_length=limit)

@@ -230,8 +230,8 @@ def analyze(
 
 def _ablation_of(name: str, side: str, task_dir: Path, max_dev: int) -> AblationResult | str:
     """Model ``name``'s single-head ablation on the task, or why it has none (not a fine-tuned classifier)."""
-    from bertology.comparison import single_head_ablation
     from bertology.errors import BertologyError
+    from bertology.interventions.run import single_head_ablation
     from bertology.models import load_model
 
     try:
@@ -272,6 +272,12 @@ def compare(
     ] = 8,
     top: Annotated[int, typer.Option("--top", help="Most changed heads listed.")] = 10,
     weights: WeightsOption = "attention",
+    level: Annotated[
+        str,
+        typer.Option(
+            "--level", help="Compare rows of tokens, of words, or auto (tokens when the tokenizers agree)."
+        ),
+    ] = "auto",
 ) -> None:
     """Compare two models head by head: statistics, labels and confidence side by side, heads matched by JS
     distance, both models' head views of one input and, with --task, both ablation pictures."""
@@ -293,6 +299,7 @@ def compare(
             seed=seed,
             batch_size=batch_size,
             js_tokens_per_segment=js_tokens or None,
+            level=level,  # type: ignore[arg-type]
             weights=weights,  # type: ignore[arg-type]
             on_progress=on_progress,
         )

@@ -23,7 +23,6 @@ from __future__ import annotations
 import itertools
 import json
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -35,15 +34,11 @@ from scipy.optimize import linear_sum_assignment
 
 from bertology.analysis.distances import RowSampler, js_cross_sums
 from bertology.analysis.norms import WEIGHT_DESCRIPTIONS, Weights
-from bertology.analyze import CorpusAccumulators, CorpusAnalysis, batch_texts, iter_batches
-from bertology.capture import capture_batch
+from bertology.analyze import CorpusAccumulators, CorpusAnalysis, corpus_batches
 from bertology.corpus import Segment, iter_segments
-from bertology.errors import BertologyError, TruncationWarning
+from bertology.errors import BertologyError
 from bertology.inputs import EncodedBatch
-from bertology.interventions.ablation import AblationResult, ablation_sweep
-from bertology.interventions.data import LabelledTexts
 from bertology.models import LoadedModel
-from bertology.readers.glue import read_glue
 from bertology.words import WordAttention, word_attention
 
 if TYPE_CHECKING:
@@ -253,16 +248,6 @@ def _token_rows(sampler: RowSampler, count: int) -> list[torch.Tensor]:
     return [sampler.segment_rows(index) for index in range(count)]
 
 
-def _word_level(
-    batch: list[Segment], loaded: LoadedModel, max_length: int, weights: Weights
-) -> list[WordAttention]:
-    """Word attention (:func:`~bertology.words.word_attention`) of each segment of the batch."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", TruncationWarning)  # counted by the analysis pass
-        captured = capture_batch(*batch_texts(batch), model=loaded, max_length=max_length, weights=weights)
-    return [word_attention(attention) for attention in captured]
-
-
 def word_rows(words: WordAttention, queries: np.ndarray, columns: np.ndarray) -> torch.Tensor:
     """``[L*H, Q * (C + 1)]``: the attention rows of the query words ``queries`` over the words ``columns``
     (indices into the input's words, all with a position) plus one last column with the rest of the row
@@ -287,7 +272,7 @@ def _check_tokens_agree(encoded_a: EncodedBatch, encoded_b: EncodedBatch) -> Non
         if tokens_a != tokens_b:
             raise BertologyError(
                 "The two tokenizers split the same text into different tokens; compare at the word level "
-                "(level 'word')."
+                "(--level word)."
             )
 
 
@@ -327,19 +312,29 @@ def compare_models(
         CorpusAccumulators(model, js_tokens_per_segment=js_tokens_per_segment, seed=seed, weights=weights)
         for model in (model_a, model_b)
     )
-    segments = iter_segments(corpus, model_a.tokenizer, max_length=max_length, format=corpus_format)
+    batches = corpus_batches(
+        corpus,
+        model_a.tokenizer,
+        max_length=max_length,
+        limit=limit,
+        batch_size=batch_size,
+        corpus_format=corpus_format,
+    )
     cross: np.ndarray | None = None
     units = done = 0
-    for batch in iter_batches(itertools.islice(segments, limit), batch_size):
-        encoded = [side.add(batch, max_length) for side in sides]
+    for batch in batches:
         if chosen == "token":
-            _check_tokens_agree(*encoded)
+            _check_tokens_agree(*(side.add(batch, max_length) for side in sides))
             samples = [side.last_sample for side in sides]
             assert samples[0] is not None and samples[1] is not None
             rows_a, rows_b = (_token_rows(sample, len(batch)) for sample in samples)
             units += sum(len(queries) for queries in samples[0].queries)
         else:
-            words_a, words_b = (_word_level(batch, side.loaded, max_length, weights) for side in sides)
+            # One forward pass per model serves both its statistics and its word-level attention.
+            words_a, words_b = (
+                [word_attention(attention) for attention in side.add_captured(batch, max_length)]
+                for side in sides
+            )
             rows_a, rows_b = [], []
             for offset, (first, second) in enumerate(zip(words_a, words_b, strict=True)):
                 common = np.flatnonzero((first.word_positions >= 0) & (second.word_positions >= 0))
@@ -368,24 +363,3 @@ def first_segment(
 ) -> Segment:
     """The corpus's first segment as ``loaded``'s tokenizer packs it (the input of the side-by-side views)."""
     return next(iter_segments(corpus, loaded.tokenizer, max_length=max_length, format=corpus_format))
-
-
-def single_head_ablation(
-    loaded: LoadedModel,
-    task_dir: str | Path,
-    *,
-    max_dev: int | None = 100,
-    batch_size: int = 32,
-    progress: Callable[[int], None] | None = None,
-) -> AblationResult:
-    """Accuracy of the classifier ``loaded`` with each single head removed (Michel et al. 2019), on the
-    first ``max_dev`` dev examples of the GLUE-style task in ``task_dir``.
-
-    progress: called with the example passes done, out of ``layers * heads * examples``.
-
-    Raises:
-        BertologyError: a bad task folder or labels the classifier does not have.
-    """
-    task = read_glue(task_dir, max_dev=max_dev)
-    data = LabelledTexts.of_split(loaded, task, task.dev)
-    return ablation_sweep(loaded, data, batch_size=batch_size, progress=progress)

@@ -53,6 +53,12 @@ ModelKind = Literal["encoder", "encoder-decoder", "decoder"]
 #: Supported architectures that are not encoders: encoder-decoders (loaded bare, with ``AutoModel``, so
 #: they take decoder inputs) and decoder-only language models (causal self-attention).
 _KINDS: dict[str, ModelKind] = {"bart": "encoder-decoder", "t5": "encoder-decoder", "gpt2": "decoder"}
+#: Each kind with its article, for messages ("'gpt2' is a decoder model").
+KIND_PHRASES: dict[ModelKind, str] = {
+    "encoder": "an encoder",
+    "encoder-decoder": "an encoder-decoder",
+    "decoder": "a decoder",
+}
 
 #: Architectures whose position ids start after the padding index, so they take fewer tokens
 #: than ``max_position_embeddings``.
@@ -252,7 +258,7 @@ def _require_encoder_type(model_type: str, label: str, what: str) -> None:
     kind = _KINDS.get(model_type, "encoder")
     if kind != "encoder":
         raise BertologyError(
-            f"{what} works on encoder models (BERT family) only; '{label}' is a {kind} "
+            f"{what} works on encoder models (BERT family) only; '{label}' is {KIND_PHRASES[kind]} "
             f"{SUPPORTED_ARCHITECTURES[model_type]} model."
         )
 

@@ -34,7 +34,7 @@ Complexity: a layer-``l`` pair (``l >= 2``) solves max-flow on ``V = l n + 2`` n
 ``O(E)`` per call adding reverse edges, and in practice a pair costs a small multiple of ``E`` (0.6 ms on
 average at 64 tokens and 6 layers). All ``L n^2`` pairs of ``L`` layers: ``O(L^2 n^4)`` in practice,
 ``O(L^4 n^6)`` by Dinic's bound; memory ``O(L n^2)``. Measured on one core (CPU time, all-MiniLM-L6-v2,
-6 layers): 1.2 s at 32 tokens, 9.7 s at 64, 130 s at 128; 12 layers take 4.6 times as long (45 s at 64).
+6 layers; ``benchmarks/bench_relevance.py``, RESULTS.md): 1.2 s at 32 tokens, 9.7 s at 64, 130 s at 128.
 Hence the length limit :data:`FLOW_MAX_TOKENS` = 64, which :func:`attention_flow` enforces.
 
 Precision: SciPy's max-flow needs integer capacities, so flow layers use ``round(Â * FLOW_SCALE)`` with
@@ -68,7 +68,7 @@ RELEVANCE_METHODS: tuple[RelevanceMethod, ...] = ("rollout", "flow")
 FLOW_SCALE = 2**30
 
 #: Default length limit of :func:`attention_flow`, in tokens (special tokens included): about 10 s on one
-#: core for 6 layers, 45 s for 12 (128 tokens: about 2 and 10 minutes).
+#: core for 6 layers (128 tokens: about 2 minutes; more layers take longer, about as their square).
 FLOW_MAX_TOKENS = 64
 
 

@@ -22,7 +22,7 @@ from bertology.interventions.data import LabelledTexts
 from bertology.interventions.importance import HeadImportance, head_importance
 from bertology.interventions.pruning import PruningOutcome, prune_and_measure, save_model
 from bertology.models import LoadedModel, require_encoder
-from bertology.readers.glue import read_glue
+from bertology.readers.glue import GlueTask, read_glue
 
 #: ``progress(stage, done, total)``: a stage's name, and how many of its ``total`` steps are done.
 Progress = Callable[[str, int, int], None]
@@ -83,6 +83,40 @@ class AblationRun:
         return summary
 
 
+def dev_examples(
+    loaded: LoadedModel, task_dir: str | Path, max_dev: int | None
+) -> tuple[GlueTask, LabelledTexts]:
+    """The GLUE-style task in ``task_dir`` and its first ``max_dev`` dev examples, encoded for the
+    classifier ``loaded``.
+
+    Raises:
+        BertologyError: a bad task folder or labels the classifier does not have.
+    """
+    task = read_glue(task_dir, max_dev=max_dev)
+    return task, LabelledTexts.of_split(loaded, task, task.dev)
+
+
+def single_head_ablation(
+    loaded: LoadedModel,
+    task_dir: str | Path,
+    *,
+    max_dev: int | None = 100,
+    batch_size: int = 32,
+    progress: Callable[[int], None] | None = None,
+) -> AblationResult:
+    """Accuracy of the classifier ``loaded`` with each single head removed (Michel et al. 2019), on the
+    first ``max_dev`` dev examples of the GLUE-style task in ``task_dir`` (the first part of
+    :func:`run_ablation`, e.g. for ``bertology compare --task``).
+
+    progress: called with the example passes done, out of ``layers * heads * examples``.
+
+    Raises:
+        BertologyError: a bad task folder or labels the classifier does not have.
+    """
+    _, data = dev_examples(loaded, task_dir, max_dev)
+    return ablation_sweep(loaded, data, batch_size=batch_size, progress=progress)
+
+
 def run_ablation(
     loaded: LoadedModel,
     task_dir: str | Path,
@@ -108,8 +142,7 @@ def run_ablation(
         )
     require_encoder(loaded, "Head ablation")
     started = time.perf_counter()
-    task = read_glue(task_dir, max_dev=max_dev)
-    data = LabelledTexts.of_split(loaded, task, task.dev)
+    task, data = dev_examples(loaded, task_dir, max_dev)
 
     def stage(name: str, total: int) -> Callable[[int], None]:
         def report(done: int) -> None:

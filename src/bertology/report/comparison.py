@@ -14,13 +14,14 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from matplotlib.colors import Colormap
 from matplotlib.figure import Figure
 
 from bertology import comparison as comparison_module
 from bertology.comparison import HeadMatching, ModelComparison
 from bertology.interventions.ablation import AblationResult
 from bertology.report import page, plots
-from bertology.report.analysis import CONFIDENCE, HEATMAP_STATISTICS, Figures, docstring
+from bertology.report.analysis import CONFIDENCE, HEATMAP_STATISTICS, Figures, docstring, head_name
 from bertology.report.page import Markup, Section
 from bertology.stats.base import HeadTable
 from bertology.views import View
@@ -113,20 +114,14 @@ def _heatmap(
     *,
     value_range: tuple[float, float],
     unit: str,
+    cmap: Colormap = plots.COLORMAP,
 ) -> Markup:
     """``values`` [layers, heads] of ``statistic`` as a heatmap, saved as ``plots/<name>.png`` and shown
     :data:`PANEL_WIDTH` pixels wide."""
-    png = plots.heatmap_png(outdir, name, {statistic: values}, dpi, value_range=value_range, unit=unit)
+    png = plots.heatmap_png(
+        outdir, name, {statistic: values}, dpi, value_range=value_range, unit=unit, cmap=cmap
+    )
     return page.figure(png, alt=f"{plots.title_of(statistic)}, {name.replace('_', ' ')}", width=PANEL_WIDTH)
-
-
-def _common_range(*grids: np.ndarray, symmetric: bool = False) -> tuple[float, float]:
-    """A colour range covering every finite value of ``grids`` (from 0, or symmetric around 0)."""
-    finite = np.concatenate([grid[np.isfinite(grid)] for grid in grids])
-    top = float(np.abs(finite).max()) if finite.size else 1.0
-    if symmetric:
-        return -max(top, 1e-6), max(top, 1e-6)
-    return min(0.0, float(finite.min()) if finite.size else 0.0), max(top, 1e-6)
 
 
 def _side_by_side(
@@ -142,7 +137,7 @@ def _side_by_side(
     cells: dict[str, list[Markup]] = {"model A": [], "model B": [], "B − A (same head)": []}
     for name in names:
         a, b = comparison.a.surface[name], comparison.b.surface[name]
-        span = fixed or _common_range(a, b)
+        span = fixed or plots.value_range_of(a, b)
         unit = plots.unit_of(name)
         for side, values in (("A", a), ("B", b)):
             figure = _heatmap(
@@ -151,9 +146,16 @@ def _side_by_side(
             cells[f"model {side}"].append(figure)
         if comparison.shapes_agree:
             delta = comparison.position_delta(name)
-            span = _common_range(delta, symmetric=True)
+            span = plots.value_range_of(delta, symmetric=True)
             figure = _heatmap(
-                outdir, f"{name}_delta", name, delta, dpi, value_range=span, unit=f"B − A, {unit}"
+                outdir,
+                f"{name}_delta",
+                name,
+                delta,
+                dpi,
+                value_range=span,
+                unit=f"B − A, {unit}",
+                cmap=plots.DIVERGING_COLORMAP,
             )
             cells["B − A (same head)"].append(figure)
     if not comparison.shapes_agree:
@@ -171,7 +173,7 @@ def _biggest_changes(row: pd.Series, count: int = 3) -> str:
 
 def head_label(layer: float, head: float) -> str:
     """``"layer-head"`` (0-based) of a frame row's head, ``–`` where the model has none."""
-    return page.MISSING if np.isnan(layer) else f"{int(layer)}-{int(head)}"
+    return page.MISSING if np.isnan(layer) else head_name(int(layer), int(head))
 
 
 def most_changed_frame(comparison: ModelComparison, count: int = TOP_HEADS) -> pd.DataFrame:
@@ -251,7 +253,7 @@ def _ablation_section(
     dpi: int,
 ) -> Section:
     found = [result.change for result in ablations if isinstance(result, AblationResult)]
-    span = _common_range(*found, symmetric=True) if found else (-1.0, 1.0)
+    span = plots.value_range_of(*found, symmetric=True)
     blocks = [
         page.paragraph(
             "Dev accuracy with only that head removed (its output multiplied by 0) minus the accuracy with "
@@ -267,7 +269,14 @@ def _ablation_section(
         name = f"ablation_{side.lower()}"
         blocks.append(
             _heatmap(
-                outdir, name, "accuracy change", result.change, dpi, value_range=span, unit="accuracy change"
+                outdir,
+                name,
+                "accuracy change",
+                result.change,
+                dpi,
+                value_range=span,
+                unit="accuracy change",
+                cmap=plots.DIVERGING_COLORMAP,
             )
         )
     return Section("Single-head ablation", "ablation", blocks)

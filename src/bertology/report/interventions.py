@@ -129,7 +129,13 @@ def write_ablation_report(run: AblationRun, outdir: str | Path, *, dpi: int = 11
     (target / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
 
     ablation_png = plots.heatmap_png(
-        target, "ablation", {"accuracy change when removed": ablation.change}, dpi, unit="accuracy change"
+        target,
+        "ablation",
+        {"accuracy change when removed": ablation.change},
+        dpi,
+        unit="accuracy change",
+        value_range=plots.value_range_of(ablation.change, symmetric=True),
+        cmap=plots.DIVERGING_COLORMAP,
     )
     importance_png = plots.heatmap_png(
         target,

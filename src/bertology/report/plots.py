@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import matplotlib
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import Colormap
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
@@ -32,6 +33,8 @@ NAN_COLOUR = "#c4c4c4"
 
 #: Perceptually uniform; NaN cells are left transparent over a grey hatched background.
 COLORMAP = matplotlib.colormaps["viridis"].with_extremes(bad=(0.0, 0.0, 0.0, 0.0))
+#: For signed values centred on 0 (differences, accuracy changes): blue below, red above.
+DIVERGING_COLORMAP = matplotlib.colormaps["RdBu_r"].with_extremes(bad=(0.0, 0.0, 0.0, 0.0))
 
 #: Short names of statistics for titles and legends; any other name is shown with spaces for "_".
 TITLES = {
@@ -111,11 +114,15 @@ def layer_means(values: np.ndarray) -> np.ndarray:
         return np.where(defined, values, 0.0).sum(1) / defined.sum(1)
 
 
-def _value_range(values: np.ndarray) -> tuple[float, float]:
-    """Colour range from 0 (or the minimum, if negative) to the largest finite value."""
-    finite = values[np.isfinite(values)]
+def value_range_of(*grids: np.ndarray, symmetric: bool = False) -> tuple[float, float]:
+    """One colour range covering every finite value of ``grids``: from 0 (or the minimum, if negative) to
+    the largest value, or, ``symmetric``, from ``-m`` to ``m`` with ``m`` the largest size."""
+    finite = np.concatenate([np.ravel(grid)[np.isfinite(np.ravel(grid))] for grid in grids] or [np.empty(0)])
     if finite.size == 0:
-        return 0.0, 1.0
+        return (-1.0, 1.0) if symmetric else (0.0, 1.0)
+    if symmetric:
+        top = max(float(np.abs(finite).max()), 1e-6)
+        return -top, top
     low = min(0.0, float(finite.min()))
     return low, max(float(finite.max()), low + 1e-6)
 
@@ -136,7 +143,13 @@ def _head_axes(ax: Axes, layers: int, heads: int) -> None:
 
 
 def _heatmap(
-    ax: Axes, values: np.ndarray, *, title: str, unit: str, value_range: tuple[float, float]
+    ax: Axes,
+    values: np.ndarray,
+    *,
+    title: str,
+    unit: str,
+    value_range: tuple[float, float],
+    cmap: Colormap = COLORMAP,
 ) -> None:
     """One layer x head heatmap with a labelled colour bar; NaN cells show the grey hatched background."""
     layers, heads = values.shape
@@ -147,7 +160,7 @@ def _heatmap(
     )
     image = ax.imshow(
         values,
-        cmap=COLORMAP,
+        cmap=cmap,
         vmin=value_range[0],
         vmax=value_range[1],
         interpolation="nearest",
@@ -171,11 +184,13 @@ def heatmaps(
     value_range: tuple[float, float] | None = None,
     columns: int = 3,
     unit: str | None = None,
+    cmap: Colormap = COLORMAP,
 ) -> Figure:
     """Layer x head heatmaps of ``table``'s statistics ``names``, ``columns`` to a row.
 
     value_range: one colour range for every panel; default: each panel from 0 to its largest value.
     unit: the colour bars' label for every panel; default: :func:`unit_of` each statistic.
+    cmap: the colour map (:data:`DIVERGING_COLORMAP` for signed values around 0).
     """
     panel_width, panel_height = _heatmap_panel_size(table.num_layers, table.num_heads)
     across = min(columns, len(names))
@@ -189,7 +204,8 @@ def heatmaps(
             values,
             title=title_of(name),
             unit=unit or unit_of(name),
-            value_range=value_range or _value_range(values),
+            value_range=value_range or value_range_of(values),
+            cmap=cmap,
         )
     for ax in axes[len(names) :]:
         ax.remove()

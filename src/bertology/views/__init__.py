@@ -14,7 +14,7 @@ from bertology.capture import Attention, capture
 from bertology.capture_seq2seq import AttentionSetName, Seq2SeqAttention, capture_seq2seq
 from bertology.errors import BertologyError
 from bertology.inputs import Text
-from bertology.models import LoadedModel, require_pair_template, resolve_model
+from bertology.models import KIND_PHRASES, LoadedModel, resolve_model
 from bertology.views.build import VIEW_KINDS, Theme, ViewKind, seq2seq_view_data, view_data
 from bertology.views.page import render_page
 
@@ -104,10 +104,9 @@ def render_view(
             )
         if target is not None:
             raise BertologyError(
-                f"A target text is for encoder-decoder models; '{loaded.name}' is a {loaded.kind} model."
+                "A target text is for encoder-decoder models; "
+                f"'{loaded.name}' is {KIND_PHRASES[loaded.kind]} model."
             )
-        if text_b is not None:
-            require_pair_template(loaded)
         attention = capture(source, text_b, model=loaded, qk=kind == "neuron", weights=weights)
     data = view_data(attention, kind, layer=layer, head=head, query=query, theme=theme, head_names=head_names)
     return View(kind, data)
