@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 import re
 import subprocess
@@ -16,9 +15,9 @@ import pytest
 
 from bertology.analysis.distances import DistanceAccumulator
 from bertology.analysis.patterns import PatternAccumulator
-from bertology.analyze import analyze_corpus, batch_texts, iter_batches, save_analysis
+from bertology.analyze import analyze_corpus, batch_texts, corpus_batches, save_analysis
 from bertology.capture import capture_batch
-from bertology.corpus import iter_segments, sample_corpus
+from bertology.corpus import sample_corpus
 from bertology.models import LoadedModel
 from bertology.stats import SpecialTokens, SurfaceAccumulator
 
@@ -47,8 +46,7 @@ def test_streamed_analysis_equals_accumulators_fed_captured_batches(
     special = SpecialTokens.of(default_model)
     surface, patterns = SurfaceAccumulator(special), PatternAccumulator(special)
     distances = DistanceAccumulator(max_tokens_per_segment=5)
-    segments = itertools.islice(iter_segments(small_corpus, default_model.tokenizer, max_length=128), 9)
-    for batch in iter_batches(segments, 4):
+    for batch in corpus_batches(small_corpus, default_model.tokenizer, limit=9, batch_size=4):
         captured = capture_batch(*batch_texts(batch), model=default_model, max_length=128)
         for accumulator in (surface, patterns, distances):
             accumulator.update(captured)

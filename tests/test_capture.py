@@ -13,6 +13,7 @@ from tiny_models import ARCHITECTURES
 from transformers import AutoModel
 
 import bertology
+from bertology.capture import accepted_inputs
 from bertology.models import LoadedModel
 
 PAIRS = [
@@ -62,6 +63,27 @@ def test_capture_equals_eager_for_each_architecture(
     loaded = bertology.load_model(directory)
     assert loaded.model_type == architecture
     _check_against_eager(directory, loaded)
+
+
+@pytest.mark.parametrize("architecture", ARCHITECTURES)
+def test_capture_stops_the_pass_after_the_last_attention(
+    architecture: str, tiny_model_dirs: dict[str, Path]
+) -> None:
+    """Nothing after the last layer's attention runs (its feed-forward block), yet every layer is
+    captured; a plain forward pass on the same model runs every layer's feed-forward block."""
+    loaded = bertology.load_model(tiny_model_dirs[architecture])
+    calls: list[str] = []
+    for name, module in loaded.model.named_modules():
+        if name.endswith(("output.dense", "ffn.lin2", "ffn_output")):  # each layer's last linear map
+            module.register_forward_hook(lambda *_, name=name: calls.append(name))
+    batch = bertology.capture_batch([PAIRS[0][0]], model=loaded)
+    captured = len(calls)
+    calls.clear()
+    with torch.no_grad():
+        loaded.model(**accepted_inputs(loaded, batch.encoded))
+    assert batch.probs.shape[1] == loaded.num_layers
+    assert len(calls) % loaded.num_layers == 0 and len(calls) > 0
+    assert captured == len(calls) // loaded.num_layers * (loaded.num_layers - 1)
 
 
 def test_capture_equals_eager_on_default_model(default_model: LoadedModel) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from transformers import PreTrainedTokenizerFast
 
+import bertology.corpus
 import bertology.readers.text
 from bertology.corpus import Segment, detect_format, iter_segments, sample_corpus
 from bertology.errors import BertologyError
@@ -293,6 +294,20 @@ def test_conllu_real_treebank_consumes_every_sentence_once(
     assert consumed == len(sentences)
     words = sum(len(s.text_a) + len(s.text_b or []) for s in segments)
     assert words == sum(len(sentence.words) for sentence in sentences)
+
+
+@pytest.mark.skipif(not UD_EWT.is_dir(), reason=f"shared UD EWT data not found at {UD_EWT}")
+@pytest.mark.parametrize("corpus", [EXAMPLE_CORPUS, EWT_DEV], ids=["sample", "ewt-dev"])
+def test_wordpiece_packing_by_summed_counts_equals_tokenizing_each_candidate(
+    corpus: Path, tokenizer: PreTrainedTokenizerFast, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """For WordPiece the packer adds passage counts; tokenizing every candidate whole (what it does for
+    other tokenizers) must give the same segments."""
+    summed = list(iter_segments(corpus, tokenizer, max_length=128))
+    monkeypatch.setattr(bertology.corpus, "BertPreTokenizer", type("NotThisPreTokenizer", (), {}))
+    whole = list(iter_segments(corpus, tokenizer, max_length=128))
+    assert len(summed) > 50 and sum(segment.is_pair for segment in summed) > 20
+    assert summed == whole
 
 
 @pytest.mark.skipif(not UD_EWT.is_dir(), reason=f"shared UD EWT data not found at {UD_EWT}")

@@ -176,7 +176,8 @@ def capture_batch(
     pad_to_multiple_of: int | None = None,
     weights: Weights = "attention",
 ) -> AttentionBatch:
-    """Run ``model`` once on a padded batch and return the attention of every layer.
+    """Run ``model`` once on a padded batch and return the attention of every layer (the pass stops at
+    the last layer's attention: nothing after it changes attention).
 
     max_length: token limit per input (default and upper bound: the model's own limit).
     qk: also keep each layer's per-head query and key vectors (for the neuron view).
@@ -187,7 +188,10 @@ def capture_batch(
     loaded = resolve_model(model)
     encoded = _encode(loaded, texts, texts_b, max_length, pad_to_multiple_of)
     weighting = _weighting(loaded, weights, keep_norms=qk)
-    with torch.inference_mode(), recording(keep_qk=qk, weighting=weighting) as recorder:
+    with (
+        torch.inference_mode(),
+        recording(keep_qk=qk, weighting=weighting, stop_after=loaded.num_layers) as recorder,
+    ):
         loaded.model(**accepted_inputs(loaded, encoded))
     calls = recorder.calls
     return AttentionBatch(
@@ -212,7 +216,8 @@ def stream_batch(
     pad_to_multiple_of: int | None = None,
     weights: Weights = "attention",
 ) -> EncodedBatch:
-    """Run ``model`` once on a padded batch, streaming each layer's attention as soon as it is computed.
+    """Run ``model`` once on a padded batch, streaming each layer's attention as soon as it is computed
+    (up to the last layer's attention, where the pass stops).
 
     consumer: called once with the encoded batch before the model runs; it returns the function that
         then receives each layer's ``probs`` [batch, heads, N, N] (right-padded), in layer order.
@@ -221,7 +226,10 @@ def stream_batch(
     """
     encoded = _encode(model, texts, texts_b, max_length, pad_to_multiple_of)
     weighting = _weighting(model, weights)
-    with torch.inference_mode(), recording(consume=consumer(encoded), weighting=weighting):
+    with (
+        torch.inference_mode(),
+        recording(consume=consumer(encoded), weighting=weighting, stop_after=model.num_layers),
+    ):
         model.model(**accepted_inputs(model, encoded))
     return encoded
 

@@ -14,7 +14,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from bertology.analysis.distances import JS_TOKENS_PER_SEGMENT
 from bertology.analysis.relevance import FLOW_MAX_TOKENS
+from bertology.analyze import BATCH_SIZE
 from bertology.training.finetune import FinetuneSettings, TrainingProgress
 
 if TYPE_CHECKING:
@@ -183,7 +185,7 @@ def analyze(
     ] = 128,
     limit: Annotated[int | None, typer.Option("--limit", help="Analyse at most this many segments.")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed for token sampling and the head map.")] = 0,
-    batch_size: Annotated[int, typer.Option("--batch-size", help="Segments per forward pass.")] = 16,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Segments per forward pass.")] = BATCH_SIZE,
     corpus_format: Annotated[
         str | None, typer.Option("--format", help="text, jsonl or conllu (default: from the file name).")
     ] = None,
@@ -193,7 +195,7 @@ def analyze(
             "--js-tokens",
             help="Query tokens sampled per segment for the head distances (seeded); 0 = every token.",
         ),
-    ] = 8,
+    ] = JS_TOKENS_PER_SEGMENT,
     weights: WeightsOption = "attention",
 ) -> None:
     """Per-head statistics, pattern labels and head clustering over CORPUS, written as an HTML report."""
@@ -266,10 +268,10 @@ def compare(
         int, typer.Option("--max-len", help="Tokens per segment, special tokens included.")
     ] = 128,
     seed: Annotated[int, typer.Option("--seed", help="Seed for the sampled query tokens.")] = 0,
-    batch_size: Annotated[int, typer.Option("--batch-size", help="Segments per forward pass.")] = 16,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Segments per forward pass.")] = BATCH_SIZE,
     js_tokens: Annotated[
         int, typer.Option("--js-tokens", help="Query tokens sampled per segment for the distances; 0 = all.")
-    ] = 8,
+    ] = JS_TOKENS_PER_SEGMENT,
     top: Annotated[int, typer.Option("--top", help="Most changed heads listed.")] = 10,
     weights: WeightsOption = "attention",
     level: Annotated[

@@ -32,9 +32,9 @@ import pandas as pd
 import torch
 from scipy.optimize import linear_sum_assignment
 
-from bertology.analysis.distances import RowSampler, js_cross_sums
+from bertology.analysis.distances import JS_TOKENS_PER_SEGMENT, RowSampler, js_cross_sums
 from bertology.analysis.norms import WEIGHT_DESCRIPTIONS, Weights
-from bertology.analyze import CorpusAccumulators, CorpusAnalysis, corpus_batches
+from bertology.analyze import BATCH_SIZE, CorpusAccumulators, CorpusAnalysis, corpus_batches
 from bertology.corpus import Segment, iter_segments
 from bertology.errors import BertologyError
 from bertology.inputs import EncodedBatch
@@ -284,8 +284,8 @@ def compare_models(
     max_length: int = 128,
     limit: int | None = None,
     seed: int = 0,
-    batch_size: int = 16,
-    js_tokens_per_segment: int | None = 8,
+    batch_size: int = BATCH_SIZE,
+    js_tokens_per_segment: int | None = JS_TOKENS_PER_SEGMENT,
     corpus_format: str | None = None,
     level: Level = "auto",
     weights: Weights = "attention",

@@ -28,6 +28,8 @@ from itertools import accumulate, groupby
 from operator import attrgetter
 from pathlib import Path
 
+from tokenizers import Tokenizer
+from tokenizers.pre_tokenizers import BertPreTokenizer
 from transformers import PreTrainedTokenizerFast
 
 from bertology.errors import BertologyError
@@ -161,20 +163,46 @@ def _balanced_split(counts: Sequence[int]) -> int:
     return min(range(1, len(counts)), key=lambda boundary: abs(total - 2 * before[boundary - 1]), default=1)
 
 
+def counting_tokenizer(tokenizer: PreTrainedTokenizerFast) -> Tokenizer:
+    """A copy of the model's Rust tokenizer (the same normalisation, splitting and special tokens) that
+    never truncates or pads, for counting tokens; calling it never changes the wrapper's own settings."""
+    counter = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+    counter.no_truncation()
+    counter.no_padding()
+    return counter
+
+
+def token_counts(counter: Tokenizer, segments: Sequence[Segment]) -> list[int]:
+    """Tokens of each segment as the encoder builds it (special tokens included, before truncation), in
+    one batch call; ``counter`` from :func:`counting_tokenizer`."""
+    texts = [(_as_string(segment.text_a), _as_string(segment.text_b)) for segment in segments]
+    inputs = [text_a if text_b is None else (text_a, text_b) for text_a, text_b in texts]
+    return [len(encoding.ids) for encoding in counter.encode_batch(inputs)]
+
+
 class _Packer:
-    """Greedy packing of one document's passages into segments that fit ``max_length`` tokens."""
+    """Greedy packing of one document's passages into segments that fit ``max_length`` tokens.
+
+    Tokens are counted with :func:`counting_tokenizer`, called directly: half the time of the Python
+    wrapper. With WordPiece's pre-tokenizer,
+    which splits at every space and its normaliser works character by character, no token spans two
+    space-joined passages, so a candidate segment's count is the sum of its passages' counts plus the
+    special tokens; other tokenizers (byte-level BPE, SentencePiece) tokenize each candidate whole.
+    """
 
     def __init__(self, tokenizer: PreTrainedTokenizerFast, max_length: int, path: Path) -> None:
-        self.tokenizer = tokenizer
+        self.counter = counting_tokenizer(tokenizer)
+        processor = self.counter.post_processor
+        self.additive = isinstance(self.counter.pre_tokenizer, BertPreTokenizer) and processor is not None
+        self.special = {
+            pair: processor.num_special_tokens_to_add(pair) if processor else 0 for pair in (False, True)
+        }
         self.max_length = max_length
         self.path = path
 
     def _tokens(self, text: str | list[str], text_b: str | list[str] | None = None, *, special: bool) -> int:
         """Token count of a text or pair as the encoder tokenizes it, without truncation."""
-        encoded = self.tokenizer(
-            _as_string(text), _as_string(text_b), add_special_tokens=special, truncation=False, verbose=False
-        )
-        return len(encoded["input_ids"])
+        return len(self.counter.encode(_as_string(text), _as_string(text_b), add_special_tokens=special).ids)
 
     def _segment(self, run: Sequence[Passage], counts: Sequence[int]) -> Segment:
         """The run of passages as a segment, split into A and B by :func:`_balanced_split`."""
@@ -182,7 +210,11 @@ class _Packer:
         text_b = _join(run[split:]) if split < len(run) else None
         return Segment(_join(run[:split]), text_b, _origin(self.path, run[0].first_line, run[-1].last_line))
 
-    def _fits(self, segment: Segment) -> bool:
+    def _fits(self, run: Sequence[Passage], counts: Sequence[int]) -> bool:
+        """Whether the run of passages, as one segment, fits ``max_length`` tokens."""
+        if self.additive:
+            return sum(counts) + self.special[len(run) > 1] <= self.max_length
+        segment = self._segment(run, counts)
         return self._tokens(segment.text_a, segment.text_b, special=True) <= self.max_length
 
     def pack(self, document: Iterable[Passage]) -> Iterator[Segment]:
@@ -191,7 +223,7 @@ class _Packer:
         counts: list[int] = []
         for passage in document:
             count = self._tokens(passage.text, special=False)
-            if run and not self._fits(self._segment([*run, passage], [*counts, count])):
+            if run and not self._fits([*run, passage], [*counts, count]):
                 yield self._segment(run, counts)
                 run, counts = [], []
             run.append(passage)

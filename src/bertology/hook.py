@@ -57,12 +57,17 @@ class Recorder:
         ``weighting(call, probs, value)`` with ``call`` the number of attention calls recorded before this
         one and ``value`` [batch, heads, key, head_dim], returning [batch, heads, query, key]
         (e.g. :class:`bertology.analysis.norms.NormWeighting`).
+    stop_after: if set, the forward pass is cut short once this many calls are recorded (the model's
+        layers): what follows the last attention (that layer's feed-forward block, the pooler, a task
+        head) does not change any attention, so a caller that reads only attention skips it.
+        :func:`recording` ends the pass quietly; the model's output is then never computed.
     """
 
     keep_qk: bool = False
     consume: Callable[[torch.Tensor], None] | None = None
     keep_graph: bool = False
     weighting: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+    stop_after: int | None = None
     calls: list[AttentionCall] = field(default_factory=list)
     seen: int = 0
 
@@ -74,16 +79,22 @@ class Recorder:
         self.seen += 1
         if self.consume is not None:
             self.consume(probs.detach())
-            return
-        keep = self.keep_qk
-        self.calls.append(
-            AttentionCall(
-                probs=probs if self.keep_graph else probs.detach(),
-                query=query.detach() if keep else None,
-                key=key.detach() if keep else None,
-                scaling=float(scaling),
+        else:
+            keep = self.keep_qk
+            self.calls.append(
+                AttentionCall(
+                    probs=probs if self.keep_graph else probs.detach(),
+                    query=query.detach() if keep else None,
+                    key=key.detach() if keep else None,
+                    scaling=float(scaling),
+                )
             )
-        )
+        if self.seen == self.stop_after:
+            raise _AllLayersRecorded
+
+
+class _AllLayersRecorded(Exception):
+    """Raised inside the forward pass after a recorder's last wanted call; caught by :func:`recording`."""
 
 
 _active: ContextVar[Recorder | None] = ContextVar("bertology_recorder", default=None)
@@ -95,14 +106,20 @@ def recording(
     consume: Callable[[torch.Tensor], None] | None = None,
     keep_graph: bool = False,
     weighting: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+    stop_after: int | None = None,
 ) -> Iterator[Recorder]:
     """Record every attention call made in this context (this thread / task) until the block ends
     (``consume``: stream each layer's probs to it instead; ``keep_graph``: keep them differentiable;
-    ``weighting``: record other weights than the softmax output; see :class:`Recorder`)."""
-    recorder = Recorder(keep_qk=keep_qk, consume=consume, keep_graph=keep_graph, weighting=weighting)
+    ``weighting``: record other weights than the softmax output; ``stop_after``: cut the forward pass
+    short after that many calls, and end the block there without an error; see :class:`Recorder`)."""
+    recorder = Recorder(
+        keep_qk=keep_qk, consume=consume, keep_graph=keep_graph, weighting=weighting, stop_after=stop_after
+    )
     token = _active.set(recorder)
     try:
         yield recorder
+    except _AllLayersRecorded:
+        pass
     finally:
         _active.reset(token)
 

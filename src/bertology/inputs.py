@@ -89,30 +89,50 @@ class EncodedBatch:
         return len(self.tokens)
 
 
-def _segments(sequence_ids: list[int | None]) -> np.ndarray:
-    segments = np.zeros(len(sequence_ids), dtype=np.int64)
-    current = 0
-    for position, sequence in enumerate(sequence_ids):
-        current = sequence if sequence is not None else current
-        segments[position] = current
-    return segments
+def _sequence_array(sequence_ids: list[int | None]) -> np.ndarray:
+    """[n] int: each token's sequence (0 = text A, 1 = text B), -1 for special tokens."""
+    return np.array([-1 if sequence is None else sequence for sequence in sequence_ids], dtype=np.int64)
 
 
-def _word_ids(
-    sequence_ids: list[int | None], offsets: list[tuple[int, int]], texts: list[WordSpans]
-) -> np.ndarray:
-    owners = [text.word_of_char() for text in texts]
-    first_word = np.cumsum([0] + [len(text.words) for text in texts])
-    result = np.full(len(sequence_ids), -1, dtype=np.int64)
-    for position, (sequence, (start, end)) in enumerate(zip(sequence_ids, offsets, strict=True)):
-        if sequence is None:
-            continue
-        owner = owners[sequence]
-        # A token belongs to the first word it overlaps; a token made only of whitespace
-        # (e.g. SentencePiece's lone "▁") belongs to the word that follows it.
-        local = int(owner[start:end].min()) if end > start else int(owner[start])
-        result[position] = first_word[sequence] + min(local, len(texts[sequence].words) - 1)
+def _segments(sequences: np.ndarray) -> np.ndarray:
+    """[n] int segment of each token: its sequence, or for a special token (-1) the sequence of the last
+    text token before it (0 before any)."""
+    positions = np.arange(len(sequences))
+    last_text = np.maximum.accumulate(np.where(sequences >= 0, positions, -1))
+    return np.where(last_text >= 0, sequences[last_text], 0)
+
+
+def _word_ids(sequences: np.ndarray, offsets: list[tuple[int, int]], texts: list[WordSpans]) -> np.ndarray:
+    """[n] int index of each token's word among all the texts' words, -1 for special tokens.
+
+    A token belongs to the first word it overlaps: since :meth:`WordSpans.word_of_char` never decreases
+    along the text, that is the word of its first character; a token made only of whitespace (e.g.
+    SentencePiece's lone "▁") belongs to the word that follows it.
+    """
+    starts = np.array([start for start, _ in offsets], dtype=np.int64)
+    result = np.full(len(sequences), -1, dtype=np.int64)
+    first_word = 0
+    for sequence, text in enumerate(texts):
+        members = sequences == sequence
+        local = text.word_of_char()[starts[members]]
+        result[members] = first_word + np.minimum(local, len(text.words) - 1)
+        first_word += len(text.words)
     return result
+
+
+def _pad_rows(
+    rows: Sequence[Sequence[int] | np.ndarray],
+    width: int,
+    fill: int | bool,
+    device: torch.device | None = None,
+) -> torch.Tensor:
+    """Stack per-input ``[n_b]`` rows into a ``[B, width]`` tensor (int64, or bool for a bool ``fill``),
+    ``fill`` past each row's length."""
+    dtype = np.bool_ if isinstance(fill, bool) else np.int64
+    padded = np.full((len(rows), width), fill, dtype=dtype)
+    for index, row in enumerate(rows):
+        padded[index, : len(row)] = row
+    return torch.from_numpy(padded).to(device)
 
 
 @dataclass
@@ -120,6 +140,7 @@ class _Tokenized:
     """One input as the tokenizer returned it, before padding."""
 
     features: dict[str, list[int]]  # input_ids, attention_mask (and token_type_ids)
+    tokens: list[str]
     offsets: list[tuple[int, int]]
     sequence_ids: list[int | None]
     full_length: int  # tokens before truncation
@@ -134,18 +155,23 @@ def _tokenize(
     )
     kept = [len(ids) for ids in encoded["input_ids"]]
     # Only an input that filled the limit may have been cut: count its tokens again, untruncated.
-    full = {
-        index: len(
-            tokenizer(first[index], None if second is None else second[index], verbose=False)["input_ids"]
-        )
-        for index, length in enumerate(kept)
-        if length >= max_length
-    }
+    filled = [index for index, length in enumerate(kept) if length >= max_length]
+    untruncated = (
+        tokenizer(
+            [first[index] for index in filled],
+            None if second is None else [second[index] for index in filled],
+            verbose=False,
+        )["input_ids"]
+        if filled
+        else []
+    )
+    full = {index: len(ids) for index, ids in zip(filled, untruncated, strict=True)}
     names = [name for name in ("input_ids", "token_type_ids", "attention_mask") if name in encoded]
     return [
         _Tokenized(
             features={name: encoded[name][index] for name in names},
-            offsets=[tuple(offset) for offset in encoded["offset_mapping"][index]],
+            tokens=encoded.tokens(index),
+            offsets=encoded["offset_mapping"][index],
             sequence_ids=encoded.sequence_ids(index),
             full_length=full.get(index, kept[index]),
         )
@@ -190,12 +216,14 @@ def encode(
             for index, row in zip(members, _tokenize(tokenizer, first, second, max_length), strict=True):
                 rows[index] = row
     tokenized = [row for row in rows if row is not None]
-    padded = tokenizer.pad(
-        [row.features for row in tokenized],
-        padding=True,
-        pad_to_multiple_of=pad_to_multiple_of,
-        return_tensors="pt",
-    )
+    width = max(len(row.sequence_ids) for row in tokenized)
+    if pad_to_multiple_of:
+        width = -(-width // pad_to_multiple_of) * pad_to_multiple_of
+    fills = {"input_ids": tokenizer.pad_token_id or 0, "token_type_ids": tokenizer.pad_token_type_id}
+    padded = {
+        name: _pad_rows([row.features[name] for row in tokenized], width, fills.get(name, 0))
+        for name in tokenized[0].features
+    }
     lengths = np.array([len(row.sequence_ids) for row in tokenized])
     truncated = [row.full_length - len(row.sequence_ids) for row in tokenized]
     for index, cut in enumerate(truncated):
@@ -207,12 +235,13 @@ def encode(
                 TruncationWarning,
                 stacklevel=2,
             )
-    batch = EncodedBatch(dict(padded), lengths, [], [], [], [], [], [], truncated)
+    batch = EncodedBatch(padded, lengths, [], [], [], [], [], [], truncated)
     for entry, row in zip(spans, tokenized, strict=True):
-        batch.tokens.append(tokenizer.convert_ids_to_tokens(row.features["input_ids"]))
-        batch.segment_ids.append(_segments(row.sequence_ids))
-        batch.special.append(np.array([sequence is None for sequence in row.sequence_ids]))
-        batch.word_ids.append(_word_ids(row.sequence_ids, row.offsets, entry))
+        sequences = _sequence_array(row.sequence_ids)
+        batch.tokens.append(row.tokens)
+        batch.segment_ids.append(_segments(sequences))
+        batch.special.append(sequences < 0)
+        batch.word_ids.append(_word_ids(sequences, row.offsets, entry))
         batch.words.append([word for text in entry for word in text.words])
         batch.word_segments.append(
             np.concatenate([np.full(len(text.words), s, dtype=np.int64) for s, text in enumerate(entry)])

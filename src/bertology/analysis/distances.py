@@ -29,13 +29,19 @@ if TYPE_CHECKING:
 #: Probabilities are raised to at least this before taking logs; ``x ln x`` there is ~1e-28, i.e. 0.
 _TINY = 1e-30
 
-#: Heads per block of the pairwise computation.
-_BLOCK_HEADS = 24
+#: Heads per block of the pairwise computation (8: fastest on a 2-core CPU, benchmarks/RESULTS.md).
+_BLOCK_HEADS = 8
+
+#: Default query tokens sampled per segment for the distances: on 1000 GAP segments with the default
+#: model the distances from 4 tokens correlate 0.9997 with those from every token, as 8 and 16 do
+#: (benchmarks/RESULTS.md), at a quarter of the cost of 16.
+JS_TOKENS_PER_SEGMENT = 4
 
 
 def _default_chunk(rows: torch.Tensor) -> int:
-    """Scratch buffer size in elements: ``2**18`` on the CPU (stays in cache), ``2**24`` on a GPU."""
-    return 2**18 if rows.device.type == "cpu" else 2**24
+    """Scratch buffer size in elements: ``2**19`` on the CPU (2 MB, about a core's L2 cache), ``2**24`` on a
+    GPU."""
+    return 2**19 if rows.device.type == "cpu" else 2**24
 
 
 def _row_terms(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -79,7 +85,8 @@ def js_divergence_sums(rows: torch.Tensor, *, chunk_elements: int | None = None)
         rows of several segments of different lengths concatenated); the columns must line up across
         heads, and each row of every token sums to 1.
     chunk_elements: size of each of the two scratch buffers, in elements; bounds the memory. Default:
-        ``2**18`` on the CPU (buffers that stay in cache, fastest there), ``2**24`` on a GPU.
+        ``2**19`` on the CPU (buffers about the size of a core's L2 cache, fastest there), ``2**24`` on a
+        GPU.
 
     Because ``JS(p, q) = sum_k [p_k ln p_k / 2 + q_k ln q_k / 2 - m_k ln m_k]`` with ``m = (p + q) / 2``
     is a sum over keys, the sum over tokens is a sum over the ``M`` columns. With ``s = p + q``,
@@ -194,27 +201,33 @@ class RowSampler:
     """Collects, layer by layer, the attention rows of each segment's sampled query tokens.
 
     queries: per segment, the positions of its query tokens; lengths: per segment, its real tokens.
+    Each layer's rows of all segments are taken in one gather, ``[M, H, N]`` for the ``M`` sampled
+    queries of the batch.
     """
 
     def __init__(self, queries: list[np.ndarray], lengths: list[int]) -> None:
         self.queries = queries
         self.lengths = lengths
-        self.layers: list[list[torch.Tensor]] = []  # [layer][segment] -> [heads, tokens, n]
+        counts = [len(positions) for positions in queries]
+        self.starts = np.concatenate([[0], np.cumsum(counts)]).tolist()
+        self.segment_of = torch.from_numpy(np.repeat(np.arange(len(queries)), counts))
+        self.position = torch.from_numpy(np.concatenate(queries).astype(np.int64))
+        self.layers: list[torch.Tensor] = []  # [layer] -> [M, heads, N]
 
     @property
     def heads_per_layer(self) -> int:
-        return self.layers[0][0].shape[0]
+        return self.layers[0].shape[1]
 
     def add_layer(self, probs: torch.Tensor) -> None:
         """Keep the sampled rows of one layer: ``probs`` [B, H, N, N]."""
-        rows = []
-        for index, (queries, n) in enumerate(zip(self.queries, self.lengths, strict=True)):
-            rows.append(probs[index, :, torch.as_tensor(queries, device=probs.device), :n].float())
-        self.layers.append(rows)
+        segment, position = self.segment_of.to(probs.device), self.position.to(probs.device)
+        self.layers.append(probs[segment, :, position].float())
 
     def segment_rows(self, index: int) -> torch.Tensor:
         """``[L*H, T*n]``: segment ``index``'s sampled rows of every head (layer-major), laid end to end."""
-        return torch.cat([layer[index] for layer in self.layers]).flatten(1)
+        start, end, n = self.starts[index], self.starts[index + 1], self.lengths[index]
+        rows = torch.stack([layer[start:end, :, :n] for layer in self.layers])  # [L, T, H, n]
+        return rows.transpose(1, 2).reshape(-1, (end - start) * n)
 
 
 class DistanceAccumulator:

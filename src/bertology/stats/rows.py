@@ -8,7 +8,7 @@ distributes its attention over the keys.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -38,17 +38,6 @@ def surface_form(token: str) -> str:
         if token.startswith(marker) and len(token) > len(marker):
             return token[len(marker) :]
     return token
-
-
-def pad_rows(
-    rows: Sequence[np.ndarray], width: int, fill: int | bool, device: torch.device | None
-) -> torch.Tensor:
-    """Stack per-segment ``[n_b]`` arrays into a ``[B, width]`` tensor, ``fill`` past each length."""
-    dtype = np.bool_ if isinstance(fill, bool) else np.int64
-    padded = np.full((len(rows), width), fill, dtype=dtype)
-    for index, row in enumerate(rows):
-        padded[index, : len(row)] = row
-    return torch.from_numpy(padded).to(device)
 
 
 @dataclass(frozen=True)
@@ -102,40 +91,38 @@ class TokenRoles:
         sep_token: str = "[SEP]",
         device: torch.device | None = None,
     ) -> TokenRoles:
-        """Roles of the tokens of ``encoded``, padded to ``width`` tokens, on ``device`` (default: CPU)."""
+        """Roles of the tokens of ``encoded``, padded to ``width`` tokens, on ``device`` (default: CPU).
 
-        def mark(test: Callable[[str], bool], among: Sequence[np.ndarray]) -> torch.Tensor:
-            """[B, N] bool: tokens where ``among`` is True and ``test(token)`` holds."""
-            rows = [
-                np.array(
-                    [bool(flag) and test(token) for token, flag in zip(tokens, flags, strict=True)],
-                    dtype=bool,
-                )
-                for tokens, flags in zip(encoded.tokens, among, strict=True)
-            ]
-            return pad_rows(rows, width, False, device)
+        Each distinct token string of the batch is looked at once; the batch's tokens, laid end to end,
+        then take their roles by index.
+        """
+        lengths = np.asarray(encoded.lengths)
+        filled = np.arange(width)[None, :] < lengths[:, None]  # [B, N]: where the tokens, end to end, go
 
-        def text_ids(tokens: list[str], special: np.ndarray) -> np.ndarray:
-            ids: dict[str, int] = {}
-            row = [ids.setdefault(surface_form(token).lower(), len(ids)) for token in tokens]
-            return np.where(special, -1, row)
+        def padded(values: np.ndarray, fill: int | bool) -> torch.Tensor:
+            """[B, N] from the batch's per-token ``values`` laid end to end, ``fill`` past each length."""
+            grid = np.full(filled.shape, fill, dtype=values.dtype)
+            grid[filled] = values
+            return torch.from_numpy(grid).to(device)
 
-        special = [np.asarray(flags, dtype=bool) for flags in encoded.special]
-        words = [~flags for flags in special]
-        lengths = torch.as_tensor(np.asarray(encoded.lengths), device=device)
+        distinct: dict[str, int] = {}
+        index = np.array(
+            [distinct.setdefault(token, len(distinct)) for tokens in encoded.tokens for token in tokens],
+            dtype=np.int64,
+        )
+        forms: dict[str, int] = {}
+        form_ids = np.array([forms.setdefault(surface_form(token).lower(), len(forms)) for token in distinct])
+        punct = np.array([surface_form(token) in PUNCTUATION for token in distinct], dtype=bool)
+        names = np.array(list(distinct), dtype=object)
+        special = np.concatenate(encoded.special).astype(bool)
         return cls(
-            valid=torch.arange(width, device=device)[None, :] < lengths[:, None],
-            is_cls=mark(lambda token: token == cls_token, special),
-            is_sep=mark(lambda token: token == sep_token, special),
-            is_punct=mark(lambda token: surface_form(token) in PUNCTUATION, words),
-            segment=pad_rows(encoded.segment_ids, width, -1, device),
-            word=pad_rows(encoded.word_ids, width, -1, device),
-            text=pad_rows(
-                [text_ids(tokens, flags) for tokens, flags in zip(encoded.tokens, special, strict=True)],
-                width,
-                -1,
-                device,
-            ),
+            valid=torch.from_numpy(filled).to(device),
+            is_cls=padded(special & (names == cls_token)[index], False),
+            is_sep=padded(special & (names == sep_token)[index], False),
+            is_punct=padded(~special & punct[index], False),
+            segment=padded(np.concatenate(encoded.segment_ids).astype(np.int64), -1),
+            word=padded(np.concatenate(encoded.word_ids).astype(np.int64), -1),
+            text=padded(np.where(special, -1, form_ids[index]), -1),
         )
 
     @property
@@ -154,20 +141,20 @@ class QueryValues:
     values: torch.Tensor
     queries: torch.Tensor
 
-    def segment_means(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Mean over each segment's queries: ``([B, L, H] float64, defined [B] bool)``; a segment with no
-        query gets 0 and ``defined`` False."""
-        kept = torch.where(self.queries[:, None, None, :], self.values, 0.0).sum(-1, dtype=torch.float64)
-        count = self.queries.sum(-1)
-        return kept / count.clamp_min(1)[:, None, None], count > 0
-
 
 def stack_segment_means(statistics: Iterable[QueryValues]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each statistic averaged over each segment's queries (:meth:`QueryValues.segment_means`).
+    """Each statistic averaged over each segment's queries.
 
-    Returns ``(values [B, S, L, H] float64, defined [B, S] bool)`` for ``S`` statistics.
+    Returns ``(values [B, S, L, H] float64, defined [B, S] bool)`` for ``S`` statistics; a segment where
+    a statistic has no query gets 0 and ``defined`` False. Sums over queries are taken in float32 (at
+    most a segment's tokens per sum), the means in float64.
     """
-    means, defined = zip(*(statistic.segment_means() for statistic in statistics), strict=True)
+    means, defined = [], []
+    for statistic in statistics:
+        kept = torch.where(statistic.queries[:, None, None, :], statistic.values, 0.0).sum(-1)
+        count = statistic.queries.sum(-1)
+        means.append(kept.double() / count.clamp_min(1)[:, None, None])
+        defined.append(count > 0)
     return torch.stack(means, dim=1), torch.stack(defined, dim=1)
 
 
@@ -175,10 +162,11 @@ def stack_segment_means(statistics: Iterable[QueryValues]) -> tuple[torch.Tensor
 _TINY = 1e-30
 
 
-def _pairs(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The True entries of a ``[B, Q, K]`` mask as ``(b, q, k, b * Q + q)``, each ``[M]`` int64."""
-    b, q, k = mask.nonzero(as_tuple=True)
-    return b, q, k, b * mask.shape[1] + q
+def _pairs(masks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The True entries of ``[S, B, Q, K]`` masks as ``(b, q, k, row)``, each ``[M]`` int64, with
+    ``row = (s * B + b) * Q + q`` the entry's query row among all ``S * B * Q``."""
+    s, b, q, k = masks.nonzero(as_tuple=True)
+    return b, q, k, (s * masks.shape[1] + b) * masks.shape[2] + q
 
 
 @dataclass(frozen=True)
@@ -246,13 +234,19 @@ class RowSummarizer:
     the attention function while streaming, so no layer is kept); every pass over a layer happens while
     it is in cache, into one reused scratch buffer. The masses on per-query key sets (same word, other
     sentence, word pieces) are gathered from their few ``(q, k)`` pairs instead of a pass over the rows.
+
+    scratch: a flat buffer to reuse, e.g. the previous batch's :attr:`scratch`: a stream of batches then
+    writes into memory already mapped instead of faulting a fresh ``[B, H, N, N]`` buffer in every batch
+    (benchmarks/RESULTS.md, "Fourth round"). One too small or on another device is replaced.
     """
 
-    def __init__(self, encoded: EncodedBatch, special: SpecialTokens) -> None:
+    def __init__(
+        self, encoded: EncodedBatch, special: SpecialTokens, scratch: torch.Tensor | None = None
+    ) -> None:
         self.encoded = encoded
         self.special = special
         self.layers: list[dict[str, torch.Tensor]] = []
-        self.scratch: torch.Tensor | None = None
+        self.scratch = scratch
 
     def _prepare(self, width: int, device: torch.device) -> None:
         """Token roles and key sets of the batch, once, at the first layer's width and device."""
@@ -271,15 +265,18 @@ class RowSummarizer:
             "other_sentence": same_text & other_segment,
             "word_pieces": same_word & ~itself,
         }
-        self.pairs = {name: _pairs(mask) for name, mask in self.masks.items()}
+        #: The (b, q, k) pairs of all three key sets, and each pair's row among their [3 * B * N] query rows.
+        self.pairs = _pairs(torch.stack(list(self.masks.values())))
 
     def add_layer(self, probs: torch.Tensor) -> None:
         """Summarise one layer: ``probs`` [B, H, N, N], rows summing to 1 over the real keys."""
         probs = probs.float()
-        if self.scratch is None:
+        if not self.layers:
             self._prepare(probs.shape[-1], probs.device)
-            self.scratch = torch.empty_like(probs)
-        scratch = self.scratch
+        elements = probs.numel()
+        if self.scratch is None or self.scratch.numel() < elements or self.scratch.device != probs.device:
+            self.scratch = torch.empty(elements, device=probs.device)
+        scratch = self.scratch[:elements].view(probs.shape)
         batch, heads, size, _ = probs.shape
         rows = probs.reshape(batch, heads * size, size)
         masses = torch.bmm(rows, self.key_sets).view(batch, heads, size, 3)  # [CLS], [SEP], punctuation
@@ -296,9 +293,12 @@ class RowSummarizer:
             "maximum": probs.amax(-1),
             "content_maximum": content_maximum,
         }
-        for name, (b, q, k, row) in self.pairs.items():
-            mass = probs.new_zeros(batch * size, heads).index_add_(0, row, probs[b, :, q, k])
-            quantities[name] = mass.view(batch, size, heads).transpose(1, 2)
+        b, q, k, row = self.pairs
+        masses_by_set = probs.new_zeros(len(self.masks) * batch * size, heads).index_add_(
+            0, row, probs[b, :, q, k]
+        )
+        for name, mass in zip(self.masks, masses_by_set.view(-1, batch, size, heads), strict=True):
+            quantities[name] = mass.transpose(1, 2)
         self.layers.append(quantities)
 
     def result(self) -> RowSummary:
