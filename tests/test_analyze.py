@@ -13,11 +13,19 @@ import numpy as np
 import pandas as pd
 import pytest
 
+import bertology.analyze
 from bertology.analysis.distances import DistanceAccumulator
 from bertology.analysis.patterns import PatternAccumulator
-from bertology.analyze import analyze_corpus, batch_texts, corpus_batches, save_analysis
+from bertology.analyze import (
+    CorpusAccumulators,
+    analyze_corpus,
+    batch_texts,
+    corpus_batches,
+    example_segments,
+    save_analysis,
+)
 from bertology.capture import capture_batch
-from bertology.corpus import sample_corpus
+from bertology.corpus import counting_tokenizer, iter_segments, sample_corpus, token_counts
 from bertology.models import LoadedModel
 from bertology.stats import SpecialTokens, SurfaceAccumulator
 
@@ -35,6 +43,36 @@ def test_batch_size_does_not_change_the_results(small_corpus: Path, default_mode
     assert one.segments == many.segments == 10
     pd.testing.assert_frame_equal(one.heads_frame(), many.heads_frame(), atol=1e-5, rtol=1e-4)
     np.testing.assert_allclose(one.distances.distance, many.distances.distance, atol=1e-6)
+
+
+def test_batches_hold_each_window_of_the_corpus_longest_first(
+    small_corpus: Path, default_model: LoadedModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every window of SORT_WINDOW consecutive segments comes out whole, in order of token count (longest
+    first, ties in corpus order), cut into batches; padding is to a multiple of PAD_MULTIPLE; and a
+    segment number found again by example_segments is the segment analysed under that number."""
+    monkeypatch.setattr(bertology.analyze, "SORT_WINDOW", 8)
+    tokenizer = default_model.tokenizer
+    corpus_order = list(iter_segments(small_corpus, tokenizer, max_length=128))
+    batches = list(corpus_batches(small_corpus, tokenizer, batch_size=3))
+    assert len(corpus_order) == 16 and [len(batch) for batch in batches] == [3, 3, 2] * 2  # two windows
+    analysed = [segment for batch in batches for segment in batch]
+    counter = counting_tokenizer(tokenizer)
+    for start in range(0, 16, 8):
+        window, got = corpus_order[start : start + 8], analysed[start : start + 8]
+        counts = token_counts(counter, window)
+        expected = sorted(range(len(window)), key=lambda index: (-counts[index], index))
+        assert got == [window[index] for index in expected]
+    assert len({count for count in token_counts(counter, corpus_order)}) > 5  # the order is not trivial
+
+    accumulators = CorpusAccumulators(default_model)
+    widths = [accumulators.add(batch, 128).model_inputs["input_ids"].shape[1] for batch in batches]
+    multiple = bertology.analyze.PAD_MULTIPLE
+    assert widths == [-(-max(token_counts(counter, batch)) // multiple) * multiple for batch in batches]
+
+    analysis = accumulators.result(small_corpus, corpus_format=None, max_length=128, seconds=0.0)
+    wanted = {0, 4, 9, 15}
+    assert example_segments(analysis, default_model, wanted) == {index: analysed[index] for index in wanted}
 
 
 def test_streamed_analysis_equals_accumulators_fed_captured_batches(
