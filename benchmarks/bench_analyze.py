@@ -35,6 +35,7 @@ from scipy.special import rel_entr, xlogy
 from transformers import AutoModel
 
 import bertology
+from bertology.allocator import keep_freed_memory
 from bertology.analysis.distances import DistanceAccumulator
 from bertology.analyze import (
     BATCH_SIZE,
@@ -136,6 +137,7 @@ def softmax_timing(repeats: int = 30) -> None:
 
 
 def breakdown(corpus: Path, segments: int) -> None:
+    keep_freed_memory()  # as the analysis runs, from its first batch on
     loaded = bertology.load_model()
     sdpa = AutoModel.from_pretrained(default_model_path(), attn_implementation="sdpa").eval()
     warnings.simplefilter("ignore", bertology.TruncationWarning)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from transformers import PreTrainedTokenizerFast
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 import bertology.corpus
 import bertology.readers.text
@@ -167,6 +167,30 @@ def test_the_demo_corpus_fits_is_fully_covered_and_packed(
             assert packed + 3 > max_length, f"{segment.origin} could have taken line {last + 1}"
     if max_length == 128:
         assert len(segments) >= 60, "the demo corpus should give 60+ segments at 128 tokens"
+
+
+@pytest.mark.skipif(not UD_EWT.is_dir(), reason=f"shared UD EWT data not found at {UD_EWT}")
+@pytest.mark.parametrize("architecture", ["default", "roberta", "albert"])
+def test_every_segment_carries_its_exact_token_count(
+    architecture: str,
+    tokenizer: PreTrainedTokenizerFast,
+    tiny_model_dirs: dict[str, Path],
+    tmp_path: Path,
+) -> None:
+    """Segment.tokens (which orders the analysis batches) equals the encoder's own count, special
+    tokens included and before truncation: summed passage counts for WordPiece, whole candidates for
+    byte-level BPE and SentencePiece; for plain text, CoNLL-U and JSONL."""
+    if architecture != "default":
+        tokenizer = AutoTokenizer.from_pretrained(tiny_model_dirs[architecture])
+    records = [{"text": "A single text."}, {"text": "Premise here.", "text_b": "And a hypothesis."}]
+    jsonl = _write(tmp_path, "in.jsonl", "\n".join(json.dumps(record) for record in records) + "\n")
+    pairs = cut = 0
+    for corpus, max_length in ((EXAMPLE_CORPUS, 128), (EXAMPLE_CORPUS, 40), (EWT_DEV, 64), (jsonl, 128)):
+        segments = list(itertools.islice(iter_segments(corpus, tokenizer, max_length=max_length), 300))
+        assert [segment.tokens for segment in segments] == [_length(tokenizer, s) for s in segments]
+        pairs += sum(segment.is_pair for segment in segments)
+        cut += sum(segment.tokens > max_length for segment in segments)
+    assert pairs > 20 and cut > 0  # pairs and over-long single passages are both counted
 
 
 # --- JSONL ----------------------------------------------------------------------------------

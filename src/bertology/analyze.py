@@ -33,7 +33,7 @@ from bertology.analysis.distances import (
 from bertology.analysis.norms import Weights, check_weights
 from bertology.analysis.patterns import HeadPatterns, PatternAccumulator
 from bertology.capture import AttentionBatch, capture, capture_batch, stream_batch
-from bertology.corpus import Segment, counting_tokenizer, iter_segments, token_counts
+from bertology.corpus import Segment, iter_segments
 from bertology.errors import BertologyError, TruncationWarning
 from bertology.inputs import EncodedBatch, Text
 from bertology.models import LoadedModel, require_encoder
@@ -106,7 +106,7 @@ SORT_WINDOW = 1024
 #: Batches are padded to a multiple of this many tokens (few distinct shapes, little padding).
 PAD_MULTIPLE = 8
 
-#: Segments per forward pass by default: the fastest of 8, 16, 24, 32 and 64 for the default model on a
+#: Segments per forward pass by default: the fastest of 16, 24, 32 and 64 for the default model on a
 #: 2-core CPU (benchmarks/RESULTS.md, "Fourth round"); the per-batch work is shared by more segments.
 BATCH_SIZE = 32
 
@@ -123,21 +123,18 @@ def corpus_batches(
     """The first ``limit`` segments of ``corpus`` (all if ``None``), packed with ``tokenizer`` into at most
     ``max_length`` tokens each (:func:`~bertology.corpus.iter_segments`), in batches of ``batch_size``.
 
-    Every :data:`SORT_WINDOW` consecutive segments are ordered by token count, longest first (a stable
-    sort), before they are cut into batches, so the segments of a batch are about as long and the batch,
-    padded to its longest, pads little: on Clark-style segments of at most 128 tokens (88 on average)
-    batches pad 7% instead of 45%, and the forward pass and the analysis both do about a third less work
-    (benchmarks/RESULTS.md).
-    Longest first, each window's first batch takes the most memory and the later ones fit in what it
-    freed. The order does not depend on ``batch_size``; segment numbers (e.g. a pattern's best segment)
-    count in it.
+    Every :data:`SORT_WINDOW` consecutive segments are ordered by token count (:attr:`Segment.tokens`),
+    longest first (a stable sort), before they are cut into batches, so the segments of a batch are about
+    as long and the batch, padded to its longest, pads little: on Clark-style segments of at most 128
+    tokens (88 on average) batches pad 5% instead of 45%, and the forward pass and the analysis both do
+    about a third less work (benchmarks/RESULTS.md). Longest first, each window's first batch takes the
+    most memory and the later ones fit in what it freed. The order does not depend on ``batch_size``;
+    segment numbers (e.g. a pattern's best segment) count in it.
     """
     segments = iter_segments(corpus, tokenizer, max_length=max_length, format=corpus_format)
-    counter = counting_tokenizer(tokenizer)
     for window in iter_batches(itertools.islice(segments, limit), SORT_WINDOW):
-        counts = token_counts(counter, window)
-        order = sorted(range(len(window)), key=lambda index: -counts[index])
-        yield from iter_batches((window[index] for index in order), batch_size)
+        longest_first = sorted(window, key=lambda segment: -segment.tokens)
+        yield from iter_batches(iter(longest_first), batch_size)
 
 
 def batch_texts(batch: list[Segment]) -> tuple[list[Text], list[Text | None]]:

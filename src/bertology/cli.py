@@ -38,6 +38,9 @@ ModelOption = Annotated[
         "--model", "-m", help="'default' (all-MiniLM-L6-v2, offline), a hub name or a local directory."
     ),
 ]
+SegmentBatchOption = Annotated[
+    int, typer.Option("--batch-size", min=1, help="Segments per forward pass (sorted by length).")
+]
 WeightsOption = Annotated[
     str,
     typer.Option(
@@ -185,7 +188,7 @@ def analyze(
     ] = 128,
     limit: Annotated[int | None, typer.Option("--limit", help="Analyse at most this many segments.")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed for token sampling and the head map.")] = 0,
-    batch_size: Annotated[int, typer.Option("--batch-size", help="Segments per forward pass.")] = BATCH_SIZE,
+    batch_size: SegmentBatchOption = BATCH_SIZE,
     corpus_format: Annotated[
         str | None, typer.Option("--format", help="text, jsonl or conllu (default: from the file name).")
     ] = None,
@@ -268,7 +271,7 @@ def compare(
         int, typer.Option("--max-len", help="Tokens per segment, special tokens included.")
     ] = 128,
     seed: Annotated[int, typer.Option("--seed", help="Seed for the sampled query tokens.")] = 0,
-    batch_size: Annotated[int, typer.Option("--batch-size", help="Segments per forward pass.")] = BATCH_SIZE,
+    batch_size: SegmentBatchOption = BATCH_SIZE,
     js_tokens: Annotated[
         int, typer.Option("--js-tokens", help="Query tokens sampled per segment for the distances; 0 = all.")
     ] = JS_TOKENS_PER_SEGMENT,

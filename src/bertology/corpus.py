@@ -22,7 +22,7 @@ any size streams in flat memory.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.resources import files
 from itertools import accumulate, groupby
 from operator import attrgetter
@@ -50,11 +50,14 @@ class Segment:
     text_a, text_b: a string (paragraphs joined by single spaces) or, for CoNLL-U, a list of words.
     origin: where it came from: ``"<file name>:<first line>-<last line>"`` (just one line number when
         the segment comes from a single line).
+    tokens: its length as the model's tokenizer builds it, special tokens included, before truncation
+        (:func:`iter_segments` counts it; 0 for a segment made by hand). Not part of equality.
     """
 
     text_a: str | list[str]
     text_b: str | list[str] | None
     origin: str
+    tokens: int = field(default=0, compare=False)
 
     @property
     def is_pair(self) -> bool:
@@ -119,12 +122,13 @@ def iter_segments(
 def _segments(
     path: Path, format: str, tokenizer: PreTrainedTokenizerFast, max_length: int
 ) -> Iterator[Segment]:
+    packer = _Packer(tokenizer, max_length, path)
     if format == "jsonl":
         for record in read_records(path):
-            yield Segment(record.text, record.text_b, _origin(path, record.line, record.line))
+            tokens = packer.tokens(record.text, record.text_b, special=True)
+            yield Segment(record.text, record.text_b, _origin(path, record.line, record.line), tokens)
         return
     passages = read_paragraphs(path) if format == "text" else read_sentences(path)
-    packer = _Packer(tokenizer, max_length, path)
     for _, document in groupby(passages, key=attrgetter("document")):
         yield from packer.pack(document)
 
@@ -163,35 +167,22 @@ def _balanced_split(counts: Sequence[int]) -> int:
     return min(range(1, len(counts)), key=lambda boundary: abs(total - 2 * before[boundary - 1]), default=1)
 
 
-def counting_tokenizer(tokenizer: PreTrainedTokenizerFast) -> Tokenizer:
-    """A copy of the model's Rust tokenizer (the same normalisation, splitting and special tokens) that
-    never truncates or pads, for counting tokens; calling it never changes the wrapper's own settings."""
-    counter = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
-    counter.no_truncation()
-    counter.no_padding()
-    return counter
-
-
-def token_counts(counter: Tokenizer, segments: Sequence[Segment]) -> list[int]:
-    """Tokens of each segment as the encoder builds it (special tokens included, before truncation), in
-    one batch call; ``counter`` from :func:`counting_tokenizer`."""
-    texts = [(_as_string(segment.text_a), _as_string(segment.text_b)) for segment in segments]
-    inputs = [text_a if text_b is None else (text_a, text_b) for text_a, text_b in texts]
-    return [len(encoding.ids) for encoding in counter.encode_batch(inputs)]
-
-
 class _Packer:
     """Greedy packing of one document's passages into segments that fit ``max_length`` tokens.
 
-    Tokens are counted with :func:`counting_tokenizer`, called directly: half the time of the Python
-    wrapper. With WordPiece's pre-tokenizer,
-    which splits at every space and its normaliser works character by character, no token spans two
-    space-joined passages, so a candidate segment's count is the sum of its passages' counts plus the
-    special tokens; other tokenizers (byte-level BPE, SentencePiece) tokenize each candidate whole.
+    Tokens are counted with a copy of the model's Rust tokenizer (the same normalisation, splitting and
+    special tokens) that never truncates or pads, called directly: half the time of the Python wrapper,
+    and counting never changes the wrapper's own settings. With WordPiece's pre-tokenizer, which splits
+    at every space and whose normaliser works character by character, no token spans two space-joined
+    passages, so a candidate segment's count is the sum of its passages' counts plus the special tokens;
+    other tokenizers (byte-level BPE, SentencePiece) tokenize each candidate whole. Either way each
+    segment comes out with its exact count (:attr:`Segment.tokens`).
     """
 
     def __init__(self, tokenizer: PreTrainedTokenizerFast, max_length: int, path: Path) -> None:
-        self.counter = counting_tokenizer(tokenizer)
+        self.counter = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+        self.counter.no_truncation()
+        self.counter.no_padding()
         processor = self.counter.post_processor
         self.additive = isinstance(self.counter.pre_tokenizer, BertPreTokenizer) and processor is not None
         self.special = {
@@ -200,33 +191,39 @@ class _Packer:
         self.max_length = max_length
         self.path = path
 
-    def _tokens(self, text: str | list[str], text_b: str | list[str] | None = None, *, special: bool) -> int:
+    def tokens(self, text: str | list[str], text_b: str | list[str] | None = None, *, special: bool) -> int:
         """Token count of a text or pair as the encoder tokenizes it, without truncation."""
         return len(self.counter.encode(_as_string(text), _as_string(text_b), add_special_tokens=special).ids)
 
-    def _segment(self, run: Sequence[Passage], counts: Sequence[int]) -> Segment:
-        """The run of passages as a segment, split into A and B by :func:`_balanced_split`."""
+    def _segment(self, run: Sequence[Passage], counts: Sequence[int], tokens: int) -> Segment:
+        """The run of passages as a segment of ``tokens`` tokens, split into A and B by
+        :func:`_balanced_split`."""
         split = _balanced_split(counts)
         text_b = _join(run[split:]) if split < len(run) else None
-        return Segment(_join(run[:split]), text_b, _origin(self.path, run[0].first_line, run[-1].last_line))
+        origin = _origin(self.path, run[0].first_line, run[-1].last_line)
+        return Segment(_join(run[:split]), text_b, origin, tokens)
 
-    def _fits(self, run: Sequence[Passage], counts: Sequence[int]) -> bool:
-        """Whether the run of passages, as one segment, fits ``max_length`` tokens."""
-        if self.additive:
-            return sum(counts) + self.special[len(run) > 1] <= self.max_length
-        segment = self._segment(run, counts)
-        return self._tokens(segment.text_a, segment.text_b, special=True) <= self.max_length
+    def _run_tokens(self, run: Sequence[Passage], counts: Sequence[int]) -> int:
+        """Tokens of the run of passages as one segment, special tokens included."""
+        if self.additive or len(run) == 1:
+            return sum(counts) + self.special[len(run) > 1]
+        segment = self._segment(run, counts, 0)
+        return self.tokens(segment.text_a, segment.text_b, special=True)
 
     def pack(self, document: Iterable[Passage]) -> Iterator[Segment]:
         """Segments of one document, in order; every passage lands in exactly one segment."""
         run: list[Passage] = []
         counts: list[int] = []
+        run_tokens = 0
         for passage in document:
-            count = self._tokens(passage.text, special=False)
-            if run and not self._fits([*run, passage], [*counts, count]):
-                yield self._segment(run, counts)
+            count = self.tokens(passage.text, special=False)
+            tokens = self._run_tokens([*run, passage], [*counts, count])
+            if run and tokens > self.max_length:
+                yield self._segment(run, counts, run_tokens)
                 run, counts = [], []
+                tokens = self._run_tokens([passage], [count])
             run.append(passage)
             counts.append(count)
+            run_tokens = tokens
         if run:
-            yield self._segment(run, counts)
+            yield self._segment(run, counts, run_tokens)

@@ -156,16 +156,14 @@ def _tokenize(
     kept = [len(ids) for ids in encoded["input_ids"]]
     # Only an input that filled the limit may have been cut: count its tokens again, untruncated.
     filled = [index for index, length in enumerate(kept) if length >= max_length]
-    untruncated = (
-        tokenizer(
+    full: dict[int, int] = {}
+    if filled:
+        again = tokenizer(
             [first[index] for index in filled],
             None if second is None else [second[index] for index in filled],
             verbose=False,
-        )["input_ids"]
-        if filled
-        else []
-    )
-    full = {index: len(ids) for index, ids in zip(filled, untruncated, strict=True)}
+        )
+        full = {index: len(ids) for index, ids in zip(filled, again["input_ids"], strict=True)}
     names = [name for name in ("input_ids", "token_type_ids", "attention_mask") if name in encoded]
     return [
         _Tokenized(
