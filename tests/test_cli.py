@@ -61,6 +61,20 @@ def test_user_errors_are_one_sentence_without_traceback(
     assert result.stderr.strip().startswith("Error:") and result.stderr.strip().count("\n") == 0
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["analyze", "corpus.txt", "--batch-size", "0", "-o", "out"], "greater than or equal to 1"),
+        (["view", "hi", "--no-such-option"], "No such option"),
+    ],
+)
+def test_usage_errors_show_the_usage_and_exit_2(args: list[str], message: str) -> None:
+    result = run(*args)
+    assert result.returncode == 2
+    assert message in result.stderr and "Usage:" in result.stderr
+    assert "Unexpected error" not in result.stderr and "Traceback" not in result.stderr
+
+
 def test_debug_flag_shows_the_traceback() -> None:
     result = run("--debug", "view", "   ")
     assert result.returncode != 0 and "Traceback" in result.stderr

@@ -745,12 +745,14 @@ def main() -> None:
     except typer.Abort:
         err.print("Aborted.")
         sys.exit(130)
-    except Exception as error:  # click usage errors and anything unexpected
-        import click
-
-        if isinstance(error, click.ClickException):
-            error.show()
-            sys.exit(error.exit_code)
+    except typer.TyperException as error:  # usage errors: an unknown option, a value out of range
+        show = getattr(error, "show", None)  # typer's click exceptions print the usage line too
+        if show is None:
+            err.print(f"[red]Error:[/red] {error.format_message()}", highlight=False)
+        else:
+            show()
+        sys.exit(error.exit_code)
+    except Exception as error:  # anything unexpected
         if _State.debug:
             raise
         err.print(
