@@ -33,8 +33,10 @@ demo: $(STAMP)
 	$(BIN)/bertology analyze src/bertology/data/sample_corpus.txt -o $(DEMO_DIR)/analysis
 	@echo "Demo outputs are in $(abspath $(DEMO_DIR))/: the three views, relevance.html (rollout and flow) and analysis/report.html (open in a browser)."
 
+# ruff, then the import layers of pyproject.toml's [tool.importlinter] (README.md, "How it works").
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/lint-imports --no-cache
 
 test: $(STAMP) browser lint
 	$(BIN)/python -m pytest -q

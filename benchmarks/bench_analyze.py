@@ -7,7 +7,7 @@
    run: after a warm-up of each, the two alternate ``--repeats`` times. Ratio = forward time /
    analysis time (1.0 is the limit); the median is reported with the range.
 2. Peak memory (max RSS of a fresh process) analysing 1000 and 4000 segments.
-3. JS distances: the vectorised accumulator against a straightforward loop over head pairs (numpy,
+3. JS divergences: the vectorised accumulator against a straightforward loop over head pairs (numpy,
    vectorised over tokens) on the same attention maps.
 4. ``--breakdown N``: where the analysis time goes, on the same N segments' batches timed four ways (best
    of two): the sdpa forward; the forward routed through capture with a consumer that does nothing
@@ -76,6 +76,7 @@ def model_inputs(loaded: bertology.LoadedModel, batch: list[Segment]) -> dict[st
 def throughput(corpus: Path, segments: int, repeats: int) -> None:
     """The forward pass and the analysis, alternately ``repeats`` times after a warm-up; each analysis is
     compared with the forward pass timed just before it, and the median ratio is reported."""
+    keep_freed_memory()  # as `bertology analyze` does before its first batch
     loaded = bertology.load_model()
     sdpa = AutoModel.from_pretrained(default_model_path(), attn_implementation="sdpa").eval()
     warnings.simplefilter("ignore", bertology.TruncationWarning)  # analyze_corpus counts them
@@ -137,7 +138,7 @@ def softmax_timing(repeats: int = 30) -> None:
 
 
 def breakdown(corpus: Path, segments: int) -> None:
-    keep_freed_memory()  # as the analysis runs, from its first batch on
+    keep_freed_memory()  # as `bertology analyze` does before its first batch
     loaded = bertology.load_model()
     sdpa = AutoModel.from_pretrained(default_model_path(), attn_implementation="sdpa").eval()
     warnings.simplefilter("ignore", bertology.TruncationWarning)
@@ -188,7 +189,8 @@ def breakdown(corpus: Path, segments: int) -> None:
 
 def peak_memory_mb(corpus: Path, segments: int) -> float:
     code = (
-        "import resource, bertology; from bertology.analyze import analyze_corpus; "
+        "import resource, bertology; from bertology.allocator import keep_freed_memory; "
+        "from bertology.analyze import analyze_corpus; keep_freed_memory(); "
         f"analyze_corpus({str(corpus)!r}, bertology.load_model(), limit={segments}, batch_size={BATCH}); "
         "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
     )
@@ -241,7 +243,7 @@ def js_speed(corpus: Path, segments: int) -> None:
             reference += loop(probs.reshape(-1, n, n))
         loop_s = time.perf_counter() - start
         print(
-            f"| JS distances, {len(batch)} segments, {fast.shape[0]} heads, all tokens "
+            f"| JS divergences, {len(batch)} segments, {fast.shape[0]} heads, all tokens "
             f"| vectorised {fast_s:.2f} s "
             f"| {name} over head pairs {loop_s:.1f} s | {loop_s / fast_s:.0f}x faster "
             f"| max difference {np.abs(fast - reference).max():.1e} |",

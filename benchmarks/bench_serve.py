@@ -7,18 +7,27 @@ valid requests must give the same tokens and attention as ``bertology.capture`` 
 complete view page / statistics table), invalid ones their 4xx JSON error. Afterwards the server must
 still be healthy. Prints p50 / p95 latency and requests per second, overall and per kind of request.
 
-Run: ``.venv/bin/python benchmarks/bench_serve.py [--requests 300] [--concurrency 8] [--model default]``
+Then health under load: ``--load-clients`` clients (default 200) each send ``/api/statistics`` requests
+one after another for ``--load-seconds`` (default 10), so every computation slot is busy and the rest
+queue, while a separate client asks ``/api/health`` every 100 ms; prints the health latency (p50, p95,
+max; the target is under 50 ms) and the model requests answered. It stops by itself: the clients send
+no new request after the time is up and each request has the server's 30 s timeout.
+
+Run: ``.venv/bin/python benchmarks/bench_serve.py [--requests 300] [--concurrency 8] [--model default]
+[--load-clients 200] [--load-seconds 10]``
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import random
 import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -104,7 +113,7 @@ def build_requests(count: int, seed: int, model: bertology.LoadedModel) -> list[
             "unknown model",
             "POST",
             "/api/statistics",
-            expect_error(422, "Unknown model"),
+            expect_error(422, "model: Input should be"),
             b'{"text": "hi", "model": "gpt-9"}',
         ),
         Request(
@@ -170,12 +179,43 @@ def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) * 1000
 
 
+async def health_under_load(url: str, clients: int, seconds: float) -> tuple[list[float], Counter[int]]:
+    """Health latencies (s) while ``clients`` clients keep every model slot busy for ``seconds``, and the
+    count of the model requests' answers by status."""
+    statuses: Counter[int] = Counter()
+    pool = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with (
+        httpx.AsyncClient(base_url=url, timeout=120, limits=pool) as load,
+        httpx.AsyncClient(base_url=url, timeout=120) as probe,
+    ):
+        stop = time.perf_counter() + seconds
+
+        async def client(index: int) -> None:
+            text = SENTENCES[index % len(SENTENCES)]
+            while time.perf_counter() < stop:
+                statuses[(await load.post("/api/statistics", json={"text": text})).status_code] += 1
+
+        tasks = [asyncio.create_task(client(index)) for index in range(clients)]
+        await asyncio.sleep(min(2.0, seconds / 4))  # every client has sent its first request
+        latencies = []
+        while time.perf_counter() < stop:
+            started = time.perf_counter()
+            response = await probe.get("/api/health")
+            latencies.append(time.perf_counter() - started)
+            assert response.status_code == 200, response.text[:200]
+            await asyncio.sleep(0.1)
+        await asyncio.gather(*tasks)
+    return latencies, statuses
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--model", default="default")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--load-clients", type=int, default=200, help="0: no health-under-load phase")
+    parser.add_argument("--load-seconds", type=float, default=10.0)
     args = parser.parse_args()
 
     model = bertology.load_model(args.model)
@@ -208,6 +248,8 @@ def main() -> None:
                 wall = time.perf_counter() - started
                 healthy = http.get("/api/health").json() == {"status": "ok", "models": [model.name]}
                 after = send(build_requests(1, args.seed, model)[0])[2] is None
+            if args.load_clients:
+                health, statuses = asyncio.run(health_under_load(url, args.load_clients, args.load_seconds))
         finally:
             alive = server.poll() is None
             server.terminate()
@@ -226,6 +268,15 @@ def main() -> None:
     for kind in sorted({kind for kind, _, _ in results}):
         times = [elapsed for name, elapsed, _ in results if name == kind]
         print(f"| {kind} | {len(times)} | {percentile(times, 50):.0f} | {percentile(times, 95):.0f} |")
+    if args.load_clients:
+        answered = sum(statuses.values())
+        print(
+            f"\nhealth under load ({args.load_clients} clients keeping the model busy for "
+            f"{args.load_seconds:g} s): {len(health)} health requests, p50 {percentile(health, 50):.1f} ms, "
+            f"p95 {percentile(health, 95):.1f} ms, max {max(health) * 1000:.1f} ms; model requests answered: "
+            f"{answered} ({answered / args.load_seconds:.1f} per s), "
+            f"by status {dict(sorted(statuses.items()))}"
+        )
     for problem in wrong[:10]:
         print("WRONG:", problem)
     if wrong or not (alive and healthy and after):

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import torch
+from ci_rules import missing
 from tiny_models import ARCHITECTURES, save_tiny_model
 
 import bertology
 from bertology.corpus import sample_corpus
 from bertology.models import LoadedModel
+
+pytest_plugins = ["ci_rules", "pytester"]
 
 # --- Browser (headless Chromium via Playwright) for the tests marked `browser` ------------------
 
@@ -41,9 +44,7 @@ def chromium_browser() -> Iterator[object]:
         except ImportError:
             problem = "the playwright Python package is not installed"
     if problem:
-        if os.environ.get("CI"):
-            pytest.fail(f"browser tests need Chromium: {problem}")
-        pytest.skip(f"browser tests need Chromium: {problem}")
+        missing(f"browser tests need Chromium: {problem}")
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(
             executable_path=str(CHROMIUM_PATH), headless=True, args=CHROMIUM_ARGS
@@ -79,3 +80,15 @@ def sample_corpus_head(tmp_path_factory: pytest.TempPathFactory) -> Callable[[in
 def default_model() -> LoadedModel:
     """The embedded all-MiniLM-L6-v2, loaded once."""
     return bertology.load_model()
+
+
+@pytest.fixture(scope="session")
+def classifier_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run folder (as `bertology finetune` writes) holding the default model with a new, seeded
+    two-label head in `model/`. Tests read it; none writes into it."""
+    run = tmp_path_factory.mktemp("classifier_run")
+    torch.manual_seed(0)
+    loaded = bertology.load_model(classifier=True, labels=["0", "1"])
+    loaded.model.save_pretrained(run / "model")
+    loaded.tokenizer.save_pretrained(run / "model")
+    return run

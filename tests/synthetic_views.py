@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from bertology.views.payload import pack_attention, pack_float16, unpack
+from bertology.views.payload import pack_attention, pack_float16
 
 HOSTILE_TOKEN = "</script><img src=x onerror=alert(1)>"
 WORDS = ("the", "cat", "sat", "on", "a", "warm", "mat", "while", "dogs", "bark", "at", "night", ".")
@@ -106,15 +106,3 @@ def synthetic_view(
     else:
         raise ValueError(f"unknown view {view!r}")
     return data
-
-
-def reference_softmax(
-    data: dict[str, Any], layer: int, head: int, query: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """``(q·k for every key, softmax(q·k × scaling))`` for a neuron-view dict, from its float16 arrays."""
-    q = unpack(data["queries"])[layer, head, query].astype(np.float64)
-    k = unpack(data["keys"])[layer, head].astype(np.float64)
-    dots = k @ q
-    scores = dots * data["scaling"][layer]
-    weights = np.exp(scores - scores.max())
-    return dots, weights / weights.sum()

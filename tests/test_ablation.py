@@ -182,17 +182,6 @@ def test_attention_gradients_use_the_masked_lm_loss(tiny_model_dirs: dict[str, P
 
 
 @pytest.fixture(scope="module")
-def classifier_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A run folder holding the default model with a fresh SST-2 head."""
-    run = tmp_path_factory.mktemp("run")
-    torch.manual_seed(0)
-    loaded = load_model(classifier=True, labels=["0", "1"])
-    loaded.model.save_pretrained(run / "model")
-    loaded.tokenizer.save_pretrained(run / "model")
-    return run
-
-
-@pytest.fixture(scope="module")
 def sst2_task(tmp_path_factory: pytest.TempPathFactory) -> Path:
     task = tmp_path_factory.mktemp("SST-2")
     rows = "".join(f"{sentence}\t{label}\n" for sentence, label in SST2_ROWS)

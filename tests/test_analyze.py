@@ -22,11 +22,11 @@ from bertology.analyze import (
     batch_texts,
     corpus_batches,
     example_segments,
-    save_analysis,
 )
 from bertology.capture import capture_batch
 from bertology.corpus import Segment, iter_segments, sample_corpus
 from bertology.models import LoadedModel
+from bertology.report import save_analysis
 from bertology.stats import SpecialTokens, SurfaceAccumulator
 
 EXAMPLES = sample_corpus()
@@ -82,14 +82,24 @@ def test_batches_hold_each_window_of_the_corpus_longest_first(
     assert example_segments(analysis, default_model, wanted) == {index: analysed[index] for index in wanted}
 
 
+@pytest.mark.parametrize("convention", ["bertology", "clark"])
 def test_streamed_analysis_equals_accumulators_fed_captured_batches(
-    small_corpus: Path, default_model: LoadedModel
+    small_corpus: Path, default_model: LoadedModel, convention: str
 ) -> None:
     """analyze_corpus summarises each layer while the model runs; the accumulators' own update(batch)
     on fully captured batches is the independent path."""
-    streamed = analyze_corpus(small_corpus, default_model, limit=9, batch_size=4, js_tokens_per_segment=5)
+    streamed = analyze_corpus(
+        small_corpus,
+        default_model,
+        limit=9,
+        batch_size=4,
+        js_tokens_per_segment=5,
+        convention=convention,  # type: ignore[arg-type]
+    )
+    assert streamed.convention == streamed.summary()["convention"] == convention
     special = SpecialTokens.of(default_model)
-    surface, patterns = SurfaceAccumulator(special), PatternAccumulator(special)
+    surface = SurfaceAccumulator(special, convention=convention)  # type: ignore[arg-type]
+    patterns = PatternAccumulator(special)
     distances = DistanceAccumulator(max_tokens_per_segment=5)
     for batch in corpus_batches(small_corpus, default_model.tokenizer, limit=9, batch_size=4):
         captured = capture_batch(*batch_texts(batch), model=default_model, max_length=128)
@@ -111,7 +121,8 @@ def test_analysis_writes_report_csv_and_examples(
     heads = pd.read_csv(tmp_path / "heads.csv")
     assert len(heads) == 6 * 12
     assert {"layer", "head", "previous", "next", "entropy", "confidence", "label"} <= set(heads.columns)
-    distances = pd.read_csv(tmp_path / "head_distances.csv", index_col=0)
+    assert not (tmp_path / "head_distances.csv").exists()
+    distances = pd.read_csv(tmp_path / "head_js_divergence.csv", index_col=0)
     assert distances.shape == (72, 72) and distances.index[13] == distances.columns[13] == "1-1"
     np.testing.assert_allclose(distances.to_numpy(), analysis.distances.distance, atol=1e-9)
     assert json.loads((tmp_path / "summary.json").read_text())["segments"] == 12

@@ -193,8 +193,8 @@ def test_different_tokenizers_and_shapes_compare_at_the_word_level(
     for row in unmatched.itertuples():
         b = int(row.layer_b) * 8 + int(row.head_b)
         assert row.nearest_a == "{}-{}".format(*divmod(int(distance[:, b].argmin()), 4))
-        assert row.nearest_a_distance == distance[:, b].min()
-    assert frame["same_head_distance"].isna().all()
+        assert row.nearest_a_js_divergence == distance[:, b].min()
+    assert frame["same_head_js_divergence"].isna().all()
     with pytest.raises(BertologyError, match="same layers and heads"):
         comparison.position_delta("cls")
     with pytest.raises(BertologyError, match="word level"):
@@ -237,15 +237,15 @@ def test_a_fine_tuned_run_folder_works_as_model_b(
     assert "Compared 3 segments at the token level" in result.output
 
     frame = pd.read_csv(output / "comparison.csv")
-    assert len(frame) == 72 and frame["distance"].max() < 1e-6  # same encoder weights
+    assert len(frame) == 72 and frame["js_divergence"].max() < 1e-6  # same encoder weights
     assert (frame["layer_a"] == frame["layer_b"]).all() and (frame["head_a"] == frame["head_b"]).all()
     assert np.nanmax(np.abs(delta_columns(frame).to_numpy(dtype=float))) == 0.0
     data = json.loads((output / "comparison.json").read_text())
     assert data["summary"]["model B"] == str(run) and data["b_of_a"] == list(range(72))
-    cross = pd.read_csv(output / "cross_distance.csv", index_col=0)
+    cross = pd.read_csv(output / "cross_js_divergence.csv", index_col=0)
     assert cross.shape == (72, 72) and cross.index[13] == "1-1" and cross.columns[13] == "1-1"
     for name in (
-        "cross_distance",
+        "cross_js_divergence",
         "relative_depth",
         "confidence_a",
         "confidence_b",
@@ -283,8 +283,8 @@ def test_compare_command_reports_user_errors(tmp_path: Path) -> None:
     result = CliRunner().invoke(
         app, ["compare", "default", "default", "--level", "bytes", "-o", str(tmp_path)]
     )
-    assert isinstance(result.exception, BertologyError)
-    assert "Unknown comparison level 'bytes'" in str(result.exception)
+    assert result.exit_code == 2  # a choice not offered is a usage error, refused before any model loads
+    assert "'bytes' is not one of" in result.output
 
 
 def test_relative_depth_lines_up_models_of_different_depth() -> None:

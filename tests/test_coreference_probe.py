@@ -31,8 +31,6 @@ from bertology.readers.gap import GapExample, read_gap
 from bertology.readers.treebank import read_treebank
 from bertology.words import word_attention
 
-GUM = Path("/work/shared/data/gum_v5.1_sd")
-
 
 def make_document(sentences: list[str], mentions: list[tuple[int, int, str]]) -> CorefDocument:
     """A document from whitespace-split sentences and ``(start, end, entity)`` word spans."""
@@ -202,10 +200,9 @@ def test_query_rows_match_word_attention(default_model: LoadedModel) -> None:
     np.testing.assert_allclose(query_rows(attention, queries), expected, atol=1e-5)
 
 
-def test_real_run_on_two_gum_documents(default_model: LoadedModel) -> None:
-    if not GUM.exists():
-        pytest.skip("GUM data not available")
-    documents = with_heads(read_coref(GUM / "coref_conll"), read_treebank(GUM / "dep_stanford"))
+def test_real_run_on_two_gum_documents(default_model: LoadedModel, shared_data: Path) -> None:
+    gum = shared_data / "gum_v5.1_sd"
+    documents = with_heads(read_coref(gum / "coref_conll"), read_treebank(gum / "dep_stanford"))
     probe = probe_coreference(documents, default_model, limit_documents=2)
     assert probe.documents == 2 and probe.count() > 100
     assert probe.accuracy.shape == (len(TYPES) + 1, default_model.num_layers, default_model.num_heads)
@@ -254,10 +251,8 @@ def test_gap_words_and_head_scoring() -> None:
     assert probe.best().label == "0-1"
 
 
-def test_gap_real_run(default_model: LoadedModel) -> None:
-    path = Path("/work/shared/data/gap/gap-development.tsv")
-    if not path.exists():
-        pytest.skip("GAP data not available")
+def test_gap_real_run(default_model: LoadedModel, shared_data: Path) -> None:
+    path = shared_data / "gap" / "gap-development.tsv"
     probe = probe_gap(read_gap(path), default_model, limit=24)
     assert probe.count + probe.not_scored + probe.skipped == 24
     assert probe.heatmap().shape == (default_model.num_layers, default_model.num_heads)

@@ -19,8 +19,6 @@ from bertology.errors import BertologyError
 from bertology.models import LoadedModel
 
 EXAMPLE_CORPUS = sample_corpus()
-UD_EWT = Path(__file__).resolve().parents[2] / "shared" / "data" / "ud_ewt"
-EWT_DEV = UD_EWT / "en_ewt-ud-dev.conllu"
 
 
 @pytest.fixture(scope="module")
@@ -169,13 +167,13 @@ def test_the_demo_corpus_fits_is_fully_covered_and_packed(
         assert len(segments) >= 60, "the demo corpus should give 60+ segments at 128 tokens"
 
 
-@pytest.mark.skipif(not UD_EWT.is_dir(), reason=f"shared UD EWT data not found at {UD_EWT}")
 @pytest.mark.parametrize("architecture", ["default", "roberta", "albert"])
 def test_every_segment_carries_its_exact_token_count(
     architecture: str,
     tokenizer: PreTrainedTokenizerFast,
     tiny_model_dirs: dict[str, Path],
     tmp_path: Path,
+    ewt_dev: Path,
 ) -> None:
     """Segment.tokens (which orders the analysis batches) equals the encoder's own count, special
     tokens included and before truncation: summed passage counts for WordPiece, whole candidates for
@@ -185,7 +183,7 @@ def test_every_segment_carries_its_exact_token_count(
     records = [{"text": "A single text."}, {"text": "Premise here.", "text_b": "And a hypothesis."}]
     jsonl = _write(tmp_path, "in.jsonl", "\n".join(json.dumps(record) for record in records) + "\n")
     pairs = cut = 0
-    for corpus, max_length in ((EXAMPLE_CORPUS, 128), (EXAMPLE_CORPUS, 40), (EWT_DEV, 64), (jsonl, 128)):
+    for corpus, max_length in ((EXAMPLE_CORPUS, 128), (EXAMPLE_CORPUS, 40), (ewt_dev, 64), (jsonl, 128)):
         segments = list(itertools.islice(iter_segments(corpus, tokenizer, max_length=max_length), 300))
         assert [segment.tokens for segment in segments] == [_length(tokenizer, s) for s in segments]
         pairs += sum(segment.is_pair for segment in segments)
@@ -293,16 +291,15 @@ def _count_sentences(path: Path) -> Iterator[_Sentence]:
         yield sentence
 
 
-@pytest.mark.skipif(not UD_EWT.is_dir(), reason=f"shared UD EWT data not found at {UD_EWT}")
 @pytest.mark.parametrize("max_length", [128, 40])
 def test_conllu_real_treebank_consumes_every_sentence_once(
-    tokenizer: PreTrainedTokenizerFast, max_length: int
+    tokenizer: PreTrainedTokenizerFast, max_length: int, ewt_dev: Path
 ) -> None:
-    sentences = list(_count_sentences(EWT_DEV))
+    sentences = list(_count_sentences(ewt_dev))
     assert len(sentences) == 2001  # the count the data README gives for dev
     starts = {sentence.first_line: index for index, sentence in enumerate(sentences)}
     ends = {sentence.last_line: index for index, sentence in enumerate(sentences)}
-    segments = list(iter_segments(EWT_DEV, tokenizer, max_length=max_length))
+    segments = list(iter_segments(ewt_dev, tokenizer, max_length=max_length))
     consumed = 0
     for segment in segments:
         first, last = _lines(segment.origin)
@@ -320,13 +317,13 @@ def test_conllu_real_treebank_consumes_every_sentence_once(
     assert words == sum(len(sentence.words) for sentence in sentences)
 
 
-@pytest.mark.skipif(not UD_EWT.is_dir(), reason=f"shared UD EWT data not found at {UD_EWT}")
-@pytest.mark.parametrize("corpus", [EXAMPLE_CORPUS, EWT_DEV], ids=["sample", "ewt-dev"])
+@pytest.mark.parametrize("corpus_name", ["sample", "ewt-dev"])
 def test_wordpiece_packing_by_summed_counts_equals_tokenizing_each_candidate(
-    corpus: Path, tokenizer: PreTrainedTokenizerFast, monkeypatch: pytest.MonkeyPatch
+    corpus_name: str, tokenizer: PreTrainedTokenizerFast, monkeypatch: pytest.MonkeyPatch, shared_data: Path
 ) -> None:
     """For WordPiece the packer adds passage counts; tokenizing every candidate whole (what it does for
     other tokenizers) must give the same segments."""
+    corpus = EXAMPLE_CORPUS if corpus_name == "sample" else shared_data / "ud_ewt" / "en_ewt-ud-dev.conllu"
     summed = list(iter_segments(corpus, tokenizer, max_length=128))
     monkeypatch.setattr(bertology.corpus, "BertPreTokenizer", type("NotThisPreTokenizer", (), {}))
     whole = list(iter_segments(corpus, tokenizer, max_length=128))
@@ -334,9 +331,10 @@ def test_wordpiece_packing_by_summed_counts_equals_tokenizing_each_candidate(
     assert summed == whole
 
 
-@pytest.mark.skipif(not UD_EWT.is_dir(), reason=f"shared UD EWT data not found at {UD_EWT}")
-def test_conllu_first_segments_of_the_training_treebank(tokenizer: PreTrainedTokenizerFast) -> None:
-    train = UD_EWT / "en_ewt-ud-train.conllu"
+def test_conllu_first_segments_of_the_training_treebank(
+    tokenizer: PreTrainedTokenizerFast, shared_data: Path
+) -> None:
+    train = shared_data / "ud_ewt" / "en_ewt-ud-train.conllu"
     first_ten = list(itertools.islice(iter_segments(train, tokenizer), 10))
     last_line = _lines(first_ten[-1].origin)[1]
     sentences = list(itertools.takewhile(lambda s: s.last_line <= last_line, _count_sentences(train)))

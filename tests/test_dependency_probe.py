@@ -24,8 +24,6 @@ from bertology.probes import (
 from bertology.readers.treebank import Sentence, read_treebank
 from bertology.words import WordAttention
 
-EWT_DEV = Path(__file__).resolve().parents[2] / "shared" / "data" / "ud_ewt" / "en_ewt-ud-dev.conllu"
-
 
 def make_sentence(heads: Sequence[int], relations: Sequence[str], origin: str = "test:1") -> Sentence:
     return Sentence(
@@ -235,10 +233,8 @@ def test_stream_skips_and_counts(default_model: LoadedModel) -> None:
     assert kept[1][1].probs.shape == (default_model.num_layers, default_model.num_heads, 5, 5)
 
 
-def test_real_treebank(default_model: LoadedModel) -> None:
-    if not EWT_DEV.is_file():
-        pytest.skip(f"the UD EWT dev treebank is not at {EWT_DEV} (shared data folder absent)")
-    sentences = list(itertools.islice(read_treebank(EWT_DEV), 50))
+def test_real_treebank(default_model: LoadedModel, shared_data: Path) -> None:
+    sentences = list(itertools.islice(read_treebank(shared_data / "ud_ewt" / "en_ewt-ud-dev.conllu"), 50))
     accumulator = DependencyAccumulator()
     stream = iter_word_attention(sentences, default_model)
     for sentence, words in stream:

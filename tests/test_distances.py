@@ -117,7 +117,7 @@ def test_frame_json_and_errors() -> None:
     assert frame.shape == (4, 4) and frame.index.names == ["layer", "head"]
     assert frame.loc[(1, 0), (0, 1)] == result.distance[2, 1]
     data = json.loads(result.to_json())
-    assert data["layers"] == 2 and data["tokens"] == result.tokens and len(data["distance"]) == 4
+    assert data["layers"] == 2 and data["tokens"] == result.tokens and len(data["js_divergence"]) == 4
     with pytest.raises(BertologyError, match="no segments"):
         DistanceAccumulator().result()
     with pytest.raises(BertologyError, match="at least 1"):

@@ -21,7 +21,6 @@ from bertology.readers.glue import read_glue
 from bertology.training import FinetuneSettings, finetune, read_archive
 from bertology.training.finetune import length_batches
 
-SST2 = Path(__file__).resolve().parents[2] / "shared" / "data" / "glue" / "SST-2"
 BERTOLOGY = [sys.executable, "-m", "bertology"]
 
 _GOOD = ("good", "great", "fun", "lovely", "warm")
@@ -122,15 +121,83 @@ def test_a_run_repeats_exactly_and_saves_a_loadable_classifier(
     assert not (first.run_dir / "monitor.zarr").exists()  # no stale archive from the run replaced
 
 
+def test_a_folder_that_holds_no_run_is_never_emptied(
+    tiny_model_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    task = write_tiny_task(tmp_path / "task")
+    settings = tiny_settings(tiny_model_dirs["bert"], epochs=1, watch_every=0)
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("keep me", encoding="utf-8")
+    (folder / "model").write_text("a file named model, not a run's", encoding="utf-8")
+    for overwrite in (False, True):
+        with pytest.raises(BertologyError, match=r"holds model but no run\.json"):
+            finetune(task, folder, settings, overwrite=overwrite)
+    assert sorted(path.name for path in folder.iterdir()) == ["model", "notes.txt"]
+    assert (folder / "model").read_text(encoding="utf-8") == "a file named model, not a run's"
+    (folder / "model").unlink()
+    finetune(task, folder, settings)  # other files are fine, and left alone
+    assert (folder / "notes.txt").read_text(encoding="utf-8") == "keep me"
+    assert (folder / "model" / "config.json").is_file()
+
+
+def test_model_and_settings_are_checked_before_an_earlier_run_is_replaced(
+    tiny_model_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    task = write_tiny_task(tmp_path / "task")
+    run_dir = tmp_path / "run"
+    finetune(task, run_dir, tiny_settings(tiny_model_dirs["bert"], epochs=1, watch_every=0))
+    before = (run_dir / "run.json").read_text()
+    for bad, message in (
+        (tiny_settings(tmp_path / "no" / "model", epochs=1), "no model directory"),
+        (tiny_settings(tiny_model_dirs["bert"], max_length=1), "max-len 1 leaves no room for text"),
+    ):
+        with pytest.raises(BertologyError, match=message):
+            finetune(task, run_dir, bad, overwrite=True)
+        assert (run_dir / "run.json").read_text() == before
+        assert (run_dir / "model" / "config.json").is_file()
+
+
+def test_a_run_stopped_by_ctrl_c_says_interrupted(tiny_model_dirs: dict[str, Path], tmp_path: Path) -> None:
+    from bertology.training.finetune import run_status
+
+    def stop(progress: object) -> None:
+        if getattr(progress, "step", 0) == 2:
+            raise KeyboardInterrupt
+
+    task = write_tiny_task(tmp_path / "task")
+    with pytest.raises(KeyboardInterrupt):
+        finetune(task, tmp_path / "run", tiny_settings(tiny_model_dirs["bert"]), on_progress=stop)
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert run["status"] == "interrupted" and run["error"] == "KeyboardInterrupt"
+    assert run_status(run) == "interrupted"
+
+
+def test_a_running_run_whose_process_is_gone_reads_as_interrupted() -> None:
+    import socket
+
+    from bertology.training.finetune import run_status
+
+    finished = subprocess.Popen([sys.executable, "-c", "pass"])
+    finished.wait()
+    here = socket.gethostname()
+    assert run_status({"status": "running", "pid": finished.pid, "host": here}) == "interrupted"
+    assert run_status({"status": "running", "pid": os.getpid(), "host": here}) == "running"
+    assert run_status({"status": "running", "pid": finished.pid, "host": "elsewhere"}) == "running"
+    assert run_status({"status": "finished", "pid": finished.pid, "host": here}) == "finished"
+
+
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*BERTOLOGY, *args], capture_output=True, text=True, timeout=600, env=os.environ)
 
 
-@pytest.mark.skipif(not SST2.is_dir(), reason=f"shared SST-2 data not found at {SST2}")
-def test_default_model_finetunes_on_sst2_and_the_run_can_be_watched(tmp_path: Path) -> None:
+def test_default_model_finetunes_on_sst2_and_the_run_can_be_watched(
+    tmp_path: Path, shared_data: Path
+) -> None:
+    sst2 = shared_data / "glue" / "SST-2"
     run_dir = tmp_path / "run"
     result = run_cli(
-        "finetune", str(SST2), "-o", str(run_dir), "--max-train", "128", "--max-dev", "64",
+        "finetune", str(sst2), "-o", str(run_dir), "--max-train", "128", "--max-dev", "64",
         "--max-len", "48", "--watch-every", "2", "--probe-set", "3", "--eval-every", "0", "--threads", "1",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -138,7 +205,7 @@ def test_default_model_finetunes_on_sst2_and_the_run_can_be_watched(tmp_path: Pa
     assert run["steps"] == 4 and run["train_examples"] == 128 and run["dev_examples"] == 64
     assert f"dev accuracy {run['dev_accuracy']:.4f} on 64 examples" in result.stdout
 
-    task = read_glue(SST2, max_train=10, max_dev=64)
+    task = read_glue(sst2, max_train=10, max_dev=64)
     loaded = load_model(run_dir, classifier=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TruncationWarning)

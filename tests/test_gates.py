@@ -129,3 +129,54 @@ def test_gates_are_differentiable(tiny_model_dirs: dict[str, Path]) -> None:
 def test_bad_gates_are_clear_errors(default_model: LoadedModel, gates: object, message: str) -> None:
     with pytest.raises(BertologyError, match=re.escape(message)):
         gate_values(default_model, gates)  # type: ignore[arg-type]
+
+
+class LayerFailure(Exception):
+    """Raised on purpose inside a layer."""
+
+
+def fail_inside_layer(loaded: LoadedModel, layer: int) -> Callable[[], None]:
+    """Make the next forward pass fail in ``layer`` after its attention (at its output projection, which
+    follows the gated heads); returns the function that removes the failure."""
+    calls = 0
+    projection = OUTPUT_PROJECTION[loaded.model_type](loaded.model.base_model, layer)
+    target = layer + 1 if loaded.model_type == "albert" else 1  # ALBERT: one projection, called per layer
+
+    def fail(_: nn.Module, __: tuple[torch.Tensor, ...]) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == target:
+            raise LayerFailure
+
+    return projection.register_forward_pre_hook(fail).remove
+
+
+@pytest.mark.parametrize("architecture", ["bert", "albert", "distilbert"])
+def test_a_pass_cut_short_leaves_the_next_pass_under_the_same_gates_right(
+    architecture: str, tiny_model_dirs: dict[str, Path]
+) -> None:
+    loaded = load_model(tiny_model_dirs[architecture])
+    gates = torch.rand(loaded.num_layers, loaded.num_heads, generator=torch.Generator().manual_seed(0))
+    with head_gates(loaded, gates):
+        fresh = hidden_states(loaded)
+    with head_gates(loaded, gates):
+        remove = fail_inside_layer(loaded, layer=1)
+        with pytest.raises(LayerFailure):
+            hidden_states(loaded)
+        remove()
+        after_failure = hidden_states(loaded)
+        again = hidden_states(loaded)
+    torch.testing.assert_close(after_failure, fresh, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(again, fresh, rtol=1e-5, atol=1e-5)
+    assert (fresh - hidden_states(loaded)).abs().max() > 1e-4  # the gates matter, so a shift would show
+
+
+def test_more_attention_calls_than_layers_in_one_pass_is_an_error(tiny_model_dirs: dict[str, Path]) -> None:
+    # Layers called one by one, outside a forward pass of the model, are not counted as a new pass.
+    loaded = load_model(tiny_model_dirs["bert"])
+    hidden = torch.randn(1, 5, loaded.model.config.hidden_size)
+    with head_gates(loaded, torch.ones(loaded.num_layers, loaded.num_heads)), torch.inference_mode():
+        for _ in range(loaded.num_layers):
+            loaded.model.encoder.layer[0](hidden)
+        with pytest.raises(RuntimeError, match="more attention calls than that in one forward pass"):
+            loaded.model.encoder.layer[0](hidden)

@@ -15,11 +15,11 @@ from transformers import AutoModel
 from typer.testing import CliRunner
 
 import bertology
-from bertology.analysis.norms import norm_weights
 from bertology.analyze import analyze_corpus
 from bertology.cli import app
 from bertology.errors import BertologyError
 from bertology.models import LoadedModel, default_model_path
+from bertology.norms import norm_weights
 from bertology.views import neuron_view
 
 TEXT_A, TEXT_B = "I went to the store.", "At the store, I bought fresh strawberries."

@@ -23,8 +23,6 @@ from bertology.probes.parser import (
 from bertology.readers.treebank import Sentence, read_treebank
 from bertology.words import WordAttention
 
-GUM = Path(__file__).resolve().parents[2] / "shared" / "data" / "gum_v5.1_sd" / "dep_stanford"
-
 LAYERS, HEADS = 2, 3
 PLANTED = (1, 2)  # (layer, head) whose attention encodes the tree
 NOISE = 0.05  # attention mass the planted head spreads at random
@@ -194,11 +192,10 @@ def test_mst_decoding_matches_networkx() -> None:
         assert heads[1:].tolist() == [expected[dependent] for dependent in range(1, size)]
 
 
-def test_real_attention_beats_right_branching(default_model: LoadedModel) -> None:
-    if not GUM.is_dir():
-        pytest.skip(f"the GUM Stanford Dependencies folder {GUM} is absent")
+def test_real_attention_beats_right_branching(default_model: LoadedModel, shared_data: Path) -> None:
     start = time.perf_counter()
-    sentences = list(itertools.islice(read_treebank(GUM, "conllx"), 300))
+    gum = shared_data / "gum_v5.1_sd" / "dep_stanford"
+    sentences = list(itertools.islice(read_treebank(gum, "conllx"), 300))
     parser = AttentionParser.fit(iter_word_attention(sentences[:200], default_model))
     report = evaluate_parser(parser, iter_word_attention(sentences[200:], default_model))
     print(

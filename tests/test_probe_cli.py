@@ -12,8 +12,6 @@ import pytest
 from bertology.models import LoadedModel
 from bertology.report.arcs import arc_diagram
 
-EWT_DEV = Path(__file__).resolve().parents[2] / "shared" / "data" / "ud_ewt" / "en_ewt-ud-dev.conllu"
-
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -21,9 +19,8 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.skipif(not EWT_DEV.exists(), reason=f"shared UD EWT data not found at {EWT_DEV}")
-def test_probe_deps_writes_table_accuracies_and_report(tmp_path: Path) -> None:
-    result = run_cli("probe", "deps", str(EWT_DEV), "--limit", "40", "-o", str(tmp_path))
+def test_probe_deps_writes_table_accuracies_and_report(tmp_path: Path, ewt_dev: Path) -> None:
+    result = run_cli("probe", "deps", str(ewt_dev), "--limit", "40", "-o", str(tmp_path))
     assert result.returncode == 0, result.stderr
     assert "Probed 40 sentences" in result.stdout
     table = pd.read_csv(tmp_path / "table.csv")
@@ -56,10 +53,9 @@ def test_arc_diagram_draws_gold_and_predicted_arcs_and_escapes_words() -> None:
     assert skipped.count('stroke="#555555"') == 2
 
 
-@pytest.mark.skipif(not EWT_DEV.exists(), reason=f"shared UD EWT data not found at {EWT_DEV}")
-def test_probe_parser_trains_scores_and_writes_files(tmp_path: Path) -> None:
+def test_probe_parser_trains_scores_and_writes_files(tmp_path: Path, ewt_dev: Path) -> None:
     result = run_cli(
-        "probe", "parser", "--train", str(EWT_DEV), "--eval", str(EWT_DEV.with_name("en_ewt-ud-test.conllu")),
+        "probe", "parser", "--train", str(ewt_dev), "--eval", str(ewt_dev.with_name("en_ewt-ud-test.conllu")),
         "--limit-train", "120", "--limit-eval", "60", "-o", str(tmp_path),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -71,14 +67,10 @@ def test_probe_parser_trains_scores_and_writes_files(tmp_path: Path) -> None:
     assert (tmp_path / "report.html").read_text(encoding="utf-8").count("data:image/png;base64,") == 2
 
 
-GUM = EWT_DEV.parents[1] / "gum_v5.1_sd"
-GAP_DEV = EWT_DEV.parents[1] / "gap" / "gap-development.tsv"
-
-
-@pytest.mark.skipif(not GUM.exists(), reason=f"shared GUM data not found at {GUM}")
-def test_probe_coref_writes_table_with_baselines(tmp_path: Path) -> None:
+def test_probe_coref_writes_table_with_baselines(tmp_path: Path, shared_data: Path) -> None:
+    gum = shared_data / "gum_v5.1_sd"
     result = run_cli(
-        "probe", "coref", str(GUM / "coref_conll"), "--treebank", str(GUM / "dep_stanford"),
+        "probe", "coref", str(gum / "coref_conll"), "--treebank", str(gum / "dep_stanford"),
         "--limit", "1", "-o", str(tmp_path),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -90,9 +82,9 @@ def test_probe_coref_writes_table_with_baselines(tmp_path: Path) -> None:
     assert "Best head" in result.stdout and (tmp_path / "plots" / "heads.png").is_file()
 
 
-@pytest.mark.skipif(not GAP_DEV.exists(), reason=f"shared GAP data not found at {GAP_DEV}")
-def test_probe_gap_reports_the_best_head(tmp_path: Path) -> None:
-    result = run_cli("probe", "gap", str(GAP_DEV), "--limit", "30", "-o", str(tmp_path))
+def test_probe_gap_reports_the_best_head(tmp_path: Path, shared_data: Path) -> None:
+    gap_dev = shared_data / "gap" / "gap-development.tsv"
+    result = run_cli("probe", "gap", str(gap_dev), "--limit", "30", "-o", str(tmp_path))
     assert result.returncode == 0, result.stderr
     assert "Best head" in result.stdout and "examples" in result.stdout
     page = (tmp_path / "report.html").read_text(encoding="utf-8")

@@ -17,15 +17,20 @@ from bertology.readers.gap import GapExample, read_gap
 from bertology.readers.spacy_parse import parse_text
 from bertology.readers.treebank import Sentence, base_relation, read_treebank
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-EWT_DEV = DATA / "ud_ewt" / "en_ewt-ud-dev.conllu"
-GUM_DEP = DATA / "gum_v5.1_sd" / "dep_stanford"
-GUM_COREF = DATA / "gum_v5.1_sd" / "coref_conll"
-GAP = DATA / "gap"
 
-needs_ewt = pytest.mark.skipif(not EWT_DEV.is_file(), reason=f"shared UD EWT data not found at {EWT_DEV}")
-needs_gum = pytest.mark.skipif(not GUM_DEP.is_dir(), reason=f"shared GUM data not found at {GUM_DEP.parent}")
-needs_gap = pytest.mark.skipif(not GAP.is_dir(), reason=f"shared GAP data not found at {GAP}")
+@pytest.fixture(scope="module")
+def ewt_dev_file(shared_data: Path) -> Path:
+    return shared_data / "ud_ewt" / "en_ewt-ud-dev.conllu"
+
+
+@pytest.fixture(scope="module")
+def gum_dep(shared_data: Path) -> Path:
+    return shared_data / "gum_v5.1_sd" / "dep_stanford"
+
+
+@pytest.fixture(scope="module")
+def gum_coref(shared_data: Path) -> Path:
+    return shared_data / "gum_v5.1_sd" / "coref_conll"
 
 
 def _write(directory: Path, name: str, content: str) -> Path:
@@ -55,28 +60,27 @@ def _is_forest(heads: list[int]) -> bool:
 
 
 @pytest.fixture(scope="module")
-def ewt_dev() -> list[Sentence]:
-    return list(read_treebank(EWT_DEV))
+def ewt_dev(ewt_dev_file: Path) -> list[Sentence]:
+    return list(read_treebank(ewt_dev_file))
 
 
 @pytest.fixture(scope="module")
-def gum_sentences() -> list[Sentence]:
-    return list(read_treebank(GUM_DEP))
+def gum_sentences(gum_dep: Path) -> list[Sentence]:
+    return list(read_treebank(gum_dep))
 
 
 @pytest.fixture(scope="module")
-def gum_documents() -> list[CorefDocument]:
-    return list(read_coref(GUM_COREF))
+def gum_documents(gum_coref: Path) -> list[CorefDocument]:
+    return list(read_coref(gum_coref))
 
 
 # --- Treebanks on the real data ---------------------------------------------------------------
 
 
-@needs_ewt
 def test_ewt_dev_has_2001_single_rooted_trees_and_every_integer_id_line_as_a_word(
-    ewt_dev: list[Sentence],
+    ewt_dev: list[Sentence], ewt_dev_file: Path
 ) -> None:
-    token_lines = _token_lines(EWT_DEV)
+    token_lines = _token_lines(ewt_dev_file)
     assert len(ewt_dev) == 2001 == sum(columns[0] == "1" for columns in token_lines)
     assert sum(len(sentence.words) for sentence in ewt_dev) == len(token_lines) == 25_147
     for sentence in ewt_dev:
@@ -86,9 +90,10 @@ def test_ewt_dev_has_2001_single_rooted_trees_and_every_integer_id_line_as_a_wor
     assert ewt_dev[0].origin == "en_ewt-ud-dev.conllu:1"
 
 
-@needs_ewt
-def test_ewt_dev_matches_the_conllu_package_word_for_word(ewt_dev: list[Sentence]) -> None:
-    with EWT_DEV.open(encoding="utf-8") as handle:
+def test_ewt_dev_matches_the_conllu_package_word_for_word(
+    ewt_dev: list[Sentence], ewt_dev_file: Path
+) -> None:
+    with ewt_dev_file.open(encoding="utf-8") as handle:
         expected = [
             [token for token in tokens if isinstance(token["id"], int)]
             for tokens in conllu.parse_incr(handle)
@@ -104,11 +109,10 @@ def test_ewt_dev_matches_the_conllu_package_word_for_word(ewt_dev: list[Sentence
     assert "nmod:poss" not in {base_relation(label) for label in relations}
 
 
-@needs_gum
 def test_gum_stanford_dependencies_have_the_readme_token_count_and_form_forests(
-    gum_sentences: list[Sentence],
+    gum_sentences: list[Sentence], gum_dep: Path
 ) -> None:
-    files = sorted(GUM_DEP.iterdir())
+    files = sorted(gum_dep.iterdir())
     token_lines = [columns for file in files for columns in _token_lines(file)]
     assert len(files) == 114
     assert sum(len(sentence.words) for sentence in gum_sentences) == len(token_lines) == 98_614
@@ -126,11 +130,12 @@ def test_gum_stanford_dependencies_have_the_readme_token_count_and_form_forests(
 # --- Coreference on the real data ---------------------------------------------------------------
 
 
-@needs_gum
-def test_gum_coref_mentions_match_the_bracket_counts(gum_documents: list[CorefDocument]) -> None:
+def test_gum_coref_mentions_match_the_bracket_counts(
+    gum_documents: list[CorefDocument], gum_coref: Path
+) -> None:
     annotations = [
         line.split("\t")[2]
-        for file in sorted(GUM_COREF.iterdir())
+        for file in sorted(gum_coref.iterdir())
         for line in file.read_text(encoding="utf-8").splitlines()
         if re.match(r"\d+\t", line)
     ]
@@ -156,7 +161,6 @@ def test_gum_coref_mentions_match_the_bracket_counts(gum_documents: list[CorefDo
         assert all(0 <= m.start < m.end <= len(document.words) for m in document.mentions)
 
 
-@needs_gum
 def test_gum_coref_tokens_are_the_dependency_tokens_and_take_their_sentences(
     gum_documents: list[CorefDocument], gum_sentences: list[Sentence]
 ) -> None:
@@ -179,10 +183,11 @@ def test_gum_coref_tokens_are_the_dependency_tokens_and_take_their_sentences(
 # --- GAP ---------------------------------------------------------------------------------------
 
 
-@needs_gap
 @pytest.mark.parametrize(("name", "rows"), [("gap-development.tsv", 2000), ("gap-validation.tsv", 454)])
-def test_gap_row_counts_and_offsets_point_at_the_named_strings(name: str, rows: int) -> None:
-    examples = list(read_gap(GAP / name))
+def test_gap_row_counts_and_offsets_point_at_the_named_strings(
+    name: str, rows: int, shared_data: Path
+) -> None:
+    examples = list(read_gap(shared_data / "gap" / name))
     assert len(examples) == rows
     assert len({example.id for example in examples}) == rows
     for example in examples:

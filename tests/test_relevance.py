@@ -186,7 +186,6 @@ def test_cli_writes_the_page_and_the_matrices(tmp_path: Path) -> None:
             ["--method", "flow", "--max-tokens", "5"],
             "Attention flow is limited to 5 tokens and this input has 9",
         ),
-        (["--method", "magic"], "Unknown method 'magic'; choose rollout, flow or both."),
     ],
 )
 def test_cli_user_errors_are_one_sentence(args: list[str], message: str, tmp_path: Path) -> None:

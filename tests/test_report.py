@@ -25,9 +25,10 @@ from bertology.analysis import (
     mds_embedding,
 )
 from bertology.errors import BertologyError
-from bertology.report import page, write_analysis_report
-from bertology.report.analysis import HEATMAP_STATISTICS
+from bertology.report import page, plots, write_analysis_report
+from bertology.report.analysis import HEATMAP_STATISTICS, JS_DIVERGENCE
 from bertology.stats import SURFACE_STATISTICS, HeadTable, SurfaceAccumulator
+from bertology.stats.surface import CLARK_SURFACE_STATISTICS
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 SECTIONS = ("surface", "layers", "entropy", "confidence", "head-map", "labels", "pairs")
@@ -196,7 +197,7 @@ def test_closest_pairs_are_sorted_and_labelled(written: tuple[Path, Results, str
     rows = Tables(text).rows("pairs-table")
     count = len(results.heads)
     assert len(rows) == min(20, count * (count - 1) // 2)
-    shown = [float(str(row["JS distance (nats)"][0])) for row in rows]
+    shown = [float(str(row[JS_DIVERGENCE][0])) for row in rows]
     assert shown == sorted(shown)
     distance = results.distances.distance
     assert shown[0] == pytest.approx(distance[~np.eye(count, dtype=bool)].min(), abs=1e-4)
@@ -231,7 +232,7 @@ def test_hostile_text_is_escaped(tmp_path: Path) -> None:
     )
     assert "<script>" not in text and "<img src=x" not in text and "<b>" not in text
     assert f"<title>Attention analysis: {html.escape(hostile)}</title>" in text
-    assert html.escape('"><img src=x onerror=alert(2)>') in text
+    assert "<dd>&#34;&gt;&lt;img src=x onerror=alert(2)&gt;</dd>" in text
 
 
 @pytest.mark.parametrize("href", ["https://example.org/head.html", "//example.org/x", "javascript:alert(1)"])
@@ -267,21 +268,44 @@ def test_heatmaps_cover_the_surface_statistics_but_baselines() -> None:
 # --- the page shell ------------------------------------------------------------------------------
 
 
-def test_markup_escapes_text_and_keeps_markup() -> None:
-    bold = page.element("b", "<i>")
-    assert bold == "<b>&lt;i&gt;</b>"
-    assert bold + "<x>" == "<b>&lt;i&gt;</b>&lt;x&gt;"
-    assert "<x>" + bold == "&lt;x&gt;<b>&lt;i&gt;</b>"
-    assert isinstance(bold + bold, page.Markup)
-    assert page.element("a", "x", href='"q', class_="c") == '<a href="&quot;q" class="c">x</a>'
+def test_blocks_escape_text_and_keep_markup() -> None:
+    hostile = '<script>alert("x")</script>'
+    escaped = html.escape(hostile, quote=False)
+    blocks = [
+        page.paragraph(hostile, class_="muted"),
+        page.heading(hostile),
+        page.link("a.html", hostile),
+        page.quotation(hostile, hostile),
+        page.definitions({hostile: hostile}),
+        page.figure(PNG_SIGNATURE, alt=hostile, caption=hostile),
+        page.coloured_tokens([(hostile, "color: red", hostile)]),
+        page.table(pd.DataFrame({hostile: [hostile]}), caption=hostile),
+    ]
+    for block in blocks:
+        assert isinstance(block, page.Markup)
+        assert "<script" not in block and escaped.replace('"', "&#34;") in block, block
+    nested = page.paragraph(page.link("b.html", "b") + " & <c>")
+    assert nested == '<p><a href="b.html">b</a> &amp; &lt;c&gt;</p>'
 
 
-def test_rst_text_turns_literals_and_references_into_code() -> None:
-    text = "Uses ``a < b`` and :func:`~pkg.mod.name`\nwith :class:`pkg.Thing`.\n\nSecond <p>."
-    assert page.rst_text(text) == (
-        "<p>Uses <code>a &lt; b</code> and <code>name</code> with <code>pkg.Thing</code>.</p>"
-        "<p>Second &lt;p&gt;.</p>"
+def test_docstrings_become_html_with_literals_references_and_code_blocks() -> None:
+    text = (
+        "Uses ``a < b`` and :func:`~pkg.mod.name`\nwith :class:`pkg.Thing`::\n\n    x = y * 2\n\nSecond <p>."
     )
+    rendered = page.docstring_html(text)
+    assert "<p>Uses <code>a &lt; b</code> and <code>name</code>\nwith <code>pkg.Thing</code>:</p>" in rendered
+    assert "<pre><code>x = y * 2\n</code></pre>" in rendered
+    assert "<p>Second &lt;p&gt;.</p>" in rendered and "<p>." not in rendered
+
+
+def test_clark_convention_report_shows_its_own_formulas(tmp_path: Path) -> None:
+    text = write(tmp_path, analyse(3, 4), convention="clark")
+    assert "computed in the &#39;clark&#39; convention" in text
+    formulas = {row["statistic"][0]: row for row in Tables(text).rows("formulas-table")}
+    assert "0.9999" in str(formulas["entropy"]["definition"][0])
+    assert "divided by 2" in str(formulas["sep_to_sep"]["definition"][0])
+    assert CLARK_SURFACE_STATISTICS["previous"].__doc__ is not None
+    assert "all <code>n</code> queries" in text
 
 
 def test_table_formats_numbers_missing_values_and_markup_cells() -> None:
@@ -303,3 +327,74 @@ def test_page_is_a_self_contained_document() -> None:
     assert "<title>A &lt;title&gt;</title>" in document
     assert '<a href="#results">Results &amp; more</a>' in document
     assert "<p>1 &lt; 2</p>" in document and "<dd>1.235</dd>" in document
+
+
+def test_head_map_names_do_not_overlap_and_labelled_heads_come_first() -> None:
+    rng = np.random.default_rng(0)
+    coordinates = np.concatenate([rng.normal(scale=0.05, size=(40, 2)), rng.normal(size=(32, 2))])
+    labels = np.full((6, 12), "none", dtype=object)
+    labels[3, 4] = "next"  # head 40: the first point outside the dense cluster
+    labels[0, 0] = "broad"  # head 0: inside it
+    figure = plots.head_map(coordinates, labels)
+    figure.draw_without_rendering()
+    renderer = figure.canvas.get_renderer()  # type: ignore[attr-defined]
+    ax = figure.axes[0]
+    names = [text.get_text() for text in ax.texts]
+    boxes = [text.get_window_extent(renderer) for text in ax.texts]
+    assert 10 < len(names) < 72 and len(set(names)) == len(names)
+    assert names[0] == "3-4"  # labelled heads are named before the others (0-0 finds no free spot)
+    assert ax.get_title().startswith(f"{len(names)} of 72 heads named")
+    for i, first in enumerate(boxes):
+        for second in boxes[i + 1 :]:
+            assert not first.overlaps(second)
+
+
+HOSTILE = '</title><script>alert("x")</script><img src=x onerror=alert(1)>'
+
+
+def assert_inert(text: str) -> None:
+    """``HOSTILE`` shows only as text: no tag of it survives, its escaped form is there."""
+    assert "<script" not in text and "<img src=x" not in text and "</title><" not in text
+    assert "&lt;script&gt;alert(" in text
+
+
+def test_hostile_text_is_escaped_in_the_other_reports(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from bertology.interventions.saliency import METHODS, Explanation
+    from bertology.report.comparison import views_page
+    from bertology.report.interventions import write_explanation
+    from bertology.report.probes import write_head_accuracy_report
+
+    tokens = ["[CLS]", HOSTILE, "[SEP]"]
+    explanation = Explanation(
+        text=HOSTILE,
+        text_b=HOSTILE,
+        tokens=tokens,
+        special=np.array([True, False, True]),
+        label=HOSTILE,
+        probability=0.9,
+        attributions={method: np.array([0.0, 0.5, -0.1]) for method in METHODS},
+        logit=1.0,
+        baseline_logit=0.5,
+        steps=8,
+    )
+    written, _ = write_explanation(explanation, tmp_path / "why.html")
+    assert_inert(written.read_text(encoding="utf-8"))
+
+    report = write_head_accuracy_report(
+        tmp_path / "probe",
+        title=HOSTILE,
+        summary={HOSTILE: HOSTILE},
+        explanation=HOSTILE,
+        heatmap=np.full((2, 3), 0.5),
+        table=pd.DataFrame({HOSTILE: [HOSTILE]}),
+        dpi=DPI,
+    )
+    assert_inert(report.read_text(encoding="utf-8"))
+
+    view = SimpleNamespace(data={"model": HOSTILE}, html=f"<p>{HOSTILE}</p>")
+    page_text = views_page((view, view), caption=HOSTILE)  # type: ignore[arg-type]
+    assert_inert(page_text)
+    srcdoc = re.findall(r'srcdoc="([^"]*)"', page_text)
+    assert srcdoc == [html.escape(view.html).replace("&quot;", "&#34;").replace("&#x27;", "&#39;")] * 2

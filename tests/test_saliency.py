@@ -95,7 +95,7 @@ def test_explain_command_writes_a_safe_page_and_json(sst2_classifier: LoadedMode
     assert "Predicted" in result.output
     page = target.read_text()
     assert "<script>" not in page and "<b>bold" not in page
-    assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &lt;b&gt;bold&lt;/b&gt; film" in page
+    assert "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt; &amp; &lt;b&gt;bold&lt;/b&gt; film" in page
     assert 'http-equiv="Content-Security-Policy"' in page and "Integrated gradients" in page
     data = json.loads(target.with_suffix(".json").read_text())
     assert data["text"] == text and data["label"] in ("negative", "positive") and data["steps"] == 8

@@ -100,7 +100,7 @@ def test_gpt2_capture_is_causal_and_equals_output_attentions(
     generative_dirs: dict[str, Path], loaded: dict[str, LoadedModel]
 ) -> None:
     text = "The quick brown fox jumps over the lazy dog."
-    attention = bertology.capture(text, model=loaded["gpt2"])
+    attention = bertology.capture(text, model=loaded["gpt2"], qk=True)
     model = AutoModel.from_pretrained(generative_dirs["gpt2"], attn_implementation="eager").eval()
     with torch.no_grad():
         out = model(**loaded["gpt2"].tokenizer([text], return_tensors="pt"), output_attentions=True)
@@ -110,6 +110,7 @@ def test_gpt2_capture_is_causal_and_equals_output_attentions(
     np.testing.assert_allclose(attention.probs.sum(-1), 1.0, atol=1e-5)
     assert not np.triu(attention.probs, k=1).any()
     assert view_data(attention, "model")["causal"] is True
+    assert view_data(attention, "neuron")["causal"] is True  # its softmax leaves later keys out
 
 
 def test_encoder_view_is_not_marked_causal(default_model: LoadedModel) -> None:

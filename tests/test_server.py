@@ -6,10 +6,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import json
 import re
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -19,9 +22,10 @@ from fastapi.testclient import TestClient
 
 from bertology import capture
 from bertology.errors import BertologyError
-from bertology.models import LoadedModel
+from bertology.models import LoadedModel, load_model
 from bertology.server import Limits, create_app
 from bertology.server import compute as server_compute
+from bertology.server.hosts import loopback_hosts
 from bertology.stats.rows import SpecialTokens
 from bertology.stats.surface import SurfaceAccumulator
 from bertology.views import render_view
@@ -153,6 +157,62 @@ def test_openapi_schema_lists_the_api(client: TestClient) -> None:
     assert {"413", "422", "503"} <= set(errors)
 
 
+def test_schema_says_the_limits(client: TestClient) -> None:
+    """What the schema allows is what the server accepts: model names, layers, heads, query tokens."""
+    bodies = client.get("/openapi.json").json()["components"]["schemas"]
+
+    def of_type(body: str, field: str, kind: str) -> dict[str, Any]:
+        spec = bodies[body]["properties"][field]
+        (typed,) = [option for option in spec.get("anyOf", [spec]) if option.get("type") == kind]
+        return typed
+
+    def bounds(body: str, field: str) -> tuple[float, float]:
+        number = of_type(body, field, "integer")
+        return number["minimum"], number["maximum"]
+
+    assert bounds("AttentionRequest", "layer") == (0, 5) and bounds("AttentionRequest", "head") == (0, 11)
+    assert bounds("ViewRequest", "layer") == (0, 5) and bounds("ViewRequest", "query") == (0, 511)
+    for body in ("InputRequest", "AttentionRequest", "ViewRequest"):
+        names = of_type(body, "model", "string")
+        assert names.get("enum", [names.get("const")]) == ["all-MiniLM-L6-v2"]
+        assert bodies[body]["properties"]["text"]["minLength"] == 1
+
+
+def test_a_smaller_model_refuses_what_it_does_not_have(
+    default_model: LoadedModel, tiny_model_dirs: dict[str, Path]
+) -> None:
+    """With two models the schema allows the larger one's layers; the smaller one says what it has."""
+    tiny = load_model(tiny_model_dirs["bert"])  # 3 layers, 4 heads
+    with TestClient(create_app([default_model, tiny])) as both:
+        body = {"text": "a b", "model": tiny.name, "layer": 5}
+        assert "Layer 5 does not exist; there are 3" in error_of(both.post("/api/attention", json=body), 422)
+        assert both.post("/api/attention", json={**body, "model": default_model.name}).status_code == 200
+
+
+def test_error_messages_echo_little_of_the_input(default_model: LoadedModel, tmp_path: Path) -> None:
+    with TestClient(create_app([default_model], runs=tmp_path)) as small:
+        body = {"text": "a", **{f"{index}{'k' * 1000}": 1 for index in range(50)}}
+        message = error_of(small.post("/api/statistics", json=body), 422)
+        assert len(message) < 600 and "(1001 characters)" in message and "and 45 more problems" in message
+        message = error_of(small.get("/runs/" + "p" * 5000), 404)
+        assert len(message) < 200 and "(5000 characters)" in message
+
+
+def test_only_its_own_host_names_are_answered(default_model: LoadedModel) -> None:
+    """Against DNS rebinding: a loopback server answers only to its own names and port."""
+    app = create_app([default_model], hosts=loopback_hosts(8123))
+    for host, status in [("127.0.0.1:8123", 200), ("localhost:8123", 200), ("[::1]:8123", 200),
+                         ("LOCALHOST:8123", 200), ("attacker.example:8123", 400), ("localhost:8124", 400),
+                         ("127.0.0.1", 400), ("x" * 300, 400)]:  # fmt: skip
+        with TestClient(app, base_url=f"http://{host}") as http:
+            response = http.get("/api/health")
+            assert response.status_code == status, host
+            if status == 400:
+                assert "is not this server's" in response.json()["error"]
+                assert len(response.json()["error"]) < 200
+    assert loopback_hosts(80) >= {"localhost", "127.0.0.1", "[::1]", "localhost:80"}
+
+
 # --- Bad requests -------------------------------------------------------------------------------------
 
 TOO_LONG = "word " * 600
@@ -164,17 +224,23 @@ BAD_BODIES: list[tuple[str, dict[str, Any], str]] = [
     ("/api/attention", {"text": 5}, "text: Input should be a valid string"),
     ("/api/attention", {"text": "a", "text_b": ""}, "text_b: String should have at least 1 character"),
     ("/api/attention", {"text": "a", "colour": "red"}, "colour: Extra inputs are not permitted"),
-    ("/api/attention", {"text": "a", "model": "bert-large"}, "Unknown model 'bert-large'"),
-    ("/api/attention", {"text": "a", "layer": 6}, "Layer 6 does not exist; there are 6"),
-    ("/api/attention", {"text": "a", "head": 12}, "Head 12 does not exist; there are 12"),
+    ("/api/attention", {"text": "a", "model": "bert-large"}, "model: Input should be 'all-MiniLM-L6-v2'"),
+    ("/api/statistics", {"text": "a", "model": ""}, "model: Input should be 'all-MiniLM-L6-v2'"),
+    ("/api/attention", {"text": "a", "layer": 6}, "layer: Input should be less than or equal to 5"),
+    ("/api/attention", {"text": "a", "head": 12}, "head: Input should be less than or equal to 11"),
     ("/api/attention", {"text": "a", "layer": -1}, "layer: Input should be greater than or equal to 0"),
     ("/api/attention", {"text": "a", "layer": 1.5}, "layer: Input should be a valid integer"),
+    # Strict types: no JSON value is converted into another type.
+    ("/api/attention", {"text": "a", "head": False}, "head: Input should be a valid integer"),
+    ("/api/attention", {"text": "a", "layer": "1"}, "layer: Input should be a valid integer"),
+    ("/api/view", {"text": "a", "query": True}, "query: Input should be a valid integer"),
+    ("/api/view", {"text": "a", "query": 512}, "query: Input should be less than or equal to 511"),
     ("/api/attention", {"text": TOO_LONG}, "The input has 602 tokens; at most 512 are accepted"),
     ("/api/statistics", {"text": TOO_LONG[:1000], "text_b": TOO_LONG}, "at most 512 are accepted"),
     ("/api/statistics", {"text": "\t\n"}, "empty or only whitespace"),
     ("/api/view", {"text": "a", "view": "graph"}, "view: Input should be 'head', 'model' or 'neuron'"),
     ("/api/view", {"text": "a", "theme": "sepia"}, "theme: Input should be 'light' or 'dark'"),
-    ("/api/view", {"text": "a", "layer": 10**30}, "does not exist; there are 6 layers"),
+    ("/api/view", {"text": "a", "layer": 10**30}, "layer: Input should be less than or equal to 5"),
     ("/api/view", {"text": "a b", "view": "neuron", "query": 4}, "Query token 4 does not exist"),
 ]
 
@@ -305,3 +371,125 @@ def test_concurrent_requests_get_their_own_answers(default_model: LoadedModel) -
         assert body["tokens"] == expected[text].tokens
         if "attention" in body:
             np.testing.assert_allclose(np.array(body["attention"])[0], expected[text].probs[1], atol=6e-7)
+
+
+def _in_own_loop(scenario: Callable[[], Any]) -> Any:
+    """Run the coroutine function ``scenario`` in a fresh event loop of its own thread (the session's
+    Playwright browser keeps an event loop running in this one)."""
+    with ThreadPoolExecutor(max_workers=1) as runner:
+        return runner.submit(asyncio.run, scenario()).result()
+
+
+@pytest.fixture
+def blocked_statistics(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, list[str]]:
+    """``/api/statistics`` computations wait for the returned event; the list gets each computed text."""
+    release, computed = threading.Event(), []
+    real = server_compute.statistics_answer
+
+    def blocked(loaded: LoadedModel, request: Any, **kwargs: Any) -> dict[str, Any]:
+        computed.append(request.text)
+        release.wait(60)
+        return real(loaded, request, **kwargs)
+
+    monkeypatch.setattr(server_compute, "statistics_answer", blocked)
+    return release, computed
+
+
+def test_health_answers_at_once_while_every_slot_is_busy(
+    default_model: LoadedModel, blocked_statistics: tuple[threading.Event, list[str]]
+) -> None:
+    """45 model requests hold the only slot or wait for it (more than the 40 threads of the worker pool):
+    waiting holds no thread, so /api/health and the page still answer at once."""
+    release, computed = blocked_statistics
+    app = create_app([default_model], limits=Limits(parallel=1))
+
+    async def scenario() -> tuple[float, list[int]]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=60) as http:
+            waiting = [
+                asyncio.create_task(http.post("/api/statistics", json={"text": f"text {index}"}))
+                for index in range(45)
+            ]
+            try:
+                while not computed:
+                    await asyncio.sleep(0.01)
+                await asyncio.sleep(0.3)  # the others queue
+                started = time.perf_counter()
+                health = await asyncio.wait_for(http.get("/api/health"), 5)
+                page = await asyncio.wait_for(http.get("/"), 5)
+                elapsed = time.perf_counter() - started
+                assert (health.status_code, page.status_code) == (200, 200)
+            finally:
+                release.set()
+            answers = await asyncio.gather(*waiting)
+        return elapsed, [answer.status_code for answer in answers]
+
+    elapsed, statuses = _in_own_loop(scenario)
+    assert elapsed < 1.0
+    assert statuses == [200] * 45
+
+
+def _post_then_leave(app: Any, body: dict[str, Any], gone: asyncio.Event) -> Any:
+    """A raw ASGI POST /api/statistics whose client disconnects when ``gone`` is set; returns its status."""
+    raw = json.dumps(body).encode()
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+        "scheme": "http", "path": "/api/statistics", "raw_path": b"/api/statistics", "query_string": b"",
+        "root_path": "", "client": ("127.0.0.1", 5000), "server": ("test", 80),
+        "headers": [(b"host", b"test"), (b"content-type", b"application/json"),
+                    (b"content-length", str(len(raw)).encode())],
+    }  # fmt: skip
+    messages: list[dict[str, Any]] = [{"type": "http.request", "body": raw, "more_body": False}]
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        if messages:
+            return messages.pop()
+        await gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    async def call() -> int:
+        await app(scope, receive, send)
+        return int(sent[0]["status"])
+
+    return call()
+
+
+def test_requests_of_clients_that_left_are_not_computed(
+    default_model: LoadedModel, blocked_statistics: tuple[threading.Event, list[str]]
+) -> None:
+    """Five clients queue behind a busy slot and disconnect: they stop waiting at once, and once the slot
+    is free nothing is computed for them."""
+    release, computed = blocked_statistics
+    app = create_app([default_model], limits=Limits(parallel=1))
+
+    async def scenario() -> tuple[int, list[int], float]:
+        stays, leave = asyncio.Event(), asyncio.Event()
+        first = asyncio.create_task(_post_then_leave(app, {"text": "stays"}, stays))
+        while not computed:
+            await asyncio.sleep(0.01)
+        leaving = [
+            asyncio.create_task(_post_then_leave(app, {"text": f"leaves {index}"}, leave))
+            for index in range(5)
+        ]
+        await asyncio.sleep(0.3)
+        leave.set()
+        started = time.perf_counter()
+        try:
+            done, _ = await asyncio.wait(leaving, timeout=3)
+            waited = time.perf_counter() - started
+        finally:
+            release.set()
+        statuses = [task.result() for task in done]
+        await asyncio.gather(*leaving)
+        status = await first
+        await asyncio.sleep(0.3)  # anything wrongly started would be computed by now
+        return status, statuses, waited
+
+    status, statuses, waited = _in_own_loop(scenario)
+    assert status == 200
+    assert len(statuses) == 5 and waited < 1.0  # they left while the slot was still busy
+    assert computed == ["stays"]

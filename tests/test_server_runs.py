@@ -3,23 +3,35 @@ folder is reachable (``..``, absolute paths, symlinks pointing out, encoded vari
 
 from __future__ import annotations
 
+import asyncio
 import http.client
+import json
+import shutil
 import subprocess
 import sys
-import types
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any, TypeVar
 
+import httpx
+import numpy as np
 import pytest
+import zarr
 from fastapi.testclient import TestClient
+from test_watch import write_synthetic_run
 
 from bertology.errors import BertologyError
 from bertology.models import LoadedModel
-from bertology.server import create_app
+from bertology.server import Limits, create_app, watch_pages
 from bertology.server.errors import RequestError
 from bertology.server.runs import RunsFolder
+from bertology.training.archive import ARCHIVE_FOLDER, ArchiveWriter
 
 SECRET = "the secret outside the runs folder"
+T = TypeVar("T")
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 16
 
 
@@ -65,16 +77,15 @@ def client(default_model: LoadedModel, runs_root: Path) -> Iterator[TestClient]:
 
 @pytest.fixture
 def watch_stub(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
-    """Stand in for ``bertology.training.watch.watch_html`` (written elsewhere); records its calls."""
+    """Stand in for building a watch page (``bertology.training.watch.watch_html``, tested in
+    test_watch.py); records its calls."""
     calls: list[Path] = []
 
-    def watch_html(run_dir: str | Path) -> str:
+    def build(run_dir: Path) -> str:
         calls.append(Path(run_dir))
         return f"<!DOCTYPE html><title>watch</title><input type=range id=step> {Path(run_dir).name}"
 
-    module = types.ModuleType("bertology.training.watch")
-    module.watch_html = watch_html  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "bertology.training.watch", module)
+    monkeypatch.setattr(watch_pages, "_build", build)
     return calls
 
 
@@ -182,6 +193,133 @@ def test_resolve_finds_what_is_inside(runs_root: Path) -> None:
     assert missing.value.status == 404
 
 
+# --- Training runs: links out, limits, cache, damaged files ------------------------------------------
+
+RUN_SECRET = "a task name outside the runs folder"
+
+
+def link_run(base: Path, layout: str) -> Path:
+    """A runs folder with one training run ``linked`` whose files are symbolic links to a run outside:
+    ``files`` its run.json and monitor.zarr, ``chunk`` one attention chunk of an archive copied inside,
+    ``archive`` the archive's own files placed in the run folder itself."""
+    outside = write_synthetic_run(base / "outside_run")
+    info = json.loads((outside / "run.json").read_text())
+    (outside / "run.json").write_text(json.dumps({**info, "task": RUN_SECRET}))
+    run = base / "runs" / "linked"
+    run.mkdir(parents=True)
+    archive = outside / ARCHIVE_FOLDER
+    if layout == "files":
+        (run / "run.json").symlink_to(outside / "run.json")
+        (run / ARCHIVE_FOLDER).symlink_to(archive, target_is_directory=True)
+    elif layout == "chunk":
+        (run / "run.json").write_text("{}")
+        shutil.copytree(archive, run / ARCHIVE_FOLDER)
+        chunk = run / ARCHIVE_FOLDER / "attention" / "c" / "1" / "0" / "0" / "0" / "0" / "0"
+        chunk.unlink()
+        chunk.symlink_to(archive / "attention" / "c" / "1" / "0" / "0" / "0" / "0" / "0")
+    else:
+        (run / "run.json").write_text("{}")
+        for entry in archive.iterdir():
+            (run / entry.name).symlink_to(entry, target_is_directory=entry.is_dir())
+    return base / "runs"
+
+
+@pytest.mark.parametrize("layout", ["files", "chunk", "archive"])
+def test_a_run_whose_files_lead_outside_is_refused(
+    default_model: LoadedModel, tmp_path: Path, layout: str
+) -> None:
+    with TestClient(create_app([default_model], runs=link_run(tmp_path, layout))) as linked:
+        response = linked.get("/runs/linked/")
+    assert response.status_code == 403, response.text[:300]
+    assert "leads outside the runs folder" in response.json()["error"]
+    assert RUN_SECRET not in response.text
+
+
+def _in_own_loop(scenario: Coroutine[Any, Any, T]) -> T:
+    with ThreadPoolExecutor(max_workers=1) as runner:  # the session's Playwright loop runs in this thread
+        return runner.submit(asyncio.run, scenario).result()
+
+
+def test_watch_pages_are_built_within_the_timeout_and_the_parallel_limit(
+    default_model: LoadedModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runs = tmp_path / "runs"
+    for index in range(3):
+        (runs / f"run{index}").mkdir(parents=True)
+        (runs / f"run{index}" / "run.json").write_text("{}")
+    lock, building, most = threading.Lock(), [0], [0]
+
+    def slow_build(run_dir: Path) -> str:
+        with lock:
+            building[0] += 1
+            most[0] = max(most[0], building[0])
+        time.sleep(0.4 if run_dir.name != "run2" else 2.0)
+        with lock:
+            building[0] -= 1
+        return f"<title>{run_dir.name}</title>"
+
+    monkeypatch.setattr(watch_pages, "_build", slow_build)
+    app = create_app([default_model], runs=runs, limits=Limits(parallel=1, timeout_s=1.5))
+
+    async def scenario() -> list[httpx.Response]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=30) as http:
+            first = await asyncio.gather(http.get("/runs/run0/"), http.get("/runs/run1/"))
+            late = await http.get("/runs/run2/")
+            return [*first, late]
+
+    first, second, late = _in_own_loop(scenario())
+    assert (first.status_code, second.status_code) == (200, 200)
+    assert most[0] == 1  # one build at a time with --parallel 1
+    assert late.status_code == 503 and "longer than the server's limit of 1.5 s" in late.json()["error"]
+
+
+def test_watch_pages_are_cached_until_the_archive_changes(
+    default_model: LoadedModel, tmp_path: Path, watch_stub: list[Path]
+) -> None:
+    runs = tmp_path / "runs"
+    for index in range(6):
+        write_synthetic_run(runs / f"run{index}")
+    with TestClient(create_app([default_model], runs=runs)) as browsing:
+        for _ in range(3):
+            for index in range(6):
+                assert browsing.get(f"/runs/run{index}/").text.endswith(f"run{index}")
+        assert len(watch_stub) == 6  # six runs browsed three times: each page built once
+        writer = ArchiveWriter(zarr.open_group(str(runs / "run3" / ARCHIVE_FOLDER), mode="r+"))
+        writer.append(
+            20, np.full((2, 2, 3, 6, 6), 1 / 6), np.zeros((len(writer.group.attrs["statistics"]), 2, 3))
+        )
+        for index in range(6):
+            browsing.get(f"/runs/run{index}/")
+    assert [path.name for path in watch_stub[6:]] == ["run3"]  # a new record: that page only is rebuilt
+
+
+def _cut(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2])
+
+
+@pytest.mark.parametrize(
+    ("damage", "named"),
+    [
+        (lambda run: _cut(run / "run.json"), "run.json cannot be read as JSON"),
+        (lambda run: _cut(run / ARCHIVE_FOLDER / "attention/c/1/0/0/0/0/0"), "attention/c/1/0/0/0/0/0"),
+        (lambda run: (run / ARCHIVE_FOLDER / "attention/c/2/1/0/0/0/0").unlink(), "attention/c/2/1/0/0/0/0"),
+        (lambda run: (run / ARCHIVE_FOLDER / "stats/c/1/0/0/0").unlink(), "stats/c/1/0/0/0"),
+        (lambda run: _cut(run / ARCHIVE_FOLDER / "zarr.json"), "zarr.json cannot be read"),
+    ],
+    ids=["run.json cut", "chunk cut", "chunk missing", "stats chunk missing", "zarr.json cut"],
+)
+def test_a_damaged_run_gets_a_message_naming_the_file(
+    default_model: LoadedModel, tmp_path: Path, damage: Callable[[Path], object], named: str
+) -> None:
+    run = write_synthetic_run(tmp_path / "runs" / "run")
+    damage(run)
+    with TestClient(create_app([default_model], runs=tmp_path / "runs")) as browsing:
+        response = browsing.get("/runs/run/")
+    assert response.status_code == 422, response.text[:300]
+    assert named in response.json()["error"]
+
+
 # --- The real command ---------------------------------------------------------------------------------
 
 
@@ -207,6 +345,12 @@ def test_startup_line_and_refusals_of_the_real_command(tmp_path: Path) -> None:
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
         connection.request("GET", "/api/health")
         assert connection.getresponse().status == 200
+        connection.close()
+        # DNS rebinding: a page of another site whose name now points at 127.0.0.1 sends its own Host.
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        connection.request("GET", "/api/health", headers={"Host": f"attacker.example:{port}"})
+        answer = connection.getresponse()
+        assert answer.status == 400 and "is not this server's" in answer.read().decode()
     finally:
         process.terminate()
         process.wait(30)

@@ -23,6 +23,7 @@ from bertology.capture import Attention, AttentionBatch
 from bertology.errors import BertologyError
 from bertology.models import LoadedModel
 from bertology.stats import SURFACE_STATISTICS, SpecialTokens, SurfaceAccumulator, TokenRoles
+from bertology.stats.surface import CONVENTIONS
 
 
 def next_head(s: Layout) -> np.ndarray:
@@ -54,8 +55,10 @@ TEXTS = [
 ]
 
 
-def surface(batch: AttentionBatch, special: SpecialTokens | None = None) -> dict[str, np.ndarray]:
-    accumulator = SurfaceAccumulator(special)
+def surface(
+    batch: AttentionBatch, special: SpecialTokens | None = None, convention: str = "bertology"
+) -> dict[str, np.ndarray]:
+    accumulator = SurfaceAccumulator(special, convention=convention)  # type: ignore[arg-type]
     accumulator.update(batch)
     return accumulator.result().columns
 
@@ -74,7 +77,16 @@ def test_constructed_heads_have_known_statistics() -> None:
     np.testing.assert_allclose(stats["next"][:, prev], 0.0)
     for name in ("sep", "sep_to_sep", "other_to_sep", "confidence"):
         np.testing.assert_allclose(stats[name][:, sep], 1.0, err_msg=name)
-    np.testing.assert_allclose(stats["content_confidence"][:, sep], 0.0)
+    np.testing.assert_allclose(stats["voita_confidence"][:, sep], 0.0)
+    np.testing.assert_allclose(stats["confidence_without_delimiters"][:, sep], 0.0)
+    # Voita et al. leave out only the end-of-sentence token: a head on [CLS] is fully confident there,
+    # and 0 once [CLS] is left out as well.
+    np.testing.assert_allclose(stats["voita_confidence"][:, cls], 1.0)
+    np.testing.assert_allclose(stats["confidence_without_delimiters"][:, cls], 0.0)
+    # The next-token head's last two queries look at [SEP] (the last one at itself): 0 there.
+    np.testing.assert_allclose(
+        stats["voita_confidence"][:, nxt], np.mean([(len(s) - 2) / len(s) for s in TEXTS])
+    )
     np.testing.assert_allclose(stats["cls"][:, cls], 1.0)
     np.testing.assert_allclose(stats["cls"][:, sep], 0.0)
 
@@ -134,7 +146,8 @@ def reference_segment(example: Attention, cls: str, sep: str) -> dict[str, np.nd
         "cls_entropy": ([q for q in every if is_cls[q]], lambda row, q: row_entropy(row)),
         "cls_entropy_uniform": ([q for q in every if is_cls[q]], lambda row, q: math.log(n)),
         "confidence": (every, lambda row, q: max(row)),
-        "content_confidence": (
+        "voita_confidence": (every, lambda row, q: max(row[k] for k in every if not is_sep[k])),
+        "confidence_without_delimiters": (
             every,
             lambda row, q: max(row[k] for k in every if not (is_cls[k] or is_sep[k])),
         ),
@@ -235,7 +248,8 @@ def test_real_batch_is_sane(default_model: LoadedModel) -> None:
         "sep_to_sep",
         "other_to_sep",
         "confidence",
-        "content_confidence",
+        "voita_confidence",
+        "confidence_without_delimiters",
     ):
         assert np.all((stats[name] >= 0) & (stats[name] <= 1 + 1e-6)), name
     # previous, next and current are averaged over slightly different queries (a segment's first token
@@ -244,5 +258,116 @@ def test_real_batch_is_sane(default_model: LoadedModel) -> None:
     assert np.all(stats["previous"] + stats["next"] + stats["current"] <= bound)
     assert np.all(stats["entropy"] <= stats["entropy_uniform"] + 1e-6)
     assert np.all(stats["cls_entropy"] <= stats["cls_entropy_uniform"] + 1e-6)
-    assert np.all(stats["content_confidence"] <= stats["confidence"])
+    assert np.all(stats["confidence_without_delimiters"] <= stats["voita_confidence"])
+    assert np.all(stats["voita_confidence"] <= stats["confidence"])
     assert stats["sep"].max() > 0.2 and stats["cls"].max() > 0.5
+
+
+# --- Clark et al.'s released code -------------------------------------------------------------------
+
+CLARK_NAMES = {"self": "current", "right": "next", "left": "previous", "sep": "sep", "sep_sep": "sep_to_sep"}
+CLARK_NAMES |= {"rest_sep": "other_to_sep", "cls": "cls", "punct": "punct"}
+
+
+def clark_notebook(documents: list[tuple[list[str], np.ndarray]]) -> dict[str, np.ndarray]:
+    """General_Analysis.ipynb of github.com/clarkkev/attention-analysis, cells "Computing Average
+    Attention to Particular Tokens/Positions" and "Computing Attention Head Entropies", as written there
+    (``attns``: one document's unpadded ``[layers, heads, n, n]``), its 12 x 12 made ``layers x heads``."""
+    n_docs = len(documents)
+    shape = documents[0][1].shape[:2]
+    avg_attns = {
+        k: np.zeros(shape) for k in ["self", "right", "left", "sep", "sep_sep", "rest_sep", "cls", "punct"]
+    }
+    for tokens, attns in documents:
+        n_tokens = attns.shape[-1]
+        seps, clss, puncts = (np.zeros(n_tokens) for _ in range(3))
+        for position, token in enumerate(tokens):
+            if token == "[SEP]":
+                seps[position] = 1
+            if token == "[CLS]":
+                clss[position] = 1
+            if token == "." or token == ",":
+                puncts[position] = 1
+        sep_seps = np.ones((n_tokens, n_tokens))
+        sep_seps *= seps[np.newaxis]
+        sep_seps *= seps[:, np.newaxis]
+        rest_seps = np.ones((n_tokens, n_tokens))
+        rest_seps *= (np.ones(n_tokens) - seps)[:, np.newaxis]
+        rest_seps *= seps[np.newaxis]
+        selectors = {
+            "self": np.eye(n_tokens, n_tokens),
+            "right": np.eye(n_tokens, n_tokens, 1),
+            "left": np.eye(n_tokens, n_tokens, -1),
+            "sep": np.tile(seps[np.newaxis], [n_tokens, 1]),
+            "sep_sep": sep_seps,
+            "rest_sep": rest_seps,
+            "cls": np.tile(clss[np.newaxis], [n_tokens, 1]),
+            "punct": np.tile(puncts[np.newaxis], [n_tokens, 1]),
+        }
+        for key, selector in selectors.items():
+            if key == "sep_sep":
+                denom = 2
+            elif key == "rest_sep":
+                denom = n_tokens - 2
+            else:
+                denom = n_tokens
+            avg_attns[key] += (attns * selector[np.newaxis, np.newaxis]).sum(-1).sum(-1) / (n_docs * denom)
+    uniform_attn_entropy = 0.0
+    entropies = np.zeros(shape)
+    entropies_cls = np.zeros(shape)
+    for _, attns in documents:
+        attns = 0.9999 * attns + (0.0001 / attns.shape[-1])
+        uniform_attn_entropy -= np.log(1.0 / attns.shape[-1])
+        entropies -= (attns * np.log(attns)).sum(-1).mean(-1)
+        entropies_cls -= (attns * np.log(attns))[:, :, 0].sum(-1)
+    uniform_attn_entropy /= n_docs
+    entropies /= n_docs
+    entropies_cls /= n_docs
+    results = {CLARK_NAMES[key]: values for key, values in avg_attns.items()}
+    return results | {
+        "entropy": entropies,
+        "cls_entropy": entropies_cls,
+        "entropy_uniform": uniform_attn_entropy,
+    }
+
+
+@pytest.mark.parametrize("pairs", [True, False])
+def test_clark_convention_reproduces_the_released_notebook(pairs: bool) -> None:
+    rng = np.random.default_rng(11 + pairs)
+    batch = random_attention(random_segments(7, rng, pairs=pairs), layers=2, heads=3, rng=rng)
+    assert len(set(batch.lengths.tolist())) > 1  # padding is exercised
+    stats = surface(batch, convention="clark")
+    expected = clark_notebook([(example.tokens, example.probs.astype(np.float64)) for example in batch])
+    for name, values in expected.items():
+        np.testing.assert_allclose(
+            stats[name], np.broadcast_to(values, (2, 3)), rtol=2e-5, atol=1e-6, err_msg=name
+        )
+    default = surface(batch)
+    for name in SURFACE_STATISTICS.keys() - CLARK_NAMES.values() - {"entropy", "cls_entropy"}:
+        np.testing.assert_array_equal(stats[name], default[name], err_msg=name)
+
+
+def test_conventions_differ_where_documented() -> None:
+    """A head on the previous token: 1 over the n - 1 queries that have one, (n - 1) / n over all n."""
+    stats = {convention: surface(batch_of(TEXTS), convention=convention) for convention in CONVENTIONS}
+    prev = HEADS.index(previous_head)
+    np.testing.assert_allclose(stats["bertology"]["previous"][:, prev], 1.0)
+    expected = np.mean([(len(s) - 1) / len(s) for s in TEXTS])
+    np.testing.assert_allclose(stats["clark"]["previous"][:, prev], expected, rtol=1e-6)
+    # Smoothing lifts a one-hot row's entropy above 0 (0.9999 + 0.0001 / n on one key, 0.0001 / n elsewhere).
+    n = np.array([len(s) for s in TEXTS])
+    top, rest = 0.9999 + 1e-4 / n, 1e-4 / n
+    one_hot = np.mean(-(top * np.log(top) + (n - 1) * rest * np.log(rest)))
+    np.testing.assert_allclose(stats["clark"]["entropy"][:, prev], one_hot, rtol=1e-4)
+
+
+def test_clark_convention_needs_smoothed_rows_and_does_not_merge_with_the_other() -> None:
+    from bertology.stats.rows import RowSummary
+
+    batch = batch_of(TEXTS)
+    with pytest.raises(BertologyError, match="smoothing"):
+        SurfaceAccumulator(convention="clark").update_rows(RowSummary.of(batch, SpecialTokens()))
+    with pytest.raises(BertologyError, match="convention"):
+        SurfaceAccumulator().merge(SurfaceAccumulator(convention="clark"))
+    with pytest.raises(BertologyError, match="Unknown convention"):
+        SurfaceAccumulator(convention="paper")  # type: ignore[arg-type]

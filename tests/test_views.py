@@ -101,7 +101,7 @@ def test_out_of_range_selection_is_a_clear_error(
 def test_notebook_display_is_an_isolated_iframe(default_model: LoadedModel, tmp_path) -> None:
     view = bertology.head_view("A small test.", model=default_model)
     shown = view._repr_html_()
-    assert shown.startswith("<iframe srcdoc=") and 'sandbox="allow-scripts allow-downloads"' in shown
+    assert shown.startswith('<iframe id="bertology-') and 'sandbox="allow-scripts allow-downloads"' in shown
     srcdoc = re.search(r'srcdoc="(.*?)" sandbox', shown, re.S).group(1)
     assert html.unescape(srcdoc) == view.html
     saved = view.save(tmp_path / "sub" / "view.html")

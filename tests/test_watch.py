@@ -7,6 +7,7 @@ moves from uniform to the next token as the steps go on, so the most changed hea
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from synthetic_views import HOSTILE_TOKEN
 
 from bertology.errors import BertologyError
 from bertology.stats.surface import SURFACE_STATISTICS
-from bertology.training.archive import ARCHIVE_FOLDER, ArchiveWriter, ProbeTokens
+from bertology.training.archive import ARCHIVE_FOLDER, ArchiveWriter, ProbeTokens, read_archive
 from bertology.training.compare import head_change, js_divergence_rows
 from bertology.training.watch import watch_data, watch_html
 from bertology.views.payload import unpack
@@ -133,6 +134,37 @@ def test_watch_needs_an_archive_with_a_record(tmp_path: Path) -> None:
     )
     with pytest.raises(BertologyError, match="has no complete record yet"):
         watch_html(tmp_path)
+
+
+def test_a_missing_chunk_is_an_error_not_zeros(tmp_path: Path) -> None:
+    """Zarr reads a chunk whose file is gone as its fill value (zeros); the archive names the file."""
+    run = write_synthetic_run(tmp_path / "run")
+    assert read_archive(run).attention(1)[2].sum() > 0
+    chunk = run / ARCHIVE_FOLDER / "attention" / "c" / "2" / "1" / "0" / "0" / "0" / "0"
+    chunk.unlink()
+    with pytest.raises(BertologyError, match=f"is missing {re.escape(str(chunk))}"):
+        read_archive(run)
+    (run / ARCHIVE_FOLDER / "steps" / "c" / "0").unlink()
+    with pytest.raises(BertologyError, match="steps/c/0"):
+        watch_html(run)
+
+
+def test_damaged_files_are_named(tmp_path: Path) -> None:
+    run = write_synthetic_run(tmp_path / "run")
+    chunk = run / ARCHIVE_FOLDER / "attention" / "c" / "1" / "0" / "0" / "0" / "0" / "0"
+    chunk.write_bytes(chunk.read_bytes()[:20])
+    archive = read_archive(run)
+    assert archive.attention(1).shape == (3, LAYERS, HEADS, 4, 4)  # the other example reads
+    with pytest.raises(
+        BertologyError, match=f"{re.escape(str(chunk))} in the attention monitor archive is dam"
+    ):
+        archive.attention(0)
+    (run / "run.json").write_text('{"task": "SY')
+    with pytest.raises(BertologyError, match=r"run\.json cannot be read as JSON"):
+        watch_html(run)
+    (run / "run.json").write_text("[1, 2]")
+    with pytest.raises(BertologyError, match=r"run\.json does not hold a JSON object"):
+        watch_html(run)
 
 
 # --- The page in Chromium ------------------------------------------------------------------------

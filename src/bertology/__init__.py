@@ -1,9 +1,33 @@
-"""bertology: see and measure what the attention heads of BERT-family transformers do."""
+"""bertology: see and measure what the attention heads of BERT-family transformers do.
 
-from bertology.capture import Attention, AttentionBatch, capture, capture_batch
+The names below are imported on first use, so that ``bertology.cli`` (and ``bertology --help``) can
+start without loading torch.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from bertology.errors import BertologyError, TruncationWarning
-from bertology.models import LoadedModel, load_model
-from bertology.views import View, head_view, model_view, neuron_view
+from bertology.lazy_exports import export_lazily
+
+if TYPE_CHECKING:
+    from bertology.capture import Attention, AttentionBatch, capture, capture_batch
+    from bertology.models import LoadedModel, load_model
+    from bertology.views import View, head_view, model_view, neuron_view
+
+_HOMES = {
+    "Attention": "capture",
+    "AttentionBatch": "capture",
+    "capture": "capture",
+    "capture_batch": "capture",
+    "LoadedModel": "models",
+    "load_model": "models",
+    "View": "views",
+    "head_view": "views",
+    "model_view": "views",
+    "neuron_view": "views",
+}
 
 __all__ = [
     "Attention",
@@ -19,3 +43,5 @@ __all__ = [
     "model_view",
     "neuron_view",
 ]
+
+export_lazily(__name__, _HOMES)

@@ -8,6 +8,10 @@ gives back the next one faults in again, page by page: on the default model and 
 a fifth of the analysis time went to these page faults (benchmarks/RESULTS.md, "Fourth round").
 :func:`keep_freed_memory` fixes the thresholds so that such buffers stay in the process. Peak memory
 does not change; what is freed is reused instead of returned until the process ends.
+
+The setting holds for the whole process, so it is a program's choice, never a library side effect:
+``bertology analyze`` and ``bertology compare`` make it, and so do the benchmarks; the library's own
+functions and classes (``analyze_corpus``, ``CorpusAccumulators``, ...) leave the allocator alone.
 """
 
 from __future__ import annotations

@@ -10,7 +10,6 @@ without the model.
 from __future__ import annotations
 
 import itertools
-import json
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -22,24 +21,23 @@ import pandas as pd
 import torch
 from transformers import PreTrainedTokenizerFast
 
-from bertology.allocator import keep_freed_memory
 from bertology.analysis.distances import (
-    JS_TOKENS_PER_SEGMENT,
     DistanceAccumulator,
     HeadDistances,
     RowSampler,
     mds_embedding,
 )
-from bertology.analysis.norms import Weights, check_weights
 from bertology.analysis.patterns import HeadPatterns, PatternAccumulator
-from bertology.capture import AttentionBatch, capture, capture_batch, stream_batch
+from bertology.capture import AttentionBatch, capture_batch, stream_batch
 from bertology.corpus import Segment, iter_segments
 from bertology.errors import BertologyError, TruncationWarning
 from bertology.inputs import EncodedBatch, Text
 from bertology.models import LoadedModel, require_encoder
+from bertology.norms import Weights, check_weights
+from bertology.options import BATCH_SIZE, JS_TOKENS_PER_SEGMENT
 from bertology.stats.base import HeadTable
 from bertology.stats.rows import RowSummarizer, RowSummary, SpecialTokens
-from bertology.stats.surface import SurfaceAccumulator
+from bertology.stats.surface import Convention, SurfaceAccumulator
 
 _PATTERN_KEYS = {"layer", "head", "label", "label_segment"}
 
@@ -48,12 +46,13 @@ _PATTERN_KEYS = {"layer", "head", "label", "label_segment"}
 class CorpusAnalysis:
     """Per-head results over a corpus (heads are 0-based ``(layer, head)``).
 
-    surface: Clark et al.'s surface statistics and Voita's confidence, [layers, heads] each.
+    surface: Clark et al.'s surface statistics and Voita's confidence, [layers, heads] each, in the
+        ``convention`` given (:mod:`bertology.stats.surface`).
     patterns: pattern scores, primary labels and each head's best example segment.
-    distances: mean per-token Jensen-Shannon divergence between every two heads (nats).
+    distances: mean Jensen-Shannon divergence per query token between every two heads (nats).
     segments: segments analysed; truncated_segments / tokens_cut: how many were cut, by how much.
     weights: the attention weights measured (``"attention"`` or ``"norm"``, see
-        :mod:`bertology.analysis.norms`).
+        :mod:`bertology.norms`).
     """
 
     model_name: str
@@ -69,6 +68,7 @@ class CorpusAnalysis:
     tokens_cut: int
     seconds: float
     weights: Weights = "attention"
+    convention: Convention = "bertology"
 
     def heads_frame(self) -> pd.DataFrame:
         """One row per head: layer, head, every surface statistic, the label, its example segment and
@@ -78,13 +78,14 @@ class CorpusAnalysis:
         return self.surface.to_frame().merge(patterns.rename(columns=scores), on=["layer", "head"])
 
     def mds(self) -> np.ndarray:
-        """[layers * heads, 2] MDS map of the heads from their JS distances (seeded)."""
+        """[layers * heads, 2] MDS map of the heads from their mean JS divergences (seeded)."""
         return mds_embedding(self.distances.distance, seed=self.seed)
 
     def summary(self) -> dict[str, str | int | float]:
         return {
             "model": self.model_name,
             "weights": self.weights,
+            "convention": self.convention,
             "corpus": self.corpus,
             "max_length": self.max_length,
             "seed": self.seed,
@@ -105,10 +106,6 @@ SORT_WINDOW = 1024
 
 #: Batches are padded to a multiple of this many tokens (few distinct shapes, little padding).
 PAD_MULTIPLE = 8
-
-#: Segments per forward pass by default: the fastest of 16, 24, 32 and 64 for the default model on a
-#: 2-core CPU (benchmarks/RESULTS.md, "Fourth round"); the per-batch work is shared by more segments.
-BATCH_SIZE = 32
 
 
 def corpus_batches(
@@ -147,12 +144,16 @@ class _LayerConsumer:
     (:class:`~bertology.stats.rows.RowSummarizer`) and its sampled rows kept for the distances."""
 
     def __init__(
-        self, special: SpecialTokens, distances: DistanceAccumulator, scratch: torch.Tensor | None
+        self,
+        special: SpecialTokens,
+        distances: DistanceAccumulator,
+        scratch: torch.Tensor | None,
+        smoothing: float,
     ) -> None:
-        self.special, self.distances, self.scratch = special, distances, scratch
+        self.special, self.distances, self.scratch, self.smoothing = special, distances, scratch, smoothing
 
     def __call__(self, encoded: EncodedBatch) -> Callable[[torch.Tensor], None]:
-        self.summarizer = RowSummarizer(encoded, self.special, self.scratch)
+        self.summarizer = RowSummarizer(encoded, self.special, self.scratch, smoothing=self.smoothing)
         self.sampler = self.distances.sampler(encoded.lengths)
         return self.add_layer
 
@@ -163,16 +164,19 @@ class _LayerConsumer:
 
 
 class CorpusAccumulators:
-    """One model's streaming accumulators over a corpus: surface statistics, pattern scores and JS head
-    distances, fed a batch of segments at a time (:meth:`add`) and read with :meth:`result`.
+    """One model's streaming accumulators over a corpus: surface statistics, pattern scores and the mean
+    JS divergence between heads, fed a batch of segments at a time (:meth:`add`) and read with
+    :meth:`result`.
 
-    js_tokens_per_segment: query tokens sampled per segment for the JS distances (seeded; ``None`` =
+    js_tokens_per_segment: query tokens sampled per segment for the JS divergences (seeded; ``None`` =
     all). weights: measure the softmax output (``"attention"``) or the norm-based weights (``"norm"``,
-    :mod:`bertology.analysis.norms`). Creating one keeps freed memory in the process from then on
-    (:func:`~bertology.allocator.keep_freed_memory`).
+    :mod:`bertology.norms`). convention: of the surface statistics, ``"bertology"`` or
+    ``"clark"`` (Clark et al.'s released code; :mod:`bertology.stats.surface`). Nothing here changes
+    process-wide settings; a program that runs many batches may first call
+    :func:`bertology.allocator.keep_freed_memory`, as ``bertology analyze`` does.
 
     Raises:
-        BertologyError: a model that is not an encoder, or unknown weights.
+        BertologyError: a model that is not an encoder, unknown weights or an unknown convention.
     """
 
     def __init__(
@@ -182,12 +186,13 @@ class CorpusAccumulators:
         js_tokens_per_segment: int | None = JS_TOKENS_PER_SEGMENT,
         seed: int = 0,
         weights: Weights = "attention",
+        convention: Convention = "bertology",
     ) -> None:
         require_encoder(loaded, "Corpus analysis")
-        keep_freed_memory()  # batch after batch reuses the memory the last one freed
         self.loaded, self.weights, self.seed = loaded, check_weights(weights), seed
         self.special = SpecialTokens.of(loaded)
-        self.surface, self.patterns = SurfaceAccumulator(self.special), PatternAccumulator(self.special)
+        self.surface = SurfaceAccumulator(self.special, convention=convention)
+        self.patterns = PatternAccumulator(self.special)
         self.distances = DistanceAccumulator(max_tokens_per_segment=js_tokens_per_segment, seed=seed)
         self.segments = self.truncated_segments = self.tokens_cut = 0
         #: The rows the distances sampled from the last batch (its :class:`RowSampler`), or ``None``.
@@ -201,7 +206,7 @@ class CorpusAccumulators:
         No layer outlives the next one, and the row summary is made once for all row statistics.
         The batch is padded to a multiple of :data:`PAD_MULTIPLE` tokens. Returns the encoded batch.
         """
-        consumer = _LayerConsumer(self.special, self.distances, self.scratch)
+        consumer = _LayerConsumer(self.special, self.distances, self.scratch, self.surface.smoothing)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", TruncationWarning)  # counted here, reported once by the caller
             encoded = stream_batch(
@@ -233,7 +238,7 @@ class CorpusAccumulators:
             )
         self.distances.update(captured)
         self.last_sample = None
-        self._fold(RowSummary.of(captured, self.special), captured.encoded)
+        self._fold(RowSummary.of(captured, self.special, smoothing=self.surface.smoothing), captured.encoded)
         return captured
 
     def _fold(self, summary: RowSummary, encoded: EncodedBatch) -> None:
@@ -268,6 +273,7 @@ class CorpusAccumulators:
             tokens_cut=self.tokens_cut,
             seconds=seconds,
             weights=self.weights,
+            convention=self.surface.convention,
         )
 
 
@@ -282,19 +288,25 @@ def analyze_corpus(
     js_tokens_per_segment: int | None = JS_TOKENS_PER_SEGMENT,
     corpus_format: str | None = None,
     weights: Weights = "attention",
+    convention: Convention = "bertology",
     on_progress: Callable[[int], None] | None = None,
 ) -> CorpusAnalysis:
     """Stream ``corpus`` through ``loaded`` and return every head's statistics.
 
-    limit: analyse at most this many segments (the first ones). js_tokens_per_segment and weights: see
-    :class:`CorpusAccumulators`. on_progress: called with the number of segments done after each batch.
+    limit: analyse at most this many segments (the first ones). js_tokens_per_segment, weights and
+    convention: see :class:`CorpusAccumulators`. on_progress: called with the number of segments done
+    after each batch.
 
     Raises:
         BertologyError: unreadable or empty corpus, or a corpus too small for the head map.
     """
     start = time.perf_counter()
     accumulators = CorpusAccumulators(
-        loaded, js_tokens_per_segment=js_tokens_per_segment, seed=seed, weights=weights
+        loaded,
+        js_tokens_per_segment=js_tokens_per_segment,
+        seed=seed,
+        weights=weights,
+        convention=convention,
     )
     batches = corpus_batches(
         corpus,
@@ -331,51 +343,3 @@ def example_segments(analysis: CorpusAnalysis, loaded: LoadedModel, wanted: set[
         if index in wanted:
             found[index] = segment
     return found
-
-
-def save_analysis(analysis: CorpusAnalysis, loaded: LoadedModel, outdir: str | Path) -> Path:
-    """Write heads.csv, head_distances.csv, summary.json, example head views and report.html.
-
-    Returns the path of ``report.html``.
-    """
-    from bertology.report.analysis import write_analysis_report
-    from bertology.views import head_view
-
-    target = Path(outdir)
-    target.mkdir(parents=True, exist_ok=True)
-    analysis.heads_frame().to_csv(target / "heads.csv", index=False)
-    distances = analysis.distances.to_frame()
-    distances.index = distances.columns = [f"{layer}-{head}" for layer, head in distances.index]
-    distances.rename_axis("layer-head").to_csv(target / "head_distances.csv")
-    (target / "summary.json").write_text(json.dumps(analysis.summary(), indent=2), encoding="utf-8")
-
-    chosen = analysis.patterns.label_segment  # [layers, heads], -1 where the head has no label
-    wanted = {int(index) for index in np.unique(chosen) if index >= 0}
-    segments = example_segments(analysis, loaded, wanted)
-    examples: dict[tuple[int, int], str] = {}
-    for (layer, head), index in np.ndenumerate(chosen):
-        if index < 0 or int(index) not in segments:
-            continue
-        name = f"examples/segment{index}_layer{layer}.html"
-        if not (target / name).exists():
-            segment = segments[int(index)]
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", TruncationWarning)
-                attention = capture(
-                    segment.text_a,
-                    segment.text_b,
-                    model=loaded,
-                    max_length=analysis.max_length,
-                    weights=analysis.weights,
-                )
-            head_view(attention, layer=layer).save(target / name)
-        examples[(layer, head)] = name
-    return write_analysis_report(
-        target,
-        surface=analysis.surface,
-        patterns=analysis.patterns,
-        distances=analysis.distances,
-        mds=analysis.mds(),
-        examples=examples,
-        meta=analysis.summary(),
-    )

@@ -1,9 +1,10 @@
 """Where each supported architecture keeps its layers and its attention projections.
 
-Interventions that change weights (structural pruning) or run part of a model (the ablation sweep), and
-the norm-based attention weights (which need each layer's output projection), know the modules by name
-only through this module. Every ``nn.Linear``
-stores its weight as ``[out_features, in_features]``: the query, key and value projections output
+Structural pruning (:mod:`bertology.surgery`, which replaces projections), the ablation sweep
+(:mod:`bertology.interventions.partial`, which runs layers one by one) and the norm-based attention
+weights (:mod:`bertology.norms`, which read each layer's output projection) know the modules by name
+only through this module. Every ``nn.Linear`` stores its weight as ``[out_features, in_features]``:
+the query, key and value projections output
 ``heads * head_dim`` features (head ``h`` owns rows ``h * head_dim .. (h + 1) * head_dim``), and the
 output projection takes them as input (head ``h`` owns the same range of columns).
 """

@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bertology.analysis.norms import NormWeighting, Weights, check_weights
 from bertology.errors import BertologyError
 from bertology.hook import recording
 from bertology.inputs import EncodedBatch, Text, encode
 from bertology.models import LoadedModel, require_pair_template, resolve_model
+from bertology.norms import NormWeighting, Weights, check_weights
 
 
 class HeadGrid:
@@ -50,7 +50,7 @@ class Attention(HeadGrid):
         with ``qk=True``), else ``None``.
     truncated: tokens cut to fit the model. model_name: the model's label.
     weights: what ``probs`` holds: ``"attention"`` (the softmax output) or ``"norm"`` (norm-based
-        weights, see :mod:`bertology.analysis.norms`).
+        weights, see :mod:`bertology.norms`).
     """
 
     probs: np.ndarray
@@ -183,7 +183,7 @@ def capture_batch(
     qk: also keep each layer's per-head query and key vectors (for the neuron view).
     pad_to_multiple_of: pad the batch to a multiple of this many tokens (see :func:`encode`).
     weights: ``"attention"`` (the softmax output) or ``"norm"`` (norm-based weights,
-        :mod:`bertology.analysis.norms`; with ``qk``, also each key's ``||f(x_j)||``).
+        :mod:`bertology.norms`; with ``qk``, also each key's ``||f(x_j)||``).
     """
     loaded = resolve_model(model)
     encoded = _encode(loaded, texts, texts_b, max_length, pad_to_multiple_of)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 import torch
@@ -27,8 +26,8 @@ from bertology.errors import BertologyError, TruncationWarning
 from bertology.hook import AttentionCall, recording
 from bertology.inputs import encode
 from bertology.models import KIND_PHRASES, LoadedModel, resolve_model
+from bertology.options import AttentionSetName
 
-AttentionSetName = Literal["encoder", "decoder", "cross"]
 #: The three attention sets of an encoder-decoder model, in the order the views offer them.
 ATTENTION_SETS: tuple[AttentionSetName, ...] = ("encoder", "decoder", "cross")
 

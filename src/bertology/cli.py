@@ -1,23 +1,41 @@
-"""The ``bertology`` command: one subcommand per verb, each a thin call into the library."""
+"""The ``bertology`` command: one subcommand per verb, each a thin call into the library.
+
+Only light modules are imported here (choices and defaults from :mod:`bertology.options`); each command
+imports what it runs, so ``bertology --help`` and usage errors answer without loading torch.
+"""
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 import webbrowser
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Literal, TextIO
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from bertology.analysis.distances import JS_TOKENS_PER_SEGMENT
-from bertology.analysis.relevance import FLOW_MAX_TOKENS
-from bertology.analyze import BATCH_SIZE
-from bertology.training.finetune import FinetuneSettings, TrainingProgress
+from bertology.options import (
+    BATCH_SIZE,
+    FLOW_MAX_TOKENS,
+    JS_TOKENS_PER_SEGMENT,
+    AttentionSetName,
+    Convention,
+    CorpusFormat,
+    Decode,
+    Level,
+    Theme,
+    ViewKind,
+    Weights,
+    WordMode,
+)
+from bertology.readers.coref import CorefFormat
+from bertology.readers.treebank import TreebankFormat
+from bertology.training.settings import FinetuneSettings, TrainingProgress
 
 if TYPE_CHECKING:
     from bertology.interventions.ablation import AblationResult
@@ -42,11 +60,39 @@ SegmentBatchOption = Annotated[
     int, typer.Option("--batch-size", min=1, help="Segments per forward pass (sorted by length).")
 ]
 WeightsOption = Annotated[
-    str,
+    Weights,
     typer.Option(
         "--weights",
         help="attention (softmax weights) or norm (norm-based weights ||a f(x)||, Kobayashi et al. 2020).",
     ),
+]
+ConventionOption = Annotated[
+    Convention,
+    typer.Option(
+        "--convention",
+        help="bertology (each statistic averaged over the queries it is defined for) or clark (the numbers "
+        "of Clark et al.'s released analysis code).",
+    ),
+]
+
+
+def _utf8_text(text: str | None) -> str | None:
+    """A text argument as given, or a usage error when the command line's bytes are not UTF-8 (Python
+    keeps such bytes as lone surrogates, which no tokenizer or file takes)."""
+    if text is None:
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        raise typer.BadParameter(f"'{shown}' is not valid UTF-8 text; give the text in UTF-8.") from None
+    return text
+
+
+TextArgument = Annotated[str, typer.Argument(help="The text (text A of a pair).", callback=_utf8_text)]
+TextBArgument = Annotated[
+    str | None,
+    typer.Argument(help="Optional second text (text B of a pair).", callback=_utf8_text),
 ]
 
 
@@ -62,17 +108,26 @@ def _global(
 
 
 def _quiet_libraries() -> None:
-    from huggingface_hub.utils import logging as hub_logging
-    from transformers.utils import logging as transformers_logging
+    """Only errors from transformers and the hub, no download bars (set for this process before either is
+    imported, unless the user set them), and warnings as one yellow line."""
+    for name, value in (
+        ("TRANSFORMERS_VERBOSITY", "error"),
+        ("HF_HUB_VERBOSITY", "error"),
+        ("HF_HUB_DISABLE_PROGRESS_BARS", "1"),
+    ):
+        os.environ.setdefault(name, value)
 
-    hub_logging.set_verbosity_error()
-    transformers_logging.set_verbosity_error()
-    transformers_logging.disable_progress_bar()
-
-    def show(message: Warning | str, category: type[Warning], *_: object, **__: object) -> None:
+    def show(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
         err.print(f"[yellow]Warning:[/yellow] {message}", highlight=False)
 
-    warnings.showwarning = show  # type: ignore[assignment]
+    warnings.showwarning = show
 
 
 @contextmanager
@@ -88,49 +143,50 @@ def _progress(what: str, total: int | None) -> Iterator[Callable[[int], None]]:
 
 @app.command()
 def view(
-    text: Annotated[str, typer.Argument(help="The text (text A of a pair).")],
-    text_b: Annotated[str | None, typer.Argument(help="Optional second text (text B of a pair).")] = None,
+    text: TextArgument,
+    text_b: TextBArgument = None,
     model: ModelOption = "default",
-    kind: Annotated[str, typer.Option("--view", "-v", help="head, model or neuron.")] = "head",
+    kind: Annotated[ViewKind, typer.Option("--view", "-v", help="head, model or neuron.")] = "head",
     layer: Annotated[int, typer.Option("--layer", "-l", help="Layer shown first (0-based).")] = 0,
     head: Annotated[int, typer.Option("--head", help="Head shown first in the neuron view (0-based).")] = 0,
-    theme: Annotated[str, typer.Option(help="light or dark.")] = "light",
+    theme: Annotated[Theme, typer.Option(help="light or dark.")] = "light",
     output: Annotated[Path | None, typer.Option("-o", "--output", help="HTML file to write.")] = None,
     open_: Annotated[bool, typer.Option("--open", help="Open the page in a web browser.")] = False,
     weights: WeightsOption = "attention",
     target: Annotated[
         str | None,
-        typer.Option("--target", help="Encoder-decoder models: the target text (TEXT is the source)."),
+        typer.Option(
+            "--target",
+            help="Encoder-decoder models: the target text (TEXT is the source).",
+            callback=_utf8_text,
+        ),
     ] = None,
     attention: Annotated[
-        str,
+        AttentionSetName,
         typer.Option("--attention", help="Encoder-decoder models: encoder, decoder or cross, shown first."),
     ] = "cross",
 ) -> None:
     """Write a head, model or neuron view of TEXT (or the pair TEXT TEXT_B, or for an encoder-decoder model
     the source TEXT and --target) as one self-contained page."""
-    from bertology.errors import BertologyError
     from bertology.models import load_model
-    from bertology.views import VIEW_KINDS, render_view
+    from bertology.outputs import check_output_file
+    from bertology.views import render_view
 
-    if kind not in VIEW_KINDS:
-        raise BertologyError(f"Unknown view '{kind}'; choose one of {', '.join(VIEW_KINDS)}.")
-    if theme not in ("light", "dark"):
-        raise BertologyError(f"Unknown theme '{theme}'; choose light or dark.")
+    target_file = check_output_file(output or Path(f"{kind}_view.html"))
     loaded = load_model(model)
     page = render_view(
         text,
         text_b,
-        kind=kind,  # type: ignore[arg-type]
+        kind=kind,
         model=loaded,
         layer=layer,
         head=head,
-        theme=theme,  # type: ignore[arg-type]
-        weights=weights,  # type: ignore[arg-type]
+        theme=theme,
+        weights=weights,
         target=target,
-        attention_set=attention,  # type: ignore[arg-type]
+        attention_set=attention,
     )
-    written = page.save(output or Path(f"{kind}_view.html"))
+    written = page.save(target_file)
     size_mb = written.stat().st_size / 1e6
     out.print(
         f"Wrote the {kind} view of {page.token_count} to {written} ({size_mb:.2f} MB).", highlight=False
@@ -141,10 +197,12 @@ def view(
 
 @app.command()
 def relevance(
-    text: Annotated[str, typer.Argument(help="The text (text A of a pair).")],
-    text_b: Annotated[str | None, typer.Argument(help="Optional second text (text B of a pair).")] = None,
+    text: TextArgument,
+    text_b: TextBArgument = None,
     model: ModelOption = "default",
-    method: Annotated[str, typer.Option("--method", help="rollout, flow or both.")] = "both",
+    method: Annotated[
+        Literal["rollout", "flow", "both"], typer.Option("--method", help="rollout, flow or both.")
+    ] = "both",
     max_tokens: Annotated[
         int, typer.Option("--max-tokens", help="Longest input flow accepts (its time grows about as n^4).")
     ] = FLOW_MAX_TOKENS,
@@ -158,13 +216,12 @@ def relevance(
     (row: token at that layer's output, column: input token; flow rows not normalised)."""
     from bertology.analysis.relevance import RELEVANCE_METHODS, flow_pair_count
     from bertology.capture import capture
-    from bertology.errors import BertologyError
+    from bertology.outputs import check_output_file
     from bertology.views.relevance import relevance_view
 
-    methods = {"rollout": ("rollout",), "flow": ("flow",), "both": RELEVANCE_METHODS}.get(method)
-    if methods is None:
-        raise BertologyError(f"Unknown method '{method}'; choose rollout, flow or both.")
-    attention = capture(text, text_b, model=model, weights=weights)  # type: ignore[arg-type]
+    methods = RELEVANCE_METHODS if method == "both" else (method,)
+    check_output_file(output, beside=(".json",))
+    attention = capture(text, text_b, model=model, weights=weights)
     n = len(attention.tokens)
     pairs = flow_pair_count(attention.num_layers, n) if "flow" in methods else 0
     with _progress("Attention flow (max-flow problems)", pairs) as on_progress:
@@ -186,26 +243,37 @@ def analyze(
     max_len: Annotated[
         int, typer.Option("--max-len", help="Tokens per segment, special tokens included.")
     ] = 128,
-    limit: Annotated[int | None, typer.Option("--limit", help="Analyse at most this many segments.")] = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=1, help="Analyse at most this many segments.")
+    ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed for token sampling and the head map.")] = 0,
     batch_size: SegmentBatchOption = BATCH_SIZE,
     corpus_format: Annotated[
-        str | None, typer.Option("--format", help="text, jsonl or conllu (default: from the file name).")
+        CorpusFormat | None,
+        typer.Option("--format", help="text, jsonl or conllu (default: from the file name)."),
     ] = None,
     js_tokens: Annotated[
         int,
         typer.Option(
             "--js-tokens",
-            help="Query tokens sampled per segment for the head distances (seeded); 0 = every token.",
+            min=0,
+            help="Query tokens sampled per segment for the heads' mean JS divergences (seeded); 0 = every "
+            "token.",
         ),
     ] = JS_TOKENS_PER_SEGMENT,
     weights: WeightsOption = "attention",
+    convention: ConventionOption = "bertology",
 ) -> None:
     """Per-head statistics, pattern labels and head clustering over CORPUS, written as an HTML report."""
-    from bertology.analyze import analyze_corpus, save_analysis
+    from bertology.allocator import keep_freed_memory
+    from bertology.analyze import analyze_corpus
     from bertology.models import load_model
+    from bertology.outputs import check_output_folder, output_folder
+    from bertology.report.analysis import JS_DIVERGENCE_FILE, save_analysis
 
+    check_output_folder(output)
     loaded = load_model(model)
+    keep_freed_memory()  # each batch reuses the buffers the last one freed (this process only)
     with _progress("Analysing segments", limit) as on_progress:
         analysis = analyze_corpus(
             corpus,
@@ -216,7 +284,8 @@ def analyze(
             batch_size=batch_size,
             js_tokens_per_segment=js_tokens or None,
             corpus_format=corpus_format,
-            weights=weights,  # type: ignore[arg-type]
+            weights=weights,
+            convention=convention,
             on_progress=on_progress,
         )
     if analysis.truncated_segments:
@@ -225,10 +294,11 @@ def analyze(
             f"{max_len} tokens; {analysis.tokens_cut} tokens were cut in all.",
             highlight=False,
         )
-    report = save_analysis(analysis, loaded, output)
+    with output_folder(output) as folder:
+        report = output / save_analysis(analysis, loaded, folder).name
     out.print(
         f"Analysed {analysis.segments} segments in {analysis.seconds:.1f} s. Wrote {report}, "
-        f"{output / 'heads.csv'}, {output / 'head_distances.csv'} and the plots in {output / 'plots'}.",
+        f"{output / 'heads.csv'}, {output / JS_DIVERGENCE_FILE} and the plots in {output / 'plots'}.",
         highlight=False,
     )
 
@@ -263,37 +333,55 @@ def compare(
         Path | None, typer.Option("--task", help="GLUE-style task folder: also ablate each head of both.")
     ] = None,
     text: Annotated[
-        str | None, typer.Option("--text", help="Input of the side-by-side views (default: first segment).")
+        str | None,
+        typer.Option(
+            "--text", help="Input of the side-by-side views (default: first segment).", callback=_utf8_text
+        ),
     ] = None,
-    limit: Annotated[int | None, typer.Option("--limit", help="Compare at most this many segments.")] = None,
-    max_dev: Annotated[int, typer.Option("--max-dev", help="Dev examples scored for --task (0: all).")] = 100,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=1, help="Compare at most this many segments.")
+    ] = None,
+    max_dev: Annotated[
+        int, typer.Option("--max-dev", min=0, help="Dev examples scored for --task (0: all).")
+    ] = 100,
     max_len: Annotated[
         int, typer.Option("--max-len", help="Tokens per segment, special tokens included.")
     ] = 128,
     seed: Annotated[int, typer.Option("--seed", help="Seed for the sampled query tokens.")] = 0,
     batch_size: SegmentBatchOption = BATCH_SIZE,
     js_tokens: Annotated[
-        int, typer.Option("--js-tokens", help="Query tokens sampled per segment for the distances; 0 = all.")
+        int,
+        typer.Option(
+            "--js-tokens", min=0, help="Query tokens sampled per segment for the JS divergences; 0 = all."
+        ),
     ] = JS_TOKENS_PER_SEGMENT,
-    top: Annotated[int, typer.Option("--top", help="Most changed heads listed.")] = 10,
+    top: Annotated[int, typer.Option("--top", min=1, help="Most changed heads listed.")] = 10,
     weights: WeightsOption = "attention",
+    convention: ConventionOption = "bertology",
     level: Annotated[
-        str,
+        Level,
         typer.Option(
             "--level", help="Compare rows of tokens, of words, or auto (tokens when the tokenizers agree)."
         ),
     ] = "auto",
 ) -> None:
-    """Compare two models head by head: statistics, labels and confidence side by side, heads matched by JS
-    distance, both models' head views of one input and, with --task, both ablation pictures."""
+    """Compare two models head by head: statistics, labels and confidence side by side, heads matched by mean
+    JS divergence, both models' head views of one input and, with --task, both ablation pictures."""
+    from bertology.allocator import keep_freed_memory
     from bertology.comparison import compare_models, first_segment
     from bertology.corpus import sample_corpus
     from bertology.models import load_model
+    from bertology.outputs import check_output_folder, output_folder
+    from bertology.readers.glue import read_glue
     from bertology.report.comparison import write_comparison_report
     from bertology.views import head_view
 
+    check_output_folder(output)
+    if task_dir is not None:
+        read_glue(task_dir, max_dev=max_dev or None)  # a bad task folder is reported before the work
     corpus = corpus or sample_corpus()
     loaded_a, loaded_b = load_model(model_a), load_model(model_b)
+    keep_freed_memory()  # each batch reuses the buffers the last one freed (this process only)
     with _progress("Comparing segments", limit) as on_progress:
         comparison = compare_models(
             loaded_a,
@@ -304,8 +392,9 @@ def compare(
             seed=seed,
             batch_size=batch_size,
             js_tokens_per_segment=js_tokens or None,
-            level=level,  # type: ignore[arg-type]
-            weights=weights,  # type: ignore[arg-type]
+            level=level,
+            weights=weights,
+            convention=convention,
             on_progress=on_progress,
         )
     segment = None if text is not None else first_segment(corpus, loaded_a, max_length=max_len)
@@ -321,12 +410,15 @@ def compare(
             _ablation_of(model_b, "B", task_dir, max_dev),
         )
     shown = " ‖ ".join(part if isinstance(part, str) else " ".join(part) for part in texts if part)
-    report = write_comparison_report(
-        comparison, output, views=views, input_text=shown, ablations=ablations, top=top
-    )
+    with output_folder(output) as folder:
+        written = write_comparison_report(
+            comparison, folder, views=views, input_text=shown, ablations=ablations, top=top
+        )
+    report = output / written.name
     pairs = comparison.most_changed(3)
     changed = ", ".join(
-        f"{int(row.layer_a)}-{int(row.head_a)} → {int(row.layer_b)}-{int(row.head_b)} ({row.distance:.3f})"
+        f"{int(row.layer_a)}-{int(row.head_a)} → {int(row.layer_b)}-{int(row.head_b)} "
+        f"({row.js_divergence:.3f} nats)"
         for row in pairs.itertuples()
     )
     out.print(
@@ -344,11 +436,11 @@ probe_app = typer.Typer(
 )
 app.add_typer(probe_app, name="probe")
 
-TreebankFormat = Annotated[
-    str | None, typer.Option("--format", help="conllu or conllx (default: from the file name).")
+TreebankFormatOption = Annotated[
+    TreebankFormat | None, typer.Option("--format", help="conllu or conllx (default: from the file name).")
 ]
 WordModeOption = Annotated[
-    str, typer.Option("--word-mode", help="How a split word attends: mean, first or max of its pieces.")
+    WordMode, typer.Option("--word-mode", help="How a split word attends: mean, first or max of its pieces.")
 ]
 
 
@@ -357,15 +449,19 @@ def probe_deps(
     treebank: Annotated[Path, typer.Argument(help="CoNLL-U or CoNLL-X file, or a folder of them.")],
     output: Annotated[Path, typer.Option("-o", "--output", help="Folder for report.html and CSV.")],
     model: ModelOption = "default",
-    treebank_format: TreebankFormat = None,
+    treebank_format: TreebankFormatOption = None,
     word_mode: WordModeOption = "mean",
-    limit: Annotated[int | None, typer.Option("--limit", help="Probe at most this many sentences.")] = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=1, help="Probe at most this many sentences.")
+    ] = None,
 ) -> None:
     """Which heads track which dependency relations, against fixed-offset baselines (Clark et al. 2019)."""
     from bertology.models import load_model
+    from bertology.outputs import check_output_folder, output_folder
     from bertology.probes.run import probe_dependencies
     from bertology.report.probes import write_dependency_report
 
+    check_output_folder(output)
     loaded = load_model(model)
     with _progress("Probing sentences", limit) as on_progress:
         run = probe_dependencies(
@@ -376,7 +472,8 @@ def probe_deps(
             limit=limit,
             on_progress=on_progress,
         )
-    report = write_dependency_report(run, output)
+    with output_folder(output) as folder:
+        report = output / write_dependency_report(run, folder).name
     out.print(
         f"Probed {run.sentences} sentences in {run.seconds:.1f} s. Wrote {report}, {output / 'table.csv'} "
         f"and {output / 'accuracies.csv'}.",
@@ -390,17 +487,23 @@ def probe_parser(
     evaluation: Annotated[Path, typer.Option("--eval", help="Treebank to score UAS on (file or folder).")],
     output: Annotated[Path, typer.Option("-o", "--output", help="Folder for report.html and CSV.")],
     model: ModelOption = "default",
-    treebank_format: TreebankFormat = None,
+    treebank_format: TreebankFormatOption = None,
     word_mode: WordModeOption = "mean",
-    limit_train: Annotated[int | None, typer.Option("--limit-train", help="Train on the first N.")] = None,
-    limit_eval: Annotated[int | None, typer.Option("--limit-eval", help="Score the first N.")] = None,
-    decode: Annotated[str, typer.Option(help="argmax (per word) or mst (Chu-Liu/Edmonds tree).")] = "argmax",
+    limit_train: Annotated[
+        int | None, typer.Option("--limit-train", min=1, help="Train on the first N.")
+    ] = None,
+    limit_eval: Annotated[int | None, typer.Option("--limit-eval", min=1, help="Score the first N.")] = None,
+    decode: Annotated[
+        Decode, typer.Option(help="argmax (per word) or mst (Chu-Liu/Edmonds tree).")
+    ] = "argmax",
 ) -> None:
     """Clark et al.'s attention-only parser: train on one treebank, UAS without punctuation on another."""
     from bertology.models import load_model
+    from bertology.outputs import check_output_folder, output_folder
     from bertology.probes.run import train_and_evaluate_parser
     from bertology.report.probes import write_parser_report
 
+    check_output_folder(output)
     loaded = load_model(model)
     err.print("Training the parser and scoring it (this reads both treebanks once)...")
     run = train_and_evaluate_parser(
@@ -408,12 +511,13 @@ def probe_parser(
         evaluation,
         loaded,
         treebank_format=treebank_format,
-        mode=word_mode,  # type: ignore[arg-type]
+        mode=word_mode,
         limit_train=limit_train,
         limit_eval=limit_eval,
-        decode=decode,  # type: ignore[arg-type]
+        decode=decode,
     )
-    report = write_parser_report(run, output)
+    with output_folder(output) as folder:
+        report = output / write_parser_report(run, folder).name
     scores = run.report
     out.print(
         f"UAS {scores.uas:.3f} (right-branching {scores.right_branching_uas:.3f}, best single head "
@@ -431,14 +535,18 @@ def probe_coref(
         Path | None,
         typer.Option("--treebank", help="The same documents' trees, for sentences and head words."),
     ] = None,
-    coref_format: Annotated[str | None, typer.Option("--format", help="gum or conll2012.")] = None,
-    limit: Annotated[int | None, typer.Option("--limit", help="Probe at most this many documents.")] = None,
+    coref_format: Annotated[CorefFormat | None, typer.Option("--format", help="gum or conll2012.")] = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=1, help="Probe at most this many documents.")
+    ] = None,
 ) -> None:
     """Antecedent selection per head, by mention type, against nearest, same-head and sieve baselines."""
     from bertology.models import load_model
+    from bertology.outputs import check_output_folder, output_folder
     from bertology.probes.run import run_coreference
     from bertology.report.probes import write_head_accuracy_report
 
+    check_output_folder(output)
     loaded = load_model(model)
     err.print("Probing coreference, one document window at a time...")
     probe, summary = run_coreference(
@@ -449,10 +557,12 @@ def probe_coref(
         "words of earlier mentions in the window, to an antecedent's head word (Clark et al. 2019). "
         "Baselines: the nearest earlier mention, the nearest with the same head word, and a rule-based sieve."
     )
-    report = write_head_accuracy_report(
-        output, title=f"Coreference probe: {loaded.name}", summary=summary, explanation=explanation,
-        heatmap=probe.heatmap(), table=probe.table(),
-    )  # fmt: skip
+    with output_folder(output) as folder:
+        written = write_head_accuracy_report(
+            folder, title=f"Coreference probe: {loaded.name}", summary=summary, explanation=explanation,
+            heatmap=probe.heatmap(), table=probe.table(),
+        )  # fmt: skip
+    report = output / written.name
     best = probe.best()
     out.print(f"Best head {best.label}: {best.accuracy:.3f}. Wrote {report}.", highlight=False)
 
@@ -462,23 +572,27 @@ def probe_gap_command(
     gap_file: Annotated[Path, typer.Argument(help="GAP tsv (development, validation or test).")],
     output: Annotated[Path, typer.Option("-o", "--output", help="Folder for report.html.")],
     model: ModelOption = "default",
-    limit: Annotated[int | None, typer.Option("--limit", help="At most this many examples.")] = None,
+    limit: Annotated[int | None, typer.Option("--limit", min=1, help="At most this many examples.")] = None,
 ) -> None:
     """Per head, how often the pronoun attends more to the right name than to the other (GAP)."""
     from bertology.models import load_model
+    from bertology.outputs import check_output_folder, output_folder
     from bertology.probes.run import run_gap
     from bertology.report.probes import write_head_accuracy_report
 
+    check_output_folder(output)
     loaded = load_model(model)
     probe, summary = run_gap(gap_file, loaded, limit=limit)
     explanation = (
         "For GAP examples where exactly one of the two names is coreferent with the pronoun: the share in "
         "which the pronoun's attention to the right name's words exceeds its attention to the other's."
     )
-    report = write_head_accuracy_report(
-        output, title=f"GAP probe: {loaded.name}", summary=summary, explanation=explanation,
-        heatmap=probe.heatmap(),
-    )  # fmt: skip
+    with output_folder(output) as folder:
+        written = write_head_accuracy_report(
+            folder, title=f"GAP probe: {loaded.name}", summary=summary, explanation=explanation,
+            heatmap=probe.heatmap(),
+        )  # fmt: skip
+    report = output / written.name
     best = probe.best()
     out.print(f"Best head {best.label}: {best.accuracy:.3f} over {probe.count} examples. Wrote {report}.")
 
@@ -495,7 +609,7 @@ def serve(
     host: Annotated[str, typer.Option(help="Address to listen on; any but 127.0.0.1 opens it to others.")] = (
         "127.0.0.1"
     ),
-    port: Annotated[int, typer.Option(help="Port to listen on (0: any free port).")] = 8000,
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on (0: any free port).")] = 8000,
     max_tokens: Annotated[int, typer.Option("--max-tokens", help="Most tokens per input.")] = 512,
     max_body: Annotated[int, typer.Option("--max-body", help="Largest request body, in bytes.")] = 65536,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds a request may take.")] = 30.0,
@@ -573,8 +687,10 @@ def finetune(
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace a run in the folder.")] = False,
 ) -> None:
     """Fine-tune a classifier on a GLUE-style task, recording how its attention changes (see 'watch')."""
+    from bertology.outputs import check_output_folder
     from bertology.training.finetune import finetune as run_finetune
 
+    check_output_folder(output)
     settings = FinetuneSettings(
         model=model,
         max_train=max_train or None,
@@ -610,9 +726,16 @@ def watch(
     open_: Annotated[bool, typer.Option("--open", help="Open the page in a web browser.")] = False,
 ) -> None:
     """Write a page showing the probe examples' attention at every recorded step and what changed."""
+    from bertology.errors import BertologyError
+    from bertology.outputs import check_output_file
     from bertology.training.watch import write_watch
 
-    target = write_watch(run_dir, output or run_dir / "watch.html")
+    if not run_dir.is_dir():
+        what = "is a file" if run_dir.exists() else "does not exist"
+        raise BertologyError(
+            f"{run_dir} {what}; give a run folder of 'bertology finetune' or its monitor.zarr archive."
+        )
+    target = write_watch(run_dir, check_output_file(output or run_dir / "watch.html"))
     size_mb = target.stat().st_size / 1e6
     out.print(f"Wrote {target} ({size_mb:.2f} MB).", highlight=False)
     if open_:
@@ -649,32 +772,43 @@ def ablate(
     output: Annotated[
         Path, typer.Option("-o", "--output", help="Folder for report.html, CSV, JSON and plots.")
     ],
-    max_dev: Annotated[int, typer.Option("--max-dev", help="Score the first N dev examples (0: all).")] = 0,
+    max_dev: Annotated[
+        int, typer.Option("--max-dev", min=0, help="Score the first N dev examples (0: all).")
+    ] = 0,
     prune: Annotated[
         float,
         typer.Option(
-            "--prune", help="Share of heads to remove structurally, least important first (0: none)."
+            "--prune",
+            min=0.0,
+            max=1.0,
+            help="Share of heads to remove structurally, least important first (0: none).",
         ),
     ] = 0.5,
-    batch_size: Annotated[int, typer.Option("--batch-size", help="Examples per forward pass.")] = 32,
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Examples per forward pass.")] = 32,
 ) -> None:
     """Remove heads: each one alone, by importance and by ablation rank, and for real (a smaller model)."""
+    from dataclasses import replace
+
     from bertology.interventions.run import run_ablation
     from bertology.models import load_model
+    from bertology.outputs import check_output_folder, output_folder
     from bertology.report.interventions import write_ablation_report
 
+    check_output_folder(output)
     loaded = load_model(model, classifier=True)
-    with _stage_progress() as on_progress:
-        run = run_ablation(
-            loaded,
-            task_dir,
-            max_dev=max_dev or None,
-            batch_size=batch_size,
-            prune_fraction=prune,
-            pruned_dir=output / "pruned" if prune else None,
-            progress=on_progress,
-        )
-    report = write_ablation_report(run, output)
+    with output_folder(output) as folder:
+        with _stage_progress() as on_progress:
+            run = run_ablation(
+                loaded,
+                task_dir,
+                max_dev=max_dev or None,
+                batch_size=batch_size,
+                prune_fraction=prune,
+                pruned_dir=folder / "pruned" if prune else None,
+                progress=on_progress,
+            )
+        run = replace(run, pruned_dir=None if run.pruned_dir is None else output / run.pruned_dir.name)
+        report = output / write_ablation_report(run, folder).name
     pruning = run.pruning
     pruned = (
         f" Pruned {pruning.removed} heads: accuracy {pruning.accuracy:.4f}, {pruning.speedup:.2f}x as fast; "
@@ -692,18 +826,22 @@ def ablate(
 @app.command()
 def explain(
     model: ClassifierArgument,
-    text: Annotated[str, typer.Argument(help="The text (text A of a pair).")],
-    text_b: Annotated[str | None, typer.Argument(help="Optional second text (text B of a pair).")] = None,
+    text: TextArgument,
+    text_b: TextBArgument = None,
     output: Annotated[
         Path, typer.Option("-o", "--output", help="HTML file to write; the JSON goes beside it.")
     ] = Path("explanation.html"),
-    steps: Annotated[int, typer.Option("--steps", help="Integration points of integrated gradients.")] = 50,
+    steps: Annotated[
+        int, typer.Option("--steps", min=1, help="Integration points of integrated gradients.")
+    ] = 50,
 ) -> None:
     """Which tokens the prediction rests on: gradient, gradient x input and integrated gradients."""
     from bertology.interventions.saliency import explain as explain_prediction
     from bertology.models import load_model
+    from bertology.outputs import check_output_file
     from bertology.report.interventions import write_explanation
 
+    check_output_file(output, beside=(".json",))
     loaded = load_model(model, classifier=True)
     explanation = explain_prediction(loaded, text, text_b, steps=steps)
     page_path, json_path = write_explanation(explanation, output)
@@ -745,6 +883,12 @@ def main() -> None:
     except typer.Abort:
         err.print("Aborted.")
         sys.exit(130)
+    except OSError as error:  # a file that could not be read or written after the checks up front
+        if _State.debug:
+            raise
+        where = f" {error.filename}" if error.filename else ""
+        err.print(f"[red]Error:[/red] Could not use{where}: {error.strerror or error}.", highlight=False)
+        sys.exit(1)
     except typer.TyperException as error:  # usage errors: an unknown option, a value out of range
         show = getattr(error, "show", None)  # typer's click exceptions print the usage line too
         if show is None:

@@ -2,7 +2,8 @@
 
 Both models read the same segments (packed with model A's tokenizer). Each model's heads get the
 statistics of ``bertology analyze`` (:class:`bertology.analyze.CorpusAccumulators`), and every head ``a`` of
-A is compared with every head ``b`` of B by Clark et al.'s JS distance across the two models::
+A is compared with every head ``b`` of B by the mean Jensen-Shannon divergence of their attention
+(Clark et al.'s distance between heads, per query unit), across the two models::
 
     D[a, b] = (1 / T) * sum over query units t of JS(A_a(t), B_b(t))      (nats, 0 .. ln 2)
 
@@ -32,19 +33,20 @@ import pandas as pd
 import torch
 from scipy.optimize import linear_sum_assignment
 
-from bertology.analysis.distances import JS_TOKENS_PER_SEGMENT, RowSampler, js_cross_sums
-from bertology.analysis.norms import WEIGHT_DESCRIPTIONS, Weights
+from bertology.analysis.distances import RowSampler, js_cross_sums
 from bertology.analyze import BATCH_SIZE, CorpusAccumulators, CorpusAnalysis, corpus_batches
 from bertology.corpus import Segment, iter_segments
 from bertology.errors import BertologyError
 from bertology.inputs import EncodedBatch
 from bertology.models import LoadedModel
+from bertology.norms import WEIGHT_DESCRIPTIONS, Weights
+from bertology.options import JS_TOKENS_PER_SEGMENT, Level
+from bertology.stats.surface import Convention
 from bertology.words import WordAttention, word_attention
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-Level = Literal["auto", "token", "word"]
 LEVELS: tuple[Level, ...] = ("auto", "token", "word")
 
 
@@ -141,9 +143,10 @@ class ModelComparison:
         """One row per matched pair, then one per unmatched head of either model.
 
         Columns: ``layer_a``, ``head_a``, ``layer_b``, ``head_b`` (0-based; NaN where a model has no head in
-        the row), ``distance`` (matched JS, nats), ``same_head_distance`` (A's head against B's head of
-        the same number, when the shapes agree), ``nearest_b`` / ``nearest_distance`` (the A head's closest
-        B head, ``"layer-head"``), ``nearest_a`` / ``nearest_a_distance`` (the B head's closest A head),
+        the row), ``js_divergence`` (the matched pair's mean JS divergence, nats),
+        ``same_head_js_divergence`` (A's head against B's head of the same number, when the shapes agree),
+        ``nearest_b`` / ``nearest_b_js_divergence`` (the A head's closest B head, ``"layer-head"``),
+        ``nearest_a`` / ``nearest_a_js_divergence`` (the B head's closest A head),
         ``label_a``, ``label_b``, then per statistic ``<name>_a``, ``<name>_b`` and ``<name>_delta`` (B's
         matched head minus A's head).
         """
@@ -173,14 +176,14 @@ class ModelComparison:
                 "head_a": head_a,
                 "layer_b": layer_b,
                 "head_b": head_b,
-                "distance": np.concatenate([matching.matched_distance, np.full(len(extra_b), np.nan)]),
-                "same_head_distance": pick(np.diag(matching.distance), index_a)
+                "js_divergence": np.concatenate([matching.matched_distance, np.full(len(extra_b), np.nan)]),
+                "same_head_js_divergence": pick(np.diag(matching.distance), index_a)
                 if self.shapes_agree
                 else np.nan,
                 "nearest_b": pick(np.array(names_b, dtype=object)[matching.nearest_b], index_a),
-                "nearest_distance": pick(matching.distance.min(1), index_a),
+                "nearest_b_js_divergence": pick(matching.distance.min(1), index_a),
                 "nearest_a": pick(np.array(names_a, dtype=object)[matching.nearest_a], index_b),
-                "nearest_a_distance": pick(matching.distance.min(0), index_b),
+                "nearest_a_js_divergence": pick(matching.distance.min(0), index_b),
                 "label_a": pick(self.a.patterns.labels, index_a),
                 "label_b": pick(self.b.patterns.labels, index_b),
             }
@@ -196,10 +199,11 @@ class ModelComparison:
         return frame
 
     def most_changed(self, count: int = 10) -> pd.DataFrame:
-        """The ``count`` matched pairs with the largest JS distance, largest first (ties: A's head order)."""
+        """The ``count`` matched pairs with the largest mean JS divergence, largest first (ties: A's head
+        order)."""
         frame = self.to_frame()
-        matched = frame[frame["distance"].notna()]
-        order = np.argsort(-matched["distance"].to_numpy(), kind="stable")[:count]
+        matched = frame[frame["js_divergence"].notna()]
+        order = np.argsort(-matched["js_divergence"].to_numpy(), kind="stable")[:count]
         return matched.iloc[order].reset_index(drop=True)
 
     def position_delta(self, name: str) -> np.ndarray:
@@ -219,6 +223,7 @@ class ModelComparison:
             "segments": self.a.segments,
             "compared at": f"{self.level} level",
             "weights": WEIGHT_DESCRIPTIONS[self.a.weights],
+            "convention": self.a.convention,
             "query units": self.query_units,
             "identity matching": "yes" if self.matching.is_identity() else "no",
             "seconds": round(self.seconds, 2),
@@ -226,14 +231,15 @@ class ModelComparison:
 
     def to_json(self) -> str:
         """JSON text: the summary, one record per row of :meth:`to_frame` (NaN as ``null``), the matching
-        (``b_of_a``, ``a_of_b``, layer-major indices, -1 = unmatched) and the ``[Ga][Gb]`` distances."""
+        (``b_of_a``, ``a_of_b``, layer-major indices, -1 = unmatched) and the ``[Ga][Gb]`` mean JS
+        divergences (``js_divergence``)."""
         data = {
             "summary": self.summary(),
             "unit": "mean Jensen-Shannon divergence per query unit, nats",
             "heads": json.loads(self.to_frame().to_json(orient="records")),
             "b_of_a": self.matching.b_of_a.tolist(),
             "a_of_b": self.matching.a_of_b.tolist(),
-            "distance": self.matching.distance.tolist(),
+            "js_divergence": self.matching.distance.tolist(),
         }
         return json.dumps(data, allow_nan=False)
 
@@ -289,6 +295,7 @@ def compare_models(
     corpus_format: str | None = None,
     level: Level = "auto",
     weights: Weights = "attention",
+    convention: Convention = "bertology",
     on_progress: Callable[[int], None] | None = None,
 ) -> ModelComparison:
     """Stream ``corpus`` through both models and compare every head of A with every head of B.
@@ -297,8 +304,9 @@ def compare_models(
     reduced and dropped (flat memory). level: ``"token"``, ``"word"`` or ``"auto"`` (tokens when
     :func:`same_tokenizer`, else words); see the module docstring. js_tokens_per_segment: query tokens
     (or words) sampled per segment for the distances, seeded (``None``: all). weights: compare the
-    softmax weights or the norm-based ones (:mod:`bertology.analysis.norms`). Other options and
-    ``on_progress`` as in :func:`~bertology.analyze.analyze_corpus`.
+    softmax weights or the norm-based ones (:mod:`bertology.norms`). convention: of both models' surface
+    statistics (:mod:`bertology.stats.surface`). Other options and ``on_progress`` as in
+    :func:`~bertology.analyze.analyze_corpus`.
 
     Raises:
         BertologyError: an unknown level, an unreadable or empty corpus, or token-level comparison of two
@@ -309,7 +317,13 @@ def compare_models(
     chosen = ("token" if same_tokenizer(model_a, model_b) else "word") if level == "auto" else level
     start = time.perf_counter()
     sides = tuple(
-        CorpusAccumulators(model, js_tokens_per_segment=js_tokens_per_segment, seed=seed, weights=weights)
+        CorpusAccumulators(
+            model,
+            js_tokens_per_segment=js_tokens_per_segment,
+            seed=seed,
+            weights=weights,
+            convention=convention,
+        )
         for model in (model_a, model_b)
     )
     batches = corpus_batches(

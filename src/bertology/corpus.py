@@ -33,13 +33,12 @@ from tokenizers.pre_tokenizers import BertPreTokenizer
 from transformers import PreTrainedTokenizerFast
 
 from bertology.errors import BertologyError
+from bertology.options import FORMATS
 from bertology.readers import Passage
 from bertology.readers.conllu import read_sentences
 from bertology.readers.jsonl import read_records
 from bertology.readers.text import read_paragraphs
 
-#: Corpus formats, and the file extensions that select them (anything else is plain text).
-FORMATS = ("text", "jsonl", "conllu")
 _EXTENSIONS = {".jsonl": "jsonl", ".conllu": "conllu"}
 
 

@@ -1,16 +1,22 @@
-"""The one place that touches model internals.
+"""The attention call of every layer: where bertology records attention and gates heads.
+
+One of the few modules that touch model internals (with :mod:`bertology.anatomy`, which knows where each
+architecture keeps its layers and projections, and the modules that use it).
 
 transformers 5 sends every attention call through a function looked up by name in its
 ``AttentionInterface``. We register one, ``"bertology"``, that runs the model's own eager attention
 (its ``eager_attention_forward``; for BERT-style models the same computation in fewer passes, equal to
-float rounding) and, while a :class:`Recorder` is
-active in the current context, keeps what it computed. Outside a recording it only computes.
+float rounding) and, while a :class:`Recorder` is active in the current context, keeps what it
+computed. Outside a recording it only computes.
 A ``ContextVar`` holds the active recorder, so threads (e.g. concurrent web requests) never mix records.
 
 The same function applies head gates: while :func:`gating` is active, each head's output (before the
 layer's output projection) is multiplied by its gate. transformers gives the attention function no
 layer index (ALBERT even shares one attention module between all layers), so the gates count the calls:
-in an encoder every forward pass makes exactly one attention call per layer, in layer order.
+in an encoder every forward pass makes exactly one attention call per layer, in layer order. The count
+starts again at layer 0 whenever a forward pass of the model starts (a forward pre-hook that
+:func:`route_attention_through_capture` puts on the model), so a pass cut short (an exception inside
+a layer, a recording that stops after the last attention) never shifts the passes after it.
 A ``ContextVar`` holds the active gates too.
 """
 
@@ -56,7 +62,7 @@ class Recorder:
     weighting: if set, what is recorded (or consumed) instead of the softmax output:
         ``weighting(call, probs, value)`` with ``call`` the number of attention calls recorded before this
         one and ``value`` [batch, heads, key, head_dim], returning [batch, heads, query, key]
-        (e.g. :class:`bertology.analysis.norms.NormWeighting`).
+        (e.g. :class:`bertology.norms.NormWeighting`).
     stop_after: if set, the forward pass is cut short once this many calls are recorded (the model's
         layers): what follows the last attention (that layer's feed-forward block, the pooler, a task
         head) does not change any attention, so a caller that reads only attention skips it.
@@ -135,9 +141,10 @@ class HeadGates:
 
     values: [layers, heads] (one gate per head) or [batch, layers, heads] (one per input of the batch,
         e.g. for per-example gradients); 1 leaves a head as it is, 0 removes it. May require grad.
-    next_layer: the layer of the next attention call. It advances by one per call and wraps to 0 after
-        the last layer, so consecutive forward passes line up; code that runs only layers ``l..`` of a
-        model sets it to ``l`` first.
+        Layer ``i`` of ``values`` gates the ``i``-th attention call of a forward pass; code that runs
+        layers ``l..`` of a model by itself gates them with ``values[..., l:, :]`` in a block of its own.
+    next_layer: the layer of the next attention call: 0 when a forward pass starts, one more after
+        each call.
     """
 
     values: torch.Tensor
@@ -150,7 +157,12 @@ class HeadGates:
     def apply(self, module: torch.nn.Module, output: torch.Tensor) -> torch.Tensor:
         """``output`` [batch, tokens, heads, head_dim] of one attention call, times its layer's gates."""
         layer = self.next_layer
-        self.next_layer = (layer + 1) % self.num_layers
+        if layer >= self.num_layers:
+            raise RuntimeError(
+                f"Head gates for {self.num_layers} layers saw more attention calls than that in one forward "
+                "pass; gate a model loaded with bertology.load_model or wrap_model."
+            )
+        self.next_layer = layer + 1
         gates = self.values[..., layer, :]
         kept = getattr(module, KEPT_HEADS, None)
         if kept is not None:
@@ -256,6 +268,22 @@ AttentionInterface.register(IMPLEMENTATION, capture_attention)
 AttentionMaskInterface.register(IMPLEMENTATION, eager_mask)
 
 
+def _start_of_pass(module: torch.nn.Module, args: tuple[object, ...]) -> None:
+    """Forward pre-hook of a routed model: a forward pass starts at layer 0 of the active gates."""
+    gates = _gates.get()
+    if gates is not None:
+        gates.next_layer = 0
+
+
+#: Attribute set on a model's base model once :func:`_start_of_pass` is registered on it.
+_PASS_HOOKED = "bertology_pass_hooked"
+
+
 def route_attention_through_capture(model: PreTrainedModel) -> None:
-    """Make ``model`` (loaded with eager attention) call :func:`capture_attention` in every layer."""
+    """Make ``model`` (loaded with eager attention) call :func:`capture_attention` in every layer, with the
+    gate count starting again at every forward pass of its base model (the one every task head calls)."""
     model.set_attn_implementation(IMPLEMENTATION)
+    base = model.base_model
+    if not getattr(base, _PASS_HOOKED, False):
+        base.register_forward_pre_hook(_start_of_pass)
+        setattr(base, _PASS_HOOKED, True)

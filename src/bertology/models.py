@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -24,17 +26,16 @@ from transformers import (
     PreTrainedModel,
     PreTrainedTokenizerFast,
 )
+from transformers.utils import logging as transformers_logging
 
 from bertology.errors import BertologyError
 from bertology.hook import route_attention_through_capture
+from bertology.surgery import PRUNED_HEADS_KEY, load_pruned
 
 DEFAULT_NAME = "default"
 DEFAULT_LABEL = "all-MiniLM-L6-v2"
 #: A training run folder keeps its model and tokenizer here (so ``--model RUN_DIR`` works).
 RUN_MODEL_FOLDER = "model"
-#: Config entry of a structurally pruned model: the heads removed per layer (see
-#: :mod:`bertology.interventions.pruning`, which rebuilds the smaller layers on loading).
-PRUNED_HEADS_KEY = "bertology_pruned_heads"
 
 #: ``config.model_type`` values whose attention we capture and test, with a display name.
 SUPPORTED_ARCHITECTURES: dict[str, str] = {
@@ -183,6 +184,27 @@ def _classifier_config(config: PretrainedConfig, label: str, labels: Sequence[st
         )
 
 
+@contextmanager
+def _quiet_weight_loading() -> Iterator[None]:
+    """Leave out the progress bars transformers opens in this thread during the block ("Loading
+    weights", which a notebook shows as a red stderr block with a TqdmWarning about IProgress).
+    Other threads' bars are kept, and the previous tqdm hook is back after the block."""
+    thread = threading.get_ident()
+    previous: Callable[..., object] | None = transformers_logging.set_tqdm_hook(None)
+
+    def hook(factory: Callable[..., object], args: tuple[object, ...], kwargs: dict[str, object]) -> object:
+        if threading.get_ident() == thread:
+            return transformers_logging.EmptyTqdm(*args, **kwargs)
+        return previous(factory, args, kwargs) if previous is not None else factory(*args, **kwargs)
+
+    transformers_logging.set_tqdm_hook(hook)
+    try:
+        yield
+    finally:
+        transformers_logging.set_tqdm_hook(previous)
+
+
+@_quiet_weight_loading()
 def load_model(
     name_or_path: str | Path | None = None,
     *,
@@ -218,8 +240,6 @@ def load_model(
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
         if getattr(config, PRUNED_HEADS_KEY, None):
-            from bertology.interventions.pruning import load_pruned  # imports this module
-
             model = load_pruned(auto_class, source, config)
         else:
             model = auto_class.from_pretrained(

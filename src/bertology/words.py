@@ -21,14 +21,13 @@ In every mode the columns are summed first (``probs · A``), then the rows are c
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 
 from bertology.capture import Attention, HeadGrid
 from bertology.errors import BertologyError
+from bertology.options import WordMode
 
-WordMode = Literal["mean", "first", "max"]
 WORD_MODES: tuple[WordMode, ...] = ("mean", "first", "max")
 
 

@@ -4,8 +4,9 @@ Clark et al. 2019 (Sec. 6) define the distance of heads ``Hi`` and ``Hj`` as
 ``D(Hi, Hj) = sum over query tokens t of JS(Hi(t), Hj(t))``, where ``Hi(t)`` is head ``i``'s attention
 row for token ``t`` and ``JS`` the Jensen-Shannon divergence (natural log, so in nats, at most
 ``ln 2``). :class:`DistanceAccumulator` streams that sum for every pair of a model's ``L*H`` heads and
-reports it per query token (the sum divided by the number of query tokens), which does not grow with
-the corpus and has the same MDS picture. Heads are numbered layer-major: index ``layer * H + head``.
+reports it per query token (the sum divided by the number of query tokens): the mean JS divergence,
+which does not grow with the corpus and has the same MDS picture. It is a divergence, not the
+Jensen-Shannon distance (its square root). Heads are numbered layer-major: index ``layer * H + head``.
 """
 
 from __future__ import annotations
@@ -31,11 +32,6 @@ _TINY = 1e-30
 
 #: Heads per block of the pairwise computation (8: fastest on a 2-core CPU, benchmarks/RESULTS.md).
 _BLOCK_HEADS = 8
-
-#: Default query tokens sampled per segment for the distances: on 1000 GAP segments with the default
-#: model the distances from 4 tokens correlate 0.9997 with those from every token, as 8 and 16 do
-#: (benchmarks/RESULTS.md), at a quarter of the cost of 16.
-JS_TOKENS_PER_SEGMENT = 4
 
 
 def _default_chunk(rows: torch.Tensor) -> int:
@@ -153,7 +149,8 @@ def js_cross_sums(
 
 @dataclass
 class HeadDistances:
-    """Jensen-Shannon distances between all heads of a model.
+    """The mean Jensen-Shannon divergence between every two heads of a model (Clark et al.'s distance
+    between heads, divided by the number of query tokens).
 
     js_sum: [G, G] float64, ``G = layers * heads`` (layer-major), the sum over query tokens of the JS
         divergence (nats) of the two heads' attention rows.
@@ -184,7 +181,8 @@ class HeadDistances:
         return pd.DataFrame(self.distance, index=index, columns=index)
 
     def to_json(self) -> str:
-        """JSON text with the sizes and :attr:`distance` as a ``[G][G]`` list (rows layer-major)."""
+        """JSON text with the sizes and :attr:`distance` as ``js_divergence``, a ``[G][G]`` list (rows
+        layer-major)."""
         return json.dumps(
             {
                 "layers": self.num_layers,
@@ -192,7 +190,7 @@ class HeadDistances:
                 "segments": self.segments,
                 "tokens": self.tokens,
                 "unit": "mean Jensen-Shannon divergence per query token, nats",
-                "distance": self.distance.tolist(),
+                "js_divergence": self.distance.tolist(),
             }
         )
 

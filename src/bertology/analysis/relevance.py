@@ -57,6 +57,7 @@ from scipy.sparse import csr_array
 from scipy.sparse.csgraph import maximum_flow
 
 from bertology.errors import BertologyError
+from bertology.options import FLOW_MAX_TOKENS
 
 if TYPE_CHECKING:
     from bertology.capture import Attention
@@ -66,10 +67,6 @@ RELEVANCE_METHODS: tuple[RelevanceMethod, ...] = ("rollout", "flow")
 
 #: Integer scale of the capacities given to the max-flow solver (see the module docstring for the error).
 FLOW_SCALE = 2**30
-
-#: Default length limit of :func:`attention_flow`, in tokens (special tokens included): about 10 s on one
-#: core for 6 layers (128 tokens: about 2 minutes; more layers take longer, about as their square).
-FLOW_MAX_TOKENS = 64
 
 
 def residual_attention(probs: np.ndarray) -> np.ndarray:

@@ -10,11 +10,12 @@
 - :func:`run_ablation`: all of the above for a classifier on a task's dev set (``bertology ablate``).
 """
 
+from bertology.heads import HeadSelection
 from bertology.interventions.ablation import AblationResult, ablation_sweep
 from bertology.interventions.attention_gradients import AttentionGradients, attention_gradients
 from bertology.interventions.curves import pruning_curve, removal_counts
 from bertology.interventions.data import LabelledTexts
-from bertology.interventions.gates import HeadSelection, head_gates
+from bertology.interventions.gates import head_gates
 from bertology.interventions.importance import HeadImportance, head_importance
 from bertology.interventions.pruning import PruningOutcome, prune_and_measure, prune_heads, save_model
 from bertology.interventions.run import AblationRun, run_ablation

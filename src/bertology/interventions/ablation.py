@@ -80,8 +80,8 @@ def _sweep_reusing(
             baseline[batch.rows] = recorded.logits.float().cpu().numpy()
             for layer in range(layers):
                 for head in range(heads):
-                    with head_gates(loaded, _single_head_gates(layers, heads, layer, head)) as gates:
-                        logits = logits_from_layer(loaded, batch.inputs, recorded, layer, gates)
+                    gates = _single_head_gates(layers, heads, layer, head)
+                    logits = logits_from_layer(loaded, batch.inputs, recorded, layer, gates)
                     ablated[layer, head, batch.rows] = logits.float().cpu().numpy()
                     done += len(batch.rows)
                     if progress is not None:

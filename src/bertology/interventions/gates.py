@@ -14,39 +14,15 @@ the current thread / task and only inside the block (see :func:`bertology.hook.g
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
 
 from bertology.errors import BertologyError
+from bertology.heads import HeadSelection, heads_by_layer
 from bertology.hook import HeadGates, gating
 from bertology.models import LoadedModel
-
-#: Heads to switch off: ``{layer: [head, ...]}`` or an iterable of ``(layer, head)`` pairs (0-based).
-HeadSelection = Mapping[int, Iterable[int]] | Iterable[tuple[int, int]]
-
-
-def heads_by_layer(selection: HeadSelection, num_layers: int, num_heads: int) -> dict[int, list[int]]:
-    """``selection`` as ``{layer: sorted heads}`` (layers without heads left out).
-
-    Raises:
-        BertologyError: a layer or head outside the model.
-    """
-    pairs = (
-        [(layer, head) for layer, heads in selection.items() for head in heads]
-        if isinstance(selection, Mapping)
-        else list(selection)
-    )
-    grouped: dict[int, set[int]] = {}
-    for layer, head in pairs:
-        if not (0 <= int(layer) < num_layers and 0 <= int(head) < num_heads):
-            raise BertologyError(
-                f"There is no head ({layer}, {head}): the model has {num_layers} layers of {num_heads} heads "
-                "(0-based)."
-            )
-        grouped.setdefault(int(layer), set()).add(int(head))
-    return {layer: sorted(heads) for layer, heads in sorted(grouped.items())}
 
 
 def gate_values(loaded: LoadedModel, gates: torch.Tensor | HeadSelection) -> torch.Tensor:
@@ -75,8 +51,8 @@ def head_gates(loaded: LoadedModel, gates: torch.Tensor | HeadSelection) -> Iter
     """Run ``loaded`` with its heads' outputs multiplied by ``gates`` inside the block.
 
     gates: ``[layers, heads]`` multipliers, ``[batch, layers, heads]`` (one row per input of every batch run
-        inside), or a :data:`HeadSelection` of heads to switch off (gate 0, the others 1). A tensor that
-        requires grad gets gradients through every forward pass made inside.
+        inside), or a :data:`~bertology.heads.HeadSelection` of heads to switch off (gate 0, the others 1).
+        A tensor that requires grad gets gradients through every forward pass made inside.
     """
     values = gate_values(loaded, gates)
     with gating(values.to(loaded.device)) as active:

@@ -3,10 +3,11 @@ then recompute only layers ``l..L-1`` and the classification head.
 
 Removing head ``(l, h)`` leaves layers ``0..l-1`` as they were, so a sweep over every head needs each
 batch's lower layers only once. The layers run are the model's own modules, called with the arguments
-the clean pass gave them; the head (pooler, classifier) is the model's own forward with every layer
-replaced, for that call, by a module that returns the given last hidden states. Both steps change the
-model's modules for the duration of one call (a hook, a replaced ``forward``), so the model must not
-serve other threads meanwhile.
+the clean pass gave them, under head gates of their own (the model's gates from layer ``l`` on, so the
+first layer run takes layer ``l``'s gates); the head (pooler, classifier) is the model's own forward with
+every layer replaced, for that call, by a module that returns the given last hidden states. Both steps
+change the model's modules for the duration of one call (a hook, a replaced ``forward``), so the model
+must not serve other threads meanwhile. The layers are found through :mod:`bertology.anatomy`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import torch
 from torch import nn
 
 from bertology.anatomy import layer_modules
-from bertology.hook import HeadGates
+from bertology.hook import gating
 from bertology.models import LoadedModel
 
 
@@ -85,18 +86,17 @@ def logits_from_layer(
     inputs: dict[str, torch.Tensor],
     recorded: LayerInputs,
     start: int,
-    gates: HeadGates | None = None,
+    gates: torch.Tensor,
 ) -> torch.Tensor:
     """[batch, labels] logits of ``inputs`` with layers ``start..L-1`` recomputed from ``recorded``.
 
-    gates: the active head gates (from :func:`~bertology.interventions.gates.head_gates`); they are
-    pointed at layer ``start`` so the layers run take their own gates.
+    gates: the whole model's head gates, ``[layers, heads]`` or ``[batch, layers, heads]`` (see
+    :class:`~bertology.hook.HeadGates`); layers ``start..`` run with theirs.
     """
     modules = layer_modules(loaded.model)
-    if gates is not None:
-        gates.next_layer = start
     hidden = recorded.hidden[start]
-    for index in range(start, len(modules)):
-        hidden = modules[index](hidden, *recorded.extra_args[index], **recorded.extra_kwargs[index])
+    with gating(gates.to(loaded.device)[..., start:, :]):
+        for index in range(start, len(modules)):
+            hidden = modules[index](hidden, *recorded.extra_args[index], **recorded.extra_kwargs[index])
     with _layers_returning(modules, hidden):
         return loaded.model(**inputs).logits

@@ -551,6 +551,22 @@ class CorefAccumulator:
 # --- Orchestration --------------------------------------------------------------------------------
 
 
+class NoMentionScored(BertologyError):
+    """:func:`probe_coreference` read its documents but could score no mention.
+
+    documents: documents read; skipped: mentions in a sentence longer than the model takes;
+    out_of_reach: mentions whose every antecedent lies before their window.
+    """
+
+    def __init__(self, documents: int, skipped: int, out_of_reach: int) -> None:
+        self.documents, self.skipped, self.out_of_reach = documents, skipped, out_of_reach
+        super().__init__(
+            f"No coreferent mention could be scored in {documents} documents: {skipped} mentions are in "
+            f"sentences longer than the model takes and {out_of_reach} have every antecedent out of reach, "
+            "and the others have no antecedent."
+        )
+
+
 def _token_counter(document: CorefDocument, model: LoadedModel) -> Callable[[int, int], int]:
     starts = [*document.sentence_starts, len(document.words)]
     cache: dict[tuple[int, int], int] = {}
@@ -578,6 +594,9 @@ def probe_coreference(
         :func:`with_heads`); without heads a mention's head word is its last word.
     batch_size: windows per forward pass. max_length: token limit per window (default and upper bound:
         the model's own).
+
+    Raises:
+        NoMentionScored: no mention could be scored (with the counts of why).
     """
     limit = model.max_length if max_length is None else min(max_length, model.max_length)
     accumulator = CorefAccumulator()
@@ -601,4 +620,7 @@ def probe_coreference(
                     minlength=len(attention.words),
                 )
                 accumulator.update(window, query_rows(attention, queries), tokens[queries] == 0)
+    if accumulator.counts.sum() == 0:
+        skipped, out_of_reach = int(accumulator.skipped.sum()), int(accumulator.out_of_reach.sum())
+        raise NoMentionScored(accumulator.documents, skipped, out_of_reach)
     return accumulator.result()

@@ -125,7 +125,12 @@ class GapAccumulator:
 def probe_gap(
     examples: Iterable[GapExample], model: LoadedModel, *, limit: int | None = None, batch_size: int = 16
 ) -> GapProbe:
-    """Score every head of ``model`` on GAP ``examples`` (at most ``limit``), ``batch_size`` per pass."""
+    """Score every head of ``model`` on GAP ``examples`` (at most ``limit``), ``batch_size`` per pass.
+
+    Raises:
+        BertologyError: no example could be scored (saying how many had neither or both names
+            coreferent, and how many were too long).
+    """
     accumulator = GapAccumulator()
     pending: list[GapWords] = []
 
@@ -150,4 +155,10 @@ def probe_gap(
             flush()
     if pending:
         flush()
+    if accumulator.count == 0:
+        raise BertologyError(
+            f"None of the {accumulator.not_scored + accumulator.skipped} GAP examples read could be scored: "
+            f"{accumulator.not_scored} have neither or both names coreferent with the pronoun and "
+            f"{accumulator.skipped} are longer than the model takes."
+        )
     return accumulator.result()

@@ -41,12 +41,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from bertology.errors import BertologyError
+from bertology.options import Decode
 from bertology.probes.dependency import DIRECTIONS, predictions
 from bertology.stats.base import head_index_frame
 
@@ -57,8 +58,6 @@ if TYPE_CHECKING:
 
     from bertology.readers.treebank import Sentence
     from bertology.words import WordAttention
-
-Decode = Literal["argmax", "mst"]
 
 
 def check_decode(decode: str) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from bertology.errors import BertologyError
 from bertology.models import LoadedModel, require_encoder
-from bertology.probes.coreference import CorefProbe, probe_coreference, with_heads
+from bertology.probes.coreference import CorefProbe, NoMentionScored, probe_coreference, with_heads
 from bertology.probes.data import iter_word_attention
 from bertology.probes.dependency import DependencyAccumulator, DependencyProbe
 from bertology.probes.gap import GapProbe, probe_gap
@@ -82,7 +82,11 @@ def probe_dependencies(
         if on_progress is not None and done % batch_size == 0:
             on_progress(done)
     if done == 0:
-        raise BertologyError(f"The treebank '{path}' gave no sentence to probe.")
+        skipped = stream.skipped
+        raise BertologyError(
+            f"None of the {stream.seen} sentences read from {path} could be probed: {skipped.truncated} are "
+            f"longer than the model takes and {skipped.untokenized} have a word that gives no token."
+        )
     return DependencyRun(
         probe=accumulator.result(),
         treebank=str(path),
@@ -168,12 +172,26 @@ def run_coreference(
     treebank: the same documents' dependency trees (e.g. GUM's dep_stanford folder), giving sentence
         breaks and mention head words; without it each document is one sentence and a mention's head
         word is its last word.
+
+    Raises:
+        BertologyError: an unreadable corpus or treebank, or no mention that could be scored (saying why,
+            and that the treebank gives the sentence breaks when their lack is the reason).
     """
     require_encoder(loaded, "Coreference probing")
     start = time.perf_counter()
     documents = read_coref(path, coref_format)
     pairs = with_heads(documents, read_treebank(treebank)) if treebank is not None else documents
-    probe = probe_coreference(pairs, loaded, limit_documents=limit)
+    try:
+        probe = probe_coreference(pairs, loaded, limit_documents=limit)
+    except NoMentionScored as error:
+        if treebank is None and error.skipped:
+            raise BertologyError(
+                f"No mention of {path} could be scored: without sentence breaks (GUM's files have none) "
+                f"each document reads as one sentence, and {error.skipped} mentions lie in ones longer than "
+                "the model takes; give the same documents' trees as the treebank (--treebank, for GUM its "
+                "dep_stanford folder), which supplies the sentence breaks."
+            ) from error
+        raise BertologyError(f"{path}: {error}") from error
     summary: dict[str, str | int | float] = {
         "model": loaded.name,
         "coreference corpus": str(path),

@@ -26,13 +26,15 @@ from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal, get_args
 
 from bertology.errors import BertologyError
-from bertology.readers import corpus_files, read_lines
+from bertology.readers import corpus_files, read_lines, require_records
 from bertology.readers.treebank import Sentence
 
 #: Coreference formats, by the names :func:`read_coref` accepts.
-COREF_FORMATS = ("gum", "conll2012")
+CorefFormat = Literal["gum", "conll2012"]
+COREF_FORMATS: tuple[CorefFormat, ...] = get_args(CorefFormat)
 _PIECE = re.compile(r"\((?P<single>[\w-]+)\)|\((?P<opens>[\w-]+)|(?P<closes>[\w-]+)\)|\|")
 _BEGIN = re.compile(r"#\s*begin document\b\s*(.*)")
 _END = re.compile(r"#\s*end document\b")
@@ -93,14 +95,16 @@ def read_coref(path: str | Path, format: str | None = None) -> Iterator[CorefDoc
         line decides (3 tab-separated columns: GUM; at least 12: CoNLL-2012).
 
     Raises:
-        BertologyError: an unknown format, or a malformed line (naming the file and line): a wrong column
-            count or token index, an annotation that is not a run of pieces, a mention that ends without
-            starting or starts without ending, tokens outside a document, or a document left open.
+        BertologyError: an unknown format or a folder without coreference files (at once); then while
+            reading, a malformed line (naming the file and line): a wrong column count or token index,
+            an annotation that is not a run of pieces, a mention that ends without starting or starts
+            without ending, tokens outside a document, or a document left open; or no document at all.
     """
     if format is not None and format not in COREF_FORMATS:
         raise BertologyError(f"Unknown coreference format '{format}'; use one of {', '.join(COREF_FORMATS)}.")
-    for file in corpus_files(path, {".conll", ".conll2012", ".gold_conll", ".v4_gold_conll"}):
-        yield from _read_file(file, format)
+    files = corpus_files(path, {".conll", ".conll2012", ".gold_conll", ".v4_gold_conll"})
+    documents = (document for file in files for document in _read_file(file, format))
+    return require_records(documents, path, "coreference documents (a '#begin document' line starts one)")
 
 
 def with_sentences(

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bertology.errors import BertologyError
-from bertology.readers import read_lines
+from bertology.readers import read_lines, require_records
 
 _COLUMNS = (
     "ID",
@@ -56,13 +56,20 @@ def read_gap(path: str | Path) -> Iterator[GapExample]:
     """Yield the examples of a GAP tsv file, in order (blank lines are skipped).
 
     Raises:
-        BertologyError: a header without the GAP columns, or a line (named with its file and number) with
-            the wrong number of fields, an offset that is not an integer or does not point at its string,
-            or a coreference answer other than ``TRUE`` / ``FALSE``.
+        BertologyError: an empty file, a header without the GAP columns, no example, or a line (named
+            with its file and number) with the wrong number of fields, an offset that is not an integer
+            or does not point at its string, or a coreference answer other than ``TRUE`` / ``FALSE``.
     """
     path = Path(path)
+    return require_records(_read_examples(path), path, "GAP examples")
+
+
+def _read_examples(path: Path) -> Iterator[GapExample]:
     lines = read_lines(path)
-    header = next(lines, (1, ""))[1].split("\t")
+    first = next(lines, None)
+    if first is None:
+        raise BertologyError(f"{path} is empty; a GAP file starts with a header row naming its columns.")
+    header = first[1].split("\t")
     missing = [name for name in _COLUMNS if name not in header]
     if missing:
         raise BertologyError(f"{path.name} line 1 is not a GAP header (no column {', '.join(missing)}).")

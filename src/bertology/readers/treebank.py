@@ -20,13 +20,15 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, get_args
 
 from bertology.errors import BertologyError
-from bertology.readers import corpus_files
+from bertology.readers import corpus_files, require_records
 from bertology.readers.conllu import Block, sentence_blocks
 
 #: Treebank formats, by the names :func:`read_treebank` accepts.
-TREEBANK_FORMATS = ("conllu", "conllx")
+TreebankFormat = Literal["conllu", "conllx"]
+TREEBANK_FORMATS: tuple[TreebankFormat, ...] = get_args(TreebankFormat)
 _FORMAT_NAMES = {"conllu": "CoNLL-U", "conllx": "CoNLL-X"}
 _EXTENSIONS = {".conllu": "conllu"} | dict.fromkeys((".conll", ".conllx", ".conll10", ".dep"), "conllx")
 
@@ -76,14 +78,20 @@ def read_treebank(path: str | Path, format: str | None = None) -> Iterator[Sente
         (CoNLL-U when it has a multiword token or an empty node, or only UPOS coarse tags).
 
     Raises:
-        BertologyError: an unknown format, or a malformed line (naming the file and line): a wrong
-            column count, an out-of-sequence ID, a head that is not an integer or lies outside the
-            sentence, a cycle, or (CoNLL-U) a sentence without exactly one root.
+        BertologyError: an unknown format or a folder without treebank files (at once); then while
+            reading, a malformed line (naming the file and line): a wrong column count, an
+            out-of-sequence ID, a head that is not an integer or lies outside the sentence, a cycle, or
+            (CoNLL-U) a sentence without exactly one root; or no sentence at all.
     """
     if format is not None and format not in TREEBANK_FORMATS:
         raise BertologyError(f"Unknown treebank format '{format}'; use one of {', '.join(TREEBANK_FORMATS)}.")
-    for file in corpus_files(path, set(_EXTENSIONS)):
-        yield from _read_file(file, format or _EXTENSIONS.get(file.suffix.lower()))
+    files = corpus_files(path, set(_EXTENSIONS))
+    sentences = (
+        sentence
+        for file in files
+        for sentence in _read_file(file, format or _EXTENSIONS.get(file.suffix.lower()))
+    )
+    return require_records(sentences, path, "dependency-parsed sentences")
 
 
 def _read_file(path: Path, format: str | None) -> Iterator[Sentence]:

@@ -1,17 +1,22 @@
-"""The HTML report of ``bertology analyze``, in the style of Clark et al. 2019 ("What Does BERT Look At?").
+"""The files and HTML report of ``bertology analyze``, in the style of Clark et al. 2019 ("What Does BERT
+Look At?").
 
-:func:`write_analysis_report` draws the figures of :mod:`bertology.report.plots`, saves each as
-``plots/<name>.png`` and writes ``report.html`` with the same images inline: layer x head heatmaps of
-the surface statistics, per-layer summaries (Clark et al., Figs. 2-4), Voita et al.'s confidence, a map
-of the heads by Jensen-Shannon distance (Fig. 6), the label of every head, the closest head pairs, and
-the definition of every statistic and label, read from the docstrings of the functions that compute
-them so the report always states what the code does.
+:func:`save_analysis` writes a :class:`~bertology.analyze.CorpusAnalysis` as CSV and JSON files, an
+example head view per labelled head and the report. :func:`write_analysis_report` draws the figures of
+:mod:`bertology.report.plots`, saves each as ``plots/<name>.png`` and writes ``report.html`` with the same
+images inline: layer x head heatmaps of the surface statistics, per-layer summaries (Clark et al., Figs.
+2-4), Voita et al.'s confidence, a map of the heads by their mean Jensen-Shannon divergence (Fig. 6),
+the label of every head, the closest head pairs, and the definition of every statistic and label, read
+from the docstrings of the functions that compute them (in the convention the statistics were computed
+in) so the report always states what the code does.
 """
 
 from __future__ import annotations
 
 import inspect
+import json
 import re
+import warnings
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -22,26 +27,37 @@ import numpy as np
 
 from bertology.analysis import distances as distances_module
 from bertology.analysis import patterns as patterns_module
-from bertology.analysis.norms import WEIGHT_DESCRIPTIONS
 from bertology.analysis.patterns import PATTERN_DESCRIPTIONS, HeadPatterns, label_heads
-from bertology.errors import BertologyError
+from bertology.analyze import CorpusAnalysis, example_segments
+from bertology.capture import capture
+from bertology.errors import BertologyError, TruncationWarning
+from bertology.norms import WEIGHT_DESCRIPTIONS
 from bertology.report import page, plots
 from bertology.report.page import Markup, Section
 from bertology.stats import surface as surface_module
-from bertology.stats.surface import SURFACE_STATISTICS
+from bertology.stats.surface import SURFACE_STATISTICS, Convention, statistics_of
+from bertology.views import head_view
 
 if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.figure import Figure
 
     from bertology.analysis.distances import HeadDistances
+    from bertology.models import LoadedModel
     from bertology.stats.base import HeadTable
 
 #: (statistic, uniform baseline) pairs of the entropy figure; [CLS] entropy only when defined.
 ENTROPY_PANELS = (("entropy", "entropy_uniform"), ("cls_entropy", "cls_entropy_uniform"))
 
-#: The two variants of Voita et al.'s confidence, drawn on one colour scale.
-CONFIDENCE = ("confidence", "content_confidence")
+#: The largest attention weight, Voita et al.'s confidence ([SEP] left out) and bertology's variant
+#: without [CLS] and [SEP], drawn on one colour scale.
+CONFIDENCE = ("confidence", "voita_confidence", "confidence_without_delimiters")
+
+#: The file of the heads' mean Jensen-Shannon divergences, ``[heads, heads]`` with ``layer-head`` names.
+JS_DIVERGENCE_FILE = "head_js_divergence.csv"
+
+#: Column and caption name of the mean Jensen-Shannon divergence between two heads.
+JS_DIVERGENCE = "mean JS divergence (nats)"
 
 #: Per-layer summary panels: title -> statistics (Clark et al. 2019, Figs. 2 and 3).
 LAYER_PANELS = {
@@ -78,7 +94,7 @@ def head_name(layer: int, head: int) -> str:
 
 
 def closest_pairs(distances: HeadDistances, labels: np.ndarray, count: int = CLOSEST_PAIRS) -> pd.DataFrame:
-    """The ``count`` pairs of distinct heads with the smallest JS distance, closest first (ties: in
+    """The ``count`` pairs of distinct heads with the smallest mean JS divergence, closest first (ties: in
     layer-major order), with both heads' labels."""
     import pandas as pd
 
@@ -94,7 +110,7 @@ def closest_pairs(distances: HeadDistances, labels: np.ndarray, count: int = CLO
             "label A": [flat_labels[first[i]] for i in order],
             "head B": [head_name(*heads[second[i]]) for i in order],
             "label B": [flat_labels[second[i]] for i in order],
-            "JS distance (nats)": distance[first[order], second[order]],
+            JS_DIVERGENCE: distance[first[order], second[order]],
         }
     )
 
@@ -198,9 +214,12 @@ def _statistic_sections(surface: HeadTable, figures: Figures) -> list[Section]:
     confidence = figures.embed(
         "confidence",
         plots.heatmaps(surface, CONFIDENCE, value_range=(0.0, 1.0)),
-        alt="Layer by head heatmaps of head confidence, with and without [CLS] and [SEP]",
-        caption="Voita et al. 2019: each head's mean largest attention weight, both panels on one scale. "
-        "Right: [CLS] and [SEP] left out (not renormalised)." + _undefined_note(surface, CONFIDENCE),
+        alt="Layer by head heatmaps of the largest attention weight, with [SEP] and with [CLS] and [SEP] "
+        "left out",
+        caption="Each head's mean largest attention weight, all panels on one scale. Left: every key. "
+        "Middle: Voita et al. 2019's confidence, the end-of-sentence token ([SEP]) left out. Right: "
+        "bertology's variant, [CLS] and [SEP] left out; heads that attend to [CLS] score far lower here "
+        "than in Voita's. Weights are not renormalised." + _undefined_note(surface, CONFIDENCE),
     )
     return [
         Section("Surface statistics", "surface", [heatmaps]),
@@ -214,9 +233,10 @@ def _head_map_section(patterns: HeadPatterns, mds: np.ndarray, figures: Figures)
     head_map = figures.embed(
         "head_map",
         plots.head_map(mds, patterns.labels),
-        alt="Map of the heads by Jensen-Shannon distance, coloured by label",
-        caption="Metric MDS of the heads' mean Jensen-Shannon distances (cf. Clark et al., Fig. 6): heads "
-        "that attend alike are close. Colour and marker: primary label; text: layer-head, 0-based.",
+        alt="Map of the heads by mean Jensen-Shannon divergence, coloured by label",
+        caption="Metric MDS of the heads' mean Jensen-Shannon divergences (nats), used as distances as in "
+        "Clark et al., Fig. 6: heads that attend alike are close. Colour and marker: primary label; text: "
+        "layer-head, 0-based, for the heads whose label would not overlap another.",
     )
     return Section("Map of heads", "head-map", [head_map])
 
@@ -266,10 +286,12 @@ def _pairs_section(distances: HeadDistances, labels: np.ndarray) -> Section:
         "Closest head pairs",
         "pairs",
         [
-            page.rst_text(intro),
+            page.docstring_html(intro),
             page.paragraph(
-                "JS distance: the mean over query tokens of the two heads' Jensen-Shannon divergence, "
-                "in nats (0 for identical attention, at most ln 2).",
+                f"{JS_DIVERGENCE}: the mean over query tokens of the two heads' Jensen-Shannon divergence "
+                "(natural log, so in nats: 0 for identical attention, at most ln 2). It is a divergence, not "
+                f"the Jensen-Shannon distance (its square root). {JS_DIVERGENCE_FILE} holds it for every "
+                "two heads.",
                 class_="muted",
             ),
             page.table(closest_pairs(distances, labels), float_format="{:.4f}", id_="pairs-table"),
@@ -292,23 +314,25 @@ def _label_definitions_section(patterns: HeadPatterns) -> Section:
         }
     )
     scores = [
-        Markup("") if name == "none" else page.rst_text(docstring(pattern_function(name))) for name in names
+        Markup("") if name == "none" else page.docstring_html(docstring(pattern_function(name)))
+        for name in names
     ]
     return Section(
         "Labels and thresholds",
         "label-definitions",
         [
-            page.rst_text(docstring(patterns_module, summary=False)),
-            page.rst_text(docstring(label_heads, summary=False)),
-            page.rst_text(docstring(type(patterns.thresholds), summary=False)),
+            page.docstring_html(docstring(patterns_module, summary=False)),
+            page.docstring_html(docstring(label_heads, summary=False)),
+            page.docstring_html(docstring(type(patterns.thresholds), summary=False)),
             page.table(frame, float_format="{:g}", markup={"score": scores}, id_="label-definitions-table"),
         ],
     )
 
 
-def _formulas_section(surface: HeadTable) -> Section:
+def _formulas_section(surface: HeadTable, convention: Convention) -> Section:
     import pandas as pd
 
+    statistics = statistics_of(convention)
     names = list(surface.columns)
     frame = pd.DataFrame(
         {
@@ -318,12 +342,21 @@ def _formulas_section(surface: HeadTable) -> Section:
             "definition": "",
         }
     )
-    definitions = [page.rst_text(docstring(SURFACE_STATISTICS[name])) for name in names]
+    definitions = [page.docstring_html(docstring(statistics[name])) for name in names]
     return Section(
         "Statistic formulas",
         "formulas",
         [
-            page.rst_text(docstring(surface_module, summary=False)),
+            page.paragraph(
+                f"The table below was computed in the '{convention}' convention"
+                + (
+                    ", which reproduces the numbers of Clark et al.'s released analysis code."
+                    if convention == "clark"
+                    else " (bertology's own; --convention clark gives the numbers of Clark et al.'s "
+                    "released code)."
+                )
+            ),
+            page.docstring_html(docstring(surface_module, summary=False)),
             page.paragraph(
                 "Segments: how many segments defined the statistic (had at least one such query).",
                 class_="muted",
@@ -342,6 +375,7 @@ def write_analysis_report(
     mds: np.ndarray,
     examples: Mapping[tuple[int, int], str],
     meta: Mapping[str, str | int | float],
+    convention: Convention = "bertology",
     dpi: int = 144,
 ) -> Path:
     """Write ``outdir/report.html`` and its figures as ``outdir/plots/*.png``; return the report's path.
@@ -353,6 +387,8 @@ def write_analysis_report(
         next to the report; heads without one get no link. Absolute URLs raise :class:`BertologyError`.
     meta: shown in the header in the given order, "_" in keys as spaces (e.g. model, corpus, segments,
         tokens_cut, seconds); ``meta["model"]`` is also in the title.
+    convention: the convention ``surface`` was computed in (:mod:`bertology.stats.surface`); the
+        formulas shown are that convention's.
     dpi: of the PNGs; the page shows them at 96 pixels per inch of figure, so 144 is sharp on 1.5x screens.
 
     The report is self-contained (images as data URIs, no script, no external URL) apart from the
@@ -367,9 +403,63 @@ def write_analysis_report(
         _labels_section(patterns, examples),
         _pairs_section(distances, patterns.labels),
         _label_definitions_section(patterns),
-        _formulas_section(surface),
+        _formulas_section(surface, convention),
     ]
     title = f"Attention analysis: {meta['model']}" if "model" in meta else "Attention analysis"
     report = Path(outdir) / "report.html"
     report.write_text(page.render_page(title, sections, header=_header(surface, meta)), encoding="utf-8")
     return report
+
+
+def _example_views(analysis: CorpusAnalysis, loaded: LoadedModel, target: Path) -> dict[tuple[int, int], str]:
+    """Write a head view of each labelled head's best segment into ``target/examples/`` (one page per
+    segment and layer, shared by that layer's heads); return each head's relative link."""
+    chosen = analysis.patterns.label_segment  # [layers, heads], -1 where the head has no label
+    wanted = {int(index) for index in np.unique(chosen) if index >= 0}
+    segments = example_segments(analysis, loaded, wanted)
+    examples: dict[tuple[int, int], str] = {}
+    for (layer, head), index in np.ndenumerate(chosen):
+        if index < 0 or int(index) not in segments:
+            continue
+        name = f"examples/segment{index}_layer{layer}.html"
+        if not (target / name).exists():
+            segment = segments[int(index)]
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", TruncationWarning)  # the analysis reported the cuts
+                attention = capture(
+                    segment.text_a,
+                    segment.text_b,
+                    model=loaded,
+                    max_length=analysis.max_length,
+                    weights=analysis.weights,
+                )
+            head_view(attention, layer=layer).save(target / name)
+        examples[(layer, head)] = name
+    return examples
+
+
+def save_analysis(analysis: CorpusAnalysis, loaded: LoadedModel, outdir: str | Path) -> Path:
+    """Write ``heads.csv`` (:meth:`~bertology.analyze.CorpusAnalysis.heads_frame`), :data:`JS_DIVERGENCE_FILE`
+    (the mean Jensen-Shannon divergence in nats between every two heads, rows and columns named
+    ``layer-head``), ``summary.json``, a head view of each labelled head's best segment in ``examples/``
+    and ``report.html`` with its plots into ``outdir``. ``loaded``: the model analysed, for the examples.
+
+    Returns the path of ``report.html``.
+    """
+    target = Path(outdir)
+    target.mkdir(parents=True, exist_ok=True)
+    analysis.heads_frame().to_csv(target / "heads.csv", index=False)
+    divergence = analysis.distances.to_frame()
+    divergence.index = divergence.columns = [head_name(layer, head) for layer, head in divergence.index]
+    divergence.rename_axis("layer-head").to_csv(target / JS_DIVERGENCE_FILE)
+    (target / "summary.json").write_text(json.dumps(analysis.summary(), indent=2), encoding="utf-8")
+    return write_analysis_report(
+        target,
+        surface=analysis.surface,
+        patterns=analysis.patterns,
+        distances=analysis.distances,
+        mds=analysis.mds(),
+        examples=_example_views(analysis, loaded, target),
+        meta=analysis.summary(),
+        convention=analysis.convention,
+    )

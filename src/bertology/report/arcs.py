@@ -1,17 +1,32 @@
 """Dependency arcs of one sentence as inline SVG: gold arcs above the words, predicted arcs below.
 
 A predicted arc that matches the gold head is drawn in the "correct" colour, a wrong one in the
-"wrong" colour; punctuation and root words draw no arc. Words are SVG text nodes, escaped.
+"wrong" colour; punctuation and root words draw no arc. The SVG is the template ``arcs.html.j2``; words
+are SVG text nodes, escaped by its autoescape.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from bertology.report.page import Markup, escape
+from markupsafe import Markup
+
+from bertology.report.page import render
 
 CHAR_WIDTH = 7.2  # px per character of the 12 px label font
 GAP = 14.0  # px between words
+
+#: Arc colours by kind.
+COLOURS = {"gold": "#555555", "correct": "#1a7f37", "wrong": "#cf222e"}
+
+
+@dataclass(frozen=True)
+class Arc:
+    """One arc: its SVG path data and its kind (a key of :data:`COLOURS`)."""
+
+    path: str
+    kind: str
 
 
 def _word_centres(words: Sequence[str]) -> tuple[list[float], float]:
@@ -28,13 +43,10 @@ def _lift(distance: int) -> float:
     return 18.0 + 10.0 * min(distance, 12)
 
 
-def _arc(start: float, end: float, height: float, baseline: float, up: bool, colour: str) -> str:
+def _arc(start: float, end: float, height: float, baseline: float, up: bool, kind: str) -> Arc:
     middle = baseline - height if up else baseline + height
-    return (
-        f'<path d="M{start:.1f},{baseline:.1f} C{start:.1f},{middle:.1f} {end:.1f},{middle:.1f} '
-        f'{end:.1f},{baseline:.1f}" fill="none" stroke="{colour}" stroke-width="1.5" '
-        f'marker-end="url(#bt-arrow-{colour.strip("#")})"/>'
-    )
+    curve = f"C{start:.1f},{middle:.1f} {end:.1f},{middle:.1f} {end:.1f},{baseline:.1f}"
+    return Arc(f"M{start:.1f},{baseline:.1f} {curve}", kind)
 
 
 def arc_diagram(
@@ -45,7 +57,8 @@ def arc_diagram(
     skip: Sequence[bool] | None = None,
     caption: str = "",
 ) -> Markup:
-    """An ``<svg>``: ``gold`` heads above the words, ``predicted`` heads below (0-based, -1 root).
+    """An ``<svg>``: ``gold`` heads above the words, ``predicted`` heads below (0-based, -1 root), in a
+    ``<figure>`` with ``caption`` if one is given.
 
     skip: per word, draw no arc for it (e.g. punctuation, excluded from scoring).
     """
@@ -53,33 +66,26 @@ def arc_diagram(
     spans = [abs(h - d) for heads in (gold, predicted) for d, h in enumerate(heads) if h >= 0]
     rise = _lift(max(spans, default=1))
     baseline_top, baseline_bottom = rise + 8, rise + 40
-    height = baseline_bottom + rise + 8
-    colours = {"gold": "#555555", "correct": "#1a7f37", "wrong": "#cf222e"}
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
-        f'viewBox="0 0 {width:.0f} {height:.0f}" role="img" class="bt-arcs">',
-        "<defs>",
-        *(
-            f'<marker id="bt-arrow-{c.strip("#")}" viewBox="0 0 6 6" refX="5" refY="3" markerWidth="6" '
-            f'markerHeight="6" orient="auto"><path d="M0,0 L6,3 L0,6 z" fill="{c}"/></marker>'
-            for c in colours.values()
-        ),
-        "</defs>",
-    ]
+    arcs = []
     for dependent, (head, guess) in enumerate(zip(gold, predicted, strict=True)):
         if (skip is not None and skip[dependent]) or head < 0:
             continue
-        lift = _lift(abs(head - dependent))
-        parts.append(_arc(centres[head], centres[dependent], lift, baseline_top, True, colours["gold"]))
-        if guess >= 0:
-            colour = colours["correct"] if guess == head else colours["wrong"]
-            lift = _lift(abs(guess - dependent))
-            parts.append(_arc(centres[guess], centres[dependent], lift, baseline_bottom, False, colour))
-    for centre, word in zip(centres, words, strict=True):
-        parts.append(
-            f'<text x="{centre:.1f}" y="{(baseline_top + baseline_bottom) / 2 + 4:.1f}" text-anchor="middle" '
-            f'font-size="12" fill="currentColor">{escape(word)}</text>'
+        arcs.append(
+            _arc(centres[head], centres[dependent], _lift(abs(head - dependent)), baseline_top, True, "gold")
         )
-    parts.append("</svg>")
-    svg = Markup(f'<div style="overflow-x:auto">{"".join(parts)}</div>')
-    return Markup(f"<figure>{svg}<figcaption>{escape(caption)}</figcaption></figure>") if caption else svg
+        if guess >= 0:
+            kind = "correct" if guess == head else "wrong"
+            lift = _lift(abs(guess - dependent))
+            arcs.append(_arc(centres[guess], centres[dependent], lift, baseline_bottom, False, kind))
+    return Markup(
+        render(
+            "arcs.html.j2",
+            width=f"{width:.0f}",
+            height=f"{baseline_bottom + rise + 8:.0f}",
+            colours=COLOURS,
+            arcs=arcs,
+            words=[(f"{centre:.1f}", word) for centre, word in zip(centres, words, strict=True)],
+            text_y=f"{(baseline_top + baseline_bottom) / 2 + 4:.1f}",
+            caption=caption,
+        )
+    )

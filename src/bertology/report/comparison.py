@@ -21,7 +21,14 @@ from bertology import comparison as comparison_module
 from bertology.comparison import HeadMatching, ModelComparison
 from bertology.interventions.ablation import AblationResult
 from bertology.report import page, plots
-from bertology.report.analysis import CONFIDENCE, HEATMAP_STATISTICS, Figures, docstring, head_name
+from bertology.report.analysis import (
+    CONFIDENCE,
+    HEATMAP_STATISTICS,
+    JS_DIVERGENCE,
+    Figures,
+    docstring,
+    head_name,
+)
 from bertology.report.page import Markup, Section
 from bertology.stats.base import HeadTable
 from bertology.views import View
@@ -32,20 +39,13 @@ TOP_HEADS = 10
 #: Statistics drawn per layer against relative depth.
 DEPTH_STATISTICS = ("confidence", "entropy", "cls", "sep", "punct", "previous", "next", "current")
 #: Statistic changes named per head in the "most changed" table (attention weights; confidence has a column).
-WEIGHT_STATISTICS = ("previous", "next", "current", "cls", "sep", "punct", "content_confidence")
+WEIGHT_STATISTICS = ("previous", "next", "current", "cls", "sep", "punct", "voita_confidence")
 #: Width in CSS pixels of each heatmap in the side-by-side tables.
 PANEL_WIDTH = 330
 #: Height in CSS pixels of each view frame of ``views.html``.
 VIEW_HEIGHT = 760
-
-
-VIEWS_STYLE = """
-body { margin: 0; padding: 1rem 1.5rem; font: 15px/1.5 system-ui, sans-serif; }
-h1 { font-size: 1.3rem; margin: 0 0 .5rem; }
-.pair { display: grid; grid-template-columns: 1fr 1fr; gap: 1rem; }
-.pair h2 { font-size: 1rem; margin: .5rem 0; overflow-wrap: anywhere; }
-iframe { width: 100%; border: 1px solid #d9dce1; border-radius: 4px; }
-"""
+#: The file of the mean JS divergence between every head of A and every head of B.
+CROSS_JS_DIVERGENCE_FILE = "cross_js_divergence.csv"
 
 
 def relative_depth(layers: int) -> np.ndarray:
@@ -80,8 +80,8 @@ def depth_figure(a: HeadTable, b: HeadTable, names: Sequence[str], labels: tuple
 
 
 def distance_figure(matching: HeadMatching, shape_a: tuple[int, int], shape_b: tuple[int, int]) -> Figure:
-    """The cross-model JS distances ``[A heads, B heads]`` (layer-major, lines between layers) with the
-    one-to-one matched pairs marked by white dots."""
+    """The cross-model mean JS divergences ``[A heads, B heads]`` (layer-major, lines between layers) with
+    the one-to-one matched pairs marked by white dots."""
     distance = matching.distance
     rows, columns = distance.shape
     figure = plots.new_figure(
@@ -177,7 +177,7 @@ def head_label(layer: float, head: float) -> str:
 
 
 def most_changed_frame(comparison: ModelComparison, count: int = TOP_HEADS) -> pd.DataFrame:
-    """The ``count`` most changed matched heads: both heads, the JS distance, the labels, the entropy
+    """The ``count`` most changed matched heads: both heads, the mean JS divergence, the labels, the entropy
     change and the largest changes of attention-weight statistics (B's matched head minus A's head)."""
     top = comparison.most_changed(count)
     return pd.DataFrame(
@@ -185,7 +185,7 @@ def most_changed_frame(comparison: ModelComparison, count: int = TOP_HEADS) -> p
             "rank": np.arange(1, len(top) + 1),
             "head A": [head_label(row.layer_a, row.head_a) for row in top.itertuples()],
             "head B": [head_label(row.layer_b, row.head_b) for row in top.itertuples()],
-            "JS distance (nats)": top["distance"],
+            JS_DIVERGENCE: top["js_divergence"],
             "label A → B": [f"{row.label_a} → {row.label_b}" for row in top.itertuples()],
             "entropy change (nats)": top["entropy_delta"],
             "confidence change": top["confidence_delta"],
@@ -195,7 +195,8 @@ def most_changed_frame(comparison: ModelComparison, count: int = TOP_HEADS) -> p
 
 
 def matching_frame(comparison: ModelComparison) -> pd.DataFrame:
-    """Every row of :meth:`ModelComparison.to_frame` as the matching table: heads, distances, nearest."""
+    """Every row of :meth:`ModelComparison.to_frame` as the matching table: heads, mean JS divergences,
+    nearest heads."""
     frame = comparison.to_frame()
     table = pd.DataFrame(
         {
@@ -203,15 +204,15 @@ def matching_frame(comparison: ModelComparison) -> pd.DataFrame:
             "matched head B": [
                 head_label(a, b) for a, b in zip(frame["layer_b"], frame["head_b"], strict=True)
             ],
-            "JS distance (nats)": frame["distance"],
+            JS_DIVERGENCE: frame["js_divergence"],
             "nearest B of head A": frame["nearest_b"].fillna(page.MISSING),
-            "distance (A → nearest B)": frame["nearest_distance"],
+            "JS divergence (A → nearest B)": frame["nearest_b_js_divergence"],
             "nearest A of head B": frame["nearest_a"].fillna(page.MISSING),
-            "distance (B → nearest A)": frame["nearest_a_distance"],
+            "JS divergence (B → nearest A)": frame["nearest_a_js_divergence"],
         }
     )
     if comparison.shapes_agree:
-        table.insert(3, "same-number distance", frame["same_head_distance"])
+        table.insert(3, "same-number JS divergence", frame["same_head_js_divergence"])
     return table
 
 
@@ -283,38 +284,24 @@ def _ablation_section(
 
 
 def views_page(views: tuple[View, View], caption: str) -> str:
-    """A page with the two models' views next to each other, each in a sandboxed srcdoc iframe."""
+    """A page with the two models' views next to each other, each in a sandboxed srcdoc iframe
+    (template ``views_pair.html.j2``)."""
     policy = (
         f"default-src 'none'; script-src {inline_code_hashes()['script']}; style-src 'unsafe-inline'; "
         "img-src data: blob:; base-uri 'none'; form-action 'none'"
     )
-    frames = page.join(
-        page.element(
-            "div",
-            page.element("h2", f"Model {side}: {view.data['model']}")
-            + page.element(
-                "iframe",
-                "",
-                srcdoc=view.html,
-                sandbox="allow-scripts allow-downloads",
-                title=f"Head view of model {side}",
-                style=f"height:{VIEW_HEIGHT}px",
-                id=f"view-{side.lower()}",
-            ),
-        )
+    frames = [
+        {"side": side, "model": view.data["model"], "html": view.html}
         for side, view in zip("AB", views, strict=True)
+    ]
+    return page.render(
+        "views_pair.html.j2",
+        title="Head views of both models",
+        caption=caption,
+        policy=policy,
+        frames=frames,
+        height=VIEW_HEIGHT,
     )
-    title = "Head views of both models"
-    head = page.join(
-        [
-            Markup('<meta charset="utf-8">'),
-            Markup(f'<meta http-equiv="Content-Security-Policy" content="{page.escape(policy)}">'),
-            page.element("title", title),
-            page.element("style", Markup(VIEWS_STYLE)),
-        ]
-    )
-    body = page.element("h1", title) + page.paragraph(caption) + page.element("div", frames, class_="pair")
-    return f'<!DOCTYPE html>\n<html lang="en">\n<head>{head}</head>\n<body>{body}</body>\n</html>\n'
 
 
 def _views_section(text: str) -> Section:
@@ -322,14 +309,10 @@ def _views_section(text: str) -> Section:
         "One input in both models",
         "views",
         [
-            page.paragraph(page.join(["Input: ", page.element("q", text)])),
+            page.quotation("Input: ", text),
             page.paragraph(
-                page.join(
-                    [
-                        page.link("views.html", "Open the two head views side by side"),
-                        " (a page with script, so it is kept apart from this script-free report).",
-                    ]
-                )
+                page.link("views.html", "Open the two head views side by side")
+                + " (a page with script, so it is kept apart from this script-free report)."
             ),
         ],
     )
@@ -346,7 +329,8 @@ def write_comparison_report(
     dpi: int = 110,
 ) -> Path:
     """Write ``comparison.csv`` and ``comparison.json`` (:meth:`ModelComparison.to_frame` / ``to_json``),
-    ``cross_distance.csv`` ([A heads, B heads], ``layer-head`` names), ``views.html`` (``views``: the head
+    :data:`CROSS_JS_DIVERGENCE_FILE` (the mean JS divergence in nats, [A heads, B heads], ``layer-head``
+    names), ``views.html`` (``views``: the head
     views of A and B on ``input_text``), the PNGs in ``plots/`` and ``report.html`` into ``outdir``.
 
     ablations: each model's single-head ablation, or a sentence saying why there is none.
@@ -359,7 +343,7 @@ def write_comparison_report(
     names_a = comparison_module.head_names(*comparison.shape_a)
     names_b = comparison_module.head_names(*comparison.shape_b)
     pd.DataFrame(comparison.matching.distance, index=names_a, columns=names_b).rename_axis("head A").to_csv(
-        target / "cross_distance.csv"
+        target / CROSS_JS_DIVERGENCE_FILE
     )
     caption = f"Model A: {comparison.a.model_name}. Model B: {comparison.b.model_name}. Input: {input_text}"
     (target / "views.html").write_text(views_page(views, caption), encoding="utf-8")
@@ -392,13 +376,13 @@ def write_comparison_report(
                 page.paragraph(level_note),
                 page.paragraph(
                     "Every head of A against every head of B on the same inputs; the dots are the optimal "
-                    "one-to-one matching (smallest total distance). With different head counts, the extra "
+                    "one-to-one matching (smallest total divergence). With different head counts, the extra "
                     "heads of the larger model stay unmatched; each head's nearest head is listed as well."
                 ),
                 figures.embed(
-                    "cross_distance",
+                    "cross_js_divergence",
                     distance_figure(comparison.matching, comparison.shape_a, comparison.shape_b),
-                    alt="Jensen-Shannon distance between every head of A and every head of B",
+                    alt="Mean Jensen-Shannon divergence between every head of A and every head of B",
                     caption="Rows: heads of A, columns: heads of B, layer-major (ticks: layer numbers).",
                 ),
                 page.table(matching_frame(comparison), float_format="{:.4f}", id_="matching-table"),
@@ -438,8 +422,9 @@ def write_comparison_report(
             "confidence",
             [
                 page.paragraph(
-                    "Voita et al. 2019: each head's mean largest attention weight (right-hand statistic: "
-                    "[CLS] and [SEP] left out), on one scale from 0 to 1."
+                    "Each head's mean largest attention weight: over every key, Voita et al. 2019's "
+                    "confidence ([SEP], the end-of-sentence token, left out) and bertology's variant ([CLS] "
+                    "and [SEP] left out), on one scale from 0 to 1."
                 ),
                 _side_by_side(comparison, CONFIDENCE, target, dpi, fixed=(0.0, 1.0)),
             ],
@@ -456,7 +441,9 @@ def write_comparison_report(
     ]
     if ablations is not None:
         sections.append(_ablation_section(ablations, model_names, target, dpi))
-    sections.append(Section("Method", "method", [page.rst_text(docstring(comparison_module, summary=False))]))
+    sections.append(
+        Section("Method", "method", [page.docstring_html(docstring(comparison_module, summary=False))])
+    )
     header = [
         page.definitions(comparison.summary()),
         page.paragraph(

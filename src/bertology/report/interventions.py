@@ -224,11 +224,12 @@ def _colour(value: float, scale: float) -> str:
 def _coloured_tokens(tokens: list[str], values: np.ndarray) -> page.Markup:
     """The tokens as text, each on a background of its attribution's colour (hover: the value)."""
     scale = float(np.abs(values).max()) if values.size else 0.0
-    spans = (
-        page.element("span", token, style=_colour(float(value), scale), title=f"{value:+.4g}")
-        for token, value in zip(tokens, values, strict=True)
+    return page.coloured_tokens(
+        [
+            (token, _colour(float(value), scale), f"{value:+.4g}")
+            for token, value in zip(tokens, values, strict=True)
+        ]
     )
-    return page.element("p", page.join(part for span in spans for part in (span, " ")), class_="tokens")
 
 
 def write_explanation(explanation: Explanation, path: str | Path) -> tuple[Path, Path]:
@@ -248,7 +249,7 @@ def write_explanation(explanation: Explanation, path: str | Path) -> tuple[Path,
     ]
     for method in METHODS:
         blocks += [
-            page.element("h3", METHOD_TITLES[method]),
+            page.heading(METHOD_TITLES[method]),
             _coloured_tokens(explanation.tokens, explanation.attributions[method]),
         ]
     frame = pd.DataFrame(

@@ -50,8 +50,9 @@ TITLES = {
     "entropy_uniform": "uniform attention entropy",
     "cls_entropy": "[CLS] attention entropy",
     "cls_entropy_uniform": "uniform [CLS] attention entropy",
-    "confidence": "confidence: max weight",
-    "content_confidence": "confidence without [CLS] / [SEP]",
+    "confidence": "largest weight",
+    "voita_confidence": "Voita's confidence (no [SEP])",
+    "confidence_without_delimiters": "largest weight, no [CLS] / [SEP]",
 }
 
 #: Markers used in order for lines and labels, so figures also read in greyscale.
@@ -286,12 +287,83 @@ def entropy_by_layer(table: HeadTable, panels: Sequence[tuple[str, str]]) -> Fig
 
 def _annotation_size(count: int) -> float:
     """Font size of the point annotations of a head map with ``count`` heads."""
-    return 7.0 if count <= 48 else 5.5 if count <= 200 else 4.5
+    return 7.0 if count <= 48 else 6.0 if count <= 200 else 5.5
+
+
+#: Where a point's label may go, tried in this order: (x, y) offset in points, horizontal and vertical
+#: alignment of the text.
+_LABEL_SPOTS = (
+    (3, 2, "left", "bottom"),
+    (3, -2, "left", "top"),
+    (-3, 2, "right", "bottom"),
+    (-3, -2, "right", "top"),
+    (0, 4, "center", "bottom"),
+    (0, -4, "center", "top"),
+    (5, 0, "left", "center"),
+    (-5, 0, "right", "center"),
+)
+
+#: Half the side, in points, of the square kept free around every marker.
+_MARKER_RADIUS = 3.5
+
+
+def place_labels(
+    ax: Axes, coordinates: np.ndarray, texts: Sequence[str], order: Sequence[int], size: float
+) -> list[int]:
+    """Label points without overlap: each point in ``order`` gets ``texts[i]`` at the first of
+    :data:`_LABEL_SPOTS` where it overlaps no label placed before it, no marker and nothing outside the
+    axes; a point with no such spot stays unlabelled. Returns the points labelled, in ``order``.
+
+    coordinates: [points, 2] in data units. Call it once the axes' limits are final (after everything
+    else is drawn); labels are left out of the figure's layout so placing them moves nothing.
+    """
+    figure = ax.get_figure()
+    assert figure is not None
+    figure.draw_without_rendering()  # apply the layout, so data map to their final pixels
+    renderer = figure.canvas.get_renderer()  # type: ignore[attr-defined]
+    points = ax.transData.transform(coordinates)  # [points, 2] pixels
+    radius = _MARKER_RADIUS * figure.dpi / 72
+    frame = ax.get_window_extent(renderer)
+    taken: list[tuple[float, float, float, float]] = []
+    labelled: list[int] = []
+    for index in order:
+        for dx, dy, horizontal, vertical in _LABEL_SPOTS:
+            label = ax.annotate(
+                texts[index],
+                coordinates[index],
+                xytext=(dx, dy),
+                textcoords="offset points",
+                ha=horizontal,
+                va=vertical,
+                fontsize=size,
+                alpha=0.85,
+            )
+            label.set_in_layout(False)
+            box = label.get_window_extent(renderer)
+            x0, y0, x1, y1 = box.x0, box.y0, box.x1, box.y1
+            covers = (
+                (points[:, 0] > x0 - radius)
+                & (points[:, 0] < x1 + radius)
+                & (points[:, 1] > y0 - radius)
+                & (points[:, 1] < y1 + radius)
+            )
+            covers[index] = False
+            clashes = covers.any() or any(
+                x0 < right and left < x1 and y0 < top and bottom < y1 for left, bottom, right, top in taken
+            )
+            inside = frame.x0 <= x0 and x1 <= frame.x1 and frame.y0 <= y0 and y1 <= frame.y1
+            if inside and not clashes:
+                taken.append((x0, y0, x1, y1))
+                labelled.append(index)
+                break
+            label.remove()
+    return labelled
 
 
 def head_map(coordinates: np.ndarray, labels: np.ndarray) -> Figure:
     """A 2-D map of the heads (e.g. MDS of their distances, Clark et al. 2019, Fig. 6), coloured by
-    primary label, each point annotated ``layer-head`` (0-based).
+    primary label, points annotated ``layer-head`` (0-based) where the name overlaps nothing
+    (:func:`place_labels`; labelled heads first).
 
     coordinates: [layers * heads, 2], layer-major. labels: [layers, heads] pattern names.
     """
@@ -315,12 +387,6 @@ def head_map(coordinates: np.ndarray, labels: np.ndarray) -> Figure:
             edgecolors="white",
             linewidths=0.4,
         )
-    size = _annotation_size(flat.size)
-    for index, (x, y) in enumerate(coordinates):
-        layer, head = divmod(index, heads)
-        ax.annotate(
-            f"{layer}-{head}", (x, y), xytext=(3, 2), textcoords="offset points", fontsize=size, alpha=0.8
-        )
     ax.set_aspect("equal", adjustable="datalim")
     ax.tick_params(labelsize=_TICK_SIZE)
     ax.set_xlabel("MDS 1", fontsize=_LABEL_SIZE)
@@ -328,5 +394,11 @@ def head_map(coordinates: np.ndarray, labels: np.ndarray) -> Figure:
     ax.grid(alpha=0.3, lw=0.5)
     figure.legend(
         loc="outside right upper", fontsize=_TICK_SIZE, title="primary label (heads)", frameon=False
+    )
+    names = [f"{layer}-{head}" for layer, head in (divmod(index, heads) for index in range(flat.size))]
+    labelled_first = np.argsort(flat == "none", kind="stable")  # heads with a label, then the rest
+    shown = place_labels(ax, coordinates, names, labelled_first.tolist(), _annotation_size(flat.size))
+    ax.set_title(
+        f"{len(shown)} of {flat.size} heads named (the others' names would overlap)", fontsize=_LABEL_SIZE
     )
     return figure

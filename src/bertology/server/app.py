@@ -7,25 +7,32 @@ Routes (all errors are JSON ``{"error": "..."}``, see :mod:`bertology.server.err
 - ``POST /api/attention``, ``POST /api/statistics``: JSON for one input.
 - ``POST /api/view``: the head, model or neuron view page (HTML) for one input.
 - ``GET /api/runs``: the reports and training runs under the runs folder.
-- ``GET /runs/{path}``: a file of the runs folder; a training run's folder gives its watch page.
+- ``GET /runs/{path}``: a file of the runs folder; a training run's folder gives its watch page
+  (:mod:`bertology.server.watch_pages`).
 - ``GET /openapi.json``: the API's OpenAPI schema.
+
+Model work waits for a computation slot without holding a thread (:mod:`bertology.server.workers`),
+so the quick routes (``/``, ``/api/health``, ``/api/models``, the runs folder's files) answer at once
+however many requests queue. With ``hosts`` set, requests with another ``Host`` header get 400
+(:mod:`bertology.server.hosts`).
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from bertology.models import LoadedModel, load_model
 from bertology.server import compute
-from bertology.server.errors import ErrorAnswer, RequestError, install_error_handlers
+from bertology.server.errors import ErrorAnswer, RequestError, install_error_handlers, shown
+from bertology.server.hosts import HostCheck
 from bertology.server.limits import BodySizeLimit, Limits
 from bertology.server.page import index_html, page_policy, static_folder
 from bertology.server.runs import REPORT_FILE, TRAINING_FILE, RunsFolder, folder_url
@@ -40,9 +47,12 @@ from bertology.server.schemas import (
     RunList,
     StatisticsAnswer,
     ViewRequest,
+    request_models,
 )
-from bertology.server.workers import ModelWorkers
-from bertology.training.archive import ARCHIVE_FOLDER
+from bertology.server.watch_pages import WatchPages
+from bertology.server.workers import ComputeSlots, ModelWorkers
+
+Endpoint = TypeVar("Endpoint", bound=Callable[..., Any])
 
 #: Served files of the runs folder run sandboxed: their scripts get an opaque origin, so a page found
 #: there cannot call this server's API as the page does.
@@ -95,37 +105,48 @@ def _loaded(models: Sequence[str | LoadedModel]) -> list[LoadedModel]:
     return list(loaded.values())
 
 
-def _watch_stamps(run_dir: Path) -> tuple[int, int]:
-    """Modification times (ns) of the run's ``run.json`` and its monitor archive's metadata: they change
-    whenever training records a step or finishes, so a watch page is rebuilt exactly then."""
-    archive = run_dir / ARCHIVE_FOLDER / "zarr.json"
-    return (run_dir / TRAINING_FILE).stat().st_mtime_ns, archive.stat().st_mtime_ns if archive.exists() else 0
+def _reading_body(endpoint: Endpoint, body: type[BaseModel]) -> Endpoint:
+    """``endpoint`` with its ``body`` parameter read as ``body``: this app's request model, whose schema
+    names the app's models and limits."""
+    endpoint.__annotations__["body"] = body
+    return endpoint
 
 
-@functools.lru_cache(maxsize=4)
-def _watch_page(run_dir: Path, *stamps: int) -> str:
-    """A training run's watch page (building one takes seconds: its plots), cached per ``stamps``."""
-    from bertology.training.watch import watch_html
-
-    return watch_html(run_dir)
+def _json(answer: BaseModel) -> Response:
+    """``answer`` as a JSON response, serialised where it is called (in the worker thread, so a large
+    answer does not hold up the event loop)."""
+    return Response(answer.model_dump_json(), media_type="application/json")
 
 
 def create_app(
     models: Sequence[str | LoadedModel] = ("default",),
     runs: str | Path | None = None,
     limits: Limits | None = None,
+    hosts: Collection[str] | None = None,
 ) -> FastAPI:
     """The web app for ``models`` (names, paths or loaded models; the first is the default) and the
-    runs folder ``runs`` (``None``: no browsing), within ``limits``.
+    runs folder ``runs`` (``None``: no browsing), within ``limits``; ``hosts``: the ``Host`` header
+    values it answers (``None``: any; :func:`bertology.server.hosts.loopback_hosts` for a loopback
+    server, as ``bertology serve`` sets it).
 
     Raises:
         BertologyError: a model that cannot be loaded, or a runs folder that does not exist.
     """
     limits = limits or Limits()
-    workers = ModelWorkers(
-        _loaded(models or ("default",)), parallel=limits.parallel, timeout_s=limits.timeout_s
+    loaded = _loaded(models or ("default",))
+    workers = ModelWorkers(loaded, parallel=limits.parallel, timeout_s=limits.timeout_s)
+    bodies = request_models(
+        [model.name for model in loaded],
+        layers=max(model.num_layers for model in loaded),
+        heads=max(model.num_heads for model in loaded),
+        tokens=min(limits.max_tokens, max(model.max_length for model in loaded)),
     )
     folder = None if runs is None else RunsFolder(runs)
+    watch_pages = (
+        None
+        if folder is None
+        else WatchPages(folder, ComputeSlots([None] * limits.parallel, limits.timeout_s))
+    )
     app = FastAPI(
         title="bertology",
         summary="Attention of BERT-family models for one input: views, raw attention, per-head statistics.",
@@ -137,65 +158,81 @@ def create_app(
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=limits.max_body_bytes)
     app.add_middleware(SecurityHeaders)
+    if hosts is not None:
+        app.add_middleware(HostCheck, hosts=hosts)  # outermost: before anything else reads the request
     app.mount("/static", StaticFiles(directory=static_folder()), name="static")
 
+    # The quick routes are coroutines: they never wait for a worker thread.
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
-    def page() -> HTMLResponse:
+    async def page() -> HTMLResponse:
         return HTMLResponse(index_html(), headers={"Content-Security-Policy": page_policy()})
 
     @app.get("/api/health", tags=["server"])
-    def health() -> Health:
+    async def health() -> Health:
         return Health(status="ok", models=list(workers.models))
 
     @app.get("/api/models", tags=["server"])
-    def list_models() -> ModelList:
+    async def list_models() -> ModelList:
         """The loaded models; ``max_tokens`` is the smaller of the server's and the model's limit."""
         return ModelList(
             default=workers.default,
             models=[
                 ModelInfo(
-                    name=loaded.name,
-                    model_type=loaded.model_type,
-                    layers=loaded.num_layers,
-                    heads=loaded.num_heads,
-                    max_tokens=min(limits.max_tokens, loaded.max_length),
+                    name=model.name,
+                    model_type=model.model_type,
+                    layers=model.num_layers,
+                    heads=model.num_heads,
+                    max_tokens=min(limits.max_tokens, model.max_length),
                 )
-                for loaded in workers.models.values()
+                for model in workers.models.values()
             ],
         )
 
-    @app.post("/api/attention", tags=["attention"], responses=_ERRORS)
-    async def attention(request: AttentionRequest) -> AttentionAnswer:
+    async def attention(body: AttentionRequest, request: Request) -> Response:
         """Attention probabilities of every (or one) layer and head for one text or pair."""
-        answer = await workers.run(
-            request.model,
-            lambda loaded: compute.attention_answer(
-                loaded, request, max_tokens=limits.max_tokens, max_values=limits.max_attention_values
+        return await workers.run(
+            body.model,
+            lambda model: _json(
+                AttentionAnswer.model_validate(
+                    compute.attention_answer(
+                        model, body, max_tokens=limits.max_tokens, max_values=limits.max_attention_values
+                    )
+                )
             ),
+            request,
         )
-        return AttentionAnswer.model_validate(answer)
 
-    @app.post("/api/statistics", tags=["attention"], responses=_ERRORS)
-    async def statistics(request: InputRequest) -> StatisticsAnswer:
+    async def statistics(body: InputRequest, request: Request) -> Response:
         """Per-head surface statistics, pattern scores and labels of one text or pair."""
-        answer = await workers.run(
-            request.model,
-            lambda loaded: compute.statistics_answer(loaded, request, max_tokens=limits.max_tokens),
+        return await workers.run(
+            body.model,
+            lambda model: _json(
+                StatisticsAnswer.model_validate(
+                    compute.statistics_answer(model, body, max_tokens=limits.max_tokens)
+                )
+            ),
+            request,
         )
-        return StatisticsAnswer.model_validate(answer)
 
-    @app.post(
+    async def view(body: ViewRequest, request: Request) -> HTMLResponse:
+        """The head, model or neuron view of one text or pair, as ``bertology view`` writes it."""
+        html = await workers.run(
+            body.model, lambda model: compute.view_page(model, body, max_tokens=limits.max_tokens), request
+        )
+        return HTMLResponse(html)
+
+    app.post("/api/attention", tags=["attention"], response_model=AttentionAnswer, responses=_ERRORS)(
+        _reading_body(attention, bodies.attention)
+    )
+    app.post("/api/statistics", tags=["attention"], response_model=StatisticsAnswer, responses=_ERRORS)(
+        _reading_body(statistics, bodies.input)
+    )
+    app.post(
         "/api/view",
         tags=["attention"],
         response_class=HTMLResponse,
         responses={200: {"content": {"text/html": {"schema": {"type": "string"}}}}, **_ERRORS},
-    )
-    async def view(request: ViewRequest) -> HTMLResponse:
-        """The head, model or neuron view of one text or pair, as ``bertology view`` writes it."""
-        html = await workers.run(
-            request.model, lambda loaded: compute.view_page(loaded, request, max_tokens=limits.max_tokens)
-        )
-        return HTMLResponse(html)
+    )(_reading_body(view, bodies.view))
 
     @app.get("/api/runs", tags=["runs"])
     def list_runs() -> RunList:
@@ -215,22 +252,27 @@ def create_app(
             200: {"description": "The file, with its own content type.", "content": {"*/*": {}}},
             307: {"description": "A report's folder: to its report.html."},
             **_error_answers(
-                {403: "A path that could reach outside the runs folder.", 404: "Nothing there."}
+                {
+                    403: "A path that could reach outside the runs folder.",
+                    404: "Nothing there.",
+                    422: "A training run whose files are damaged: the message names the file.",
+                    503: "Building a training run's page took longer than the timeout.",
+                }
             ),
         },
     )
-    def run_file(path: str) -> Response:
+    async def run_file(path: str, request: Request) -> Response:
         """A file inside the runs folder; a training run's folder gives its watch page (step slider)."""
-        if folder is None:
+        if folder is None or watch_pages is None:
             raise RequestError(404, "This server has no runs folder (start it with --runs DIR).")
         found = folder.resolve(path)
         headers = {"Content-Security-Policy": RUN_FILE_POLICY}
         if found.is_file():
             return FileResponse(found, headers=headers)
         if (found / TRAINING_FILE).is_file():
-            return HTMLResponse(_watch_page(found, *_watch_stamps(found)), headers=headers)
+            return HTMLResponse(await watch_pages.page(found, request), headers=headers)
         if (found / REPORT_FILE).is_file():
             return RedirectResponse(folder_url(path) + REPORT_FILE)
-        raise RequestError(404, f"There is no report or training run at '{path}' in the runs folder.")
+        raise RequestError(404, f"There is no report or training run at '{shown(path)}' in the runs folder.")
 
     return app

@@ -2,7 +2,9 @@
 
 Library errors (:class:`~bertology.errors.BertologyError`: empty text, a layer that does not exist)
 become 422; request-shape errors name the field and what is wrong with it; anything unexpected is
-logged and answered 500 with a generic sentence, so no request can take the server down.
+logged and answered 500 with a generic sentence, so no request can take the server down. An answer
+echoes at most :data:`ECHO_CHARS` characters of any one thing the request sent, and names at most
+:data:`MAX_PROBLEMS` problems.
 """
 
 from __future__ import annotations
@@ -21,6 +23,17 @@ log = logging.getLogger("bertology.server")
 
 #: FastAPI's 400 detail for a body that is not even text (e.g. invalid UTF-8).
 _UNPARSABLE_BODY = "There was an error parsing the body"
+#: Most characters of a value sent by the client (a field name, a path, a model name) an error repeats.
+ECHO_CHARS = 60
+#: Most problems of one invalid body that an error answer lists.
+MAX_PROBLEMS = 5
+
+
+def shown(value: str) -> str:
+    """``value`` as an error message repeats it: cut to :data:`ECHO_CHARS` characters, saying so."""
+    if len(value) <= ECHO_CHARS:
+        return value
+    return f"{value[: ECHO_CHARS - 1]}… ({len(value)} characters)"
 
 
 class ErrorAnswer(BaseModel):
@@ -44,15 +57,19 @@ def error_response(status: int, message: str, headers: dict[str, str] | None = N
 
 
 def describe_validation(error: RequestValidationError) -> str:
-    """One sentence naming each bad field (``text: String should have at least 1 character``)."""
+    """One sentence naming each bad field (``text: String should have at least 1 character``), the first
+    :data:`MAX_PROBLEMS` of them."""
+    problems = error.errors()
     parts = []
-    for problem in error.errors():
-        location = [str(part) for part in problem.get("loc", ()) if part != "body"]
+    for problem in problems[:MAX_PROBLEMS]:
+        location = [shown(str(part)) for part in problem.get("loc", ()) if part != "body"]
         message = str(problem.get("msg", "invalid"))
         if problem.get("type") == "json_invalid":
             message = f"the body is not valid JSON ({problem.get('ctx', {}).get('error', message)})"
             location = []
         parts.append(f"{'.'.join(location)}: {message}" if location else message)
+    if len(problems) > MAX_PROBLEMS:
+        parts.append(f"and {len(problems) - MAX_PROBLEMS} more problems")
     return "Bad request: " + "; ".join(parts) + "."
 
 

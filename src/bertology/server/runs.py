@@ -3,7 +3,9 @@
 Only paths inside the runs folder are ever served. A request path is refused (403) when it holds a
 ``..`` part, starts with ``/`` or a drive, has a backslash, a NUL or a ``%`` (the server already
 decoded it once, so a ``%`` left is an encoded variant such as ``%2e%2e``), or when it resolves,
-symbolic links followed, to a place outside the folder. Paths that do not exist give 404.
+symbolic links followed, to a place outside the folder. Paths that do not exist give 404. What a page
+built by the server reads (a training run's files) is checked the same way, every file below a folder
+included (:meth:`RunsFolder.check_inside`).
 
 A folder is listed when it holds ``run.json`` (a training run, shown by its watch page with the step
 slider), ``report.html`` and ``heads.csv`` (a corpus analysis) or ``report.html`` alone (a probe).
@@ -19,7 +21,7 @@ from typing import Literal
 from urllib.parse import quote
 
 from bertology.errors import BertologyError
-from bertology.server.errors import RequestError
+from bertology.server.errors import RequestError, shown
 
 RunKind = Literal["analysis", "probe", "training"]
 
@@ -31,6 +33,7 @@ MAX_DEPTH = 4
 MAX_RUNS = 1000
 
 _DRIVE = re.compile(r"^[A-Za-z]:")
+_REFUSED = "That path is refused: only files inside the runs folder are served."
 
 
 @dataclass(frozen=True)
@@ -79,14 +82,37 @@ class RunsFolder:
             or any(bad in relative for bad in ("\\", "\x00", "%"))
             or ".." in parts
         ):
-            raise RequestError(403, "That path is refused: only files inside the runs folder are served.")
+            raise RequestError(403, _REFUSED)
         try:
             found = (self.root / relative).resolve(strict=True)
         except (OSError, RuntimeError):
-            raise RequestError(404, f"There is nothing at '{relative}' in the runs folder.") from None
+            raise RequestError(404, f"There is nothing at '{shown(relative)}' in the runs folder.") from None
         if not found.is_relative_to(self.root):
-            raise RequestError(403, "That path is refused: only files inside the runs folder are served.")
+            raise RequestError(403, _REFUSED)
         return found
+
+    def check_inside(self, path: Path) -> None:
+        """Refuse (403) ``path`` unless it, and for a folder everything below it, resolves inside the runs
+        folder, symbolic links followed (a dangling link counts where it points). A missing ``path`` passes:
+        whoever reads it finds nothing.
+
+        Raises:
+            RequestError: 403 naming the first entry that leads outside.
+        """
+        pending, seen = [path], set()
+        while pending:
+            entry = pending.pop()
+            if not (entry.exists() or entry.is_symlink()):
+                continue
+            real = entry.resolve()
+            if not real.is_relative_to(self.root):
+                inside = entry.relative_to(self.root) if entry.is_relative_to(self.root) else entry.name
+                raise RequestError(
+                    403, f"'{shown(str(inside))}' leads outside the runs folder; it is not read."
+                )
+            if real.is_dir() and real not in seen:
+                seen.add(real)
+                pending.extend(entry / name for name in os.listdir(real))
 
     def runs(self) -> list[Run]:
         """Every run folder, sorted by path; symbolic links to folders are not followed."""

@@ -7,20 +7,25 @@ not defined for the input (e.g. [SEP]-to-[SEP] without a [SEP]).
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from bertology.analysis.norms import WEIGHTS
+from bertology.norms import WEIGHTS
 from bertology.views import VIEW_KINDS
 
 PerHead = list[list[float | None]]
 
 
 class InputRequest(BaseModel):
-    """One text, or a pair of texts, for one of the server's models."""
+    """One text, or a pair of texts, for one of the server's models.
 
-    model_config = ConfigDict(extra="forbid")
+    Strict: no field is converted from another JSON type (``"1"`` is not a layer, ``false`` not a head).
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     text: str = Field(min_length=1, description="The text (text A of a pair).")
     text_b: str | None = Field(None, min_length=1, description="Optional second text (text B of a pair).")
@@ -43,6 +48,45 @@ class ViewRequest(InputRequest):
     head: int = Field(0, ge=0, description="Head shown first (neuron view).")
     query: int = Field(0, ge=0, description="Query token shown first (neuron view).")
     theme: Literal["light", "dark"] = "light"
+
+
+@dataclass(frozen=True)
+class RequestModels:
+    """The request bodies of one server, their limits in the schema (see :func:`request_models`)."""
+
+    input: type[InputRequest]
+    attention: type[AttentionRequest]
+    view: type[ViewRequest]
+
+
+def request_models(names: Sequence[str], *, layers: int, heads: int, tokens: int) -> RequestModels:
+    """Request bodies whose schema says what this server accepts: ``model`` one of ``names``, ``layer``
+    below ``layers``, ``head`` below ``heads`` and ``query`` below ``tokens`` (the most of any of the
+    server's models; a smaller model still refuses, with 422, what it does not have)."""
+
+    most = {"layer": layers, "head": heads, "query": tokens}
+
+    def bounded(base: type[BaseModel], name: str) -> tuple[object, object]:
+        field = base.model_fields[name]
+        return Annotated[field.annotation, Field(le=most[name] - 1)], field
+
+    model = (Literal[tuple(names)] | None, InputRequest.model_fields["model"])  # type: ignore[valid-type]
+    return RequestModels(
+        input=create_model("InputRequest", __base__=InputRequest, model=model),
+        attention=create_model(
+            "AttentionRequest",
+            __base__=AttentionRequest,
+            model=model,
+            layer=bounded(AttentionRequest, "layer"),
+            head=bounded(AttentionRequest, "head"),
+        ),
+        view=create_model(
+            "ViewRequest",
+            __base__=ViewRequest,
+            model=model,
+            **{name: bounded(ViewRequest, name) for name in ("layer", "head", "query")},
+        ),
+    )
 
 
 class ModelInfo(BaseModel):

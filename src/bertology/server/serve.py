@@ -15,6 +15,7 @@ from fastapi import FastAPI
 
 from bertology.errors import BertologyError
 from bertology.server.app import create_app
+from bertology.server.hosts import loopback_hosts
 from bertology.server.limits import Limits
 
 DEFAULT_HOST = "127.0.0.1"
@@ -73,13 +74,16 @@ def serve(
 ) -> None:
     """Load ``models``, bind ``host:port``, announce where it listens, and serve until interrupted.
 
-    The process's torch threads are set to :func:`computation_threads` of ``limits.parallel``.
+    The process's torch threads are set to :func:`computation_threads` of ``limits.parallel``. Bound to
+    loopback, the server answers only requests whose ``Host`` header is a loopback name with its port
+    (:mod:`bertology.server.hosts`, against DNS rebinding).
     """
     limits = limits or Limits()
     torch.set_num_threads(computation_threads(limits.parallel))
     sock = bind(host, port)  # first, so a taken port fails before the models load
+    hosts = loopback_hosts(sock.getsockname()[1]) if is_loopback(host) else None
     try:
-        app = create_app(models, runs, limits)
+        app = create_app(models, runs, limits, hosts=hosts)
     except BaseException:
         sock.close()
         raise

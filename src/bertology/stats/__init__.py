@@ -2,11 +2,19 @@
 
 from bertology.stats.base import Accumulator, HeadTable, SegmentCounter, SegmentMeans
 from bertology.stats.rows import QueryValues, RowSummarizer, RowSummary, SpecialTokens, TokenRoles
-from bertology.stats.surface import SURFACE_STATISTICS, SurfaceAccumulator
+from bertology.stats.surface import (
+    CONVENTIONS,
+    SURFACE_STATISTICS,
+    Convention,
+    SurfaceAccumulator,
+    statistics_of,
+)
 
 __all__ = [
+    "CONVENTIONS",
     "SURFACE_STATISTICS",
     "Accumulator",
+    "Convention",
     "HeadTable",
     "QueryValues",
     "RowSummarizer",
@@ -16,4 +24,5 @@ __all__ = [
     "SpecialTokens",
     "SurfaceAccumulator",
     "TokenRoles",
+    "statistics_of",
 ]

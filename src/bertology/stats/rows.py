@@ -136,14 +136,18 @@ class QueryValues:
     """A per-query quantity and the query tokens it is defined for.
 
     values: [B, L, H, Q] float. queries: [B, Q] bool; values outside it are ignored (they may be NaN).
+    denominator: [B] float or ``None``: what each segment's sum over its queries is divided by; ``None``
+        (the default) divides by the number of queries, i.e. takes their mean. A statistic defined by
+        another normaliser (e.g. Clark et al.'s released code, :mod:`bertology.stats.surface`) sets it.
     """
 
     values: torch.Tensor
     queries: torch.Tensor
+    denominator: torch.Tensor | None = None
 
 
 def stack_segment_means(statistics: Iterable[QueryValues]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each statistic averaged over each segment's queries.
+    """Each statistic averaged over each segment's queries (or its sum divided by its ``denominator``).
 
     Returns ``(values [B, S, L, H] float64, defined [B, S] bool)`` for ``S`` statistics; a segment where
     a statistic has no query gets 0 and ``defined`` False. Sums over queries are taken in float32 (at
@@ -153,7 +157,8 @@ def stack_segment_means(statistics: Iterable[QueryValues]) -> tuple[torch.Tensor
     for statistic in statistics:
         kept = torch.where(statistic.queries[:, None, None, :], statistic.values, 0.0).sum(-1)
         count = statistic.queries.sum(-1)
-        means.append(kept.double() / count.clamp_min(1)[:, None, None])
+        divisor = count.clamp_min(1) if statistic.denominator is None else statistic.denominator
+        means.append(kept.double() / divisor.double()[:, None, None])
         defined.append(count > 0)
     return torch.stack(means, dim=1), torch.stack(defined, dim=1)
 
@@ -177,10 +182,12 @@ class RowSummary:
     the segment's length; statistics pick their queries with ``roles`` and the ``*_queries`` masks):
     previous ``A[q, q-1]``, next ``A[q, q+1]``, current ``A[q, q]`` (0 where the key does not exist);
     cls / sep / punct: ``sum_k A[q, k]`` over the [CLS] / [SEP] / punctuation keys; entropy
-    ``-sum_k A[q, k] ln A[q, k]`` in nats; maximum ``max_k A[q, k]``; content_maximum, the maximum over
-    keys that are not [CLS] or [SEP]; same_word: the mass on keys with ``q``'s token text or word
-    (``q`` included); other_sentence: on keys with ``q``'s token text in the other segment;
-    word_pieces: on the other pieces of ``q``'s word.
+    ``-sum_k A[q, k] ln A[q, k]`` in nats; maximum ``max_k A[q, k]``; non_sep_maximum, the maximum over
+    keys that are not [SEP]; non_delimiter_maximum, over keys that are neither [CLS] nor [SEP];
+    smoothed_entropy (only when summarised with ``smoothing`` ε > 0, else ``None``): the entropy of the
+    smoothed row ``(1 - ε) A[q, k] + ε / n`` over the segment's ``n`` keys; same_word: the mass on keys
+    with ``q``'s token text or word (``q`` included); other_sentence: on keys with ``q``'s token text in
+    the other segment; word_pieces: on the other pieces of ``q``'s word.
     same_word_queries / other_sentence_queries / word_piece_queries: [B, Q] bool, the queries that
     have at least one such key.
     """
@@ -194,18 +201,21 @@ class RowSummary:
     punct: torch.Tensor
     entropy: torch.Tensor
     maximum: torch.Tensor
-    content_maximum: torch.Tensor
+    non_sep_maximum: torch.Tensor
+    non_delimiter_maximum: torch.Tensor
     same_word: torch.Tensor
     other_sentence: torch.Tensor
     word_pieces: torch.Tensor
     same_word_queries: torch.Tensor
     other_sentence_queries: torch.Tensor
     word_piece_queries: torch.Tensor
+    smoothed_entropy: torch.Tensor | None = None
 
     @classmethod
-    def of(cls, batch: AttentionBatch, special: SpecialTokens) -> RowSummary:
-        """Summarise a captured batch (``batch.probs``: [B, L, H, N, N]) layer by layer."""
-        summarizer = RowSummarizer(batch.encoded, special)
+    def of(cls, batch: AttentionBatch, special: SpecialTokens, *, smoothing: float = 0.0) -> RowSummary:
+        """Summarise a captured batch (``batch.probs``: [B, L, H, N, N]) layer by layer; ``smoothing`` as
+        in :class:`RowSummarizer`."""
+        summarizer = RowSummarizer(batch.encoded, special, smoothing=smoothing)
         for layer in range(batch.probs.shape[1]):
             summarizer.add_layer(batch.probs[:, layer])
         return summarizer.result()
@@ -238,15 +248,25 @@ class RowSummarizer:
     scratch: a flat buffer to reuse, e.g. the previous batch's :attr:`scratch`: a stream of batches then
     writes into memory already mapped instead of faulting a fresh ``[B, H, N, N]`` buffer in every batch
     (benchmarks/RESULTS.md, "Fourth round"). One too small or on another device is replaced.
+    smoothing: ε > 0 also gives :attr:`RowSummary.smoothed_entropy` (one more pass over each layer);
+    0 (the default) leaves it out.
     """
 
     def __init__(
-        self, encoded: EncodedBatch, special: SpecialTokens, scratch: torch.Tensor | None = None
+        self,
+        encoded: EncodedBatch,
+        special: SpecialTokens,
+        scratch: torch.Tensor | None = None,
+        *,
+        smoothing: float = 0.0,
     ) -> None:
+        if not 0.0 <= smoothing < 1.0:
+            raise BertologyError(f"Entropy smoothing must be in [0, 1), not {smoothing}.")
         self.encoded = encoded
         self.special = special
         self.layers: list[dict[str, torch.Tensor]] = []
         self.scratch = scratch
+        self.smoothing = smoothing
 
     def _prepare(self, width: int, device: torch.device) -> None:
         """Token roles and key sets of the batch, once, at the first layer's width and device."""
@@ -256,6 +276,11 @@ class RowSummarizer:
         self.key_sets = torch.stack([roles.is_cls, roles.is_sep, roles.is_punct], dim=-1).float()
         #: [B, 1, 1, N] float: 1 for keys that are not [CLS] / [SEP].
         self.content = (~delimiter).float()[:, None, None, :]
+        #: The (b, k) positions of the [CLS] keys, each [C] int64.
+        self.cls_keys = roles.is_cls.nonzero(as_tuple=True)
+        #: [B, 1, 1, N] float: 1 for real keys; [B, 1, 1, 1] float: ε / n of each segment.
+        self.real_keys = roles.valid.float()[:, None, None, :]
+        self.uniform_share = (self.smoothing / roles.valid.sum(-1).clamp_min(1).float())[:, None, None, None]
         same_text = _equal(roles.text)
         same_word = _equal(roles.word)
         itself = torch.eye(roles.valid.shape[1], dtype=torch.bool, device=roles.valid.device)
@@ -281,7 +306,14 @@ class RowSummarizer:
         rows = probs.reshape(batch, heads * size, size)
         masses = torch.bmm(rows, self.key_sets).view(batch, heads, size, 3)  # [CLS], [SEP], punctuation
         entropy = -torch.clamp(probs, min=_TINY, out=scratch).log_().mul_(probs).sum(-1)
-        content_maximum = torch.mul(probs, self.content, out=scratch).amax(-1)
+        non_delimiter_maximum = torch.mul(probs, self.content, out=scratch).amax(-1)
+        cls_batch, cls_key = self.cls_keys  # the largest weight on a [CLS] key, 0 where there is none
+        on_cls = probs[cls_batch, :, :, cls_key].reshape(len(cls_batch), heads * size)
+        cls_maximum = (
+            probs.new_zeros(batch, heads * size)
+            .scatter_reduce_(0, cls_batch[:, None].expand_as(on_cls), on_cls, "amax")
+            .view(batch, heads, size)
+        )
         quantities = {
             "previous": pad(torch.diagonal(probs, -1, -2, -1), (1, 0)),
             "next": pad(torch.diagonal(probs, 1, -2, -1), (0, 1)),
@@ -291,8 +323,13 @@ class RowSummarizer:
             "punct": masses[..., 2],
             "entropy": entropy,
             "maximum": probs.amax(-1),
-            "content_maximum": content_maximum,
+            "non_sep_maximum": torch.maximum(non_delimiter_maximum, cls_maximum),
+            "non_delimiter_maximum": non_delimiter_maximum,
         }
+        if self.smoothing:
+            smoothed = torch.mul(probs, 1.0 - self.smoothing, out=scratch).add_(self.uniform_share)
+            smoothed.mul_(self.real_keys)  # padding keys are no keys: 0, and 0 ln 0 = 0
+            quantities["smoothed_entropy"] = -smoothed.xlogy_(smoothed).sum(-1)
         b, q, k, row = self.pairs
         masses_by_set = probs.new_zeros(len(self.masks) * batch * size, heads).index_add_(
             0, row, probs[b, :, q, k]

@@ -4,12 +4,32 @@
 records a probe set's attention during any training loop (for Hugging Face's Trainer:
 :class:`~bertology.training.callback.MonitorCallback`); :func:`read_archive` reads the records;
 :func:`bertology.training.watch.watch_html` renders a run as one page.
+
+The names are imported on first use (so ``bertology.training.settings`` loads without torch).
 """
 
-from bertology.training.archive import MonitorArchive, read_archive
-from bertology.training.finetune import FinetuneResult, FinetuneSettings, TrainingProgress, finetune
-from bertology.training.monitor import AttentionMonitor, ProbeSet
+from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from bertology.lazy_exports import export_lazily
+
+if TYPE_CHECKING:
+    from bertology.training.archive import MonitorArchive, read_archive
+    from bertology.training.finetune import FinetuneResult, finetune
+    from bertology.training.monitor import AttentionMonitor, ProbeSet
+    from bertology.training.settings import FinetuneSettings, TrainingProgress
+
+_HOMES = {
+    "AttentionMonitor": "monitor",
+    "FinetuneResult": "finetune",
+    "FinetuneSettings": "settings",
+    "MonitorArchive": "archive",
+    "ProbeSet": "monitor",
+    "TrainingProgress": "settings",
+    "finetune": "finetune",
+    "read_archive": "archive",
+}
 __all__ = [
     "AttentionMonitor",
     "FinetuneResult",
@@ -20,3 +40,5 @@ __all__ = [
     "finetune",
     "read_archive",
 ]
+
+export_lazily(__name__, _HOMES)

@@ -194,13 +194,63 @@ class MonitorArchive:
         return len(self.steps)
 
     def attention(self, example: int) -> np.ndarray:
-        """[T, L, H, n, n] float32: probe example ``example``'s attention at every record, unpadded."""
+        """[T, L, H, n, n] float32: probe example ``example``'s attention at every record, unpadded.
+
+        Raises:
+            BertologyError: a chunk's file is missing or damaged (named in the message).
+        """
         n = int(self.lengths[example])
-        return np.asarray(self._attention[: len(self), example, :, :, :n, :n], dtype=np.float32)
+        records = [
+            _read_chunk(self.path, self._attention, (t, example), (t, example, ..., slice(n), slice(n)))
+            for t in range(len(self))
+        ]
+        shape = (0, self.layers, self.heads, n, n)
+        return np.stack(records).astype(np.float32) if records else np.zeros(shape, np.float32)
 
     def statistic(self, name: str) -> np.ndarray:
         """[T, L, H] one statistic over the records."""
         return self.stats[:, self.statistics.index(name)]
+
+
+def archive_folder(path: str | Path) -> Path:
+    """The archive :func:`read_archive` opens for ``path``: ``path/monitor.zarr`` when that folder exists,
+    else ``path`` itself."""
+    folder = Path(path)
+    return folder / ARCHIVE_FOLDER if (folder / ARCHIVE_FOLDER).is_dir() else folder
+
+
+def _chunk_file(folder: Path, array: Any, chunk: tuple[int, ...]) -> Path:
+    """The file of ``array``'s chunk at grid position ``chunk`` (padded with zeros).
+
+    Raises:
+        BertologyError: the file is missing (zarr would silently read the fill value instead).
+    """
+    key = array.metadata.chunk_key_encoding.encode_chunk_key(chunk + (0,) * (array.ndim - len(chunk)))
+    file = folder / array.path / key
+    if not file.is_file():
+        raise BertologyError(
+            f"The attention monitor archive {folder} is missing {file}: the archive is damaged or only "
+            "partly copied."
+        )
+    return file
+
+
+def _read_chunk(folder: Path, array: Any, chunk: tuple[int, ...], selection: Any) -> np.ndarray:
+    """``array[selection]``, which lies within the chunk at grid position ``chunk``, checked.
+
+    Raises:
+        BertologyError: the chunk's file is missing or damaged (named in the message).
+    """
+    file = _chunk_file(folder, array, chunk)
+    try:
+        return np.asarray(array[selection])
+    except (RuntimeError, ValueError, OSError) as error:  # e.g. Blosc's "error during decompression"
+        raise BertologyError(f"{file} in the attention monitor archive is damaged ({error}).") from error
+
+
+def _records(folder: Path, array: Any, count: int) -> np.ndarray:
+    """[count, ...] the first ``count`` records of ``array`` (one chunk per record), each chunk checked."""
+    return np.stack([_read_chunk(folder, array, (t,), t) for t in range(count)]) if count else array[:0]
 
 
 def read_archive(path: str | Path) -> MonitorArchive:
@@ -209,39 +259,54 @@ def read_archive(path: str | Path) -> MonitorArchive:
     Only complete records are returned, so this is safe while training still writes and after a crash.
 
     Raises:
-        BertologyError: no archive there, or not a bertology monitor archive.
+        BertologyError: no archive there, not a bertology monitor archive, or a file of it missing or
+            damaged (named in the message).
     """
     import zarr
 
-    folder = Path(path)
-    if (folder / ARCHIVE_FOLDER).is_dir():
-        folder = folder / ARCHIVE_FOLDER
+    folder = archive_folder(path)
     try:
         group = zarr.open_group(str(folder), mode="r")
         attrs = dict(group.attrs)
-    except (FileNotFoundError, ValueError, KeyError) as error:
+    except FileNotFoundError as error:
         raise BertologyError(f"There is no attention monitor archive at {path}.") from error
+    except (ValueError, KeyError, OSError) as error:
+        raise BertologyError(f"{folder / 'zarr.json'} cannot be read ({error}); it is damaged.") from error
     if attrs.get("format") != FORMAT:
         raise BertologyError(f"{folder} is not an attention monitor archive of bertology.")
-    count = int(attrs["recorded"])
-    probe = attrs["probe"]
-    return MonitorArchive(
-        path=folder,
-        model=str(attrs["model"]),
-        layers=int(attrs["layers"]),
-        heads=int(attrs["heads"]),
-        every=int(attrs["every"]),
-        steps=np.asarray(group["steps"][:count], dtype=np.int64),
-        stats=np.asarray(group["stats"][:count], dtype=np.float32),
-        statistics=list(attrs["statistics"]),
-        lengths=np.asarray(group["lengths"][:], dtype=np.int64),
-        probe=ProbeTokens(
+    try:
+        count = int(attrs["recorded"])
+        probe = attrs["probe"]
+        arrays = {name: group[name] for name in ("steps", "stats", "lengths", "attention")}
+        probe_tokens = ProbeTokens(
             texts=probe["texts"],
             texts_b=probe["texts_b"],
             labels=probe["labels"],
             tokens=probe["tokens"],
             segments=probe["segments"],
             truncated=probe["truncated"],
-        ),
-        _attention=group["attention"],
+        )
+        model, layers, heads = str(attrs["model"]), int(attrs["layers"]), int(attrs["heads"])
+        every, statistics = int(attrs["every"]), list(attrs["statistics"])
+    except (ValueError, KeyError, TypeError) as error:
+        raise BertologyError(
+            f"The attention monitor archive {folder} cannot be read ({type(error).__name__}: {error}); "
+            "its metadata is damaged."
+        ) from error
+    archive = MonitorArchive(
+        path=folder,
+        model=model,
+        layers=layers,
+        heads=heads,
+        every=every,
+        steps=_records(folder, arrays["steps"], count).astype(np.int64).reshape(count),
+        stats=_records(folder, arrays["stats"], count).astype(np.float32),
+        statistics=statistics,
+        lengths=_read_chunk(folder, arrays["lengths"], (0,), slice(None)).astype(np.int64),
+        probe=probe_tokens,
+        _attention=arrays["attention"],
     )
+    for example in range(len(archive.lengths)):  # every attention chunk is there, before anything is read
+        for record in range(count):
+            _chunk_file(folder, arrays["attention"], (record, example))
+    return archive

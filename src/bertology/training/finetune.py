@@ -10,8 +10,10 @@ A run folder holds:
 
 - ``model/``: the fine-tuned model and tokenizer (``save_pretrained``); ``load_model(RUN_DIR,
   classifier=True)`` loads it.
-- ``run.json``: task, model, settings, labels, sizes, status (``running`` / ``finished``), steps,
-  time and the final dev accuracy and loss.
+- ``run.json``: task, model, settings, labels, sizes, status (``running``, ``finished``, or
+  ``interrupted`` when training stopped on an error or Ctrl-C, with the ``error``), the ``pid`` and
+  ``host`` of the training process (:func:`run_status` tells a run whose process is gone), steps, time
+  and the final dev accuracy and loss.
 - ``metrics.jsonl`` (a line per log and evaluation, appended as training goes) and ``metrics.csv``:
   ``split`` = ``train`` rows (mean loss over the last ``log_every`` steps, learning rate) and ``dev``
   rows (accuracy and mean cross-entropy over the dev examples).
@@ -24,10 +26,12 @@ import json
 import math
 import os
 import shutil
+import socket
 import time
 import warnings
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -44,72 +48,13 @@ from bertology.models import RUN_MODEL_FOLDER, LoadedModel, load_model
 from bertology.readers.glue import GlueTask, Split, read_glue
 from bertology.training.archive import ARCHIVE_FOLDER
 from bertology.training.monitor import AttentionMonitor, ProbeSet
+from bertology.training.settings import FinetuneSettings, TrainingProgress
 
 RUN_FILE = "run.json"
 METRICS_JSONL = "metrics.jsonl"
 METRICS_CSV = "metrics.csv"
 #: Consecutive batches whose examples are sorted by length together.
 BUCKET_BATCHES = 50
-
-
-@dataclass(frozen=True)
-class FinetuneSettings:
-    """Everything that decides a run (the defaults: SST-2 in an estimated 8 to 10 minutes on 2 idle CPU
-    cores, dev accuracy 0.88; see benchmarks/RESULTS.md).
-
-    model: ``"default"`` (all-MiniLM-L6-v2), a hub name or a folder. max_train / max_dev: examples used
-    (None: all); the training examples are a seeded random sample, the dev examples the first ones.
-    max_length: tokens per input, special tokens included. learning_rate: peak AdamW rate, reached after
-    ``warmup`` (a fraction of all steps). eval_every: also evaluate every this many steps (None: only at
-    each epoch's end). log_every: steps per training-loss row. watch_every: steps between attention
-    records (0: no monitor). probe_set: examples in the monitor's probe set, drawn from the dev split.
-    threads: torch threads during the run (None: torch's default, one per core). On a machine busy with
-    other work, 1 thread can be several times faster than 2 (they wait for each other).
-    """
-
-    model: str = "default"
-    max_train: int | None = 30_000
-    max_dev: int | None = None
-    epochs: int = 1
-    max_length: int = 64
-    batch_size: int = 32
-    learning_rate: float = 5e-5
-    warmup: float = 0.1
-    weight_decay: float = 0.01
-    seed: int = 0
-    eval_every: int | None = 250
-    log_every: int = 10
-    watch_every: int = 100
-    probe_set: int = 8
-    threads: int | None = None
-
-    def check(self) -> None:
-        """Raises BertologyError for settings that cannot run."""
-        positive = {"epochs": self.epochs, "max_length": self.max_length, "batch_size": self.batch_size}
-        positive |= {"log_every": self.log_every, "probe_set": self.probe_set}
-        optional = {"max_train": self.max_train, "max_dev": self.max_dev, "eval_every": self.eval_every}
-        optional |= {"threads": self.threads}
-        for name, value in positive.items():
-            if value < 1:
-                raise BertologyError(f"{name.replace('_', '-')} must be at least 1, not {value}.")
-        for name, value in optional.items():
-            if value is not None and value < 1:
-                raise BertologyError(f"{name.replace('_', '-')} must be at least 1, not {value}.")
-        if self.watch_every < 0:
-            raise BertologyError(f"watch-every must be 0 (no monitor) or more, not {self.watch_every}.")
-        if not (self.learning_rate > 0 and 0 <= self.warmup < 1):
-            raise BertologyError("The learning rate must be positive and the warm-up fraction in [0, 1).")
-
-
-@dataclass(frozen=True)
-class TrainingProgress:
-    """Reported after each optimizer step: step (1-based) of total, mean loss over the last ``log_every``
-    steps, and the learning rate used for this step."""
-
-    step: int
-    total: int
-    loss: float
-    learning_rate: float
 
 
 @dataclass(frozen=True)
@@ -195,15 +140,93 @@ class _MetricsLog:
         pd.DataFrame(self.rows).to_csv(path, index=False)
 
 
-def _prepare_run_dir(run_dir: Path, overwrite: bool) -> None:
-    """Create ``run_dir``; with ``overwrite``, remove an earlier run's outputs from it first."""
-    if (run_dir / RUN_FILE).exists() and not overwrite:
-        raise BertologyError(f"{run_dir} already holds a training run; choose a new folder or overwrite it.")
-    for folder in (RUN_MODEL_FOLDER, ARCHIVE_FOLDER):
-        shutil.rmtree(run_dir / folder, ignore_errors=True)
-    for name in (RUN_FILE, METRICS_JSONL, METRICS_CSV):
-        (run_dir / name).unlink(missing_ok=True)
+#: What a run writes in its folder; nothing else there is touched.
+RUN_OUTPUTS = (RUN_FILE, METRICS_JSONL, METRICS_CSV, RUN_MODEL_FOLDER, ARCHIVE_FOLDER)
+
+
+def check_run_dir(run_dir: Path, overwrite: bool) -> None:
+    """Raise unless a run can be written into ``run_dir``, without changing anything.
+
+    The folder may hold other files. An earlier run there (``run.json``) is replaced only with
+    ``overwrite``; a run output's name (``model``, ``metrics.csv``, ...) without ``run.json`` is not a run
+    of ours, so it is never replaced.
+
+    Raises:
+        BertologyError: ``run_dir`` is a file or not writable, holds a run (without ``overwrite``), or holds
+            files with the names of a run's outputs but no ``run.json``.
+    """
+    from bertology.outputs import check_output_folder
+
+    check_output_folder(run_dir)
+    if (run_dir / RUN_FILE).exists():
+        if not overwrite:
+            raise BertologyError(
+                f"{run_dir} already holds a training run; choose a new folder or overwrite it."
+            )
+        return
+    foreign = [name for name in RUN_OUTPUTS if (run_dir / name).exists() or (run_dir / name).is_symlink()]
+    if foreign:
+        raise BertologyError(
+            f"{run_dir} holds {', '.join(foreign)} but no {RUN_FILE}, so not a run of bertology's; choose a "
+            "new folder (nothing there is replaced)."
+        )
+
+
+def _prepare_run_dir(run_dir: Path) -> None:
+    """Create ``run_dir`` (checked by :func:`check_run_dir`), removing an earlier run's outputs."""
+    if (run_dir / RUN_FILE).exists():
+        for name in RUN_OUTPUTS:
+            target = run_dir / name
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target)
+            else:
+                target.unlink(missing_ok=True)
     run_dir.mkdir(parents=True, exist_ok=True)
+
+
+def _process_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this machine."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def run_status(run: dict[str, Any]) -> str:
+    """The status of the run that ``run`` (its ``run.json``) describes: its recorded ``status``, except
+    that a run recorded as ``"running"`` by a process of this machine that no longer exists (killed, or
+    the machine restarted) is ``"interrupted"``."""
+    status = str(run.get("status", ""))
+    pid = run.get("pid")
+    if status == "running" and isinstance(pid, int) and run.get("host") == socket.gethostname():
+        return status if _process_alive(pid) else "interrupted"
+    return status
+
+
+@contextmanager
+def _marked_if_stopped(path: Path, run_info: dict[str, Any]) -> Iterator[None]:
+    """Should the block stop on an error or Ctrl-C, rewrite ``run.json`` at ``path`` as ``"interrupted"``
+    with the error, and let the error go on."""
+    try:
+        yield
+    except BaseException as error:
+        stopped = {"status": "interrupted", "error": f"{type(error).__name__}: {error}".rstrip(": ")}
+        write_json(path, run_info | stopped)
+        raise
+
+
+def _save_model(loaded: LoadedModel, folder: Path) -> None:
+    """Save the model and tokenizer into ``folder``, checking that they are there."""
+    try:
+        loaded.model.save_pretrained(folder)
+        loaded.tokenizer.save_pretrained(folder)
+    except OSError as error:
+        raise BertologyError(f"Could not save the model in {folder}: {error.strerror or error}.") from error
+    if not (folder / "config.json").is_file():  # save_pretrained only logs a folder it cannot create
+        raise BertologyError(f"Could not save the model in {folder}.")
 
 
 def _train_sample(task: GlueTask, settings: FinetuneSettings, rng: np.random.Generator) -> Split:
@@ -251,9 +274,12 @@ def finetune(
     The attention monitor records step 0, every ``watch_every`` steps and the last step.
     on_progress: called after every optimizer step.
 
+    The settings, task, model and run folder are all checked before anything is written. Should training
+    stop on an error or Ctrl-C, ``run.json`` says ``"interrupted"`` (with the error).
+
     Raises:
-        BertologyError: bad settings or task folder, an unloadable model, or ``run_dir`` already holding
-            a run (unless ``overwrite``).
+        BertologyError: bad settings or task folder, an unloadable model, a ``max_length`` with no room for
+            text, or a ``run_dir`` that cannot take a run (see :func:`check_run_dir`).
     """
     settings = settings or FinetuneSettings()
     settings.check()
@@ -275,8 +301,8 @@ def _run(
 ) -> FinetuneResult:
     """:func:`finetune` with checked settings and the thread count set."""
     started = time.perf_counter()
+    check_run_dir(run_dir, overwrite)
     task = read_glue(task_dir, max_dev=settings.max_dev)
-    _prepare_run_dir(run_dir, overwrite)
     rng = np.random.default_rng(settings.seed)
     train = _train_sample(task, settings, rng)
     train_labels, dev_labels = task.label_ids(train), task.label_ids(task.dev)
@@ -284,6 +310,13 @@ def _run(
     loaded = load_model(settings.model, classifier=True, labels=task.labels)
     model = loaded.model
     limit = min(settings.max_length, loaded.max_length)
+    special = loaded.tokenizer.num_special_tokens_to_add(pair=task.is_pair)
+    if limit <= special:
+        raise BertologyError(
+            f"max-len {settings.max_length} leaves no room for text besides the {special} special tokens."
+        )
+    check_run_dir(run_dir, overwrite)  # again: the folder may have changed while the model loaded
+    _prepare_run_dir(run_dir)
     counts = _token_counts(loaded, train)
     batches_per_epoch = math.ceil(len(train.examples) / settings.batch_size)
     total = batches_per_epoch * settings.epochs
@@ -309,51 +342,53 @@ def _run(
         "truncated_dev_examples": int(np.sum(_token_counts(loaded, task.dev) > limit)),
         "steps_planned": total,
         "torch_threads": torch.get_num_threads(),
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
     }
     write_json(run_dir / RUN_FILE, run_info)
-    metrics = _MetricsLog(run_dir / METRICS_JSONL)
-    if monitor is not None:
-        monitor.record(loaded, 0)
+    with _marked_if_stopped(run_dir / RUN_FILE, run_info):
+        metrics = _MetricsLog(run_dir / METRICS_JSONL)
+        if monitor is not None:
+            monitor.record(loaded, 0)
 
-    step, window = 0, deque(maxlen=settings.log_every)
-    model.train()
-    for epoch in range(settings.epochs):
-        for batch in length_batches(np.minimum(counts, limit), settings.batch_size, rng):
-            texts_b = None if train.texts_b is None else [train.texts_b[i] for i in batch]
-            inputs = ([train.texts[i] for i in batch], texts_b, [train_labels[i] for i in batch])
-            loss, rate = _train_step(loaded, inputs, limit, optimizer, schedule)
-            step += 1
-            window.append(loss)
-            position = {"step": step, "epoch": round(step / batches_per_epoch, 4)}
-            if step % settings.log_every == 0:
-                metrics.add(**position, split="train", loss=float(np.mean(window)), learning_rate=rate,
-                            seconds=round(time.perf_counter() - started, 2))  # fmt: skip
-            if on_progress is not None:
-                on_progress(TrainingProgress(step, total, float(np.mean(window)), rate))
-            if monitor is not None:
-                monitor.step(loaded, step)
-            epoch_end = step == (epoch + 1) * batches_per_epoch
-            if epoch_end or (settings.eval_every and step % settings.eval_every == 0):
-                dev_accuracy, dev_loss = evaluate(loaded, task.dev, dev_labels, limit)
-                metrics.add(**position, split="dev", loss=dev_loss, accuracy=dev_accuracy,
-                            seconds=round(time.perf_counter() - started, 2))  # fmt: skip
-    if monitor is not None:
-        monitor.record(loaded, step)
+        step, window = 0, deque(maxlen=settings.log_every)
+        model.train()
+        for epoch in range(settings.epochs):
+            for batch in length_batches(np.minimum(counts, limit), settings.batch_size, rng):
+                texts_b = None if train.texts_b is None else [train.texts_b[i] for i in batch]
+                inputs = ([train.texts[i] for i in batch], texts_b, [train_labels[i] for i in batch])
+                loss, rate = _train_step(loaded, inputs, limit, optimizer, schedule)
+                step += 1
+                window.append(loss)
+                position = {"step": step, "epoch": round(step / batches_per_epoch, 4)}
+                if step % settings.log_every == 0:
+                    metrics.add(**position, split="train", loss=float(np.mean(window)), learning_rate=rate,
+                                seconds=round(time.perf_counter() - started, 2))  # fmt: skip
+                if on_progress is not None:
+                    on_progress(TrainingProgress(step, total, float(np.mean(window)), rate))
+                if monitor is not None:
+                    monitor.step(loaded, step)
+                epoch_end = step == (epoch + 1) * batches_per_epoch
+                if epoch_end or (settings.eval_every and step % settings.eval_every == 0):
+                    dev_accuracy, dev_loss = evaluate(loaded, task.dev, dev_labels, limit)
+                    metrics.add(**position, split="dev", loss=dev_loss, accuracy=dev_accuracy,
+                                seconds=round(time.perf_counter() - started, 2))  # fmt: skip
+        if monitor is not None:
+            monitor.record(loaded, step)
 
-    model.eval()
-    model.save_pretrained(run_dir / RUN_MODEL_FOLDER)
-    loaded.tokenizer.save_pretrained(run_dir / RUN_MODEL_FOLDER)
-    metrics.save_csv(run_dir / METRICS_CSV)
-    seconds = time.perf_counter() - started
-    result = FinetuneResult(
-        run_dir, step, seconds, len(train.examples), len(task.dev.examples), dev_accuracy, dev_loss
-    )
-    run_info |= {
-        "status": "finished",
-        "steps": step,
-        "seconds": round(seconds, 1),
-        "dev_accuracy": dev_accuracy,
-        "dev_loss": dev_loss,
-    }
-    write_json(run_dir / RUN_FILE, run_info)
-    return result
+        model.eval()
+        _save_model(loaded, run_dir / RUN_MODEL_FOLDER)
+        metrics.save_csv(run_dir / METRICS_CSV)
+        seconds = time.perf_counter() - started
+        result = FinetuneResult(
+            run_dir, step, seconds, len(train.examples), len(task.dev.examples), dev_accuracy, dev_loss
+        )
+        run_info |= {
+            "status": "finished",
+            "steps": step,
+            "seconds": round(seconds, 1),
+            "dev_accuracy": dev_accuracy,
+            "dev_loss": dev_loss,
+        }
+        write_json(run_dir / RUN_FILE, run_info)
+        return result

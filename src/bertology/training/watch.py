@@ -22,9 +22,9 @@ from bertology.errors import BertologyError
 from bertology.report.plots import title_of, to_png, unit_of
 from bertology.stats.base import HeadTable
 from bertology.training import plots
-from bertology.training.archive import MonitorArchive, read_archive
+from bertology.training.archive import MonitorArchive, archive_folder, read_archive
 from bertology.training.compare import head_change
-from bertology.training.finetune import METRICS_JSONL, RUN_FILE
+from bertology.training.finetune import METRICS_JSONL, RUN_FILE, run_status
 from bertology.views.page import render_page
 from bertology.views.payload import pack_attention
 
@@ -36,22 +36,48 @@ TOP_HEADS = 10
 CAPTION_CHARS = 70
 
 
+def watch_inputs(run_dir: str | Path) -> list[Path]:
+    """Every file and folder the watch page of ``run_dir`` reads (those that exist or not): the run's
+    ``run.json`` and ``metrics.jsonl``, and its monitor archive's folder."""
+    folder = Path(run_dir)
+    return [folder / RUN_FILE, folder / METRICS_JSONL, archive_folder(folder)]
+
+
 def _run_info(run_dir: Path) -> dict[str, Any]:
+    """The run's ``run.json`` ({} when there is none).
+
+    Raises:
+        BertologyError: the file is not a JSON object (e.g. cut short), naming it.
+    """
     path = run_dir / RUN_FILE
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    if not path.is_file():
+        return {}
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise BertologyError(
+            f"{path} cannot be read as JSON ({error}); it is cut short or damaged."
+        ) from error
+    if not isinstance(info, dict):
+        raise BertologyError(f"{path} does not hold a JSON object; it is damaged.")
+    return info
 
 
 def _metrics(run_dir: Path) -> pd.DataFrame | None:
-    """The rows of metrics.jsonl, or None; a last line cut short by a killed run is left out."""
+    """The rows of metrics.jsonl, or None; reading stops at the first line that is not a whole row
+    (``step``, ``split``, ``loss``), such as a last line cut short by a killed run."""
     path = run_dir / METRICS_JSONL
     if not path.is_file():
         return None
     rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
-            rows.append(json.loads(line))
+            row = json.loads(line)
         except json.JSONDecodeError:
             break
+        if not (isinstance(row, dict) and {"step", "split", "loss"} <= row.keys()):
+            break
+        rows.append(row)
     return pd.DataFrame(rows) if rows else None
 
 
@@ -115,13 +141,13 @@ def _ranked_table(archive: MonitorArchive, change: np.ndarray) -> dict[str, Any]
 def _facts(archive: MonitorArchive, run: dict[str, Any]) -> list[list[str]]:
     facts = [["model", archive.model]]
     if run:
-        facts += [["task", str(run.get("task", ""))], ["status", str(run.get("status", ""))]]
-        if "dev_accuracy" in run:
+        facts += [["task", str(run.get("task", ""))], ["status", run_status(run)]]
+        if isinstance(run.get("dev_accuracy"), int | float):
             facts.append(
-                ["final dev accuracy", f"{run['dev_accuracy']:.4f} on {run['dev_examples']} examples"]
+                ["final dev accuracy", f"{run['dev_accuracy']:.4f} on {run.get('dev_examples')} examples"]
             )
-        if "steps" in run:
-            facts.append(["optimizer steps", f"{run['steps']} in {run['seconds']:.0f} s"])
+        if isinstance(run.get("seconds"), int | float):
+            facts.append(["optimizer steps", f"{run.get('steps')} in {run['seconds']:.0f} s"])
     steps = ", ".join(str(step) for step in archive.steps)
     facts += [
         ["probe examples", str(len(archive.lengths))],

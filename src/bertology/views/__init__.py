@@ -3,24 +3,43 @@
 from __future__ import annotations
 
 import html
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from bertology.analysis.norms import Weights
 from bertology.capture import Attention, capture
 from bertology.capture_seq2seq import AttentionSetName, Seq2SeqAttention, capture_seq2seq
 from bertology.errors import BertologyError
 from bertology.inputs import Text
 from bertology.models import KIND_PHRASES, LoadedModel, resolve_model
+from bertology.norms import Weights
 from bertology.views.build import VIEW_KINDS, Theme, ViewKind, seq2seq_view_data, view_data
 from bertology.views.page import render_page
 
 __all__ = ["VIEW_KINDS", "View", "head_view", "model_view", "neuron_view", "render_view", "seq2seq_view"]
 
 _TITLES = {"head": "Head view", "model": "Model view", "neuron": "Neuron view"}
+
+#: The tallest a notebook frame grows (px); a taller view scrolls inside it, its header rows sticky.
+MAX_FRAME_HEIGHT = 2400
+_TOOLBAR_HEIGHT = 130  # px: toolbar, hint and status lines, about
+_ROW_HEIGHT = 18  # px per token row (views.css --bt-row)
+_THUMBNAIL_ROW = 70  # px per layer of the model view's grid at a notebook's width, about
+
+# Beside the frame: size it to the height its page reports (views.js reportHeight), up to the cap. The
+# page is sandboxed (no same origin), so only a message can say how tall it is.
+_FRAME_SIZER = """<script>(() => {
+  const frame = document.getElementById("%(id)s");
+  const resize = (event) => {
+    if (!frame.isConnected) return removeEventListener("message", resize);
+    const height = event.source === frame.contentWindow && Number(event.data && event.data.bertologyHeight);
+    if (height > 0) frame.style.height = Math.min(Math.ceil(height), %(cap)d) + "px";
+  };
+  addEventListener("message", resize);
+})();</script>"""
 
 
 @dataclass
@@ -58,12 +77,27 @@ class View:
         target.write_text(self.html, encoding="utf-8")
         return target
 
+    @property
+    def estimated_height(self) -> int:
+        """The frame height (px) to start from before the page reports its own: toolbar plus a row per
+        token (head and neuron view) or a thumbnail row per layer (model view), at most the cap."""
+        sets = self.data.get("attentionSets") or [self.data]
+        if self.kind == "model":
+            body = max(entry["layers"] for entry in sets) * _THUMBNAIL_ROW + 30
+        else:
+            rows = max(max(entry["n"], len(entry.get("keyTokens") or ())) for entry in sets)
+            body = rows * _ROW_HEIGHT + 40
+        return min(_TOOLBAR_HEIGHT + body, MAX_FRAME_HEIGHT)
+
     def _repr_html_(self) -> str:
-        # An iframe keeps the page's script, styles and strict CSP apart from the notebook's.
+        # An iframe keeps the page's script, styles and strict CSP apart from the notebook's; the script
+        # beside it sizes it to its content.
+        frame_id = f"bertology-{uuid.uuid4().hex}"
         return (
-            f'<iframe srcdoc="{html.escape(self.html, quote=True)}" sandbox="allow-scripts allow-downloads" '
-            'style="width:100%;height:640px;border:0" title="bertology view"></iframe>'
-        )
+            f'<iframe id="{frame_id}" srcdoc="{html.escape(self.html, quote=True)}" '
+            'sandbox="allow-scripts allow-downloads" '
+            f'style="width:100%;height:{self.estimated_height}px;border:0" title="bertology view"></iframe>'
+        ) + _FRAME_SIZER % {"id": frame_id, "cap": MAX_FRAME_HEIGHT}
 
 
 def render_view(
@@ -84,7 +118,7 @@ def render_view(
     """Build a view from a captured :class:`Attention`, or capture ``source`` (and ``text_b``) first.
 
     weights: when capturing, show the softmax output (``"attention"``) or the norm-based weights
-    (``"norm"``, :mod:`bertology.analysis.norms`; the neuron view shows them beside the softmax).
+    (``"norm"``, :mod:`bertology.norms`; the neuron view shows them beside the softmax).
     head_names: labels shown instead of the head numbers (one per head).
     A decoder-only model's attention is drawn as causal. An encoder-decoder model takes ``source`` and
     ``target`` texts and shows ``attention_set`` first (see :func:`seq2seq_view`).

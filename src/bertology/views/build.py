@@ -4,18 +4,17 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from bertology.capture import Attention
 from bertology.capture_seq2seq import ATTENTION_SETS, AttentionSetName, Seq2SeqAttention
 from bertology.errors import BertologyError
+from bertology.options import Theme, ViewKind
 from bertology.views.payload import pack_attention, pack_float16
 
-ViewKind = Literal["head", "model", "neuron"]
 VIEW_KINDS: tuple[ViewKind, ...] = ("head", "model", "neuron")
-Theme = Literal["light", "dark"]
 
 
 def _check_index(name: str, value: int, count: int, plural: str) -> None:
@@ -50,6 +49,8 @@ def view_data(
     Head and model views carry ``attention: [layers, heads, n, n]`` as 8-bit codes; the neuron view
     carries ``queries`` and ``keys: [layers, heads, n, head_dim]`` as float16 and per-layer ``scaling``
     (and, for norm-based weights, ``valueNorms: [layers, heads, n]`` float16, each key's ``||f(x)||``).
+    ``causal: true`` (a decoder's attention, see :func:`is_causal`) makes every view treat later keys as
+    not attendable: hatched in the model view, left out of the neuron view's softmax.
     head_names: one label per head (``headNames``), shown instead of the head numbers, e.g.
         ``["attention", "rollout", "flow"]`` for a page whose "heads" are three kinds of map.
     """
@@ -76,7 +77,7 @@ def view_data(
     }
     if head_names is not None:
         data["headNames"] = _head_names(head_names, heads)
-    if kind != "neuron" and is_causal(attention.probs):
+    if is_causal(attention.probs):
         data["causal"] = True
     if kind == "neuron":
         if attention.queries is None or attention.keys is None:

@@ -8,7 +8,9 @@
  * Stable hooks (tests, benchmarks, styling):
  *   html[data-theme]                  "light" | "dark"
  *   #bertology-root[data-view]        "head" | "model" | "neuron"
- *   body[data-ready]                  "1" once the first paint is done ("error" if the data is unusable)
+ *   body[data-ready]                  "1" once the first picture is drawn ("error" if the data is unusable);
+ *                                     nothing waits for an animation frame, which a frame out of view never gets
+ *   message to window.parent          {bertologyHeight: px} when the page is in a frame: its content height
  *   #bt-attention <select>            attention set (pages with attentionSets: encoder-decoder models)
  *   #bt-layer  <select>               layer (head and neuron view)
  *   #bt-head   <select>               head (neuron view)
@@ -28,7 +30,7 @@
  * keyTokens (and keySegments): the key tokens when they differ from the query tokens (cross-attention,
  * attention [layers, heads, n, keyTokens.length], right column / thumbnail columns); causal: true draws
  * later keys as not attendable (hatched thumbnails) and says "causal"; attentionSets: see below;
- * weights: "norm" says the values are norm-based weights (bertology.analysis.norms), not softmax output;
+ * weights: "norm" says the values are norm-based weights (bertology.norms), not softmax output;
  * caption: a sentence shown under the toolbar (#bt-caption), e.g. how the values were normalised;
  * heading: the page's title in the toolbar instead of the view's name (e.g. "Attention rollout and flow").
  *   watch page (#bertology-root[data-view="watch"]): #bt-step <input type=range> (record index),
@@ -40,6 +42,9 @@
  *   state()                           the current selection as a plain object
  *   setLayer(l), setHead(h), setQuery(i), setHeads([h, ...]), setFilter(f),
  *   focusToken(side, index) / focusToken(null)      pin a token ("left" | "right") or clear the pin
+ *   weightBoxes()                     head view and enlarged head: what the weight boxes beside the other
+ *                                     side's tokens show for the hovered or pinned token, null if none:
+ *                                     {side, index, heads, rows: [token][head position] weight or null}
  *   openDetail(layer, head), closeDetail()          model view
  *   neuron()                          neuron view: {layer, head, query, dots, probs[, norms, normWeights]}
  *   setTheme("light" | "dark"), toggleTheme()
@@ -65,12 +70,16 @@
   const THICK_LINES = 2500; // up to this many lines are drawn 1.5 px wide, more as 1-device-pixel hairlines
   const SVG_NS = "http://www.w3.org/2000/svg";
 
-  // A tab20-like palette, dark hues first so that the first ten heads differ most.
+  // A tab20-like palette, dark hues first so that the first ten heads differ most. The dark theme
+  // lightens every hue by DARK_THEME_LIGHTEN (towards white), so that the darker ones (grey, brown,
+  // blue) stand out from its near-black background.
   const HEAD_COLOURS = [
     "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
     "#bcbd22", "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94",
     "#f7b6d2", "#c7c7c7", "#dbdb8d", "#9edae5",
   ];
+  const DARK_THEME_LIGHTEN = 0.3;
+  const MIN_LINE_ALPHA = 0.1; // opacity of the faintest drawn line (weight 1/255), so low weights stay visible
 
   const SEGMENT_FILTERS = {
     all: { label: "All", query: null, key: null },
@@ -89,7 +98,7 @@
 
   const clamp = (value, low, high) => Math.min(high, Math.max(low, value));
   const range = (count) => Array.from({ length: count }, (_, i) => i);
-  const headColour = (head) => HEAD_COLOURS[head % HEAD_COLOURS.length];
+  const headColour = (head) => headPalette()[head % HEAD_COLOURS.length];
   /** A head's label: its name from data.headNames, else its 0-based number. */
   const headLabel = (data, head) => (data.headNames ? data.headNames[head] : String(head));
   /** "head 3", or the head's name alone when the heads are named. */
@@ -121,8 +130,6 @@
       return c === "\u007f" ? "\u2421" : String.fromCharCode(0x2400 + c.charCodeAt(0));
     });
   }
-
-  const nextPaint = () => new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve, 0)));
 
   // ---------------------------------------------------------------------------------------------
   // Decoding: base64 -> zlib inflate -> typed arrays (uint8 codes, float16 bits)
@@ -255,6 +262,41 @@
 
   const mixRgb = (a, b, t) => a.map((v, i) => Math.round(v + (b[i] - v) * t));
   const cssRgb = ([r, g, b]) => `rgb(${r},${g},${b})`;
+  const hexRgb = (hex) => [1, 3, 5].map((i) => parseInt(hex.slice(i, i + 2), 16));
+  const cssHex = (rgb) => `#${rgb.map((v) => v.toString(16).padStart(2, "0")).join("")}`;
+
+  /** WCAG 2 relative luminance of an [r, g, b] colour (0..255 channels). */
+  function luminance(rgb) {
+    const [r, g, b] = rgb.map((v) => {
+      const c = v / 255;
+      return c <= 0.04045 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4;
+    });
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b;
+  }
+
+  /** Black or white, whichever contrasts more with `rgb` (at least 4.58:1 for any colour). */
+  const inkOn = (rgb) => (luminance(rgb) > 0.179 ? "#000000" : "#ffffff");
+
+  const palettes = {};
+  /** The 20 head colours of the current theme (hex). */
+  function headPalette() {
+    const theme = currentTheme();
+    if (!palettes[theme]) {
+      const lighten = (hex) => cssHex(mixRgb(hexRgb(hex), [255, 255, 255], DARK_THEME_LIGHTEN));
+      palettes[theme] = theme === "dark" ? HEAD_COLOURS.map(lighten) : HEAD_COLOURS;
+    }
+    return palettes[theme];
+  }
+
+  /** Colour every element marked data-head-colour="h" (swatches, column labels) with head h's theme colour:
+   *  --bt-swatch, and --bt-swatch-ink for text on it. */
+  function paintHeadColours(scope) {
+    for (const node of scope.querySelectorAll("[data-head-colour]")) {
+      const colour = headColour(Number(node.dataset.headColour));
+      node.style.setProperty("--bt-swatch", colour);
+      node.style.setProperty("--bt-swatch-ink", inkOn(hexRgb(colour)));
+    }
+  }
 
   /** 2 * steps + 1 colours from `neg` through the background to `pos`. */
   function divergingRamp(colours, steps = 32) {
@@ -355,8 +397,9 @@
   /** code (0..255) -> opacity level 1..LEVELS; 0 = not drawn (weight below 1/255). */
   const LEVEL_OF_CODE = Uint8Array.from(range(256), (code) => Math.ceil((code * LEVELS) / 255));
   const FULL_BAND = { top: -Infinity, bottom: Infinity };
-  /** Opacity of a level: the middle of its weight range, so opacity stays close to the weight. */
-  const levelAlpha = (level) => +((level - 0.5) / LEVELS).toFixed(4);
+  /** Opacity of a level: the middle of its weight range, lifted to at least MIN_LINE_ALPHA so that the
+   *  faintest drawn lines stay visible: MIN_LINE_ALPHA + (1 - MIN_LINE_ALPHA) * weight. */
+  const levelAlpha = (level) => +(MIN_LINE_ALPHA + (1 - MIN_LINE_ALPHA) * ((level - 0.5) / LEVELS)).toFixed(4);
 
   const rowCentre = (i) => (i + 0.5) * ROW;
 
@@ -409,13 +452,87 @@
   /** Send each drawable line of `head` to a sink (moveTo / lineTo) per opacity level; returns the sinks. */
   function traceLines(spec, head, minCode, width, makeSink) {
     const sinks = [];
+    const [x0, x1] = lineSpan(spec, width);
     visitLines(spec, head, minCode, (i, j, code) => {
       const level = LEVEL_OF_CODE[code];
       const sink = sinks[level] || (sinks[level] = makeSink());
-      sink.moveTo(0, rowCentre(i));
-      sink.lineTo(width, rowCentre(j));
+      sink.moveTo(x0, rowCentre(i));
+      sink.lineTo(x1, rowCentre(j));
     });
     return sinks;
+  }
+
+  // Weight boxes: while a token is hovered or pinned, each token on the other side gets one small box per
+  // shown head, filled with that head's colour at an opacity equal to the weight (as BertViz does), so
+  // that heads drawing over the same lines can still be told apart. The lines end where the boxes begin.
+
+  /** px per head of the weight boxes: 10 for a few heads, down to 5 for many. */
+  const boxSize = (heads) => clamp(Math.floor(120 / Math.max(heads, 1)), 5, 10);
+  const boxesWidth = (spec) => (spec.focus && spec.heads.length ? spec.heads.length * boxSize(spec.heads.length) + 4 : 0);
+
+  /** [x0, x1]: where the lines start and end in a lane `width` px wide (clear of the weight boxes). */
+  function lineSpan(spec, width) {
+    if (!spec.focus) return [0, width];
+    return spec.focus.side === "left" ? [0, width - boxesWidth(spec)] : [boxesWidth(spec), width];
+  }
+
+  /**
+   * The focus token's weight per shown head to (focus on the left) or from (focus on the right) every
+   * token on the other side: {side, index, heads, rows: [other token][head position]}, a weight being
+   * code / 255, or null where the segment filter hides that pair; null when no token is in focus.
+   */
+  function focusWeights(spec) {
+    const { focus, values, n, m, heads, filter, segments, keySegments } = spec;
+    if (!focus) return null;
+    const left = focus.side === "left";
+    const rows = range(left ? m : n).map((other) => {
+      const [i, j] = left ? [focus.index, other] : [other, focus.index];
+      const hidden = (filter.query !== null && segments[i] !== filter.query)
+        || (filter.key !== null && keySegments[j] !== filter.key);
+      return heads.map((head) => (hidden ? null : values[((spec.layer * spec.headCount + head) * n + i) * m + j] / 255));
+    });
+    return { side: focus.side, index: focus.index, heads: [...heads], rows };
+  }
+
+  /** Call box(x, y, size, head, weight) for each weight box in the band (rows in lane coordinates). */
+  function visitBoxes(spec, width, box) {
+    const weights = focusWeights(spec);
+    if (!weights) return;
+    const size = boxSize(weights.heads.length);
+    const x0 = weights.side === "left" ? width - boxesWidth(spec) + 4 : 0;
+    const [from, to] = rowsInBand(spec.band, weights.rows.length);
+    for (let row = from; row < to; row++) {
+      weights.rows[row].forEach((weight, position) => {
+        if (weight !== null) box(x0 + position * size, row * ROW + 3, size, weights.heads[position], weight);
+      });
+    }
+  }
+
+  /** Paint the weight boxes: an outline in the border colour, filled with the head colour at the weight. */
+  function paintBoxes(ctx, spec, width, colours) {
+    const outlines = new Path2D();
+    ctx.save();
+    visitBoxes(spec, width, (x, y, size, head, weight) => {
+      outlines.rect(x + 0.5, y + 0.5, size - 2, ROW - 7);
+      if (weight <= 0) return;
+      ctx.globalAlpha = weight;
+      ctx.fillStyle = headColour(head);
+      ctx.fillRect(x + 1, y + 1, size - 3, ROW - 8);
+    });
+    ctx.globalAlpha = 1;
+    ctx.lineWidth = 1;
+    ctx.strokeStyle = colours.border;
+    ctx.stroke(outlines);
+    ctx.restore();
+  }
+
+  function svgBoxes(spec, width, colours) {
+    const group = svgNode("g", { stroke: colours.border, "stroke-width": 1 });
+    visitBoxes(spec, width, (x, y, size, head, weight) => {
+      const attributes = { x: x + 0.5, y: y + 0.5, width: size - 2, height: ROW - 7, fill: headColour(head) };
+      group.append(svgNode("rect", { ...attributes, "fill-opacity": +weight.toFixed(4) }));
+    });
+    return group;
   }
 
   /** Stroke the lines of spec.heads; returns {minCode, lines, candidates}. */
@@ -523,17 +640,19 @@
         this.right,
       ]);
       this.element = el("div", { class: "bt-scroll" }, [table]);
+      const shown = () => this.element.isConnected && this.element.offsetParent !== null;
       let pending = false;
       const redrawSoon = () => {
         if (pending) return;
         pending = true;
         requestAnimationFrame(() => {
           pending = false;
-          if (this.element.isConnected && this.element.offsetParent !== null) options.onViewport();
+          if (shown()) options.onViewport();
         });
       };
       this.element.addEventListener("scroll", redrawSoon, { passive: true });
-      window.addEventListener("resize", redrawSoon);
+      // A resize redraws at once: a frame out of view gets no animation frame and would stay stale.
+      window.addEventListener("resize", () => shown() && options.onViewport());
       for (const column of [this.left, this.right]) {
         column.addEventListener("mouseover", (event) => {
           const token = tokenAt(event.target);
@@ -732,7 +851,9 @@
     draw() {
       const start = performance.now();
       const { ctx, band } = this.table.prepare(LINE_AREA);
-      const shown = strokeLines(ctx, this.spec(band), LINE_AREA, LINE_BUDGET);
+      const spec = this.spec(band);
+      const shown = strokeLines(ctx, spec, LINE_AREA, LINE_BUDGET);
+      paintBoxes(ctx, spec, LINE_AREA, themeColours());
       this.table.setActive(this.focus, Boolean(this.pinned));
       this.onNote(linesNote(shown));
       api.lastDrawMs = performance.now() - start;
@@ -750,14 +871,25 @@
       return `${this.data.model} · layer ${this.layer} · ${heads}${filter}${token}`;
     }
 
+    /** What the weight boxes show (see focusWeights), or null when no token is hovered or pinned. */
+    weightBoxes() {
+      return focusWeights(this.spec(FULL_BAND));
+    }
+
     picture() {
       const spec = this.spec(FULL_BAND);
-      const paint = (ctx) => strokeLines(ctx, spec, LINE_AREA, EXPORT_LINE_BUDGET);
+      const paint = (ctx, colours) => {
+        strokeLines(ctx, spec, LINE_AREA, EXPORT_LINE_BUDGET);
+        paintBoxes(ctx, spec, LINE_AREA, colours);
+      };
       return this.table.picture(LINE_AREA, this.caption(), paint);
     }
 
     svg() {
-      return this.table.svg(LINE_AREA, this.caption(), svgLines(this.spec(FULL_BAND), LINE_AREA, EXPORT_LINE_BUDGET));
+      const spec = this.spec(FULL_BAND);
+      const body = svgLines(spec, LINE_AREA, EXPORT_LINE_BUDGET);
+      body.append(svgBoxes(spec, LINE_AREA, themeColours()));
+      return this.table.svg(LINE_AREA, this.caption(), body);
     }
   }
 
@@ -799,7 +931,7 @@
     const toolbar = el("header", { class: "bt-toolbar" }, [
       el("div", { class: "bt-title" }, [
         el("strong", { text: data.heading || title }),
-        el("span", { class: "bt-subtitle", text: subtitle }),
+        el("span", { class: "bt-subtitle", text: subtitle, title: subtitle }),
       ]),
       ...controls,
       el("span", { class: "bt-spacer" }),
@@ -830,12 +962,13 @@
         el("button", {
           class: "bt-swatch", type: "button", text: headLabel(data, head),
           title: `${name(head)}: click to toggle, double-click to show it alone`,
-          dataset: { head }, style: { "--bt-swatch": headColour(head) }, "aria-pressed": "true",
+          dataset: { head, headColour: head }, "aria-pressed": "true",
           onclick: () => this.toggle(head), ondblclick: () => this.solo(head),
         }),
       );
       const props = { id: "bt-heads", class: "bt-heads", role: "group", "aria-label": "Heads" };
       this.element = el("div", props, this.buttons);
+      paintHeadColours(this.element);
     }
 
     get heads() {
@@ -918,6 +1051,10 @@
 
     focusToken(side, index) {
       this.lines.pin(side ? { side, index: Number(index) } : null);
+    }
+
+    weightBoxes() {
+      return this.lines.weightBoxes();
     }
 
     state() {
@@ -1070,8 +1207,10 @@
       const corner = this.data.headNames ? "layer \\ column" : "layer \\ head";
       grid.append(el("div", { class: "bt-grid-label bt-corner", text: corner }));
       for (const head of range(heads)) {
-        const style = { "--bt-swatch": headColour(head) };
-        grid.append(el("div", { class: "bt-grid-label bt-col-label", text: headLabel(this.data, head), style }));
+        const label = headLabel(this.data, head);
+        grid.append(el("div", {
+          class: "bt-grid-label bt-col-label", text: label, title: label, dataset: { headColour: head },
+        }));
       }
       for (const layer of range(layers)) {
         grid.append(el("div", { class: "bt-grid-label bt-row-label", text: String(layer) }));
@@ -1092,6 +1231,7 @@
       };
       grid.addEventListener("click", openFrom);
       grid.addEventListener("keydown", (event) => (event.key === "Enter" || event.key === " ") && openFrom(event));
+      paintHeadColours(grid);
       return grid;
     }
 
@@ -1123,6 +1263,10 @@
 
     focusToken(side, index) {
       this.detail.lines.pin(side ? { side, index: Number(index) } : null);
+    }
+
+    weightBoxes() {
+      return this.detail.isOpen ? this.detail.lines.weightBoxes() : null;
     }
 
     state() {
@@ -1200,20 +1344,50 @@
     return best;
   }
 
-  /** Column layout; norms: add ‖f(x)‖ and the norm-based weight after the softmax. */
-  function neuronColumns(d, norms) {
-    const cell = clamp(Math.floor(224 / d), 2, 8);
-    const widths = [["query", "query q", d * cell], ["key", "key k", d * cell], ["product", "q × k", d * cell],
-      ["dot", "q · k", 58], ["softmax", "softmax", 150]];
-    if (norms) widths.push(["norm", "\u2016f(x)\u2016", 58], ["normWeight", "\u2016\u03b1 f(x)\u2016 (rows sum to 1)", 150]);
-    const columns = {};
-    let x = 6;
-    for (const [name, label, width] of widths) {
-      columns[name] = { x, width, label };
-      x += width + 18;
+  /** Diagonal stripes in the border colour: cells a causal query cannot attend to. */
+  function hatchPattern(ctx, colours) {
+    const tile = document.createElement("canvas");
+    tile.width = tile.height = 6;
+    const stripes = tile.getContext("2d");
+    stripes.strokeStyle = colours.border;
+    stripes.lineWidth = 1.5;
+    stripes.beginPath();
+    for (const shift of [-6, 0, 6]) {
+      stripes.moveTo(shift, 6);
+      stripes.lineTo(shift + 6, 0);
     }
-    return { cell, columns, width: x - 12 };
+    stripes.stroke();
+    return ctx.createPattern(tile, "repeat");
   }
+
+  const NEURON_TOKEN_COLUMNS = 2 * 140 + 28 + 16; // both token columns (max-width in views.css), padding, scrollbar
+
+  /**
+   * Column layout, at most `maxWidth` px wide if it can be: vector cells shrink (8 px down to 2 px) and
+   * then the bars (150 px down to 96 px) until it fits. norms: add ‖f(x)‖ and the norm-based weight.
+   */
+  function neuronColumns(d, norms, maxWidth) {
+    const layout = (cell, bar) => {
+      const widths = [["query", "query q", d * cell], ["key", "key k", d * cell], ["product", "q × k", d * cell],
+        ["dot", "q · k", 58], ["softmax", "softmax", bar]];
+      if (norms) widths.push(["norm", "\u2016f(x)\u2016", 58], ["normWeight", "\u2016\u03b1 f(x)\u2016 (rows sum to 1)", bar]);
+      const columns = {};
+      let x = 6;
+      for (const [name, label, width] of widths) {
+        columns[name] = { x, width, label };
+        x += width + 18;
+      }
+      return { cell, columns, width: x - 12 };
+    };
+    let cell = clamp(Math.floor(224 / d), 2, 8);
+    while (cell > 2 && layout(cell, 150).width > maxWidth) cell--;
+    let bar = 150;
+    while (bar > 96 && layout(cell, bar).width > maxWidth) bar -= 6;
+    return layout(cell, bar);
+  }
+
+  /** "1.23", "0.0456", "12.3": three significant digits. */
+  const scaleNumber = (value) => String(+value.toPrecision(3));
 
   class NeuronView {
     constructor(data, arrays, actions) {
@@ -1225,7 +1399,7 @@
       this.layer = clamp(data.layer, 0, data.layers - 1);
       this.head = clamp(data.head, 0, data.heads - 1);
       this.query = clamp(data.query, 0, data.n - 1);
-      this.layout = neuronColumns(this.d, this.valueNorms !== null);
+      this.layout = neuronColumns(this.d, this.valueNorms !== null, window.innerWidth - NEURON_TOKEN_COLUMNS);
       this.table = new TokenTable({
         tokens: data.tokens, segments: data.segments, canvasId: "bt-canvas",
         headers: { left: "query token", right: "key token" },
@@ -1240,13 +1414,17 @@
         head: selectControl("bt-head", "Head", headOptions(data), this.head, (v) => this.setHead(v)),
         query: selectControl("bt-query", "Query", queryOptions, this.query, (v) => this.setQuery(v)),
       };
-      const legend = el("span", { class: "bt-legend" }, ["−", el("span", { class: "bt-legend-bar" }), "+"]);
+      this.legend = el("span", { id: "bt-legend", class: "bt-legend" });
+      const keys = data.causal
+        ? "over the keys the query may attend to (causal attention: itself and earlier tokens; later keys are hatched)"
+        : "over all keys";
       const hint = "Click a token on the left (or pick it above) to make it the query. Each row shows a key's "
-        + "vector k, q × k, q · k and softmax(q · k × s) over all keys (s: the layer's scaling, 1/\u221ad in BERT)."
+        + `vector k, q × k, q · k and softmax(q · k × s) ${keys} (s: the layer's scaling, 1/\u221ad in BERT). `
+        + "Colours run from \u2212m (blue) through 0 to +m (red), m as the legend says."
         + (this.valueNorms ? " Norm-based weights: \u2016f(x)\u2016 is the norm of the key token's value vector "
           + "through the head's output projection; \u2016\u03b1 f(x)\u2016 = softmax \u00d7 \u2016f(x)\u2016, "
           + "each row divided by its sum (Kobayashi et al. 2020)." : "");
-      const controls = [...Object.values(this.controls).map((control) => control.element), legend];
+      const controls = [...Object.values(this.controls).map((control) => control.element), this.legend];
       const body = [this.table.element];
       const frameActions = { ...actions, exportSvg: null };
       this.frame = frame({ data, title: "Neuron view", controls, hint, body, actions: frameActions });
@@ -1258,7 +1436,15 @@
       return typeof scaling === "number" ? scaling : 1 / Math.sqrt(this.d);
     }
 
-    /** q, all k, q × k, q · k and the softmax over keys for the current selection. */
+    /** Whether key `j` is out of the query's reach (causal attention: a later token). */
+    masked(j) {
+      return this.data.causal && j > this.query;
+    }
+
+    /**
+     * q, all k, q × k, q · k and the softmax over the keys the query may attend to (masked keys: 0), and
+     * the colour scales: vectorScale for q and k, productScale for q × k (the largest magnitude shown).
+     */
     compute() {
       const { n, heads } = this.data;
       const d = this.d;
@@ -1276,16 +1462,20 @@
         }
         dots[j] = dot;
       }
+      const masked = range(n).map((j) => this.masked(j));
       const scores = dots.map((dot) => dot * this.scaling);
-      const top = Math.max(...scores);
-      const weights = scores.map((score) => Math.exp(score - top));
+      const top = Math.max(...scores.filter((_, j) => !masked[j]));
+      const weights = scores.map((score, j) => (masked[j] ? 0 : Math.exp(score - top)));
       const total = weights.reduce((a, b) => a + b, 0);
       const probs = weights.map((w) => w / total);
-      if (!this.valueNorms) return { q, keys, products, dots, probs };
+      const vectorScale = Math.max(maxAbs(q), maxAbs(keys));
+      const productScale = maxAbs(products);
+      const result = { q, keys, products, dots, probs, masked, vectorScale, productScale };
+      if (!this.valueNorms) return result;
       const norms = halfSlice(this.valueNorms, (this.layer * heads + this.head) * n, n);
       const weighted = probs.map((p, j) => p * norms[j]);
       const sum = weighted.reduce((a, b) => a + b, 0);
-      return { q, keys, products, dots, probs, norms, normWeights: weighted.map((w) => (sum > 0 ? w / sum : 0)) };
+      return { ...result, norms, normWeights: weighted.map((w) => (sum > 0 ? w / sum : 0)) };
     }
 
     /** Paint the rows in `band`: query row highlight, q, k and q × k cells, q · k and softmax. */
@@ -1294,8 +1484,6 @@
       const d = this.d;
       const [from, to] = rowsInBand({ top: band.top - ROW, bottom: band.bottom + ROW }, this.data.n);
       const vectors = new CellPainter(divergingRamp(colours));
-      const vectorScale = Math.max(maxAbs(result.q), maxAbs(result.keys));
-      const productScale = maxAbs(result.products);
       const cellHeight = ROW - 6;
       const outlines = new Path2D();
       const vectorRow = (values, offset, scale, column, row) => {
@@ -1304,15 +1492,21 @@
       };
       ctx.fillStyle = colours.highlight;
       ctx.fillRect(0, this.query * ROW, width, ROW);
-      vectorRow(result.q, 0, vectorScale, columns.query, this.query);
+      vectorRow(result.q, 0, result.vectorScale, columns.query, this.query);
       for (let j = from; j < to; j++) {
-        vectorRow(result.keys, j * d, vectorScale, columns.key, j);
-        vectorRow(result.products, j * d, productScale, columns.product, j);
+        vectorRow(result.keys, j * d, result.vectorScale, columns.key, j);
+        vectorRow(result.products, j * d, result.productScale, columns.product, j);
       }
       vectors.fill(ctx);
       ctx.lineWidth = 1;
       ctx.strokeStyle = colours.border;
       ctx.stroke(outlines);
+      const hatched = range(to - from).map((k) => from + k).filter((j) => result.masked[j]);
+      if (hatched.length) {
+        // Later keys: q × k and everything after it hatched; the key vector itself stays readable.
+        ctx.fillStyle = hatchPattern(ctx, colours);
+        for (const j of hatched) ctx.fillRect(columns.product.x - 2, j * ROW + 1, width - columns.product.x + 2, ROW - 2);
+      }
       this.paintNumbers(ctx, colours, result, from, to);
     }
 
@@ -1336,6 +1530,12 @@
         ctx.fillText(value.toFixed(2), column.x + column.width, rowCentre(j));
       };
       for (let j = from; j < to; j++) {
+        if (result.masked[j]) {
+          ctx.fillStyle = colours.muted;
+          ctx.textAlign = "left";
+          ctx.fillText("masked (later token)", softmax.x, rowCentre(j));
+          continue;
+        }
         number(dot, result.dots[j], j);
         bar(softmax, result.probs[j], j);
         if (result.norms) {
@@ -1345,14 +1545,31 @@
       }
     }
 
+    /** The colour scales of the shown vectors, with their numbers: "q, k −m [bar] +m · q × k −m [bar] +m". */
+    showLegend() {
+      const scale = (label, value) => [
+        el("span", { class: "bt-legend-label", text: label }),
+        el("span", { class: "bt-legend-value", text: `\u2212${scaleNumber(value)}` }),
+        el("span", { class: "bt-legend-bar" }),
+        el("span", { class: "bt-legend-value", text: `+${scaleNumber(value)}` }),
+      ];
+      const { vectorScale, productScale } = this.result;
+      this.legend.replaceChildren(...scale("q, k", vectorScale), ...scale("q \u00d7 k", productScale));
+      this.legend.title = "Colour scales: blue = negative, red = positive, the ends at the largest magnitude shown";
+    }
+
     /** Recompute for the current selection, then draw. */
     update() {
       this.result = this.compute();
       this.table.setColumnLabels(Object.entries(this.layout.columns).map(([name, { x, label }]) => ({
         x, text: name === "softmax" ? `softmax (s = ${+this.scaling.toPrecision(3)})` : label,
       })));
-      const { probs } = this.result;
-      this.table.right.childNodes.forEach((node, j) => node.style.setProperty("--bt-weight", probs[j].toFixed(3)));
+      const { probs, masked } = this.result;
+      this.table.right.childNodes.forEach((node, j) => {
+        node.style.setProperty("--bt-weight", probs[j].toFixed(3));
+        node.classList.toggle("bt-masked", masked[j]);
+      });
+      this.showLegend();
       this.draw();
     }
 
@@ -1395,15 +1612,20 @@
     }
 
     neuron() {
-      const { dots, probs, norms, normWeights } = this.result;
+      const { dots, probs, masked, norms, normWeights, vectorScale, productScale } = this.result;
       const { layer, head, query } = this;
-      const shown = { layer, head, query, dots: Array.from(dots), probs: Array.from(probs) };
+      const shown = {
+        layer, head, query, dots: Array.from(dots), probs: Array.from(probs), masked: [...masked],
+        vectorScale, productScale,
+      };
       return norms ? { ...shown, norms: Array.from(norms), normWeights: Array.from(normWeights) } : shown;
     }
 
     picture() {
+      const { vectorScale, productScale } = this.result;
       const caption = `${this.data.model} · layer ${this.layer} · ${headCaption(this.data, this.head)} · query ${this.query}: `
-        + `${displayToken(this.data.tokens[this.query])}`;
+        + `${displayToken(this.data.tokens[this.query])} · colour scales: q, k \u00b1${scaleNumber(vectorScale)}; `
+        + `q \u00d7 k \u00b1${scaleNumber(productScale)}`;
       const result = this.result;
       const paint = (ctx, colours) => this.paintBody(ctx, colours, result, FULL_BAND);
       return this.table.picture(this.layout.width, caption, paint);
@@ -1608,6 +1830,7 @@
       });
       this.root.replaceChildren(this.inner.element);
       this.inner.draw();
+      if (api.ready) reportHeight();
     }
 
     setAttentionSet(name) {
@@ -1676,6 +1899,7 @@
 
   function installApi(view, data) {
     const redraw = () => {
+      paintHeadColours(document);
       view.draw();
       view.frame.syncThemeButton();
     };
@@ -1695,6 +1919,7 @@
       setFilter: call("setFilter"),
       focusToken: (side, index) => view.focusToken(side || null, index),
       openDetail: call("openDetail"),
+      weightBoxes: call("weightBoxes"),
       closeDetail: call("closeDetail"),
       neuron: call("neuron"),
       setTheme: (name) => {
@@ -1731,6 +1956,27 @@
     watch.build();
   }
 
+  // A page shown in a frame (a notebook's output: View._repr_html_) tells its parent how tall its content
+  // is, as the message {bertologyHeight: px}, so that the frame can be sized to it instead of scrolling.
+  let reportedHeight = null;
+
+  /** The root's height with nothing scrolling inside it (.bt-measure lays the page out at full size). */
+  function contentHeight() {
+    const page = document.documentElement;
+    page.classList.add("bt-measure");
+    const height = Math.ceil(document.getElementById("bertology-root").getBoundingClientRect().height);
+    page.classList.remove("bt-measure");
+    return height;
+  }
+
+  function reportHeight() {
+    if (window.parent === window) return;
+    const height = contentHeight();
+    if (height === reportedHeight) return;
+    reportedHeight = height;
+    window.parent.postMessage({ bertologyHeight: height }, "*");
+  }
+
   function showError(root, error) {
     api.error = String(error && error.message ? error.message : error);
     const message = `Cannot show this view: ${api.error}`;
@@ -1745,10 +1991,13 @@
       if (data.view === "watch") await startWatch(root, data);
       else if (data.attentionSets) await startSets(root, data);
       else await startView(root, data);
-      await nextPaint();
+      // The first picture is drawn by now. Nothing here waits for an animation frame: a browser gives
+      // none to a frame out of view (a notebook's output further down), which would stay blank.
       api.firstPaintMs = performance.now() - scriptStart;
       api.ready = true;
       document.body.dataset.ready = "1";
+      reportHeight();
+      window.addEventListener("resize", reportHeight);
     } catch (error) {
       showError(root, error);
     }

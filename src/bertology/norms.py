@@ -18,15 +18,15 @@ function receives it) and the Gram matrix of the head's columns of the output pr
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import get_args
 
 import torch
 from transformers import PreTrainedModel
 
 from bertology.anatomy import attention_parts
 from bertology.errors import BertologyError
+from bertology.options import Weights
 
-Weights = Literal["attention", "norm"]
 #: The attention weights bertology can show and measure: the softmax output, or the norm-based weights.
 WEIGHTS: tuple[Weights, ...] = get_args(Weights)
 WEIGHT_DESCRIPTIONS: dict[Weights, str] = {

@@ -1,0 +1,35 @@
+"""Naming attention heads: a selection of ``(layer, head)`` pairs (0-based), checked against a model's size.
+
+Head gates, single-head ablation, pruning curves and structural pruning all take heads this way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from bertology.errors import BertologyError
+
+#: Heads to act on: ``{layer: [head, ...]}`` or an iterable of ``(layer, head)`` pairs (0-based).
+HeadSelection = Mapping[int, Iterable[int]] | Iterable[tuple[int, int]]
+
+
+def heads_by_layer(selection: HeadSelection, num_layers: int, num_heads: int) -> dict[int, list[int]]:
+    """``selection`` as ``{layer: sorted heads}`` (layers without heads left out).
+
+    Raises:
+        BertologyError: a layer or head outside the model.
+    """
+    pairs = (
+        [(layer, head) for layer, heads in selection.items() for head in heads]
+        if isinstance(selection, Mapping)
+        else list(selection)
+    )
+    grouped: dict[int, set[int]] = {}
+    for layer, head in pairs:
+        if not (0 <= int(layer) < num_layers and 0 <= int(head) < num_heads):
+            raise BertologyError(
+                f"There is no head ({layer}, {head}): the model has {num_layers} layers of {num_heads} heads "
+                "(0-based)."
+            )
+        grouped.setdefault(int(layer), set()).add(int(head))
+    return {layer: sorted(heads) for layer, heads in sorted(grouped.items())}

@@ -1,0 +1,68 @@
+"""What decides a fine-tuning run, and what it reports as it goes; plain data that imports nothing heavy,
+so the command line can show the defaults without loading torch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bertology.errors import BertologyError
+
+
+@dataclass(frozen=True)
+class FinetuneSettings:
+    """Everything that decides a run (the defaults: SST-2 in an estimated 8 to 10 minutes on 2 idle CPU
+    cores, dev accuracy 0.88; see benchmarks/RESULTS.md).
+
+    model: ``"default"`` (all-MiniLM-L6-v2), a hub name or a folder. max_train / max_dev: examples used
+    (None: all); the training examples are a seeded random sample, the dev examples the first ones.
+    max_length: tokens per input, special tokens included. learning_rate: peak AdamW rate, reached after
+    ``warmup`` (a fraction of all steps). eval_every: also evaluate every this many steps (None: only at
+    each epoch's end). log_every: steps per training-loss row. watch_every: steps between attention
+    records (0: no monitor). probe_set: examples in the monitor's probe set, drawn from the dev split.
+    threads: torch threads during the run (None: torch's default, one per core). On a machine busy with
+    other work, 1 thread can be several times faster than 2 (they wait for each other).
+    """
+
+    model: str = "default"
+    max_train: int | None = 30_000
+    max_dev: int | None = None
+    epochs: int = 1
+    max_length: int = 64
+    batch_size: int = 32
+    learning_rate: float = 5e-5
+    warmup: float = 0.1
+    weight_decay: float = 0.01
+    seed: int = 0
+    eval_every: int | None = 250
+    log_every: int = 10
+    watch_every: int = 100
+    probe_set: int = 8
+    threads: int | None = None
+
+    def check(self) -> None:
+        """Raises BertologyError for settings that cannot run."""
+        positive = {"epochs": self.epochs, "max_length": self.max_length, "batch_size": self.batch_size}
+        positive |= {"log_every": self.log_every, "probe_set": self.probe_set}
+        optional = {"max_train": self.max_train, "max_dev": self.max_dev, "eval_every": self.eval_every}
+        optional |= {"threads": self.threads}
+        for name, value in positive.items():
+            if value < 1:
+                raise BertologyError(f"{name.replace('_', '-')} must be at least 1, not {value}.")
+        for name, value in optional.items():
+            if value is not None and value < 1:
+                raise BertologyError(f"{name.replace('_', '-')} must be at least 1, not {value}.")
+        if self.watch_every < 0:
+            raise BertologyError(f"watch-every must be 0 (no monitor) or more, not {self.watch_every}.")
+        if not (self.learning_rate > 0 and 0 <= self.warmup < 1):
+            raise BertologyError("The learning rate must be positive and the warm-up fraction in [0, 1).")
+
+
+@dataclass(frozen=True)
+class TrainingProgress:
+    """Reported after each optimizer step: step (1-based) of total, mean loss over the last ``log_every``
+    steps, and the learning rate used for this step."""
+
+    step: int
+    total: int
+    loss: float
+    learning_rate: float
