@@ -44,8 +44,8 @@ from bertology.analyze import (
     analyze_corpus,
     batch_texts,
     corpus_batches,
-    iter_batches,
 )
+from bertology.batching import iter_batches
 from bertology.capture import stream_batch
 from bertology.corpus import Segment, iter_segments
 from bertology.inputs import encode

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from ci_rules import missing
-from tiny_models import ARCHITECTURES, save_tiny_model
+from tiny_models import TinyModelDirs
 
 import bertology
 from bertology.corpus import sample_corpus
@@ -58,9 +58,9 @@ def chromium_browser() -> Iterator[object]:
 
 @pytest.fixture(scope="session")
 def tiny_model_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """A saved, randomly initialised small model directory per supported architecture."""
-    root = tmp_path_factory.mktemp("tiny_models")
-    return {architecture: save_tiny_model(architecture, root) for architecture in ARCHITECTURES}
+    """A saved, randomly initialised small model directory per supported model type, each built the first
+    time a test asks for it (``tiny_models.TinyModelDirs``)."""
+    return TinyModelDirs(tmp_path_factory.mktemp("tiny_models"))
 
 
 @pytest.fixture(scope="session")
@@ -77,9 +77,30 @@ def sample_corpus_head(tmp_path_factory: pytest.TempPathFactory) -> Callable[[in
 
 
 @pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[None]:
+    """One local Ray cluster for the session (3 CPUs: a pool of two one-thread workers, and one more for a
+    command line run beside it); each test module starts and stops its own pools of workers."""
+    import logging
+
+    from bertology.cluster.workers import import_ray
+
+    ray = import_ray()
+    ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="session")
 def default_model() -> LoadedModel:
     """The embedded all-MiniLM-L6-v2, loaded once."""
     return bertology.load_model()
+
+
+@pytest.fixture(scope="session")
+def mpnet_model() -> LoadedModel:
+    """The real all-mpnet-base-v2 (12 layers x 12 heads, 768 wide), loaded once. Its five PyPI parts are in
+    the `test` extra; missing, the load fails with the part's name (never a skip)."""
+    return bertology.load_model("all-mpnet-base-v2")
 
 
 @pytest.fixture(scope="session")

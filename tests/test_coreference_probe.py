@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
-from bertology.capture import capture
 from bertology.models import LoadedModel
 from bertology.probes.coreference import (
     ALL,
@@ -22,14 +22,11 @@ from bertology.probes.coreference import (
     head_word,
     mention_type,
     probe_coreference,
-    query_rows,
     with_heads,
 )
-from bertology.probes.gap import GapAccumulator, gap_words, probe_gap
+from bertology.probes.rows import query_word_rows
 from bertology.readers.coref import CorefDocument, Mention, read_coref
-from bertology.readers.gap import GapExample, read_gap
 from bertology.readers.treebank import read_treebank
-from bertology.words import word_attention
 
 
 def make_document(sentences: list[str], mentions: list[tuple[int, int, str]]) -> CorefDocument:
@@ -190,14 +187,40 @@ def test_windows_out_of_reach_and_too_long() -> None:
     assert probe.windows == 2 and probe.documents == 1
 
 
-def test_query_rows_match_word_attention(default_model: LoadedModel) -> None:
-    attention = capture(
-        ["Unbelievably", ",", "the", "tokenizer", "splits", "words", "."], model=default_model
-    )
-    words = word_attention(attention, "mean")
-    queries = [0, 3, 5]
-    expected = words.probs[:, :, words.word_positions[queries]][..., words.word_positions]
-    np.testing.assert_allclose(query_rows(attention, queries), expected, atol=1e-5)
+@pytest.mark.parametrize("path", ["queries and keys", "streamed probabilities"])
+def test_query_word_rows_match_the_models_own_attention(
+    default_model: LoadedModel, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """Word rows (mean over the query word's tokens, summed over each key word's tokens) of a batch of two
+    inputs of different lengths, against transformers' own ``output_attentions`` of each input alone, on
+    both capture paths (models whose attention is not softmax(q·k) take the second)."""
+    if path == "streamed probabilities":
+        monkeypatch.setattr("bertology.probes.rows.long_input_refusal", lambda *args: "not q·k")
+    inputs = [["Unbelievably", ",", "the", "tokenizer", "splits", "words", "."], ["Short", "one", "."]]
+    queries = [[0, 3, 5, 3], [1]]
+    captured = query_word_rows(inputs, queries, default_model)
+    tokenizer, model = default_model.tokenizer, default_model.model
+    for words, wanted, got in zip(inputs, queries, captured, strict=True):
+        encoded = tokenizer(words, is_split_into_words=True, return_tensors="pt")
+        with torch.inference_mode():
+            attentions = model(**encoded, output_attentions=True).attentions
+        probs = torch.stack(attentions)[:, 0].numpy()  # [layers, heads, n, n]
+        word_ids = np.array([-1 if w is None else w for w in encoded.word_ids()])
+        expected = np.stack(
+            [
+                np.stack(
+                    [
+                        probs[:, :, word_ids == q][:, :, :, word_ids == w].sum(-1).mean(-1)
+                        for w in range(len(words))
+                    ],
+                    -1,
+                )
+                for q in wanted
+            ],
+            2,
+        )
+        np.testing.assert_allclose(got.rows, expected, atol=1e-5)
+        assert got.tokens.tolist() == np.bincount(word_ids[word_ids >= 0]).tolist() and got.truncated == 0
 
 
 def test_real_run_on_two_gum_documents(default_model: LoadedModel, shared_data: Path) -> None:
@@ -215,46 +238,3 @@ def test_real_run_on_two_gum_documents(default_model: LoadedModel, shared_data: 
     assert table.loc[ALL, "sieve"] > table.loc[ALL, "nearest"]
     assert table.loc[ALL, "sieve"] >= table.loc[ALL, "same_head"]
     assert probe.best().accuracy > table.loc[ALL, "nearest"]
-
-
-def gap_example(a_coref: bool, b_coref: bool) -> GapExample:
-    text = "Mary Ann met Bob Smith, and she smiled."
-    return GapExample(
-        "t",
-        text,
-        "she",
-        text.index("she"),
-        "Mary Ann",
-        0,
-        a_coref,
-        "Bob Smith",
-        text.index("Bob"),
-        b_coref,
-        "url",
-    )
-
-
-def test_gap_words_and_head_scoring() -> None:
-    assert gap_words(gap_example(True, True)) is None and gap_words(gap_example(False, False)) is None
-    words = gap_words(gap_example(False, True))
-    assert words.words[words.pronoun] == "she"
-    assert [words.words[w] for w in words.correct] == ["Bob", "Smith,"]
-    assert [words.words[w] for w in words.wrong] == ["Mary", "Ann"]
-    row = np.zeros((1, 2, len(words.words)))
-    row[0, 0, [0, 1]] = 0.3  # head 0-0: Mary Ann 0.6 against Bob Smith 0.5
-    row[0, 0, [3, 4]] = 0.25
-    row[0, 1, 3] = 0.4  # head 0-1: Bob Smith 0.4 against 0
-    accumulator = GapAccumulator()
-    accumulator.update(words, row)
-    probe = accumulator.merge(GapAccumulator()).result()
-    assert probe.heatmap().tolist() == [[0.0, 1.0]]
-    assert probe.best().label == "0-1"
-
-
-def test_gap_real_run(default_model: LoadedModel, shared_data: Path) -> None:
-    path = shared_data / "gap" / "gap-development.tsv"
-    probe = probe_gap(read_gap(path), default_model, limit=24)
-    assert probe.count + probe.not_scored + probe.skipped == 24
-    assert probe.heatmap().shape == (default_model.num_layers, default_model.num_heads)
-    assert 0 <= probe.best().accuracy <= 1
-    assert json.loads(probe.to_json())["count"] == probe.count

@@ -228,9 +228,9 @@ def test_stream_skips_and_counts(default_model: LoadedModel) -> None:
     ]
     stream = iter_word_attention(sentences, default_model, batch_size=3, max_length=16)
     kept = list(stream)
-    assert [sentence.origin for sentence, _ in kept] == ["short", "last"]
+    assert [sentence.origin for sentence, _ in kept] == ["last", "short"]  # batched longest first
     assert (stream.seen, stream.skipped.truncated, stream.skipped.untokenized) == (4, 1, 1)
-    assert kept[1][1].probs.shape == (default_model.num_layers, default_model.num_heads, 5, 5)
+    assert kept[0][1].probs.shape == (default_model.num_layers, default_model.num_heads, 5, 5)
 
 
 def test_real_treebank(default_model: LoadedModel, shared_data: Path) -> None:

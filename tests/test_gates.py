@@ -28,6 +28,7 @@ OUTPUT_PROJECTION: dict[str, Callable[[nn.Module, int], nn.Linear]] = {
     "electra": lambda model, layer: model.encoder.layer[layer].attention.output.dense,
     "distilbert": lambda model, layer: model.transformer.layer[layer].attention.out_lin,
     "albert": lambda model, layer: model.encoder.albert_layer_groups[0].albert_layers[0].attention.dense,
+    "mpnet": lambda model, layer: model.encoder.layer[layer].attention.attn.o,  # attention in its own code
 }
 
 
@@ -151,7 +152,7 @@ def fail_inside_layer(loaded: LoadedModel, layer: int) -> Callable[[], None]:
     return projection.register_forward_pre_hook(fail).remove
 
 
-@pytest.mark.parametrize("architecture", ["bert", "albert", "distilbert"])
+@pytest.mark.parametrize("architecture", ["bert", "albert", "distilbert", "mpnet"])
 def test_a_pass_cut_short_leaves_the_next_pass_under_the_same_gates_right(
     architecture: str, tiny_model_dirs: dict[str, Path]
 ) -> None:

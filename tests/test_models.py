@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 import bertology
-from bertology.models import SUPPORTED_ARCHITECTURES, default_model_path
+from bertology.model_types import MODEL_TYPES
+from bertology.models import default_model_path
 
 
 def test_default_model_by_none_and_by_name() -> None:
@@ -43,23 +44,8 @@ def test_directory_without_weights_is_a_clear_error(tmp_path: Path, tiny_model_d
         bertology.load_model(tmp_path)
 
 
-def test_unsupported_architecture_is_a_clear_error(tmp_path: Path) -> None:
-    from transformers import LlamaConfig
-
-    LlamaConfig(num_hidden_layers=1, num_attention_heads=2, hidden_size=8).save_pretrained(tmp_path)
-    with pytest.raises(bertology.BertologyError, match="'llama' model, which bertology does not support"):
-        bertology.load_model(tmp_path)
-
-
-def test_supported_list_names_the_nine_architectures() -> None:
-    assert set(SUPPORTED_ARCHITECTURES) == {
-        "bert",
-        "roberta",
-        "xlm-roberta",
-        "albert",
-        "distilbert",
-        "electra",
-        "bart",
-        "t5",
-        "gpt2",
-    }
+def test_supported_types_include_the_bert_family_modern_encoders_and_decoders() -> None:
+    assert {"bert", "roberta", "xlm-roberta", "albert", "distilbert", "electra"} <= set(MODEL_TYPES)
+    assert {"modernbert", "deberta-v2", "mpnet", "llama", "qwen3", "gemma3_text", "bart", "t5"} <= set(
+        MODEL_TYPES
+    )

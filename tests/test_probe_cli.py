@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from bertology.models import LoadedModel
+from bertology.probes.gap import BASELINES
 from bertology.report.arcs import arc_diagram
 
 
@@ -86,9 +87,14 @@ def test_probe_gap_reports_the_best_head(tmp_path: Path, shared_data: Path) -> N
     gap_dev = shared_data / "gap" / "gap-development.tsv"
     result = run_cli("probe", "gap", str(gap_dev), "--limit", "30", "-o", str(tmp_path))
     assert result.returncode == 0, result.stderr
-    assert "Best head" in result.stdout and "examples" in result.stdout
+    assert "Best head" in result.stdout and "bias F/M" in result.stdout
+    table = pd.read_csv(tmp_path / "table.csv")
+    assert table["system"].tolist()[1:] == list(BASELINES)
+    assert {"overall_f1", "masculine_f1", "feminine_f1", "bias_f_m"} <= set(table.columns)
+    assert len(pd.read_csv(tmp_path / "heads.csv")) == 6 * 12
+    assert (tmp_path / "plots" / "gender_split.png").is_file()
     page = (tmp_path / "report.html").read_text(encoding="utf-8")
-    assert "examples scored (exactly one name coreferent)" in page and "data:image/png;base64," in page
+    assert "GAP scorecard" in page and page.count("data:image/png;base64,") == 2
 
 
 def test_unknown_decode_is_refused_before_any_treebank_is_read(default_model: LoadedModel) -> None:

@@ -4,6 +4,7 @@ alike never get a 5xx, and every answer matches the schema's status codes, conte
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import schemathesis
@@ -16,21 +17,29 @@ from schemathesis.specs.openapi.checks import (
     response_schema_conformance,
     status_code_conformance,
 )
+from test_explorer import write_analysis
 
 from bertology.models import LoadedModel
 from bertology.server import Limits, create_app
+from bertology.token_index import build_index
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 EXAMPLES = {GenerationMode.POSITIVE: 30, GenerationMode.NEGATIVE: 40}
 
 
 @pytest.fixture(scope="module")
-def api_schema(default_model: LoadedModel, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BaseSchema]:
+def api_schema(
+    default_model: LoadedModel, sample_corpus_head: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BaseSchema]:
     runs = tmp_path_factory.mktemp("fuzz_runs")
+    write_analysis(sample_corpus_head(6), default_model, runs)  # the runs folder itself: run "" explores it
     (runs / "probe").mkdir()
     (runs / "probe" / "report.html").write_text("<!DOCTYPE html><title>probe</title>")
     # Short inputs keep each model call cheap; the limits themselves are part of what is fuzzed.
-    app = create_app([default_model], runs=runs, limits=Limits(max_tokens=32, max_body_bytes=4096))
+    index = build_index(sample_corpus_head(4), runs / "index", model=default_model, layers=[5], threads=1)
+    app = create_app(
+        [default_model], runs=runs, limits=Limits(max_tokens=32, max_body_bytes=4096), index=index.folder
+    )
     # One intra-op thread, as `bertology serve` gives each computation on a small machine: the fuzz's
     # tiny forward passes are slower with threads competing for two busy cores.
     threads = torch.get_num_threads()
@@ -42,7 +51,7 @@ def api_schema(default_model: LoadedModel, tmp_path_factory: pytest.TempPathFact
 @pytest.mark.parametrize("mode", list(EXAMPLES))
 def test_api_never_fails_on_any_request(api_schema: BaseSchema, mode: GenerationMode) -> None:
     operations = [result.ok() for result in api_schema.get_all_operations()]
-    assert len(operations) == 7
+    assert len(operations) == 13
     for operation in operations:
         if mode is GenerationMode.NEGATIVE and not operation.body:
             continue  # no body to make invalid (a path is any string: the positive cases cover it)

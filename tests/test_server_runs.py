@@ -96,9 +96,14 @@ def test_runs_are_listed_by_kind(client: TestClient, runs_root: Path) -> None:
     answer = client.get("/api/runs").json()
     assert answer["root"] == str(runs_root.resolve())
     assert answer["runs"] == [
-        {"path": "analysis", "kind": "analysis", "url": "/runs/analysis/report.html"},
-        {"path": "probes/deps", "kind": "probe", "url": "/runs/probes/deps/report.html"},
-        {"path": "training/run 1", "kind": "training", "url": "/runs/training/run%201/"},
+        {
+            "path": "analysis",
+            "kind": "analysis",
+            "url": "/runs/analysis/report.html",
+            "explore": "/explore?run=analysis",
+        },
+        {"path": "probes/deps", "kind": "probe", "url": "/runs/probes/deps/report.html", "explore": None},
+        {"path": "training/run 1", "kind": "training", "url": "/runs/training/run%201/", "explore": None},
     ]  # not the hidden folder, not what is inside a run, no symlinked folders
 
 

@@ -12,7 +12,8 @@ from bertology.errors import BertologyError, TruncationWarning
 from bertology.lazy_exports import export_lazily
 
 if TYPE_CHECKING:
-    from bertology.capture import Attention, AttentionBatch, capture, capture_batch
+    from bertology.capture import Attention, AttentionBatch, capture, capture_batch, capture_long_batch
+    from bertology.long_capture import LongAttention, LongAttentionBatch
     from bertology.models import LoadedModel, load_model
     from bertology.views import View, head_view, model_view, neuron_view
 
@@ -21,6 +22,9 @@ _HOMES = {
     "AttentionBatch": "capture",
     "capture": "capture",
     "capture_batch": "capture",
+    "capture_long_batch": "capture",
+    "LongAttention": "long_capture",
+    "LongAttentionBatch": "long_capture",
     "LoadedModel": "models",
     "load_model": "models",
     "View": "views",
@@ -34,10 +38,13 @@ __all__ = [
     "AttentionBatch",
     "BertologyError",
     "LoadedModel",
+    "LongAttention",
+    "LongAttentionBatch",
     "TruncationWarning",
     "View",
     "capture",
     "capture_batch",
+    "capture_long_batch",
     "head_view",
     "load_model",
     "model_view",

@@ -15,6 +15,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Self
 
 import numpy as np
 import pandas as pd
@@ -28,13 +29,22 @@ from bertology.analysis.distances import (
     mds_embedding,
 )
 from bertology.analysis.patterns import HeadPatterns, PatternAccumulator
-from bertology.capture import AttentionBatch, capture_batch, stream_batch
+from bertology.batching import PAD_MULTIPLE, SORT_WINDOW, length_sorted_batches
+from bertology.capture import (
+    AttentionBatch,
+    CaptureMode,
+    capture_batch,
+    stream_batch,
+    stream_long_batch,
+    uses_queries_keys,
+)
 from bertology.corpus import Segment, iter_segments
 from bertology.errors import BertologyError, TruncationWarning
 from bertology.inputs import EncodedBatch, Text
-from bertology.models import LoadedModel, require_encoder
+from bertology.long_capture import CHUNK_BYTES, LayerQueriesKeys
+from bertology.models import LoadedModel, require_single_stack
 from bertology.norms import Weights, check_weights
-from bertology.options import BATCH_SIZE, JS_TOKENS_PER_SEGMENT
+from bertology.options import BATCH_SIZE, EXAMPLES_PER_HEAD, JS_TOKENS_PER_SEGMENT
 from bertology.stats.base import HeadTable
 from bertology.stats.rows import RowSummarizer, RowSummary, SpecialTokens
 from bertology.stats.surface import Convention, SurfaceAccumulator
@@ -52,7 +62,8 @@ class CorpusAnalysis:
     distances: mean Jensen-Shannon divergence per query token between every two heads (nats).
     segments: segments analysed; truncated_segments / tokens_cut: how many were cut, by how much.
     weights: the attention weights measured (``"attention"`` or ``"norm"``, see
-        :mod:`bertology.norms`).
+        :mod:`bertology.norms`). dtype: the precision the model ran in (``"float32"``, ``"bfloat16"`` or
+        ``"float16"``; the statistics are float64 sums either way).
     """
 
     model_name: str
@@ -69,6 +80,8 @@ class CorpusAnalysis:
     seconds: float
     weights: Weights = "attention"
     convention: Convention = "bertology"
+    dtype: str = "float32"
+    examples_per_head: int = EXAMPLES_PER_HEAD
 
     def heads_frame(self) -> pd.DataFrame:
         """One row per head: layer, head, every surface statistic, the label, its example segment and
@@ -86,6 +99,7 @@ class CorpusAnalysis:
             "model": self.model_name,
             "weights": self.weights,
             "convention": self.convention,
+            "dtype": self.dtype,
             "corpus": self.corpus,
             "max_length": self.max_length,
             "seed": self.seed,
@@ -96,18 +110,6 @@ class CorpusAnalysis:
         }
 
 
-def iter_batches(segments: Iterator[Segment], size: int) -> Iterator[list[Segment]]:
-    while batch := list(itertools.islice(segments, size)):
-        yield batch
-
-
-#: Consecutive segments ordered by length together before batching (see :func:`corpus_batches`).
-SORT_WINDOW = 1024
-
-#: Batches are padded to a multiple of this many tokens (few distinct shapes, little padding).
-PAD_MULTIPLE = 8
-
-
 def corpus_batches(
     corpus: str | Path,
     tokenizer: PreTrainedTokenizerFast,
@@ -116,9 +118,11 @@ def corpus_batches(
     limit: int | None = None,
     batch_size: int = BATCH_SIZE,
     corpus_format: str | None = None,
+    pairs: bool = True,
 ) -> Iterator[list[Segment]]:
     """The first ``limit`` segments of ``corpus`` (all if ``None``), packed with ``tokenizer`` into at most
-    ``max_length`` tokens each (:func:`~bertology.corpus.iter_segments`), in batches of ``batch_size``.
+    ``max_length`` tokens each (:func:`~bertology.corpus.iter_segments`; ``pairs=False`` for a decoder:
+    single texts), in batches of ``batch_size``.
 
     Every :data:`SORT_WINDOW` consecutive segments are ordered by token count (:attr:`Segment.tokens`),
     longest first (a stable sort), before they are cut into batches, so the segments of a batch are about
@@ -128,10 +132,13 @@ def corpus_batches(
     most memory and the later ones fit in what it freed. The order does not depend on ``batch_size``;
     segment numbers (e.g. a pattern's best segment) count in it.
     """
-    segments = iter_segments(corpus, tokenizer, max_length=max_length, format=corpus_format)
-    for window in iter_batches(itertools.islice(segments, limit), SORT_WINDOW):
-        longest_first = sorted(window, key=lambda segment: -segment.tokens)
-        yield from iter_batches(iter(longest_first), batch_size)
+    segments = iter_segments(corpus, tokenizer, max_length=max_length, format=corpus_format, pairs=pairs)
+    limited = itertools.islice(segments, limit)
+    return length_sorted_batches(limited, _segment_tokens, batch_size=batch_size, window=SORT_WINDOW)
+
+
+def _segment_tokens(segment: Segment) -> int:
+    return segment.tokens
 
 
 def batch_texts(batch: list[Segment]) -> tuple[list[Text], list[Text | None]]:
@@ -139,9 +146,18 @@ def batch_texts(batch: list[Segment]) -> tuple[list[Text], list[Text | None]]:
     return [segment.text_a for segment in batch], [segment.text_b for segment in batch]
 
 
+#: On the query/key path (:func:`~bertology.capture.uses_queries_keys`), batches hold at most this many
+#: tokens (``--batch-size`` is lowered to fit): the forward pass's boolean masks grow as batch x N².
+LONG_BATCH_TOKENS = 16_384
+
+
 class _LayerConsumer:
     """Receives one batch's layers as the model computes them: each layer's rows are summarised
-    (:class:`~bertology.stats.rows.RowSummarizer`) and its sampled rows kept for the distances."""
+    (:class:`~bertology.stats.rows.RowSummarizer`) and its sampled rows kept for the distances.
+
+    chunk_bytes: for long inputs (queries and keys, :meth:`add_queries_keys`), the memory bound of one
+    block of rows; ``None`` for probabilities (:meth:`add_layer`).
+    """
 
     def __init__(
         self,
@@ -149,13 +165,26 @@ class _LayerConsumer:
         distances: DistanceAccumulator,
         scratch: torch.Tensor | None,
         smoothing: float,
+        chunk_bytes: int | None = None,
     ) -> None:
         self.special, self.distances, self.scratch, self.smoothing = special, distances, scratch, smoothing
+        self.chunk_bytes = chunk_bytes
 
-    def __call__(self, encoded: EncodedBatch) -> Callable[[torch.Tensor], None]:
+    def __call__(
+        self, encoded: EncodedBatch
+    ) -> Callable[[torch.Tensor], None] | Callable[[LayerQueriesKeys], None]:
         self.summarizer = RowSummarizer(encoded, self.special, self.scratch, smoothing=self.smoothing)
         self.sampler = self.distances.sampler(encoded.lengths)
-        return self.add_layer
+        return self.add_layer if self.chunk_bytes is None else self.add_queries_keys
+
+    def add_queries_keys(self, layer: LayerQueriesKeys) -> None:
+        """One layer of the batch as queries and keys: its rows summarised block by block (each at most
+        :attr:`chunk_bytes`), and only its sampled rows computed for the distances."""
+        chunk_bytes = self.chunk_bytes or CHUNK_BYTES
+        for start, block in layer.row_blocks(chunk_bytes):
+            self.summarizer.add_rows(block, start)
+        sampler = self.sampler
+        sampler.add_rows(layer.rows_at(sampler.segment_of, sampler.position, chunk_bytes))
 
     def add_layer(self, probs: torch.Tensor) -> None:
         """``probs`` [batch, heads, N, N]: one layer of the batch."""
@@ -171,9 +200,18 @@ class CorpusAccumulators:
     js_tokens_per_segment: query tokens sampled per segment for the JS divergences (seeded; ``None`` =
     all). weights: measure the softmax output (``"attention"``) or the norm-based weights (``"norm"``,
     :mod:`bertology.norms`). convention: of the surface statistics, ``"bertology"`` or
-    ``"clark"`` (Clark et al.'s released code; :mod:`bertology.stats.surface`). Nothing here changes
+    ``"clark"`` (Clark et al.'s released code; :mod:`bertology.stats.surface`). first_segment: the
+    number of the first segment added (segments count from there in the order they are added), so the
+    accumulators of consecutive shards of a corpus, each given its shard's first number, merged
+    (:meth:`merge`) equal one pass over the whole (:mod:`bertology.cluster`). Nothing here changes
     process-wide settings; a program that runs many batches may first call
-    :func:`bertology.allocator.keep_freed_memory`, as ``bertology analyze`` does.
+    :func:`bertology.allocator.keep_freed_memory`, as ``bertology analyze`` does. mode: ``"auto"``
+    computes the statistics of segments over :data:`~bertology.long_capture.LONG_INPUT_TOKENS` tokens
+    (the ``max_length`` of :meth:`add`) from queries and keys, block by block of at most ``chunk_bytes``
+    (:func:`~bertology.capture.uses_queries_keys`: peak memory linear in the tokens beyond one block);
+    ``"qk"`` always, ``"probs"`` never. Both paths give the same statistics. examples_per_head: the
+    best segments kept per pattern and head for the stored examples (:mod:`bertology.analysis.examples`;
+    0: none stored, the best one still kept for the report).
 
     Raises:
         BertologyError: a model that is not an encoder, unknown weights or an unknown convention.
@@ -187,13 +225,23 @@ class CorpusAccumulators:
         seed: int = 0,
         weights: Weights = "attention",
         convention: Convention = "bertology",
+        first_segment: int = 0,
+        mode: CaptureMode = "auto",
+        chunk_bytes: int = CHUNK_BYTES,
+        examples_per_head: int = EXAMPLES_PER_HEAD,
     ) -> None:
-        require_encoder(loaded, "Corpus analysis")
+        require_single_stack(loaded, "Corpus analysis")
         self.loaded, self.weights, self.seed = loaded, check_weights(weights), seed
+        self.mode, self.chunk_bytes = mode, chunk_bytes
         self.special = SpecialTokens.of(loaded)
         self.surface = SurfaceAccumulator(self.special, convention=convention)
-        self.patterns = PatternAccumulator(self.special)
-        self.distances = DistanceAccumulator(max_tokens_per_segment=js_tokens_per_segment, seed=seed)
+        self.examples_per_head = examples_per_head
+        self.patterns = PatternAccumulator(
+            self.special, first_segment=first_segment, keep=max(1, examples_per_head)
+        )
+        self.distances = DistanceAccumulator(
+            max_tokens_per_segment=js_tokens_per_segment, seed=seed, first_segment=first_segment
+        )
         self.segments = self.truncated_segments = self.tokens_cut = 0
         #: The rows the distances sampled from the last batch (its :class:`RowSampler`), or ``None``.
         self.last_sample: RowSampler | None = None
@@ -206,22 +254,40 @@ class CorpusAccumulators:
         No layer outlives the next one, and the row summary is made once for all row statistics.
         The batch is padded to a multiple of :data:`PAD_MULTIPLE` tokens. Returns the encoded batch.
         """
-        consumer = _LayerConsumer(self.special, self.distances, self.scratch, self.surface.smoothing)
+        long = self.uses_queries_keys(max_length)
+        chunk_bytes = self.chunk_bytes if long else None
+        smoothing = self.surface.smoothing
+        consumer = _LayerConsumer(self.special, self.distances, self.scratch, smoothing, chunk_bytes)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", TruncationWarning)  # counted here, reported once by the caller
-            encoded = stream_batch(
-                *batch_texts(batch),
-                consumer,
-                model=self.loaded,
-                max_length=max_length,
-                pad_to_multiple_of=PAD_MULTIPLE,
-                weights=self.weights,
-            )
+            if long:
+                encoded = stream_long_batch(
+                    *batch_texts(batch),
+                    consumer,
+                    model=self.loaded,
+                    max_length=max_length,
+                    pad_to_multiple_of=PAD_MULTIPLE,
+                )
+            else:
+                encoded = stream_batch(
+                    *batch_texts(batch),
+                    consumer,
+                    model=self.loaded,
+                    max_length=max_length,
+                    pad_to_multiple_of=PAD_MULTIPLE,
+                    weights=self.weights,
+                )
         self.distances.add(consumer.sampler)
         self.last_sample = consumer.sampler
         self.scratch = consumer.summarizer.scratch
         self._fold(consumer.summarizer.result(), encoded)
         return encoded
+
+    def uses_queries_keys(self, max_length: int) -> bool:
+        """Whether :meth:`add` computes segments of up to ``max_length`` tokens from queries and keys."""
+        if self.mode != "auto":
+            return self.mode == "qk"
+        return uses_queries_keys(self.loaded, min(max_length, self.loaded.max_length), self.weights)
 
     def add_captured(self, batch: list[Segment], max_length: int) -> AttentionBatch:
         """As :meth:`add`, but capture the batch's whole attention ``[B, L, H, N, N]`` and return it, for a
@@ -240,6 +306,30 @@ class CorpusAccumulators:
         self.last_sample = None
         self._fold(RowSummary.of(captured, self.special, smoothing=self.surface.smoothing), captured.encoded)
         return captured
+
+    def merge(self, other: CorpusAccumulators) -> Self:
+        """Fold in ``other``'s sums (another shard of the corpus, analysed with the same model and
+        settings, e.g. on a worker) and return ``self``; ``other`` is left as it was.
+
+        Raises:
+            BertologyError: ``other`` measured other weights or sampled with another seed or sample size.
+        """
+        mine = (self.weights, self.seed, self.distances.max_tokens_per_segment)
+        theirs = (other.weights, other.seed, other.distances.max_tokens_per_segment)
+        if mine != theirs:
+            raise BertologyError(f"Cannot merge corpus statistics of settings {theirs} into {mine}.")
+        self.surface.merge(other.surface)
+        self.patterns.merge(other.patterns)
+        self.distances.merge(other.distances)
+        self.segments += other.segments
+        self.truncated_segments += other.truncated_segments
+        self.tokens_cut += other.tokens_cut
+        return self
+
+    def __getstate__(self) -> dict[str, object]:
+        """Pickled without the model and the per-batch buffers: a worker sends its sums, not its model. An
+        unpickled copy is for :meth:`merge` into accumulators that hold the model."""
+        return {**self.__dict__, "loaded": None, "last_sample": None, "scratch": None}
 
     def _fold(self, summary: RowSummary, encoded: EncodedBatch) -> None:
         """Fold one batch's row summary into the row statistics and count its segments and cuts."""
@@ -274,6 +364,8 @@ class CorpusAccumulators:
             seconds=seconds,
             weights=self.weights,
             convention=self.surface.convention,
+            dtype=str(self.loaded.dtype).removeprefix("torch."),
+            examples_per_head=self.examples_per_head,
         )
 
 
@@ -290,12 +382,17 @@ def analyze_corpus(
     weights: Weights = "attention",
     convention: Convention = "bertology",
     on_progress: Callable[[int], None] | None = None,
+    mode: CaptureMode = "auto",
+    chunk_bytes: int = CHUNK_BYTES,
+    examples_per_head: int = EXAMPLES_PER_HEAD,
 ) -> CorpusAnalysis:
     """Stream ``corpus`` through ``loaded`` and return every head's statistics.
 
-    limit: analyse at most this many segments (the first ones). js_tokens_per_segment, weights and
-    convention: see :class:`CorpusAccumulators`. on_progress: called with the number of segments done
-    after each batch.
+    limit: analyse at most this many segments (the first ones). js_tokens_per_segment, weights,
+    convention, mode, chunk_bytes and examples_per_head: see :class:`CorpusAccumulators` (segments over
+    :data:`~bertology.long_capture.LONG_INPUT_TOKENS` tokens, up to the model's own limit, are computed
+    from queries and keys, in batches of at most :data:`LONG_BATCH_TOKENS` tokens). on_progress: called
+    with the number of segments done after each batch.
 
     Raises:
         BertologyError: unreadable or empty corpus, or a corpus too small for the head map.
@@ -307,7 +404,12 @@ def analyze_corpus(
         seed=seed,
         weights=weights,
         convention=convention,
+        mode=mode,
+        chunk_bytes=chunk_bytes,
+        examples_per_head=examples_per_head,
     )
+    if accumulators.uses_queries_keys(max_length):
+        batch_size = min(batch_size, max(1, LONG_BATCH_TOKENS // min(max_length, loaded.max_length)))
     batches = corpus_batches(
         corpus,
         loaded.tokenizer,
@@ -315,6 +417,7 @@ def analyze_corpus(
         limit=limit,
         batch_size=batch_size,
         corpus_format=corpus_format,
+        pairs=loaded.kind == "encoder",
     )
     for batch in batches:
         accumulators.add(batch, max_length)
@@ -337,6 +440,7 @@ def example_segments(analysis: CorpusAnalysis, loaded: LoadedModel, wanted: set[
         max_length=analysis.max_length,
         limit=analysis.segments,
         corpus_format=analysis.corpus_format,
+        pairs=loaded.kind == "encoder",
     )
     order = itertools.chain.from_iterable(batches)
     for index, segment in enumerate(itertools.islice(order, max(wanted) + 1)):

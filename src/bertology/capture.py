@@ -1,8 +1,11 @@
 """Capture attention for texts and pairs: encode, run the model once, collect every layer.
 
-``capture(text, text_b)`` gives one :class:`Attention` (padding-free numpy arrays);
+``capture(text, text_b)`` gives one :class:`Attention` (padding-free numpy arrays), or for an input over
+:data:`~bertology.long_capture.LONG_INPUT_TOKENS` tokens a
+:class:`~bertology.long_capture.LongAttention` (queries and keys, rows computed on demand);
 ``capture_batch(texts, texts_b)`` gives an :class:`AttentionBatch` (padded torch tensors, for
-statistics) that also yields one :class:`Attention` per input.
+statistics) that also yields one :class:`Attention` per input, ``capture_long_batch`` a
+:class:`~bertology.long_capture.LongAttentionBatch`.
 """
 
 from __future__ import annotations
@@ -10,7 +13,9 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
@@ -18,6 +23,16 @@ import torch
 from bertology.errors import BertologyError
 from bertology.hook import recording
 from bertology.inputs import EncodedBatch, Text, encode
+from bertology.long_capture import (
+    CHUNK_BYTES,
+    LONG_INPUT_TOKENS,
+    LayerQueriesKeys,
+    LongAttention,
+    LongAttentionBatch,
+    QueryKeyRecording,
+    long_input_refusal,
+)
+from bertology.model_types import neuron_view_refusal
 from bertology.models import LoadedModel, require_pair_template, resolve_model
 from bertology.norms import NormWeighting, Weights, check_weights
 
@@ -101,28 +116,42 @@ class AttentionBatch:
     def __len__(self) -> int:
         return len(self.encoded)
 
+    @cached_property
+    def _host(self) -> dict[str, np.ndarray | None]:
+        """``probs``, ``queries``, ``keys`` and ``value_norms`` as float32 numpy arrays, brought to the host
+        in one transfer each for all the batch's inputs (not one per input)."""
+        tensors = {"probs": self.probs, "queries": self.queries, "keys": self.keys, "norms": self.value_norms}
+        return {
+            name: None if values is None else values.detach().to(device="cpu", dtype=torch.float32).numpy()
+            for name, values in tensors.items()
+        }
+
     def __getitem__(self, index: int) -> Attention:
         n = int(self.lengths[index])
         enc = self.encoded
+        host = self._host
 
-        def unpad(values: torch.Tensor | None) -> np.ndarray | None:
-            return None if values is None else values[index, :, :, :n].float().cpu().numpy()
+        def unpad(name: str) -> np.ndarray | None:
+            values = host[name]
+            return None if values is None else values[index, :, :, :n]
 
+        probs = host["probs"]
+        assert probs is not None
         return Attention(
-            probs=self.probs[index, :, :, :n, :n].float().cpu().numpy(),
+            probs=probs[index, :, :, :n, :n],
             tokens=enc.tokens[index],
             segment_ids=enc.segment_ids[index],
             special=enc.special[index],
             word_ids=enc.word_ids[index],
             words=enc.words[index],
             word_segments=enc.word_segments[index],
-            queries=unpad(self.queries),
-            keys=unpad(self.keys),
+            queries=unpad("queries"),
+            keys=unpad("keys"),
             scaling=self.scaling,
             truncated=enc.truncated[index],
             model_name=self.model_name,
             weights=self.weights,
-            value_norms=unpad(self.value_norms),
+            value_norms=unpad("norms"),
         )
 
     def __iter__(self) -> Iterator[Attention]:
@@ -130,8 +159,12 @@ class AttentionBatch:
 
 
 def accepted_inputs(loaded: LoadedModel, encoded: EncodedBatch) -> dict[str, torch.Tensor]:
-    """The encoded tensors the model's forward takes (DistilBERT takes no token_type_ids)."""
+    """The encoded tensors the model's forward takes (DistilBERT takes no token_type_ids; a model with one
+    token type or none, such as GTE, gets none either: the tokenizer's pair token types would overflow its
+    embedding, and without them the model uses its only type)."""
     parameters = inspect.signature(loaded.model.forward).parameters
+    if getattr(loaded.model.config, "type_vocab_size", 2) < 2:
+        parameters = {name: value for name, value in parameters.items() if name != "token_type_ids"}
     return {
         name: tensor.to(loaded.device) for name, tensor in encoded.model_inputs.items() if name in parameters
     }
@@ -161,6 +194,18 @@ def _encode(
     return encode(loaded.tokenizer, texts, texts_b, max_length=limit, pad_to_multiple_of=pad_to_multiple_of)
 
 
+def _require_queries_keys(loaded: LoadedModel, tokens: int) -> None:
+    """Refuse ``qk=True`` where q·k (scaled, masked, softmaxed) is not this model's attention for inputs of
+    ``tokens`` tokens (relative-position terms, capped scores, a sliding window shorter than the input).
+
+    Raises:
+        BertologyError: a sentence that says why (:func:`~bertology.model_types.neuron_view_refusal`).
+    """
+    refusal = neuron_view_refusal(loaded.entry, loaded.model.config, loaded.name, tokens)
+    if refusal is not None:
+        raise BertologyError(refusal)
+
+
 def _weighting(loaded: LoadedModel, weights: str, keep_norms: bool = False) -> NormWeighting | None:
     """What turns each call's softmax output into ``weights`` (``None``: keep the softmax output)."""
     return NormWeighting(loaded.model, keep_norms=keep_norms) if check_weights(weights) == "norm" else None
@@ -180,13 +225,22 @@ def capture_batch(
     the last layer's attention: nothing after it changes attention).
 
     max_length: token limit per input (default and upper bound: the model's own limit).
-    qk: also keep each layer's per-head query and key vectors (for the neuron view).
+    qk: also keep each layer's per-head query and key vectors (for the neuron view; grouped-query
+        attention: each query head's key is its key/value group's); refused where q·k alone does not give
+        the model's attention.
     pad_to_multiple_of: pad the batch to a multiple of this many tokens (see :func:`encode`).
     weights: ``"attention"`` (the softmax output) or ``"norm"`` (norm-based weights,
         :mod:`bertology.norms`; with ``qk``, also each key's ``||f(x_j)||``).
     """
     loaded = resolve_model(model)
     encoded = _encode(loaded, texts, texts_b, max_length, pad_to_multiple_of)
+    return _capture_probs(loaded, encoded, qk, weights)
+
+
+def _capture_probs(loaded: LoadedModel, encoded: EncodedBatch, qk: bool, weights: Weights) -> AttentionBatch:
+    """:func:`capture_batch` of an encoded batch."""
+    if qk:
+        _require_queries_keys(loaded, int(encoded.lengths.max()))
     weighting = _weighting(loaded, weights, keep_norms=qk)
     with (
         torch.inference_mode(),
@@ -234,6 +288,114 @@ def stream_batch(
     return encoded
 
 
+def _require_long_path(loaded: LoadedModel, weights: Weights = "attention") -> None:
+    """Refuse the query/key capture where it cannot give this model's attention (or ``weights``).
+
+    Raises:
+        BertologyError: a sentence that says why (:func:`~bertology.long_capture.long_input_refusal`), or
+            norm-based weights, which need every layer's probabilities and value vectors.
+    """
+    refusal = long_input_refusal(loaded.entry, loaded.model.config, loaded.name)
+    if refusal is not None:
+        raise BertologyError(refusal)
+    if check_weights(weights) == "norm":
+        raise BertologyError(
+            "Norm-based weights need every layer's probabilities; inputs captured by queries and keys (over "
+            f"{LONG_INPUT_TOKENS:,} tokens) have attention weights only."
+        )
+
+
+def uses_queries_keys(loaded: LoadedModel, tokens: int, weights: Weights = "attention") -> bool:
+    """Whether ``mode="auto"`` captures inputs of ``tokens`` tokens by queries and keys: over
+    :data:`~bertology.long_capture.LONG_INPUT_TOKENS`, for the attention weights of a model whose
+    attention is ``softmax(q·k * scaling + mask)`` (:func:`~bertology.long_capture.long_input_refusal`)."""
+    return (
+        tokens > LONG_INPUT_TOKENS
+        and weights == "attention"
+        and long_input_refusal(loaded.entry, loaded.model.config, loaded.name) is None
+    )
+
+
+def _record_queries_keys(
+    loaded: LoadedModel,
+    encoded: EncodedBatch,
+    consume: Callable[[LayerQueriesKeys], None],
+    qk_dtype: torch.dtype | None,
+) -> None:
+    """Run ``loaded`` once on ``encoded`` with fused attention, handing each layer's queries and keys to
+    ``consume`` (:class:`~bertology.long_capture.QueryKeyRecording`); the pass stops after the last layer's
+    attention."""
+    _require_long_path(loaded)
+    with (
+        torch.inference_mode(),
+        recording(override=QueryKeyRecording(consume, qk_dtype), stop_after=loaded.num_layers),
+    ):
+        loaded.model(**accepted_inputs(loaded, encoded))
+
+
+def capture_long_batch(
+    texts: Sequence[Text],
+    texts_b: Sequence[Text | None] | None = None,
+    *,
+    model: LoadedModel | str | Path | None = None,
+    max_length: int | None = None,
+    pad_to_multiple_of: int | None = None,
+    qk_dtype: torch.dtype | None = None,
+    chunk_bytes: int = CHUNK_BYTES,
+) -> LongAttentionBatch:
+    """Run ``model`` once on a padded batch with fused attention and keep each layer's queries and keys
+    (memory linear in the tokens; :mod:`bertology.long_capture`), from which any rows of any head are
+    computed exactly.
+
+    qk_dtype: keep them in this dtype (default: the model's; ``torch.float16`` halves the memory).
+    chunk_bytes: memory bound of one chunk of computed rows. Other options as :func:`capture_batch`.
+
+    Raises:
+        BertologyError: a model whose attention is not ``softmax(q·k * scaling + mask)`` (relative-position
+            terms, capped scores) or an encoder-decoder.
+    """
+    loaded = resolve_model(model)
+    encoded = _encode(loaded, texts, texts_b, max_length, pad_to_multiple_of)
+    return _capture_long(loaded, encoded, qk_dtype, chunk_bytes)
+
+
+def _capture_long(
+    loaded: LoadedModel, encoded: EncodedBatch, qk_dtype: torch.dtype | None, chunk_bytes: int
+) -> LongAttentionBatch:
+    """:func:`capture_long_batch` of an encoded batch."""
+    layers: list[LayerQueriesKeys] = []
+    _record_queries_keys(loaded, encoded, layers.append, qk_dtype)
+    return LongAttentionBatch(layers, encoded, loaded.name, chunk_bytes)
+
+
+def stream_long_batch(
+    texts: Sequence[Text],
+    texts_b: Sequence[Text | None] | None,
+    consumer: Callable[[EncodedBatch], Callable[[LayerQueriesKeys], None]],
+    *,
+    model: LoadedModel,
+    max_length: int | None = None,
+    pad_to_multiple_of: int | None = None,
+) -> EncodedBatch:
+    """As :func:`stream_batch`, for long inputs: the function ``consumer`` returns receives each layer's
+    :class:`~bertology.long_capture.LayerQueriesKeys` (queries and keys of the padded batch, rows on
+    demand) instead of its probabilities, so no ``n x n`` map of a whole layer is ever formed.
+
+    Raises:
+        BertologyError: as :func:`capture_long_batch`.
+    """
+    encoded = _encode(model, texts, texts_b, max_length, pad_to_multiple_of)
+    _record_queries_keys(model, encoded, consumer(encoded), None)
+    return encoded
+
+
+#: How :func:`capture` keeps attention: ``"probs"`` every layer's probabilities, ``"qk"`` the queries and
+#: keys (:mod:`bertology.long_capture`), ``"auto"`` queries and keys for inputs over
+#: :data:`~bertology.long_capture.LONG_INPUT_TOKENS` tokens where the model allows it
+#: (:func:`uses_queries_keys`), else probabilities.
+CaptureMode = Literal["auto", "probs", "qk"]
+
+
 def capture(
     text: Text,
     text_b: Text | None = None,
@@ -242,14 +404,25 @@ def capture(
     qk: bool = False,
     max_length: int | None = None,
     weights: Weights = "attention",
-) -> Attention:
-    """The attention of one text or one pair (see :func:`capture_batch`)."""
-    batch = capture_batch(
-        [text],
-        None if text_b is None else [text_b],
-        model=model,
-        qk=qk,
-        max_length=max_length,
-        weights=weights,
-    )
-    return batch[0]
+    mode: CaptureMode = "auto",
+    qk_dtype: torch.dtype | None = None,
+    chunk_bytes: int = CHUNK_BYTES,
+) -> Attention | LongAttention:
+    """The attention of one text or one pair: an :class:`Attention` (see :func:`capture_batch`), or with
+    ``mode="qk"`` (``"auto"``: for inputs over :data:`~bertology.long_capture.LONG_INPUT_TOKENS` tokens) a
+    :class:`~bertology.long_capture.LongAttention` (see :func:`capture_long_batch`; its queries and keys
+    are always kept, so ``qk`` changes nothing there).
+
+    Raises:
+        BertologyError: ``mode="qk"`` for a model or ``weights`` the query/key capture cannot give.
+    """
+    if mode not in ("auto", "probs", "qk"):
+        raise BertologyError(f"The capture mode must be 'auto', 'probs' or 'qk', not {mode!r}.")
+    loaded = resolve_model(model)
+    encoded = _encode(loaded, [text], None if text_b is None else [text_b], max_length, None)
+    if mode == "auto":
+        mode = "qk" if uses_queries_keys(loaded, int(encoded.lengths[0]), weights) else "probs"
+    if mode == "qk":
+        _require_long_path(loaded, weights)
+        return _capture_long(loaded, encoded, qk_dtype, chunk_bytes)[0]
+    return _capture_probs(loaded, encoded, qk, weights)[0]

@@ -21,23 +21,30 @@ from rich.table import Table
 
 from bertology.options import (
     BATCH_SIZE,
+    DEFAULT_DEVICE,
+    DEFAULT_DTYPE,
+    DEVICE_FORMS,
+    EXAMPLES_PER_HEAD,
     FLOW_MAX_TOKENS,
     JS_TOKENS_PER_SEGMENT,
     AttentionSetName,
     Convention,
     CorpusFormat,
     Decode,
+    Dtype,
     Level,
     Theme,
     ViewKind,
     Weights,
     WordMode,
+    is_device_name,
 )
 from bertology.readers.coref import CorefFormat
 from bertology.readers.treebank import TreebankFormat
 from bertology.training.settings import FinetuneSettings, TrainingProgress
 
 if TYPE_CHECKING:
+    from bertology.cluster.workers import ClusterOptions
     from bertology.interventions.ablation import AblationResult
 
 app = typer.Typer(
@@ -66,6 +73,33 @@ WeightsOption = Annotated[
         help="attention (softmax weights) or norm (norm-based weights ||a f(x)||, Kobayashi et al. 2020).",
     ),
 ]
+RayOption = Annotated[
+    str | None,
+    typer.Option(
+        "--ray",
+        metavar="ADDRESS|local",
+        help="Run on a Ray cluster (pip install bertology[ray]): 'local' (one on this machine), 'auto', or "
+        "the HOST:PORT (or ray://HOST:PORT) of a cluster started with 'ray start --head'.",
+    ),
+]
+WorkersOption = Annotated[
+    int | None,
+    typer.Option(
+        "--workers",
+        min=1,
+        help="With --ray: workers, each with its own copy of the model (default: CPUs / threads per worker).",
+    ),
+]
+ThreadsPerWorkerOption = Annotated[
+    int, typer.Option("--threads-per-worker", min=1, help="With --ray: torch threads of each worker.")
+]
+ResumeOption = Annotated[
+    bool,
+    typer.Option(
+        "--resume",
+        help="With --ray: continue from the checkpoint an interrupted run left in the output folder.",
+    ),
+]
 ConventionOption = Annotated[
     Convention,
     typer.Option(
@@ -87,6 +121,34 @@ def _utf8_text(text: str | None) -> str | None:
         shown = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
         raise typer.BadParameter(f"'{shown}' is not valid UTF-8 text; give the text in UTF-8.") from None
     return text
+
+
+def _device_name(name: str) -> str:
+    """``--device`` as given, or a usage error for a name of no known form (whether the device is there is
+    checked when the model loads)."""
+    if not is_device_name(name):
+        raise typer.BadParameter(f"'{name}' is not a device; use one of {DEVICE_FORMS}.")
+    return name
+
+
+DeviceOption = Annotated[
+    str,
+    typer.Option(
+        "--device",
+        metavar=DEVICE_FORMS,
+        callback=_device_name,
+        help="Where the model runs: auto (a CUDA GPU if there is one, else an Apple GPU, else the CPU), cpu, "
+        "cuda, cuda:N or mps.",
+    ),
+]
+DtypeOption = Annotated[
+    Dtype,
+    typer.Option(
+        "--dtype",
+        help="Precision of the model's forward pass: float32, bfloat16 or float16 (statistics are summed in "
+        "float64 either way).",
+    ),
+]
 
 
 TextArgument = Annotated[str, typer.Argument(help="The text (text A of a pair).", callback=_utf8_text)]
@@ -131,14 +193,28 @@ def _quiet_libraries() -> None:
 
 
 @contextmanager
-def _progress(what: str, total: int | None) -> Iterator[Callable[[int], None]]:
-    """A progress bar on stderr for long work; yields the callback that reports how many are done."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+def _progress(what: str, total: int | None, *, rate: str | None = None) -> Iterator[Callable[..., None]]:
+    """A progress bar on stderr for long work; yields the callback that reports how many are done (and,
+    as a second argument, the total once it is known). rate: also show the speed, in ``rate`` per second."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        ProgressColumn,
+        Task,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+    from rich.text import Text
 
-    columns = (TextColumn(what), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=err, transient=True) as progress:
+    class Speed(ProgressColumn):
+        def render(self, task: Task) -> Text:
+            return Text("" if task.speed is None else f"{task.speed:,.1f} {rate}/s")
+
+    columns = [TextColumn(what), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
+    with Progress(*columns, *([Speed()] if rate else []), console=err, transient=True) as progress:
         task = progress.add_task(what, total=total)
-        yield lambda done: progress.update(task, completed=done)
+        yield lambda done, total=None: progress.update(task, completed=done, total=total)
 
 
 @app.command()
@@ -149,6 +225,21 @@ def view(
     kind: Annotated[ViewKind, typer.Option("--view", "-v", help="head, model or neuron.")] = "head",
     layer: Annotated[int, typer.Option("--layer", "-l", help="Layer shown first (0-based).")] = 0,
     head: Annotated[int, typer.Option("--head", help="Head shown first in the neuron view (0-based).")] = 0,
+    query: Annotated[
+        int,
+        typer.Option(
+            "--query",
+            help="Query token of the neuron view; a long input's window is centred on it (0-based).",
+        ),
+    ] = 0,
+    max_tokens: Annotated[
+        int | None,
+        typer.Option(
+            "--max-tokens",
+            min=1,
+            help="Most tokens read (default: the model's own limit; over 1,024 the long-input views).",
+        ),
+    ] = None,
     theme: Annotated[Theme, typer.Option(help="light or dark.")] = "light",
     output: Annotated[Path | None, typer.Option("-o", "--output", help="HTML file to write.")] = None,
     open_: Annotated[bool, typer.Option("--open", help="Open the page in a web browser.")] = False,
@@ -165,6 +256,8 @@ def view(
         AttentionSetName,
         typer.Option("--attention", help="Encoder-decoder models: encoder, decoder or cross, shown first."),
     ] = "cross",
+    device: DeviceOption = DEFAULT_DEVICE,
+    dtype: DtypeOption = DEFAULT_DTYPE,
 ) -> None:
     """Write a head, model or neuron view of TEXT (or the pair TEXT TEXT_B, or for an encoder-decoder model
     the source TEXT and --target) as one self-contained page."""
@@ -173,7 +266,7 @@ def view(
     from bertology.views import render_view
 
     target_file = check_output_file(output or Path(f"{kind}_view.html"))
-    loaded = load_model(model)
+    loaded = load_model(model, device=device, dtype=dtype)
     page = render_view(
         text,
         text_b,
@@ -181,10 +274,12 @@ def view(
         model=loaded,
         layer=layer,
         head=head,
+        query=query,
         theme=theme,
         weights=weights,
         target=target,
         attention_set=attention,
+        max_tokens=max_tokens,
     )
     written = page.save(target_file)
     size_mb = written.stat().st_size / 1e6
@@ -210,18 +305,22 @@ def relevance(
         Path, typer.Option("-o", "--output", help="HTML file to write; the JSON goes beside it.")
     ] = Path("relevance.html"),
     weights: WeightsOption = "attention",
+    device: DeviceOption = DEFAULT_DEVICE,
+    dtype: DtypeOption = DEFAULT_DTYPE,
 ) -> None:
     """Attention rollout and flow (Abnar and Zuidema 2020) of TEXT as a model view, plus a JSON file
     beside the page: {model, tokens, formula, attention, rollout, flow}, each matrix [layers][n][n]
     (row: token at that layer's output, column: input token; flow rows not normalised)."""
     from bertology.analysis.relevance import RELEVANCE_METHODS, flow_pair_count
     from bertology.capture import capture
+    from bertology.models import load_model
     from bertology.outputs import check_output_file
     from bertology.views.relevance import relevance_view
 
     methods = RELEVANCE_METHODS if method == "both" else (method,)
     check_output_file(output, beside=(".json",))
-    attention = capture(text, text_b, model=model, weights=weights)
+    loaded = load_model(model, device=device, dtype=dtype)
+    attention = capture(text, text_b, model=loaded, weights=weights)
     n = len(attention.tokens)
     pairs = flow_pair_count(attention.num_layers, n) if "flow" in methods else 0
     with _progress("Attention flow (max-flow problems)", pairs) as on_progress:
@@ -241,7 +340,12 @@ def analyze(
     output: Annotated[Path, typer.Option("-o", "--output", help="Folder for report.html, CSV and plots.")],
     model: ModelOption = "default",
     max_len: Annotated[
-        int, typer.Option("--max-len", help="Tokens per segment, special tokens included.")
+        int,
+        typer.Option(
+            "--max-len",
+            help="Tokens per segment, special tokens included, up to the model's own limit (over 1,024: "
+            "computed from queries and keys, in bounded memory).",
+        ),
     ] = 128,
     limit: Annotated[
         int | None, typer.Option("--limit", min=1, help="Analyse at most this many segments.")
@@ -263,31 +367,76 @@ def analyze(
     ] = JS_TOKENS_PER_SEGMENT,
     weights: WeightsOption = "attention",
     convention: ConventionOption = "bertology",
+    examples_per_head: Annotated[
+        int,
+        typer.Option(
+            "--examples-per-head",
+            min=0,
+            help="Top example segments stored per head, with its attention (8-bit), for `bertology serve "
+            "--runs`; 0: none.",
+        ),
+    ] = EXAMPLES_PER_HEAD,
+    ray: RayOption = None,
+    workers: WorkersOption = None,
+    threads_per_worker: ThreadsPerWorkerOption = 1,
+    resume: ResumeOption = False,
+    device: DeviceOption = DEFAULT_DEVICE,
+    dtype: DtypeOption = DEFAULT_DTYPE,
 ) -> None:
     """Per-head statistics, pattern labels and head clustering over CORPUS, written as an HTML report."""
     from bertology.allocator import keep_freed_memory
     from bertology.analyze import analyze_corpus
+    from bertology.cluster.analyze import AnalysisJob, analyze_on_ray
+    from bertology.cluster.checkpoint import checkpoint_file
     from bertology.models import load_model
     from bertology.outputs import check_output_folder, output_folder
     from bertology.report.analysis import JS_DIVERGENCE_FILE, save_analysis
 
+    cluster = _cluster_options(ray, workers, threads_per_worker, resume)
     check_output_folder(output)
-    loaded = load_model(model)
-    keep_freed_memory()  # each batch reuses the buffers the last one freed (this process only)
-    with _progress("Analysing segments", limit) as on_progress:
-        analysis = analyze_corpus(
-            corpus,
-            loaded,
-            max_length=max_len,
-            limit=limit,
-            seed=seed,
-            batch_size=batch_size,
-            js_tokens_per_segment=js_tokens or None,
-            corpus_format=corpus_format,
-            weights=weights,
-            convention=convention,
-            on_progress=on_progress,
-        )
+    loaded = load_model(model, device=device, dtype=dtype)
+    checkpoint = checkpoint_file(output, "analyze")
+    with _progress("Analysing segments", limit, rate="segments") as on_progress:
+        if cluster is None:
+            keep_freed_memory()  # each batch reuses the buffers the last one freed (this process only)
+            analysis = analyze_corpus(
+                corpus,
+                loaded,
+                max_length=max_len,
+                limit=limit,
+                seed=seed,
+                batch_size=batch_size,
+                js_tokens_per_segment=js_tokens or None,
+                corpus_format=corpus_format,
+                weights=weights,
+                convention=convention,
+                on_progress=on_progress,
+                examples_per_head=examples_per_head,
+            )
+        else:
+            job = AnalysisJob(
+                model,
+                max_len,
+                seed,
+                js_tokens or None,
+                weights,
+                convention,
+                device=device,
+                dtype=dtype,
+                examples_per_head=examples_per_head,
+            )
+            analysis = analyze_on_ray(
+                corpus,
+                loaded,
+                job,
+                cluster,
+                limit=limit,
+                batch_size=batch_size,
+                corpus_format=corpus_format,
+                checkpoint=checkpoint,
+                resume=resume,
+                on_progress=on_progress,
+            )
     if analysis.truncated_segments:
         err.print(
             f"[yellow]Warning:[/yellow] {analysis.truncated_segments} segments were longer than "
@@ -296,6 +445,7 @@ def analyze(
         )
     with output_folder(output) as folder:
         report = output / save_analysis(analysis, loaded, folder).name
+    checkpoint.unlink(missing_ok=True)  # the run is written; nothing is left to resume
     out.print(
         f"Analysed {analysis.segments} segments in {analysis.seconds:.1f} s. Wrote {report}, "
         f"{output / 'heads.csv'}, {output / JS_DIVERGENCE_FILE} and the plots in {output / 'plots'}.",
@@ -303,14 +453,72 @@ def analyze(
     )
 
 
-def _ablation_of(name: str, side: str, task_dir: Path, max_dev: int) -> AblationResult | str:
+@app.command()
+def index(
+    corpus: Annotated[
+        Path, typer.Argument(help="A treebank (.conllu, .conll: relations kept), plain text or .jsonl file.")
+    ],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Folder of the token index (replaced).")],
+    model: ModelOption = "default",
+    layers: Annotated[
+        str | None,
+        typer.Option(
+            "--layers",
+            help="Comma-separated 0-based layers to index (default: three, the last one included).",
+        ),
+    ] = None,
+    max_len: Annotated[int, typer.Option("--max-len", min=8, help="Tokens per segment at most.")] = 128,
+    batch_size: SegmentBatchOption = BATCH_SIZE,
+    device: DeviceOption = DEFAULT_DEVICE,
+    dtype: DtypeOption = DEFAULT_DTYPE,
+) -> None:
+    """Index every token's contextual vector of CORPUS at a few layers, for corpus search in `bertology serve
+    --index DIR` (exBERT's idea)."""
+    from bertology.models import load_model
+    from bertology.token_index import build_index
+
+    try:
+        chosen = None if layers is None else [int(layer) for layer in layers.split(",") if layer.strip()]
+    except ValueError as error:
+        raise typer.BadParameter("--layers takes layer numbers separated by commas, e.g. 1,3,5.") from error
+    loaded = load_model(model, device=device, dtype=dtype)
+    with _progress("Indexing the corpus", None):
+        built = build_index(
+            corpus, output, model=loaded, layers=chosen, batch_size=batch_size, max_length=max_len
+        )
+    out.print(
+        f"Indexed {len(built)} tokens of {len(built.segments)} segments at layers "
+        f"{', '.join(map(str, built.layers))} in {output}.",
+        highlight=False,
+    )
+
+
+def _cluster_options(
+    address: str | None, workers: int | None, threads_per_worker: int, resume: bool
+) -> ClusterOptions | None:
+    """The Ray cluster a command runs on (``None``: this process), or a usage error for Ray options given
+    without ``--ray``."""
+    from bertology.allocator import keep_freed_memory
+    from bertology.cluster.workers import ClusterOptions
+
+    if address is None:
+        if workers is not None or threads_per_worker != 1 or resume:
+            raise typer.BadParameter("--workers, --threads-per-worker and --resume apply only with --ray.")
+        return None
+    # each worker process is the run's own: its batches reuse the buffers the last one freed
+    return ClusterOptions(address, workers, threads_per_worker, setup=keep_freed_memory)
+
+
+def _ablation_of(
+    name: str, side: str, task_dir: Path, max_dev: int, device: str, dtype: Dtype
+) -> AblationResult | str:
     """Model ``name``'s single-head ablation on the task, or why it has none (not a fine-tuned classifier)."""
     from bertology.errors import BertologyError
     from bertology.interventions.run import single_head_ablation
     from bertology.models import load_model
 
     try:
-        classifier = load_model(name, classifier=True)
+        classifier = load_model(name, classifier=True, device=device, dtype=dtype)
     except BertologyError as error:
         return str(error)
     with _progress(f"Ablating the heads of model {side}", None) as on_progress:
@@ -364,10 +572,18 @@ def compare(
             "--level", help="Compare rows of tokens, of words, or auto (tokens when the tokenizers agree)."
         ),
     ] = "auto",
+    device: DeviceOption = DEFAULT_DEVICE,
+    dtype: DtypeOption = DEFAULT_DTYPE,
+    ray: RayOption = None,
+    workers: WorkersOption = None,
+    threads_per_worker: ThreadsPerWorkerOption = 1,
+    resume: ResumeOption = False,
 ) -> None:
     """Compare two models head by head: statistics, labels and confidence side by side, heads matched by mean
     JS divergence, both models' head views of one input and, with --task, both ablation pictures."""
     from bertology.allocator import keep_freed_memory
+    from bertology.cluster.checkpoint import checkpoint_file
+    from bertology.cluster.compare import ComparisonJob, compare_on_ray
     from bertology.comparison import compare_models, first_segment
     from bertology.corpus import sample_corpus
     from bertology.models import load_model
@@ -376,27 +592,47 @@ def compare(
     from bertology.report.comparison import write_comparison_report
     from bertology.views import head_view
 
+    cluster = _cluster_options(ray, workers, threads_per_worker, resume)
     check_output_folder(output)
     if task_dir is not None:
         read_glue(task_dir, max_dev=max_dev or None)  # a bad task folder is reported before the work
     corpus = corpus or sample_corpus()
-    loaded_a, loaded_b = load_model(model_a), load_model(model_b)
-    keep_freed_memory()  # each batch reuses the buffers the last one freed (this process only)
-    with _progress("Comparing segments", limit) as on_progress:
-        comparison = compare_models(
-            loaded_a,
-            loaded_b,
-            corpus,
-            max_length=max_len,
-            limit=limit,
-            seed=seed,
-            batch_size=batch_size,
-            js_tokens_per_segment=js_tokens or None,
-            level=level,
-            weights=weights,
-            convention=convention,
-            on_progress=on_progress,
-        )
+    loaded_a, loaded_b = (load_model(name, device=device, dtype=dtype) for name in (model_a, model_b))
+    checkpoint = checkpoint_file(output, "compare")
+    with _progress("Comparing segments", limit, rate="segments") as on_progress:
+        if cluster is None:
+            keep_freed_memory()  # each batch reuses the buffers the last one freed (this process only)
+            comparison = compare_models(
+                loaded_a,
+                loaded_b,
+                corpus,
+                max_length=max_len,
+                limit=limit,
+                seed=seed,
+                batch_size=batch_size,
+                js_tokens_per_segment=js_tokens or None,
+                level=level,
+                weights=weights,
+                convention=convention,
+                on_progress=on_progress,
+            )
+        else:
+            job = ComparisonJob(
+                model_a, model_b, max_len, seed, js_tokens or None, level, weights, convention,
+                device=device, dtype=dtype,
+            )  # fmt: skip
+            comparison = compare_on_ray(
+                corpus,
+                loaded_a,
+                loaded_b,
+                job,
+                cluster,
+                limit=limit,
+                batch_size=batch_size,
+                checkpoint=checkpoint,
+                resume=resume,
+                on_progress=on_progress,
+            )
     segment = None if text is not None else first_segment(corpus, loaded_a, max_length=max_len)
     texts = (text, None) if segment is None else (segment.text_a, segment.text_b)
     views = (
@@ -406,14 +642,15 @@ def compare(
     ablations = None
     if task_dir is not None:
         ablations = (
-            _ablation_of(model_a, "A", task_dir, max_dev),
-            _ablation_of(model_b, "B", task_dir, max_dev),
+            _ablation_of(model_a, "A", task_dir, max_dev, device, dtype),
+            _ablation_of(model_b, "B", task_dir, max_dev, device, dtype),
         )
     shown = " ‖ ".join(part if isinstance(part, str) else " ".join(part) for part in texts if part)
     with output_folder(output) as folder:
         written = write_comparison_report(
             comparison, folder, views=views, input_text=shown, ablations=ablations, top=top
         )
+    checkpoint.unlink(missing_ok=True)  # the run is written; nothing is left to resume
     report = output / written.name
     pairs = comparison.most_changed(3)
     changed = ", ".join(
@@ -437,7 +674,8 @@ probe_app = typer.Typer(
 app.add_typer(probe_app, name="probe")
 
 TreebankFormatOption = Annotated[
-    TreebankFormat | None, typer.Option("--format", help="conllu or conllx (default: from the file name).")
+    TreebankFormat | None,
+    typer.Option("--format", help="conllu, conllx or corefud (default: from the file name)."),
 ]
 WordModeOption = Annotated[
     WordMode, typer.Option("--word-mode", help="How a split word attends: mean, first or max of its pieces.")
@@ -454,26 +692,50 @@ def probe_deps(
     limit: Annotated[
         int | None, typer.Option("--limit", min=1, help="Probe at most this many sentences.")
     ] = None,
+    device: DeviceOption = DEFAULT_DEVICE,
+    dtype: DtypeOption = DEFAULT_DTYPE,
+    ray: RayOption = None,
+    workers: WorkersOption = None,
+    threads_per_worker: ThreadsPerWorkerOption = 1,
+    resume: ResumeOption = False,
 ) -> None:
     """Which heads track which dependency relations, against fixed-offset baselines (Clark et al. 2019)."""
+    from bertology.cluster.checkpoint import checkpoint_file
+    from bertology.cluster.probes import DependencyJob, probe_dependencies_on_ray
     from bertology.models import load_model
     from bertology.outputs import check_output_folder, output_folder
     from bertology.probes.run import probe_dependencies
     from bertology.report.probes import write_dependency_report
 
+    cluster = _cluster_options(ray, workers, threads_per_worker, resume)
     check_output_folder(output)
-    loaded = load_model(model)
-    with _progress("Probing sentences", limit) as on_progress:
-        run = probe_dependencies(
-            treebank,
-            loaded,
-            treebank_format=treebank_format,
-            mode=word_mode,
-            limit=limit,
-            on_progress=on_progress,
-        )
+    loaded = load_model(model, device=device, dtype=dtype)
+    checkpoint = checkpoint_file(output, "probe-deps")
+    with _progress("Probing sentences", limit, rate="sentences") as on_progress:
+        if cluster is None:
+            run = probe_dependencies(
+                treebank,
+                loaded,
+                treebank_format=treebank_format,
+                mode=word_mode,
+                limit=limit,
+                on_progress=on_progress,
+            )
+        else:
+            run = probe_dependencies_on_ray(
+                treebank,
+                loaded,
+                DependencyJob(model, word_mode, device=device, dtype=dtype),
+                cluster,
+                treebank_format=treebank_format,
+                limit=limit,
+                checkpoint=checkpoint,
+                resume=resume,
+                on_progress=on_progress,
+            )
     with output_folder(output) as folder:
         report = output / write_dependency_report(run, folder).name
+    checkpoint.unlink(missing_ok=True)  # the run is written; nothing is left to resume
     out.print(
         f"Probed {run.sentences} sentences in {run.seconds:.1f} s. Wrote {report}, {output / 'table.csv'} "
         f"and {output / 'accuracies.csv'}.",
@@ -496,6 +758,8 @@ def probe_parser(
     decode: Annotated[
         Decode, typer.Option(help="argmax (per word) or mst (Chu-Liu/Edmonds tree).")
     ] = "argmax",
+    device: DeviceOption = DEFAULT_DEVICE,
+    dtype: DtypeOption = DEFAULT_DTYPE,
 ) -> None:
     """Clark et al.'s attention-only parser: train on one treebank, UAS without punctuation on another."""
     from bertology.models import load_model
@@ -504,7 +768,7 @@ def probe_parser(
     from bertology.report.probes import write_parser_report
 
     check_output_folder(output)
-    loaded = load_model(model)
+    loaded = load_model(model, device=device, dtype=dtype)
     err.print("Training the parser and scoring it (this reads both treebanks once)...")
     run = train_and_evaluate_parser(
         train,
@@ -528,30 +792,51 @@ def probe_parser(
 
 @probe_app.command("coref")
 def probe_coref(
-    corpus: Annotated[Path, typer.Argument(help="Coreference file or folder (GUM brackets or CoNLL-2012).")],
+    corpus: Annotated[
+        Path, typer.Argument(help="Coreference file or folder (GUM brackets, CoNLL-2012 or CorefUD).")
+    ],
     output: Annotated[Path, typer.Option("-o", "--output", help="Folder for report.html and table.csv.")],
     model: ModelOption = "default",
     treebank: Annotated[
         Path | None,
         typer.Option("--treebank", help="The same documents' trees, for sentences and head words."),
     ] = None,
-    coref_format: Annotated[CorefFormat | None, typer.Option("--format", help="gum or conll2012.")] = None,
+    coref_format: Annotated[
+        CorefFormat | None,
+        typer.Option("--format", help="gum, conll2012 or corefud (default: corefud for .conllu files)."),
+    ] = None,
     limit: Annotated[
         int | None, typer.Option("--limit", min=1, help="Probe at most this many documents.")
     ] = None,
+    device: DeviceOption = DEFAULT_DEVICE,
+    dtype: DtypeOption = DEFAULT_DTYPE,
+    ray: RayOption = None,
+    workers: WorkersOption = None,
+    threads_per_worker: ThreadsPerWorkerOption = 1,
+    resume: ResumeOption = False,
 ) -> None:
     """Antecedent selection per head, by mention type, against nearest, same-head and sieve baselines."""
+    from bertology.cluster.checkpoint import checkpoint_file
+    from bertology.cluster.probes import CorefJob, probe_coreference_on_ray
     from bertology.models import load_model
     from bertology.outputs import check_output_folder, output_folder
     from bertology.probes.run import run_coreference
     from bertology.report.probes import write_head_accuracy_report
 
+    cluster = _cluster_options(ray, workers, threads_per_worker, resume)
     check_output_folder(output)
-    loaded = load_model(model)
-    err.print("Probing coreference, one document window at a time...")
-    probe, summary = run_coreference(
-        corpus, loaded, treebank=treebank, coref_format=coref_format, limit=limit
-    )
+    loaded = load_model(model, device=device, dtype=dtype)
+    checkpoint = checkpoint_file(output, "probe-coref")
+    common = {"treebank": treebank, "coref_format": coref_format, "limit": limit}
+    if cluster is None:
+        err.print("Probing coreference, one document window at a time...")
+        probe, summary = run_coreference(corpus, loaded, **common)
+    else:
+        with _progress("Probing coreference windows", None, rate="windows") as on_progress:
+            probe, summary = probe_coreference_on_ray(
+                corpus, loaded, CorefJob(model, device=device, dtype=dtype), cluster,
+                checkpoint=checkpoint, resume=resume, on_progress=on_progress, **common,
+            )  # fmt: skip
     explanation = (
         "A head is right on a coreferent mention when the mention's head word attends most, among the head "
         "words of earlier mentions in the window, to an antecedent's head word (Clark et al. 2019). "
@@ -560,9 +845,10 @@ def probe_coref(
     with output_folder(output) as folder:
         written = write_head_accuracy_report(
             folder, title=f"Coreference probe: {loaded.name}", summary=summary, explanation=explanation,
-            heatmap=probe.heatmap(), table=probe.table(),
+            heatmap=probe.heatmap(), table=probe.table(), accuracies=probe.to_frame(),
         )  # fmt: skip
     report = output / written.name
+    checkpoint.unlink(missing_ok=True)  # the run is written; nothing is left to resume
     best = probe.best()
     out.print(f"Best head {best.label}: {best.accuracy:.3f}. Wrote {report}.", highlight=False)
 
@@ -570,31 +856,34 @@ def probe_coref(
 @probe_app.command("gap")
 def probe_gap_command(
     gap_file: Annotated[Path, typer.Argument(help="GAP tsv (development, validation or test).")],
-    output: Annotated[Path, typer.Option("-o", "--output", help="Folder for report.html.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Folder for report.html and CSV.")],
     model: ModelOption = "default",
     limit: Annotated[int | None, typer.Option("--limit", min=1, help="At most this many examples.")] = None,
+    syntax: Annotated[
+        bool, typer.Option("--syntax/--no-syntax", help="Syntactic baselines from spaCy parses, if any.")
+    ] = True,
+    device: DeviceOption = DEFAULT_DEVICE,
+    dtype: DtypeOption = DEFAULT_DTYPE,
 ) -> None:
-    """Per head, how often the pronoun attends more to the right name than to the other (GAP)."""
+    """GAP's scorecard (P/R/F1 overall, masculine, feminine, bias F/M) for every head and GAP's baselines."""
     from bertology.models import load_model
     from bertology.outputs import check_output_folder, output_folder
     from bertology.probes.run import run_gap
-    from bertology.report.probes import write_head_accuracy_report
+    from bertology.report.probes import write_gap_report
 
     check_output_folder(output)
-    loaded = load_model(model)
-    probe, summary = run_gap(gap_file, loaded, limit=limit)
-    explanation = (
-        "For GAP examples where exactly one of the two names is coreferent with the pronoun: the share in "
-        "which the pronoun's attention to the right name's words exceeds its attention to the other's."
-    )
+    loaded = load_model(model, device=device, dtype=dtype)
+    probe, summary = run_gap(gap_file, loaded, limit=limit, syntax=syntax)
     with output_folder(output) as folder:
-        written = write_head_accuracy_report(
-            folder, title=f"GAP probe: {loaded.name}", summary=summary, explanation=explanation,
-            heatmap=probe.heatmap(),
-        )  # fmt: skip
+        written = write_gap_report(probe, folder, title=f"GAP probe: {loaded.name}", summary=summary)
     report = output / written.name
-    best = probe.best()
-    out.print(f"Best head {best.label}: {best.accuracy:.3f} over {probe.count} examples. Wrote {report}.")
+    best = probe.table().iloc[0]
+    out.print(
+        f"Best head {best['system'].removeprefix('head ')}: F1 {best['overall_f1']:.3f} (masculine "
+        f"{best['masculine_f1']:.3f}, feminine {best['feminine_f1']:.3f}, bias F/M {best['bias_f_m']:.2f}) "
+        f"over {probe.examples} examples. Wrote {report} and {output / 'table.csv'}.",
+        highlight=False,
+    )
 
 
 @app.command()
@@ -606,6 +895,10 @@ def serve(
     runs: Annotated[
         Path | None, typer.Option("--runs", help="Folder of reports and training runs to browse.")
     ] = None,
+    corpus_index: Annotated[
+        Path | None,
+        typer.Option("--index", help="A corpus index folder (`bertology index`) for corpus search."),
+    ] = None,
     host: Annotated[str, typer.Option(help="Address to listen on; any but 127.0.0.1 opens it to others.")] = (
         "127.0.0.1"
     ),
@@ -614,6 +907,8 @@ def serve(
     max_body: Annotated[int, typer.Option("--max-body", help="Largest request body, in bytes.")] = 65536,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds a request may take.")] = 30.0,
     parallel: Annotated[int, typer.Option("--parallel", help="Computations at once per model.")] = 2,
+    device: DeviceOption = DEFAULT_DEVICE,
+    dtype: DtypeOption = DEFAULT_DTYPE,
 ) -> None:
     """A local web app: type a text, see its views and per-head statistics; browse RUNS; a JSON API."""
     from bertology.server import Limits
@@ -627,6 +922,9 @@ def serve(
         port=port,
         limits=limits,
         announce=lambda line: out.print(line, highlight=False, markup=False),
+        device=device,
+        dtype=dtype,
+        index=corpus_index,
     )
 
 
@@ -685,6 +983,8 @@ def finetune(
         int, typer.Option("--threads", help="Torch threads (0: one per core; 1 is faster on a busy machine).")
     ] = 0,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace a run in the folder.")] = False,
+    device: DeviceOption = DEFAULT_DEVICE,
+    dtype: DtypeOption = DEFAULT_DTYPE,
 ) -> None:
     """Fine-tune a classifier on a GLUE-style task, recording how its attention changes (see 'watch')."""
     from bertology.outputs import check_output_folder
@@ -704,6 +1004,8 @@ def finetune(
         probe_set=probe_set,
         seed=seed,
         threads=threads or None,
+        device=device,
+        dtype=dtype,
     )
     with _training_progress(total=0) as on_progress:
         result = run_finetune(task_dir, output, settings, overwrite=overwrite, on_progress=on_progress)
@@ -785,28 +1087,46 @@ def ablate(
         ),
     ] = 0.5,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Examples per forward pass.")] = 32,
+    device: DeviceOption = DEFAULT_DEVICE,
+    dtype: DtypeOption = DEFAULT_DTYPE,
+    ray: RayOption = None,
+    workers: WorkersOption = None,
+    threads_per_worker: ThreadsPerWorkerOption = 1,
 ) -> None:
-    """Remove heads: each one alone, by importance and by ablation rank, and for real (a smaller model)."""
+    """Remove heads: each one alone, by importance and by ablation rank, and for real (a smaller model).
+    With --ray the single-head sweep (split by heads) and the importance (by examples) run on the cluster."""
     from dataclasses import replace
 
+    from bertology.cluster.ablation import AblationJob, ablate_on_ray
     from bertology.interventions.run import run_ablation
     from bertology.models import load_model
     from bertology.outputs import check_output_folder, output_folder
     from bertology.report.interventions import write_ablation_report
 
+    cluster = _cluster_options(ray, workers, threads_per_worker, False)
     check_output_folder(output)
-    loaded = load_model(model, classifier=True)
+    loaded = load_model(model, classifier=True, device=device, dtype=dtype)
     with output_folder(output) as folder:
+        pruned_dir = folder / "pruned" if prune else None
         with _stage_progress() as on_progress:
-            run = run_ablation(
-                loaded,
-                task_dir,
-                max_dev=max_dev or None,
-                batch_size=batch_size,
-                prune_fraction=prune,
-                pruned_dir=folder / "pruned" if prune else None,
-                progress=on_progress,
-            )
+            if cluster is None:
+                run = run_ablation(
+                    loaded,
+                    task_dir,
+                    max_dev=max_dev or None,
+                    batch_size=batch_size,
+                    prune_fraction=prune,
+                    pruned_dir=pruned_dir,
+                    progress=on_progress,
+                )
+            else:
+                # workers start elsewhere: folders by their absolute paths
+                classifier = str(Path(model).resolve()) if Path(model).exists() else model
+                task = str(task_dir.resolve())
+                job = AblationJob(classifier, task, max_dev or None, batch_size, device=device, dtype=dtype)
+                run = ablate_on_ray(
+                    loaded, job, cluster, prune_fraction=prune, pruned_dir=pruned_dir, progress=on_progress
+                )
         run = replace(run, pruned_dir=None if run.pruned_dir is None else output / run.pruned_dir.name)
         report = output / write_ablation_report(run, folder).name
     pruning = run.pruning
@@ -834,6 +1154,8 @@ def explain(
     steps: Annotated[
         int, typer.Option("--steps", min=1, help="Integration points of integrated gradients.")
     ] = 50,
+    device: DeviceOption = DEFAULT_DEVICE,
+    dtype: DtypeOption = DEFAULT_DTYPE,
 ) -> None:
     """Which tokens the prediction rests on: gradient, gradient x input and integrated gradients."""
     from bertology.interventions.saliency import explain as explain_prediction
@@ -842,7 +1164,7 @@ def explain(
     from bertology.report.interventions import write_explanation
 
     check_output_file(output, beside=(".json",))
-    loaded = load_model(model, classifier=True)
+    loaded = load_model(model, classifier=True, device=device, dtype=dtype)
     explanation = explain_prediction(loaded, text, text_b, steps=steps)
     page_path, json_path = write_explanation(explanation, output)
     out.print(
@@ -855,16 +1177,26 @@ def explain(
 
 @app.command()
 def models() -> None:
-    """List the supported architectures and the default model."""
-    from bertology.models import DEFAULT_LABEL, SUPPORTED_ARCHITECTURES, default_model_path
+    """List the supported model types with their kind, capture route and features, and the default model."""
+    from bertology.model_store import PACKAGED_MODELS, assembled_path
+    from bertology.model_types import FEATURES, MODEL_TYPES, REFUSED, features
+    from bertology.models import DEFAULT_LABEL, default_model_path
 
-    table = Table(title="Supported architectures (config.model_type)")
-    table.add_column("model_type")
-    table.add_column("architecture")
-    for model_type, name in SUPPORTED_ARCHITECTURES.items():
-        table.add_row(model_type, name)
+    table = Table(title="Supported model types (config.model_type)")
+    for column in ("model_type", "name", "kind", "route"):
+        table.add_column(column, no_wrap=True)
+    table.add_column(f"features (of: {', '.join(FEATURES)})")
+    for model_type, entry in MODEL_TYPES.items():
+        has = ", ".join(name for name, present in features(model_type).items() if present)
+        table.add_row(model_type, entry.name, entry.kind, entry.route, has)
     out.print(table)
+    for model_type, reason in REFUSED.items():
+        out.print(f"Not supported: {model_type}, which {reason}.", highlight=False)
     out.print(f"Default model ('default'): {DEFAULT_LABEL}, 6 layers x 12 heads, at {default_model_path()}")
+    for name in PACKAGED_MODELS:
+        folder = assembled_path(name)
+        where = f"at {folder}" if folder else "assembled from its PyPI parts at first use (make real-models)"
+        out.print(f"Real model ('{name}'): {where}", highlight=False)
     out.print("Any other hub name or local directory of a supported architecture also works.")
 
 

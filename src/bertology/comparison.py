@@ -24,9 +24,9 @@ from __future__ import annotations
 import itertools
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Self
 
 import numpy as np
 import pandas as pd
@@ -36,6 +36,7 @@ from scipy.optimize import linear_sum_assignment
 from bertology.analysis.distances import RowSampler, js_cross_sums
 from bertology.analyze import BATCH_SIZE, CorpusAccumulators, CorpusAnalysis, corpus_batches
 from bertology.corpus import Segment, iter_segments
+from bertology.devices import float64_home
 from bertology.errors import BertologyError
 from bertology.inputs import EncodedBatch
 from bertology.models import LoadedModel
@@ -282,6 +283,141 @@ def _check_tokens_agree(encoded_a: EncodedBatch, encoded_b: EncodedBatch) -> Non
             )
 
 
+class ComparisonAccumulators:
+    """Both models' streaming accumulators (:class:`~bertology.analyze.CorpusAccumulators`) and the sums of
+    the cross-model JS divergences, fed a batch of segments at a time (:meth:`add`) and read with
+    :meth:`result`. first_segment: the number of the first segment added, so that the accumulators of
+    consecutive shards of a corpus, merged (:meth:`merge`), equal one pass (as in ``CorpusAccumulators``).
+    Other options as in :func:`compare_models`.
+
+    Raises:
+        BertologyError: an unknown level.
+    """
+
+    def __init__(
+        self,
+        model_a: LoadedModel,
+        model_b: LoadedModel,
+        *,
+        level: Level = "auto",
+        js_tokens_per_segment: int | None = JS_TOKENS_PER_SEGMENT,
+        seed: int = 0,
+        weights: Weights = "attention",
+        convention: Convention = "bertology",
+        first_segment: int = 0,
+    ) -> None:
+        if level not in LEVELS:
+            raise BertologyError(f"Unknown comparison level '{level}'; use one of: {', '.join(LEVELS)}.")
+        self.level: Literal["token", "word"] = (
+            ("token" if same_tokenizer(model_a, model_b) else "word") if level == "auto" else level
+        )
+        self.js_tokens_per_segment, self.seed = js_tokens_per_segment, seed
+        self.sides = tuple(
+            CorpusAccumulators(
+                model,
+                js_tokens_per_segment=js_tokens_per_segment,
+                seed=seed,
+                weights=weights,
+                convention=convention,
+                first_segment=first_segment,
+            )
+            for model in (model_a, model_b)
+        )
+        self.cross: np.ndarray | None = None  # [Ga, Gb] float64 sums of JS divergences (nats)
+        self.units = 0
+        self.next_segment = first_segment
+
+    @property
+    def segments(self) -> int:
+        """Segments added (or merged) so far."""
+        return self.sides[0].segments
+
+    def add(self, batch: list[Segment], max_length: int) -> None:
+        """Run one batch of segments through both models and fold it in."""
+        if self.level == "token":
+            _check_tokens_agree(*(side.add(batch, max_length) for side in self.sides))
+            samples = [side.last_sample for side in self.sides]
+            assert samples[0] is not None and samples[1] is not None
+            rows_a, rows_b = (_token_rows(sample, len(batch)) for sample in samples)
+            self.units += sum(len(queries) for queries in samples[0].queries)
+        else:
+            # One forward pass per model serves both its statistics and its word-level attention.
+            words_a, words_b = (
+                [word_attention(attention) for attention in side.add_captured(batch, max_length)]
+                for side in self.sides
+            )
+            rows_a, rows_b = [], []
+            for offset, (first, second) in enumerate(zip(words_a, words_b, strict=True)):
+                common = np.flatnonzero((first.word_positions >= 0) & (second.word_positions >= 0))
+                segment = self.next_segment + offset
+                queries = _query_words(common, self.js_tokens_per_segment, self.seed, segment)
+                rows_a.append(word_rows(first, queries, common))
+                rows_b.append(word_rows(second, queries, common))
+                self.units += len(queries)
+        left, right = torch.cat(rows_a, dim=1), torch.cat(rows_b, dim=1)
+        home = float64_home(left.device)  # where the float64 sums can be taken: MPS has none
+        sums = js_cross_sums(left.to(home), right.to(home)).cpu().numpy()
+        self.cross = sums if self.cross is None else self.cross + sums
+        self.next_segment += len(batch)
+
+    def merge(self, other: ComparisonAccumulators) -> Self:
+        """Fold in ``other`` (another shard, compared with the same models and settings); returns ``self``.
+
+        Raises:
+            BertologyError: ``other`` compared at another level or with other settings.
+        """
+        if other.level != self.level:
+            raise BertologyError(
+                f"Cannot merge a {other.level}-level comparison into a {self.level}-level one."
+            )
+        for mine, theirs in zip(self.sides, other.sides, strict=True):
+            mine.merge(theirs)
+        if other.cross is not None:
+            self.cross = other.cross.copy() if self.cross is None else self.cross + other.cross
+        self.units += other.units
+        self.next_segment = max(self.next_segment, other.next_segment)
+        return self
+
+    def result(
+        self, corpus: str | Path, *, corpus_format: str | None, max_length: int, seconds: float
+    ) -> ModelComparison:
+        """The :class:`ModelComparison` of everything added so far.
+
+        Raises:
+            BertologyError: no segment was added.
+        """
+        if self.cross is None or self.units == 0:
+            raise BertologyError(f"The corpus '{corpus}' gave no segments to compare.")
+        a, b = (
+            side.result(corpus, corpus_format=corpus_format, max_length=max_length, seconds=seconds)
+            for side in self.sides
+        )
+        distance = np.clip(self.cross / self.units, 0.0, np.log(2))
+        return ModelComparison(a, b, HeadMatching.of(distance), self.level, self.units, seconds)
+
+
+def comparison_batches(
+    corpus: str | Path,
+    model_a: LoadedModel,
+    model_b: LoadedModel,
+    *,
+    max_length: int = 128,
+    limit: int | None = None,
+    batch_size: int = BATCH_SIZE,
+    corpus_format: str | None = None,
+) -> Iterator[list[Segment]]:
+    """The batches both models read (:func:`~bertology.analyze.corpus_batches` with A's tokenizer)."""
+    return corpus_batches(
+        corpus,
+        model_a.tokenizer,
+        max_length=max_length,
+        limit=limit,
+        batch_size=batch_size,
+        corpus_format=corpus_format,
+        pairs=model_a.kind == model_b.kind == "encoder",  # a decoder reads single texts
+    )
+
+
 def compare_models(
     model_a: LoadedModel,
     model_b: LoadedModel,
@@ -312,68 +448,38 @@ def compare_models(
         BertologyError: an unknown level, an unreadable or empty corpus, or token-level comparison of two
             tokenizers that split the text differently.
     """
-    if level not in LEVELS:
-        raise BertologyError(f"Unknown comparison level '{level}'; use one of: {', '.join(LEVELS)}.")
-    chosen = ("token" if same_tokenizer(model_a, model_b) else "word") if level == "auto" else level
-    start = time.perf_counter()
-    sides = tuple(
-        CorpusAccumulators(
-            model,
-            js_tokens_per_segment=js_tokens_per_segment,
-            seed=seed,
-            weights=weights,
-            convention=convention,
-        )
-        for model in (model_a, model_b)
+    accumulators = ComparisonAccumulators(
+        model_a,
+        model_b,
+        level=level,
+        js_tokens_per_segment=js_tokens_per_segment,
+        seed=seed,
+        weights=weights,
+        convention=convention,
     )
-    batches = corpus_batches(
+    start = time.perf_counter()
+    batches = comparison_batches(
         corpus,
-        model_a.tokenizer,
+        model_a,
+        model_b,
         max_length=max_length,
         limit=limit,
         batch_size=batch_size,
         corpus_format=corpus_format,
     )
-    cross: np.ndarray | None = None
-    units = done = 0
     for batch in batches:
-        if chosen == "token":
-            _check_tokens_agree(*(side.add(batch, max_length) for side in sides))
-            samples = [side.last_sample for side in sides]
-            assert samples[0] is not None and samples[1] is not None
-            rows_a, rows_b = (_token_rows(sample, len(batch)) for sample in samples)
-            units += sum(len(queries) for queries in samples[0].queries)
-        else:
-            # One forward pass per model serves both its statistics and its word-level attention.
-            words_a, words_b = (
-                [word_attention(attention) for attention in side.add_captured(batch, max_length)]
-                for side in sides
-            )
-            rows_a, rows_b = [], []
-            for offset, (first, second) in enumerate(zip(words_a, words_b, strict=True)):
-                common = np.flatnonzero((first.word_positions >= 0) & (second.word_positions >= 0))
-                queries = _query_words(common, js_tokens_per_segment, seed, done + offset)
-                rows_a.append(word_rows(first, queries, common))
-                rows_b.append(word_rows(second, queries, common))
-                units += len(queries)
-        sums = js_cross_sums(torch.cat(rows_a, dim=1), torch.cat(rows_b, dim=1)).numpy()
-        cross = sums if cross is None else cross + sums
-        done += len(batch)
+        accumulators.add(batch, max_length)
         if on_progress is not None:
-            on_progress(done)
-    if cross is None or units == 0:
-        raise BertologyError(f"The corpus '{corpus}' gave no segments to compare.")
+            on_progress(accumulators.segments)
     seconds = time.perf_counter() - start
-    a, b = (
-        side.result(corpus, corpus_format=corpus_format, max_length=max_length, seconds=seconds)
-        for side in sides
-    )
-    distance = np.clip(cross / units, 0.0, np.log(2))
-    return ModelComparison(a, b, HeadMatching.of(distance), chosen, units, seconds)
+    return accumulators.result(corpus, corpus_format=corpus_format, max_length=max_length, seconds=seconds)
 
 
 def first_segment(
     corpus: str | Path, loaded: LoadedModel, *, max_length: int = 128, corpus_format: str | None = None
 ) -> Segment:
     """The corpus's first segment as ``loaded``'s tokenizer packs it (the input of the side-by-side views)."""
-    return next(iter_segments(corpus, loaded.tokenizer, max_length=max_length, format=corpus_format))
+    segments = iter_segments(
+        corpus, loaded.tokenizer, max_length=max_length, format=corpus_format, pairs=loaded.kind == "encoder"
+    )
+    return next(segments)

@@ -13,7 +13,9 @@ consecutive paragraphs of a document, set up like BERT's pre-training inputs ``[
 * a run of one passage has no text B: the last passage of a document when nothing is left to pair
   it with, a passage whose neighbour does not fit beside it, or a passage longer than ``max_length`` on
   its own (which the encoder then truncates);
-* JSON Lines inputs are taken as given, one segment per line (``text`` and optional ``text_b``).
+* JSON Lines inputs are taken as given, one segment per line (``text`` and optional ``text_b``);
+* for a decoder (``pairs=False``), which reads one running text with no [SEP] between two, the packed
+  run is one text A and never split.
 
 The file is read line by line and only the passages of the segment being built are kept, so a corpus of
 any size streams in flat memory.
@@ -89,6 +91,7 @@ def iter_segments(
     *,
     max_length: int = 128,
     format: str | None = None,
+    pairs: bool = True,
 ) -> Iterator[Segment]:
     """Stream the segments of the corpus at ``path`` (see the module docstring for how they are built).
 
@@ -96,6 +99,8 @@ def iter_segments(
     max_length: token limit of one segment, special tokens included.
     format: ``"text"``, ``"jsonl"`` or ``"conllu"``; by default from the extension (``.jsonl``,
         ``.conllu``, anything else is text).
+    pairs: split packed runs into text A and text B (encoders); ``False`` keeps each run one text (a
+        decoder's input; a JSONL ``text_b`` is then refused).
 
     The path and format are checked at once; problems inside the file surface while iterating, after
     the segments before them have been produced.
@@ -115,15 +120,19 @@ def iter_segments(
         raise BertologyError(
             f"max_length {max_length} leaves no room for text besides the {special} special tokens."
         )
-    return _require_text(_segments(path, chosen, tokenizer, max_length), path)
+    return _require_text(_segments(path, chosen, tokenizer, max_length, pairs), path)
 
 
 def _segments(
-    path: Path, format: str, tokenizer: PreTrainedTokenizerFast, max_length: int
+    path: Path, format: str, tokenizer: PreTrainedTokenizerFast, max_length: int, pairs: bool
 ) -> Iterator[Segment]:
-    packer = _Packer(tokenizer, max_length, path)
+    packer = _Packer(tokenizer, max_length, path, pairs=pairs)
     if format == "jsonl":
         for record in read_records(path):
+            if record.text_b is not None and not pairs:
+                raise BertologyError(
+                    f"{_origin(path, record.line, record.line)} has a text_b, but this model reads one text."
+                )
             tokens = packer.tokens(record.text, record.text_b, special=True)
             yield Segment(record.text, record.text_b, _origin(path, record.line, record.line), tokens)
         return
@@ -178,7 +187,9 @@ class _Packer:
     segment comes out with its exact count (:attr:`Segment.tokens`).
     """
 
-    def __init__(self, tokenizer: PreTrainedTokenizerFast, max_length: int, path: Path) -> None:
+    def __init__(
+        self, tokenizer: PreTrainedTokenizerFast, max_length: int, path: Path, *, pairs: bool = True
+    ) -> None:
         self.counter = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
         self.counter.no_truncation()
         self.counter.no_padding()
@@ -189,6 +200,7 @@ class _Packer:
         }
         self.max_length = max_length
         self.path = path
+        self.pairs = pairs
 
     def tokens(self, text: str | list[str], text_b: str | list[str] | None = None, *, special: bool) -> int:
         """Token count of a text or pair as the encoder tokenizes it, without truncation."""
@@ -196,8 +208,8 @@ class _Packer:
 
     def _segment(self, run: Sequence[Passage], counts: Sequence[int], tokens: int) -> Segment:
         """The run of passages as a segment of ``tokens`` tokens, split into A and B by
-        :func:`_balanced_split`."""
-        split = _balanced_split(counts)
+        :func:`_balanced_split` (kept whole without :attr:`pairs`)."""
+        split = _balanced_split(counts) if self.pairs else len(run)
         text_b = _join(run[split:]) if split < len(run) else None
         origin = _origin(self.path, run[0].first_line, run[-1].last_line)
         return Segment(_join(run[:split]), text_b, origin, tokens)
@@ -205,7 +217,7 @@ class _Packer:
     def _run_tokens(self, run: Sequence[Passage], counts: Sequence[int]) -> int:
         """Tokens of the run of passages as one segment, special tokens included."""
         if self.additive or len(run) == 1:
-            return sum(counts) + self.special[len(run) > 1]
+            return sum(counts) + self.special[self.pairs and len(run) > 1]
         segment = self._segment(run, counts, 0)
         return self.tokens(segment.text_a, segment.text_b, special=True)
 

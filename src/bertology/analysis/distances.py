@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Self
 import numpy as np
 import torch
 
+from bertology.devices import float64_home
 from bertology.errors import BertologyError
 from bertology.stats.base import SegmentCounter, check_same_shape
 
@@ -219,7 +220,13 @@ class RowSampler:
     def add_layer(self, probs: torch.Tensor) -> None:
         """Keep the sampled rows of one layer: ``probs`` [B, H, N, N]."""
         segment, position = self.segment_of.to(probs.device), self.position.to(probs.device)
-        self.layers.append(probs[segment, :, position].float())
+        self.add_rows(probs[segment, :, position])
+
+    def add_rows(self, rows: torch.Tensor) -> None:
+        """Keep one layer's sampled rows, already taken: ``rows`` [M, H, N], row ``i`` query
+        :attr:`position` ``[i]`` of segment :attr:`segment_of` ``[i]`` (e.g. computed from queries and
+        keys, :meth:`bertology.long_capture.LayerQueriesKeys.rows_at`)."""
+        self.layers.append(rows.float())
 
     def segment_rows(self, index: int) -> torch.Tensor:
         """``[L*H, T*n]``: segment ``index``'s sampled rows of every head (layer-major), laid end to end."""
@@ -291,16 +298,20 @@ class DistanceAccumulator:
         heads = sampler.heads_per_layer
         shape = (len(sampler.layers), heads)
         check_same_shape(self.shape, shape, "This distance accumulator")
-        total = np.zeros((shape[0] * heads, shape[0] * heads))
+        total = None  # [G, G] float64 on the rows' device (the CPU for MPS, which has no float64)
         group: list[torch.Tensor] = []
         width = 0
         for index in range(len(sampler.lengths)):
             group.append(sampler.segment_rows(index))
             width += group[-1].shape[1]
             if width >= self.group_columns or index == len(sampler.lengths) - 1:
-                total += js_divergence_sums(torch.cat(group, dim=1)).cpu().numpy()
+                rows = torch.cat(group, dim=1)
+                sums = js_divergence_sums(rows.to(float64_home(rows.device)))
+                total = sums if total is None else total + sums
                 group, width = [], 0
-        self.js_sum = total if self.js_sum is None else self.js_sum + total
+        assert total is not None
+        batch_sums = total.cpu().numpy()  # one transfer to the host per batch
+        self.js_sum = batch_sums if self.js_sum is None else self.js_sum + batch_sums
         self.shape = shape
         self.tokens += sum(len(queries) for queries in sampler.queries)
         self.segments += len(sampler.lengths)

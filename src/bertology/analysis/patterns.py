@@ -6,8 +6,9 @@ quantity averaged over a segment's queries, then over the segments where it is d
 :mod:`bertology.stats.surface`). Token text is compared lowercased and without subword markers
 (:func:`~bertology.stats.rows.surface_form`); special tokens never count as words.
 
-While streaming, the accumulator also remembers, per pattern and head, the segment where the score
-was highest, so a report can show each head's label on its clearest example.
+While streaming, the accumulator also remembers, per pattern and head, the ``keep`` segments where the
+score was highest (a bounded top-k per head), so a report can show each head's label on its clearest
+examples (:mod:`bertology.analysis.examples`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Self
 import numpy as np
 import torch
 
+from bertology.errors import BertologyError
 from bertology.stats.base import HeadTable, SegmentCounter, SegmentMeans, check_same_shape
 from bertology.stats.rows import QueryValues, RowSummary, SpecialTokens, stack_segment_means
 from bertology.stats.surface import next_token, previous_token
@@ -85,18 +87,18 @@ def word_pieces(rows: RowSummary) -> QueryValues:
 
 
 def delimiters(rows: RowSummary) -> QueryValues:
-    """Delimiters: ``v(q) = sum_{k in CLS or SEP} A[q, k]`` over all queries."""
-    return QueryValues(rows.cls + rows.sep, rows.roles.valid)
+    """Delimiters: ``v(q) = sum_{k in CLS or SEP} A[q, k]`` over all queries (of segments with a [CLS]
+    or [SEP]: a decoder's have none)."""
+    return QueryValues(rows.cls + rows.sep, rows.roles.valid & rows.roles.is_delimiter.any(-1, keepdim=True))
 
 
 def broad(rows: RowSummary) -> QueryValues:
     """Broad attention: ``v(q) = H(A[q]) / ln m(q)``, the row's entropy in nats over that of uniform
     attention across ``q``'s sentence (``m(q)`` tokens with ``q``'s segment id, its [CLS] / [SEP]
-    included); queries: those with ``m(q) >= 2``. For a single text the sentence is the whole segment;
-    attention spread beyond the sentence can score above 1."""
-    segment, valid = rows.roles.segment, rows.roles.valid
-    sizes = ((segment[:, :, None] == segment[:, None, :]) & valid[:, None, :]).sum(-1)
-    queries = valid & (sizes >= 2)
+    included; for causal attention only those up to ``q``); queries: those with ``m(q) >= 2``. For a
+    single text the sentence is the whole segment; attention spread beyond the sentence can score above 1."""
+    sizes = rows.roles.attendable_counts(same_segment=True)
+    queries = rows.roles.valid & (sizes >= 2)
     log_size = torch.log(sizes.clamp_min(2).to(rows.entropy.dtype))[:, None, None, :]
     return QueryValues(rows.entropy / log_size, queries)
 
@@ -134,17 +136,28 @@ class HeadPatterns:
 
     scores: a :class:`HeadTable` with one ``[layers, heads]`` column per pattern in :data:`PATTERNS`.
     labels: [layers, heads] object array, a pattern name or ``"none"`` (:func:`label_heads`).
-    best_segment: pattern -> [layers, heads] int64 index of the segment where the head's score for that
-        pattern was highest (the earliest on ties), -1 where no segment defined it.
-    best_score: pattern -> [layers, heads] that segment's score (``-inf`` where none).
+    top_segments: pattern -> [layers, heads, keep] int64 indices of the segments where the head's score
+        for that pattern was highest, highest first (the earlier segment first on ties), -1 past the
+        segments that defined it.
+    top_scores: pattern -> [layers, heads, keep] those segments' scores (``-inf`` past them).
     thresholds: the thresholds the labels were chosen with.
     """
 
     scores: HeadTable
     labels: np.ndarray
-    best_segment: dict[str, np.ndarray]
-    best_score: dict[str, np.ndarray]
+    top_segments: dict[str, np.ndarray]
+    top_scores: dict[str, np.ndarray]
     thresholds: PatternThresholds
+
+    @property
+    def best_segment(self) -> dict[str, np.ndarray]:
+        """pattern -> [layers, heads] int64: the segment where the head's score was highest, -1 for none."""
+        return {name: segments[..., 0] for name, segments in self.top_segments.items()}
+
+    @property
+    def best_score(self) -> dict[str, np.ndarray]:
+        """pattern -> [layers, heads]: that segment's score (``-inf`` where none)."""
+        return {name: scores[..., 0] for name, scores in self.top_scores.items()}
 
     @property
     def label_segment(self) -> np.ndarray:
@@ -173,13 +186,14 @@ class HeadPatterns:
 
 
 class PatternAccumulator:
-    """Streams the pattern scores of every head and keeps each pattern's best segment per head.
+    """Streams the pattern scores of every head and keeps each pattern's best segments per head.
 
     special: the model's [CLS] / [SEP] strings (``SpecialTokens.of(model)``; default BERT's).
     first_segment: index of the first segment this accumulator will see; segments are numbered in the
         order they arrive. Give each shard of a corpus its own first index so merged shards report the
         same best segments as one pass.
     thresholds: for the labels in :meth:`result`.
+    keep: how many best segments to keep per pattern and head (at least 1), highest score first.
     """
 
     def __init__(
@@ -188,13 +202,22 @@ class PatternAccumulator:
         *,
         first_segment: int = 0,
         thresholds: PatternThresholds | None = None,
+        keep: int = 1,
     ) -> None:
+        if keep < 1:
+            raise BertologyError(f"Keep at least 1 best segment per head, not {keep}.")
         self.special = special or SpecialTokens()
         self.thresholds = thresholds or PatternThresholds()
+        self.keep = keep
         self.means = SegmentMeans(PATTERNS)
         self.counter = SegmentCounter(first_segment)
-        self.best_score: np.ndarray | None = None  # [patterns, layers, heads] float64
-        self.best_segment: np.ndarray | None = None  # [patterns, layers, heads] int64
+        self.top_score: np.ndarray | None = None  # [patterns, layers, heads, keep] float64, highest first
+        self.top_segment: np.ndarray | None = None  # [patterns, layers, heads, keep] int64
+
+    @property
+    def best_score(self) -> np.ndarray | None:
+        """[patterns, layers, heads] float64: each pattern's highest segment score per head so far."""
+        return None if self.top_score is None else self.top_score[..., 0]
 
     def update(self, batch: AttentionBatch) -> None:
         self.update_rows(RowSummary.of(batch, self.special))
@@ -203,36 +226,40 @@ class PatternAccumulator:
         """Fold in a batch already summarised (e.g. once for several accumulators, or while streaming)."""
         values, defined = stack_segment_means(score(rows) for score in PATTERN_SCORES.values())
         self.means.add(values, defined)
-        scores = torch.where(defined[:, :, None, None], values, -torch.inf).cpu().numpy()
-        first = scores.argmax(0)  # [patterns, layers, heads], the earliest segment on ties
-        best = np.take_along_axis(scores, first[None], axis=0)[0]
-        segments = np.where(np.isfinite(best), self.counter.take(values.shape[0])[first], -1)
-        self._keep_best(best, segments)
+        scores = torch.where(defined[:, :, None, None], values, -torch.inf).cpu().numpy()  # [B, P, L, H]
+        segments = np.broadcast_to(self.counter.take(values.shape[0])[:, None, None, None], scores.shape)
+        self._keep_best(np.moveaxis(scores, 0, -1), np.moveaxis(segments, 0, -1))
 
     def _keep_best(self, score: np.ndarray, segment: np.ndarray) -> None:
-        """Keep, per pattern and head, the higher score (the lower segment index on ties)."""
-        if self.best_score is None or self.best_segment is None:
-            self.best_score, self.best_segment = score.copy(), segment.copy()
-            return
-        check_same_shape(self.best_score.shape[1:], score.shape[1:], "This pattern accumulator")
-        better = (score > self.best_score) | ((score == self.best_score) & (segment < self.best_segment))
-        self.best_score = np.where(better, score, self.best_score)
-        self.best_segment = np.where(better, segment, self.best_segment)
+        """Keep, per pattern and head, the :attr:`keep` highest of the kept and the new ``score``
+        ``[patterns, layers, heads, M]`` (the lower segment index first on ties); -1 for undefined ones."""
+        if self.top_score is not None and self.top_segment is not None:
+            check_same_shape(self.top_score.shape[1:3], score.shape[1:3], "This pattern accumulator")
+            score = np.concatenate([self.top_score, score], axis=-1)
+            segment = np.concatenate([self.top_segment, segment], axis=-1)
+        order = np.lexsort((segment, -score), axis=-1)[..., : self.keep]
+        score = np.take_along_axis(score, order, axis=-1)
+        segment = np.where(np.isfinite(score), np.take_along_axis(segment, order, axis=-1), -1)
+        if score.shape[-1] < self.keep:  # fewer segments so far than kept places
+            missing = [(0, 0)] * 3 + [(0, self.keep - score.shape[-1])]
+            score = np.pad(score, missing, constant_values=-np.inf)
+            segment = np.pad(segment, missing, constant_values=-1)
+        self.top_score, self.top_segment = score, segment
 
     def merge(self, other: Self) -> Self:
         self.means.merge(other.means)
         self.counter.merge(other.counter)
-        if other.best_score is not None and other.best_segment is not None:
-            self._keep_best(other.best_score, other.best_segment)
+        if other.top_score is not None and other.top_segment is not None:
+            self._keep_best(other.top_score, other.top_segment)
         return self
 
     def result(self) -> HeadPatterns:
         scores = self.means.table("pattern accumulator")
-        assert self.best_score is not None and self.best_segment is not None
+        assert self.top_score is not None and self.top_segment is not None
         return HeadPatterns(
             scores=scores,
             labels=label_heads(scores.columns, self.thresholds),
-            best_segment=dict(zip(PATTERNS, self.best_segment, strict=True)),
-            best_score=dict(zip(PATTERNS, self.best_score, strict=True)),
+            top_segments=dict(zip(PATTERNS, self.top_segment, strict=True)),
+            top_scores=dict(zip(PATTERNS, self.top_score, strict=True)),
             thresholds=self.thresholds,
         )

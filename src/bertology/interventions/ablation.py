@@ -10,7 +10,7 @@ the same accuracies (the logits agree to float rounding).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -66,27 +66,34 @@ def _single_head_gates(layers: int, heads: int, layer: int, head: int) -> torch.
 
 
 def _sweep_reusing(
-    loaded: LoadedModel, data: LabelledTexts, batch_size: int, progress: Callable[[int], None] | None
+    loaded: LoadedModel,
+    data: LabelledTexts,
+    batch_size: int,
+    progress: Callable[[int], None] | None,
+    chosen: Sequence[Head] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(baseline logits [n, labels], logits [layers, heads, n, labels]) with lower layers reused, over
-    batches of examples of similar length."""
+    batches of examples of similar length; with ``chosen`` heads only theirs, [len(chosen), n, labels]
+    (a head's logits do not depend on which others are swept)."""
     layers, heads = loaded.num_layers, loaded.num_heads
+    sweep = list(np.ndindex(layers, heads)) if chosen is None else list(chosen)
     baseline = np.empty((len(data), loaded.model.config.num_labels), np.float32)
-    ablated = np.empty((layers, heads, *baseline.shape), np.float32)
+    ablated = np.empty((len(sweep), *baseline.shape), np.float32)
     done = 0
     with torch.inference_mode(), eval_mode(loaded):
         for batch in batches(loaded, data, batch_size=batch_size, by_length=True):
             recorded = record_layer_inputs(loaded, batch.inputs)
             baseline[batch.rows] = recorded.logits.float().cpu().numpy()
-            for layer in range(layers):
-                for head in range(heads):
-                    gates = _single_head_gates(layers, heads, layer, head)
-                    logits = logits_from_layer(loaded, batch.inputs, recorded, layer, gates)
-                    ablated[layer, head, batch.rows] = logits.float().cpu().numpy()
-                    done += len(batch.rows)
-                    if progress is not None:
-                        progress(done)
-    return baseline, ablated
+            per_head = []  # [len(sweep)] of [examples, labels], where the model runs
+            for layer, head in sweep:
+                gates = _single_head_gates(layers, heads, layer, head)
+                per_head.append(logits_from_layer(loaded, batch.inputs, recorded, layer, gates))
+                done += len(batch.rows)
+                if progress is not None:
+                    progress(done)
+            # one transfer to the host per batch, not one per head
+            ablated[:, batch.rows] = torch.stack(per_head).float().cpu().numpy()
+    return baseline, ablated if chosen is not None else ablated.reshape(layers, heads, *baseline.shape)
 
 
 def _sweep_full_passes(
@@ -111,6 +118,16 @@ def _sweep_full_passes(
                     loaded, data.texts, data.texts_b, batch_size=batch_size, progress=advance
                 )
     return baseline, ablated
+
+
+def single_head_accuracies(
+    loaded: LoadedModel, data: LabelledTexts, heads: Sequence[Head], *, batch_size: int = 32
+) -> tuple[float, np.ndarray]:
+    """(accuracy with every head, [len(heads)] accuracy with each of ``heads`` removed alone): a part of
+    :func:`ablation_sweep` (lower layers reused), with the same numbers, so a sweep can be split by heads
+    (:mod:`bertology.cluster.ablation`)."""
+    baseline, ablated = _sweep_reusing(loaded, data, batch_size, None, heads)
+    return accuracy(baseline, data.labels), np.array([accuracy(logits, data.labels) for logits in ablated])
 
 
 def ablation_sweep(

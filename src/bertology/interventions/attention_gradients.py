@@ -134,8 +134,8 @@ def attention_gradients(
             keys = _category_masks(roles).to(gradients.dtype)  # [3, B, K]
             queries = roles.valid.to(gradients.dtype)  # [B, Q]
             per_key = torch.einsum("blhqk,bq->blhk", gradients, queries)
-            sums += torch.einsum("blhk,cbk->clh", per_key, keys).double().cpu()
-            counts += torch.einsum("bq,cbk->c", queries, keys).double().cpu()
+            sums += torch.einsum("blhk,cbk->clh", per_key, keys).cpu().double()
+            counts += torch.einsum("bq,cbk->c", queries, keys).cpu().double()
             done += len(batch.rows)
             if progress is not None:
                 progress(done)

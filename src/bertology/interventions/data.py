@@ -36,6 +36,11 @@ class LabelledTexts:
     def __len__(self) -> int:
         return len(self.texts)
 
+    def part(self, start: int, stop: int) -> LabelledTexts:
+        """Examples ``start .. stop - 1``."""
+        texts_b = None if self.texts_b is None else self.texts_b[start:stop]
+        return LabelledTexts(self.texts[start:stop], texts_b, self.labels[start:stop])
+
     @classmethod
     def of_split(cls, loaded: LoadedModel, task: GlueTask, split: Split) -> LabelledTexts:
         """The examples of ``split`` with their labels mapped to ``loaded``'s label ids by name.

@@ -9,7 +9,9 @@ with head_gates(loaded, gates):                    # differentiable: importance 
 ```
 
 A gate of 1 changes nothing; 0 removes the head (Michel et al. 2019's mask ``ξ_h``). Gates act only in
-the current thread / task and only inside the block (see :func:`bertology.hook.gating`).
+the current thread / task and only inside the block (see :func:`bertology.hook.gating`), where the heads'
+outputs enter each layer's output projection, for every encoder type :mod:`bertology.anatomy` describes
+(whichever route captures its attention).
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ from contextlib import contextmanager
 
 import torch
 
+from bertology.anatomy import attention_parts
 from bertology.errors import BertologyError
 from bertology.heads import HeadSelection, heads_by_layer
-from bertology.hook import HeadGates, gating
+from bertology.hook import HeadGates, gating, hook_gates
 from bertology.models import LoadedModel
 
 
@@ -47,6 +50,20 @@ def gate_values(loaded: LoadedModel, gates: torch.Tensor | HeadSelection) -> tor
 
 
 @contextmanager
+def gated(loaded: LoadedModel, values: torch.Tensor) -> Iterator[HeadGates]:
+    """Run ``loaded`` with head gates ``values`` (a tensor, see :class:`~bertology.hook.HeadGates`) inside
+    the block, its output projections hooked first (:func:`~bertology.hook.hook_gates`).
+
+    Raises:
+        BertologyError: a model type whose layers and projections bertology does not know.
+    """
+    sites = [(parts.module, parts.output, parts.head_dim) for parts in attention_parts(loaded.model)]
+    hook_gates(loaded.model, sites)
+    with gating(values.to(loaded.device)) as active:
+        yield active
+
+
+@contextmanager
 def head_gates(loaded: LoadedModel, gates: torch.Tensor | HeadSelection) -> Iterator[HeadGates]:
     """Run ``loaded`` with its heads' outputs multiplied by ``gates`` inside the block.
 
@@ -54,6 +71,5 @@ def head_gates(loaded: LoadedModel, gates: torch.Tensor | HeadSelection) -> Iter
         inside), or a :data:`~bertology.heads.HeadSelection` of heads to switch off (gate 0, the others 1).
         A tensor that requires grad gets gradients through every forward pass made inside.
     """
-    values = gate_values(loaded, gates)
-    with gating(values.to(loaded.device)) as active:
+    with gated(loaded, gate_values(loaded, gates)) as active:
         yield active

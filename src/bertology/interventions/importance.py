@@ -13,7 +13,7 @@ then normalised per layer by their L2 norm: ``I_h / ||I_layer||_2``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -71,9 +71,23 @@ def head_importance(
 
     progress: called with the number of examples done.
     """
-    layers, heads = loaded.num_layers, loaded.num_heads
-    total = torch.zeros(layers, heads, dtype=torch.float64)
+    total = np.zeros((loaded.num_layers, loaded.num_heads))
     done = 0
+    for rows, batch_sum in importance_sums(loaded, data, batch_size=batch_size):
+        total += batch_sum
+        done += rows
+        if progress is not None:
+            progress(done)
+    return HeadImportance(total / max(done, 1), done)
+
+
+def importance_sums(
+    loaded: LoadedModel, data: LabelledTexts, *, batch_size: int = 16
+) -> Iterator[tuple[int, np.ndarray]]:
+    """For each batch of consecutive examples of ``data``: its size and ``sum_x |dL(x)/dξ_h|``
+    ([layers, heads] float64). Summed in order over the batches of any split of ``data`` into runs of
+    whole batches, they give :func:`head_importance`'s sums exactly (:mod:`bertology.cluster.ablation`)."""
+    layers, heads = loaded.num_layers, loaded.num_heads
     with torch.enable_grad(), eval_mode(loaded):
         for batch in batches(loaded, data, batch_size=batch_size):
             gates = torch.ones(len(batch.rows), layers, heads, device=loaded.device, requires_grad=True)
@@ -81,8 +95,4 @@ def head_importance(
                 logits = loaded.model(**batch.inputs).logits
             loss = cross_entropy(logits.float(), batch.labels, reduction="sum")
             (gradient,) = torch.autograd.grad(loss, gates)
-            total += gradient.abs().sum(0).double().cpu()
-            done += len(batch.rows)
-            if progress is not None:
-                progress(done)
-    return HeadImportance((total / max(done, 1)).numpy(), done)
+            yield len(batch.rows), gradient.abs().sum(0).cpu().double().numpy()

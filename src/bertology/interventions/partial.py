@@ -3,11 +3,15 @@ then recompute only layers ``l..L-1`` and the classification head.
 
 Removing head ``(l, h)`` leaves layers ``0..l-1`` as they were, so a sweep over every head needs each
 batch's lower layers only once. The layers run are the model's own modules, called with the arguments
-the clean pass gave them, under head gates of their own (the model's gates from layer ``l`` on, so the
-first layer run takes layer ``l``'s gates); the head (pooler, classifier) is the model's own forward with
-every layer replaced, for that call, by a module that returns the given last hidden states. Both steps
-change the model's modules for the duration of one call (a hook, a replaced ``forward``), so the model
-must not serve other threads meanwhile. The layers are found through :mod:`bertology.anatomy`.
+the clean pass gave them (the attention mask and, by type, rotary embeddings, relative positions or a
+position bias), under head gates of their own (the model's gates from layer ``l`` on, so the first layer
+run takes layer ``l``'s gates); the head (pooler, final norm, classifier) is the model's own forward with
+every layer replaced, for that call, by a module that returns what the last layer returned (the hidden
+states, or a tuple that starts with them). From layer 0 the whole model runs gated (nothing to reuse, and
+what happens between the embeddings and the first layers, or after the first, stays the model's own:
+DeBERTa-v2's convolution after layer 0). Both steps change the model's modules for the duration of one
+call (a hook, a replaced ``forward``), so the model must not serve other threads meanwhile. The layers are
+found through :mod:`bertology.anatomy`.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import torch
 from torch import nn
 
 from bertology.anatomy import layer_modules
-from bertology.hook import gating
+from bertology.interventions.gates import gated
 from bertology.models import LoadedModel
 
 
@@ -68,12 +72,17 @@ def record_layer_inputs(loaded: LoadedModel, inputs: dict[str, torch.Tensor]) ->
     )
 
 
+def _hidden_of(output: torch.Tensor | tuple[Any, ...]) -> torch.Tensor:
+    """The hidden states a layer returned (alone, or first in a tuple)."""
+    return output[0] if isinstance(output, tuple) else output
+
+
 @contextmanager
-def _layers_returning(modules: list[nn.Module], hidden: torch.Tensor) -> Iterator[None]:
-    """Inside the block every layer returns ``hidden`` (and computes nothing)."""
+def _layers_returning(modules: list[nn.Module], output: torch.Tensor | tuple[Any, ...]) -> Iterator[None]:
+    """Inside the block every layer returns ``output`` (and computes nothing)."""
     distinct = _distinct(modules)
     for module in distinct:
-        module.forward = lambda *args, **kwargs: hidden  # type: ignore[method-assign]
+        module.forward = lambda *args, **kwargs: output  # type: ignore[method-assign]
     try:
         yield
     finally:
@@ -93,10 +102,14 @@ def logits_from_layer(
     gates: the whole model's head gates, ``[layers, heads]`` or ``[batch, layers, heads]`` (see
     :class:`~bertology.hook.HeadGates`); layers ``start..`` run with theirs.
     """
+    if start == 0:
+        with gated(loaded, gates):
+            return loaded.model(**inputs).logits
     modules = layer_modules(loaded.model)
-    hidden = recorded.hidden[start]
-    with gating(gates.to(loaded.device)[..., start:, :]):
+    output: torch.Tensor | tuple[Any, ...] = recorded.hidden[start]
+    with gated(loaded, gates[..., start:, :]):
         for index in range(start, len(modules)):
-            hidden = modules[index](hidden, *recorded.extra_args[index], **recorded.extra_kwargs[index])
-    with _layers_returning(modules, hidden):
+            hidden = _hidden_of(output)
+            output = modules[index](hidden, *recorded.extra_args[index], **recorded.extra_kwargs[index])
+    with _layers_returning(modules, output):
         return loaded.model(**inputs).logits

@@ -35,9 +35,11 @@ def prune_heads(loaded: LoadedModel, heads: HeadSelection) -> LoadedModel:
 
 def save_model(loaded: LoadedModel, run_dir: str | Path) -> Path:
     """Save ``loaded``'s model and tokenizer as a run folder (``run_dir/model/``) that
-    ``load_model(run_dir, classifier=True)`` loads again; returns the model folder."""
+    ``load_model(run_dir, classifier=True)`` loads again; returns the model folder. The weights keep the
+    model's own names (no conversion to an original checkpoint layout, such as GTE's fused ``qkv_proj``),
+    which :func:`~bertology.surgery.load_pruned` reads as they are."""
     target = Path(run_dir) / RUN_MODEL_FOLDER
-    loaded.model.save_pretrained(target)
+    loaded.model.save_pretrained(target, save_original_format=False)
     loaded.tokenizer.save_pretrained(target)
     return target
 

@@ -27,6 +27,12 @@ from bertology.readers.glue import GlueTask, read_glue
 #: ``progress(stage, done, total)``: a stage's name, and how many of its ``total`` steps are done.
 Progress = Callable[[str, int, int], None]
 
+#: Measures every head on the dev examples, reporting progress as :func:`ablation_sweep` (example passes)
+#: or :func:`head_importance` (examples) does: in this process by default, on a cluster's workers in
+#: :mod:`bertology.cluster.ablation`.
+SweepMeasure = Callable[[LabelledTexts, Callable[[int], None]], AblationResult]
+ImportanceMeasure = Callable[[LabelledTexts, Callable[[int], None]], HeadImportance]
+
 
 @dataclass
 class AblationRun:
@@ -126,12 +132,15 @@ def run_ablation(
     prune_fraction: float = 0.5,
     pruned_dir: str | Path | None = None,
     progress: Progress | None = None,
+    sweep: SweepMeasure | None = None,
+    importance: ImportanceMeasure | None = None,
 ) -> AblationRun:
     """Run every measurement of :class:`AblationRun` for the classifier ``loaded`` on the dev set of the
     GLUE-style task in ``task_dir`` (its first ``max_dev`` examples).
 
     prune_fraction: share of heads to remove structurally, least important (Michel et al.) first; 0 skips
         pruning. pruned_dir: where to save the pruned model as a run folder (not saved if ``None``).
+        sweep, importance: where the single-head ablation and the importance run (default: here).
 
     Raises:
         BertologyError: a bad task folder, labels the classifier does not have, or a fraction outside 0..1.
@@ -152,10 +161,16 @@ def run_ablation(
         return report
 
     heads = loaded.num_layers * loaded.num_heads
-    ablation = ablation_sweep(
-        loaded, data, batch_size=batch_size, progress=stage("Ablating single heads", heads * len(data))
-    )
-    importance = head_importance(loaded, data, progress=stage("Head importance", len(data)))
+    sweep_stage = stage("Ablating single heads", heads * len(data))
+    importance_stage = stage("Head importance", len(data))
+    if sweep is None:
+        ablation = ablation_sweep(loaded, data, batch_size=batch_size, progress=sweep_stage)
+    else:
+        ablation = sweep(data, sweep_stage)
+    if importance is None:
+        importance_of_heads = head_importance(loaded, data, progress=importance_stage)
+    else:
+        importance_of_heads = importance(data, importance_stage)
     counts = removal_counts(heads)
     curves = [
         pruning_curve(
@@ -168,14 +183,14 @@ def run_ablation(
         )
         for name, order in (
             ("ablation", ablation.removal_order()),
-            ("importance", importance.removal_order()),
+            ("importance", importance_of_heads.removal_order()),
         )
     ]
     gradients = attention_gradients(loaded, data, progress=stage("Attention gradients", len(data)))
     pruning = None
     if prune_fraction > 0:
         stage("Pruning and timing", 1)(0)
-        chosen = importance.removal_order()[: round(prune_fraction * heads)]
+        chosen = importance_of_heads.removal_order()[: round(prune_fraction * heads)]
         pruned, pruning = prune_and_measure(loaded, chosen, data, batch_size=batch_size)
         if pruned_dir is not None:
             save_model(pruned, pruned_dir)
@@ -185,7 +200,7 @@ def run_ablation(
         task_name=task.name,
         examples=len(data),
         ablation=ablation,
-        importance=importance,
+        importance=importance_of_heads,
         counts=counts,
         curve_by_ablation=curves[0],
         curve_by_importance=curves[1],

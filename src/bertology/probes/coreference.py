@@ -40,16 +40,16 @@ else the nearest candidate.
 from __future__ import annotations
 
 import json
-import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bertology.capture import Attention, capture_batch
-from bertology.errors import BertologyError, TruncationWarning
+from bertology.batching import length_sorted_batches
+from bertology.errors import BertologyError
+from bertology.probes.rows import query_word_rows
 from bertology.readers.coref import CorefDocument, Mention, with_sentences
 from bertology.readers.treebank import Sentence
 from bertology.stats.base import check_same_shape
@@ -208,7 +208,8 @@ class CorefWindow:
     """Sentences ``first_sentence .. last_sentence`` of a document, the words ``[start, end)``.
 
     mentions: the scored mentions of the last sentence. out_of_reach: [types] int, its coreferent
-    mentions whose antecedents all lie before the window.
+    mentions whose antecedents all lie before the window. tokens: the window's token count (special
+    tokens included), as counted to fit it.
     """
 
     document: str
@@ -218,6 +219,7 @@ class CorefWindow:
     end: int
     mentions: list[ScoredMention]
     out_of_reach: np.ndarray
+    tokens: int
 
     def words(self, document: CorefDocument) -> list[str]:
         return document.words[self.start : self.end]
@@ -229,6 +231,20 @@ class DocumentWindows:
 
     windows: list[CorefWindow]
     skipped: np.ndarray  # [types] int
+
+
+def _first_fitting(last: int, count_tokens: Callable[[int, int], int], max_length: int) -> int:
+    """The first sentence of the longest window ending at sentence ``last`` that fits ``max_length`` tokens
+    (``last`` alone fits). Adding a sentence never removes tokens, so a binary search finds it with few
+    token counts."""
+    low, high = 0, last
+    while low < high:
+        middle = (low + high) // 2
+        if count_tokens(middle, last) <= max_length:
+            high = middle
+        else:
+            low = middle + 1
+    return low
 
 
 def coref_windows(
@@ -274,9 +290,7 @@ def coref_windows(
             for info, _ in targets:
                 skipped[info.kind] += 1
             continue
-        first = sentence
-        while first > 0 and count_tokens(first - 1, sentence) <= max_length:
-            first -= 1
+        first = _first_fitting(sentence, count_tokens, max_length)
         start, end = starts[first], starts[sentence + 1]
         scored, out = [], np.zeros(len(TYPES), dtype=np.int64)
         for info, candidates in targets:
@@ -295,27 +309,9 @@ def coref_windows(
                     baselines=_baselines(info, reach),
                 )
             )
-        windows.append(CorefWindow(document.name, first, sentence, start, end, scored, out))
+        tokens = count_tokens(first, sentence)
+        windows.append(CorefWindow(document.name, first, sentence, start, end, scored, out, tokens))
     return DocumentWindows(windows, skipped)
-
-
-# --- Attention rows -------------------------------------------------------------------------------
-
-
-def query_rows(attention: Attention, queries: Sequence[int]) -> np.ndarray:
-    """[layers, heads, len(queries), n_words] word-level attention (mean mode, as
-    :func:`bertology.words.word_attention`) from each query word to every word of the input: the mean
-    of the query word's token rows, summed over each key word's tokens. Only the needed rows are
-    computed. A word without tokens has a zero column; a query without tokens a zero row."""
-    word_ids = np.asarray(attention.word_ids)
-    n_words = len(attention.words)
-    is_word = word_ids >= 0
-    to_words = np.zeros((len(word_ids), n_words), dtype=np.float32)
-    to_words[np.flatnonzero(is_word), word_ids[is_word]] = 1.0
-    queries = np.asarray(queries, dtype=np.int64)
-    mean = (word_ids[None, :] == queries[:, None]).astype(np.float32)  # [q, n]
-    mean /= np.maximum(mean.sum(1, keepdims=True), 1.0)
-    return (mean @ attention.probs) @ to_words
 
 
 # --- Results --------------------------------------------------------------------------------------
@@ -480,6 +476,11 @@ class CorefAccumulator:
         self.skipped = np.zeros(len(TYPES), dtype=np.int64)
         self.documents = 0
         self.windows = 0
+        #: Mentions in the documents read (scored or not).
+        self.mentions = 0
+        #: Items of a run's batches added (:func:`coref_batches`; the count a distributed run's progress
+        #: and checkpoints go by).
+        self.segments = 0
 
     def _grid(self, shape: tuple[int, int]) -> np.ndarray:
         check_same_shape(self._shape, shape, "This accumulator")
@@ -493,6 +494,13 @@ class CorefAccumulator:
         self.documents += 1
         if skipped is not None:
             self.skipped += skipped
+
+    def add_read(self, read: DocumentsRead) -> None:
+        """Count documents read (:attr:`CorefItem.read`)."""
+        self.documents += read.documents
+        self.mentions += read.mentions
+        self.skipped += read.skipped
+        self.out_of_reach += read.out_of_reach
 
     def update(self, window: CorefWindow, rows: np.ndarray, missing: Sequence[bool] | None = None) -> None:
         """Score every head on one window.
@@ -527,6 +535,8 @@ class CorefAccumulator:
             getattr(self, name)[...] += getattr(other, name)
         self.documents += other.documents
         self.windows += other.windows
+        self.mentions += other.mentions
+        self.segments += other.segments
         return self
 
     def result(self) -> CorefProbe:
@@ -554,17 +564,27 @@ class CorefAccumulator:
 class NoMentionScored(BertologyError):
     """:func:`probe_coreference` read its documents but could score no mention.
 
-    documents: documents read; skipped: mentions in a sentence longer than the model takes;
-    out_of_reach: mentions whose every antecedent lies before their window.
+    documents: documents read; mentions: mentions in them; skipped: mentions in a sentence longer than
+    the model takes; out_of_reach: mentions whose every antecedent lies before their window.
     """
 
-    def __init__(self, documents: int, skipped: int, out_of_reach: int) -> None:
-        self.documents, self.skipped, self.out_of_reach = documents, skipped, out_of_reach
-        super().__init__(
-            f"No coreferent mention could be scored in {documents} documents: {skipped} mentions are in "
-            f"sentences longer than the model takes and {out_of_reach} have every antecedent out of reach, "
-            "and the others have no antecedent."
-        )
+    def __init__(self, documents: int, mentions: int, skipped: int, out_of_reach: int) -> None:
+        self.documents, self.mentions = documents, mentions
+        self.skipped, self.out_of_reach = skipped, out_of_reach
+        if mentions == 0:
+            message = f"The {documents} documents read have no coreference mentions."
+        elif skipped + out_of_reach == 0:
+            message = (
+                f"None of the {mentions} mentions in {documents} documents has an antecedent (each entity is "
+                "mentioned once), so there is nothing to score."
+            )
+        else:
+            message = (
+                f"No coreferent mention could be scored in {documents} documents: {skipped} mentions are in "
+                f"sentences longer than the model takes and {out_of_reach} have every antecedent out of "
+                "reach, and the others have no antecedent."
+            )
+        super().__init__(message)
 
 
 def _token_counter(document: CorefDocument, model: LoadedModel) -> Callable[[int, int], int]:
@@ -580,6 +600,132 @@ def _token_counter(document: CorefDocument, model: LoadedModel) -> Callable[[int
     return count
 
 
+@dataclass
+class DocumentsRead:
+    """What the documents read before a window add to a coreference run beside the window's own scores.
+
+    documents, mentions: how many were read. skipped: [types] int64 mentions in sentences too long for
+    the model alone. out_of_reach: [types] int64 out-of-reach mentions of windows with nothing to score.
+    """
+
+    documents: int = 0
+    mentions: int = 0
+    skipped: np.ndarray = field(default_factory=lambda: np.zeros(len(TYPES), dtype=np.int64))
+    out_of_reach: np.ndarray = field(default_factory=lambda: np.zeros(len(TYPES), dtype=np.int64))
+
+    @property
+    def empty(self) -> bool:
+        return self.documents == 0 and not self.out_of_reach.any()
+
+
+@dataclass(frozen=True)
+class CorefItem:
+    """One item of a coreference run's batches (:func:`coref_batches`).
+
+    window: a window with scored mentions, or ``None`` for the run's last item when only counts remain.
+    words: the window's words. read: the documents read since the previous item, counted with this one
+    (so each is counted once, whichever batch or worker the item lands in).
+    """
+
+    window: CorefWindow | None
+    words: list[str]
+    read: DocumentsRead
+
+    @property
+    def tokens(self) -> int:
+        """The window's token count (0 without one)."""
+        return 0 if self.window is None else self.window.tokens
+
+
+def _window_limit(model: LoadedModel, max_length: int | None) -> int:
+    """Tokens per window: ``max_length``, at most the model's own (its own without one)."""
+    return model.max_length if max_length is None else min(max_length, model.max_length)
+
+
+def _coref_items(
+    documents: Iterable[CorefDocument | tuple[CorefDocument, Sequence[int] | None]],
+    model: LoadedModel,
+    limit: int,
+) -> Iterator[CorefItem]:
+    read = DocumentsRead()
+    for item in documents:
+        document, heads = item if isinstance(item, tuple) else (item, None)
+        built = coref_windows(document, heads, _token_counter(document, model), limit)
+        read.documents += 1
+        read.mentions += len(document.mentions)
+        read.skipped += built.skipped
+        for window in built.windows:
+            if window.mentions:
+                yield CorefItem(window, window.words(document), read)
+                read = DocumentsRead()
+            else:
+                read.out_of_reach += window.out_of_reach
+    if not read.empty:
+        yield CorefItem(None, [], read)
+
+
+def coref_batches(
+    documents: Iterable[CorefDocument | tuple[CorefDocument, Sequence[int] | None]],
+    model: LoadedModel,
+    *,
+    limit_documents: int | None = None,
+    batch_size: int = 8,
+    max_length: int | None = None,
+) -> Iterator[list[CorefItem]]:
+    """The batches of windows a coreference probe of ``documents`` captures, in order: the windows with
+    scored mentions of consecutive documents, sorted by token count
+    (:func:`~bertology.batching.length_sorted_batches`), each carrying the counts of the documents read
+    before it. Arguments as in :func:`probe_coreference`; only one sort window of documents is held."""
+    items = _coref_items(islice(documents, limit_documents), model, _window_limit(model, max_length))
+    return length_sorted_batches(items, lambda item: item.tokens, batch_size=batch_size)
+
+
+def score_coref_batch(
+    accumulator: CorefAccumulator,
+    batch: list[CorefItem],
+    model: LoadedModel,
+    *,
+    max_length: int | None = None,
+) -> None:
+    """Capture one batch of :func:`coref_batches` (one forward pass) and score its windows into
+    ``accumulator``; only the scored mentions' rows are kept (:func:`~bertology.probes.rows.query_word_rows`).
+    max_length: as given to :func:`coref_batches`."""
+    for item in batch:
+        accumulator.add_read(item.read)
+    accumulator.segments += len(batch)
+    windows = [(item.window, item.words) for item in batch if item.window is not None]
+    if not windows:
+        return
+    queries = [[mention.head for mention in window.mentions] for window, _ in windows]
+    captured = query_word_rows(
+        [words for _, words in windows], queries, model, max_length=_window_limit(model, max_length)
+    )
+    for (window, _), heads, rows in zip(windows, queries, captured, strict=True):
+        accumulator.update(window, rows.rows, rows.tokens[heads] == 0)
+
+
+def score_coref_batches(
+    batches: Iterable[list[CorefItem]], model: LoadedModel, *, max_length: int | None = None
+) -> CorefAccumulator:
+    """A fresh accumulator with ``batches`` (of :func:`coref_batches`) scored into it, in this process."""
+    accumulator = CorefAccumulator()
+    for batch in batches:
+        score_coref_batch(accumulator, batch, model, max_length=max_length)
+    return accumulator
+
+
+def check_scored(accumulator: CorefAccumulator) -> CorefProbe:
+    """The probe of a run's accumulator.
+
+    Raises:
+        NoMentionScored: no mention could be scored (with the counts of why).
+    """
+    if accumulator.counts.sum() == 0:
+        skipped, out_of_reach = int(accumulator.skipped.sum()), int(accumulator.out_of_reach.sum())
+        raise NoMentionScored(accumulator.documents, accumulator.mentions, skipped, out_of_reach)
+    return accumulator.result()
+
+
 def probe_coreference(
     documents: Iterable[CorefDocument | tuple[CorefDocument, Sequence[int] | None]],
     model: LoadedModel,
@@ -588,39 +734,17 @@ def probe_coreference(
     batch_size: int = 8,
     max_length: int | None = None,
 ) -> CorefProbe:
-    """Score every head of ``model`` on the coreferent mentions of ``documents``, one document at a time.
+    """Score every head of ``model`` on the coreferent mentions of ``documents``.
 
     documents: documents, or ``(document, heads)`` pairs with document-level dependency heads (see
         :func:`with_heads`); without heads a mention's head word is its last word.
-    batch_size: windows per forward pass. max_length: token limit per window (default and upper bound:
-        the model's own).
+    batch_size: windows per forward pass (:func:`coref_batches`); memory does not grow with the corpus.
+    max_length: token limit per window (default and upper bound: the model's own).
 
     Raises:
         NoMentionScored: no mention could be scored (with the counts of why).
     """
-    limit = model.max_length if max_length is None else min(max_length, model.max_length)
-    accumulator = CorefAccumulator()
-    for item in islice(documents, limit_documents):
-        document, heads = item if isinstance(item, tuple) else (item, None)
-        built = coref_windows(document, heads, _token_counter(document, model), limit)
-        accumulator.add_document(built.skipped)
-        windows = [window for window in built.windows if window.mentions]
-        for window in built.windows:
-            if not window.mentions:
-                accumulator.out_of_reach += window.out_of_reach
-        for first in range(0, len(windows), batch_size):
-            batch = windows[first : first + batch_size]
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", TruncationWarning)
-                captured = capture_batch([w.words(document) for w in batch], model=model, max_length=limit)
-            for window, attention in zip(batch, captured, strict=True):
-                queries = [mention.head for mention in window.mentions]
-                tokens = np.bincount(
-                    np.asarray(attention.word_ids)[np.asarray(attention.word_ids) >= 0],
-                    minlength=len(attention.words),
-                )
-                accumulator.update(window, query_rows(attention, queries), tokens[queries] == 0)
-    if accumulator.counts.sum() == 0:
-        skipped, out_of_reach = int(accumulator.skipped.sum()), int(accumulator.out_of_reach.sum())
-        raise NoMentionScored(accumulator.documents, skipped, out_of_reach)
-    return accumulator.result()
+    batches = coref_batches(
+        documents, model, limit_documents=limit_documents, batch_size=batch_size, max_length=max_length
+    )
+    return check_scored(score_coref_batches(batches, model, max_length=max_length))

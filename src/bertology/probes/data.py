@@ -4,15 +4,20 @@ Each sentence's words are given to the model as a pre-split word list, so the wo
 unit per treebank word (plus the special tokens). A sentence the probes cannot score is skipped and
 counted, not warned about: one cut to fit the model's token limit, or one with a word the tokenizer
 drops entirely (e.g. a lone control character), since neither has attention for all of its words.
+
+Sentences are batched by length within windows (:func:`~bertology.batching.length_sorted_batches`, the
+helper corpus analysis uses; length = characters of the words plus one per word, a close proxy for
+tokens), padded to a multiple of :data:`~bertology.batching.PAD_MULTIPLE` tokens, so batches pad little
+and memory holds one window of sentences; they come out in that order, not in the treebank's.
 """
 
 from __future__ import annotations
 
-import itertools
 import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from bertology.batching import PAD_MULTIPLE, length_sorted_batches
 from bertology.capture import capture_batch
 from bertology.errors import TruncationWarning
 from bertology.models import LoadedModel
@@ -66,11 +71,16 @@ class WordAttentionStream(Iterator[tuple[Sentence, WordAttention]]):
         batch_size: int,
         max_length: int | None,
     ) -> Iterator[tuple[Sentence, WordAttention]]:
-        while batch := list(itertools.islice(sentences, batch_size)):
+        for batch in length_sorted_batches(sentences, sentence_length, batch_size=batch_size):
             self.seen += len(batch)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", TruncationWarning)  # counted in ``skipped`` instead
-                captured = capture_batch([s.words for s in batch], model=model, max_length=max_length)
+                captured = capture_batch(
+                    [s.words for s in batch],
+                    model=model,
+                    max_length=max_length,
+                    pad_to_multiple_of=PAD_MULTIPLE,
+                )
             for sentence, attention in zip(batch, captured, strict=True):
                 if attention.truncated:
                     self.skipped.truncated += 1
@@ -82,6 +92,11 @@ class WordAttentionStream(Iterator[tuple[Sentence, WordAttention]]):
                 yield sentence, words
 
 
+def sentence_length(sentence: Sentence) -> int:
+    """The batching length of a sentence: its characters plus one per word (a proxy for its tokens)."""
+    return sum(len(word) for word in sentence.words) + len(sentence.words)
+
+
 def iter_word_attention(
     sentences: Iterable[Sentence],
     model: LoadedModel,
@@ -90,7 +105,8 @@ def iter_word_attention(
     batch_size: int = 16,
     max_length: int | None = None,
 ) -> WordAttentionStream:
-    """Each sentence with its :class:`~bertology.words.WordAttention`, in order, skipped ones left out.
+    """Each sentence with its :class:`~bertology.words.WordAttention`, skipped ones left out, in the
+    batching order of the module docstring.
 
     Sentences run through ``model`` ``batch_size`` at a time (one forward pass per batch).
     mode: how a split word's rows are combined (see :mod:`bertology.words`).

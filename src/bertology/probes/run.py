@@ -4,18 +4,29 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bertology.batching import length_sorted_batches
 from bertology.errors import BertologyError
 from bertology.models import LoadedModel, require_encoder
-from bertology.probes.coreference import CorefProbe, NoMentionScored, probe_coreference, with_heads
-from bertology.probes.data import iter_word_attention
+from bertology.probes.coreference import (
+    CorefAccumulator,
+    CorefItem,
+    CorefProbe,
+    NoMentionScored,
+    check_scored,
+    coref_batches,
+    score_coref_batches,
+    with_heads,
+)
+from bertology.probes.data import SkippedSentences, iter_word_attention, sentence_length
 from bertology.probes.dependency import DependencyAccumulator, DependencyProbe
 from bertology.probes.gap import GapProbe, probe_gap
 from bertology.probes.parser import AttentionParser, Decode, ParserReport, check_decode, evaluate_parser
-from bertology.readers.coref import read_coref
+from bertology.readers.coref import CorefDocument, read_coref
+from bertology.readers.corefud import is_corefud, read_corefud
 from bertology.readers.gap import read_gap
 from bertology.readers.treebank import Sentence, read_treebank
 from bertology.words import WordAttention, WordMode
@@ -49,6 +60,87 @@ class DependencyRun:
         }
 
 
+#: A sentence with its place in the treebank (0-based, among the sentences read).
+NumberedSentence = tuple[int, Sentence]
+
+
+def dependency_batches(
+    path: str | Path, *, treebank_format: str | None = None, limit: int | None = None, batch_size: int = 16
+) -> Iterator[list[NumberedSentence]]:
+    """The treebank's first ``limit`` sentences, numbered, in the batches a dependency probe runs
+    (:mod:`bertology.probes.data`: sorted by length within windows)."""
+    sentences = enumerate(itertools.islice(read_treebank(path, treebank_format), limit))
+    return length_sorted_batches(sentences, lambda item: sentence_length(item[1]), batch_size=batch_size)
+
+
+class DependencyTally:
+    """A dependency probe's streaming state: the per-head counts, the sentences probed and skipped and the
+    first ``keep_examples`` sentences (by number) with their word attention. Fed a batch at a time
+    (:meth:`add`); the tallies of consecutive shards of the batches, merged in order (:meth:`merge`), equal
+    one pass over them (the counts are integers), so a run can be split across workers
+    (:mod:`bertology.cluster.probes`).
+    """
+
+    def __init__(self, keep_examples: int = 25) -> None:
+        self.keep_examples = keep_examples
+        self.accumulator = DependencyAccumulator()
+        #: Sentences probed (the name :func:`bertology.cluster.driver.merge_shards` counts progress by).
+        self.segments = 0
+        self.seen = 0
+        self.skipped = SkippedSentences()
+        self.examples: list[tuple[int, Sentence, WordAttention]] = []
+
+    def add(self, batch: list[NumberedSentence], loaded: LoadedModel, mode: WordMode) -> None:
+        """Run one batch (one forward pass; a batch of :func:`dependency_batches` keeps its order)."""
+        number = {id(sentence): index for index, sentence in batch}
+        stream = iter_word_attention(
+            [sentence for _, sentence in batch], loaded, mode=mode, batch_size=len(batch)
+        )
+        for sentence, words in stream:
+            self.accumulator.update(sentence, words)
+            if number[id(sentence)] < self.keep_examples:
+                self.examples.append((number[id(sentence)], sentence, words))
+            self.segments += 1
+        self.seen += stream.seen
+        self.skipped.truncated += stream.skipped.truncated
+        self.skipped.untokenized += stream.skipped.untokenized
+
+    def merge(self, other: DependencyTally) -> DependencyTally:
+        """Fold in ``other`` (a later shard of the same run) and return ``self``."""
+        self.accumulator.merge(other.accumulator)
+        self.segments += other.segments
+        self.seen += other.seen
+        self.skipped.truncated += other.skipped.truncated
+        self.skipped.untokenized += other.skipped.untokenized
+        self.examples.extend(other.examples)
+        return self
+
+    def result(self, path: str | Path, model_name: str, mode: str, seconds: float) -> DependencyRun:
+        """The run over everything added.
+
+        Raises:
+            BertologyError: no sentence could be probed.
+        """
+        if self.segments == 0:
+            raise BertologyError(
+                f"None of the {self.seen} sentences read from {path} could be probed: "
+                f"{self.skipped.truncated} are longer than the model takes and {self.skipped.untokenized} "
+                "have a word that gives no token."
+            )
+        return DependencyRun(
+            probe=self.accumulator.result(),
+            treebank=str(path),
+            model_name=model_name,
+            mode=mode,
+            sentences=self.segments,
+            skipped=self.skipped.total,
+            seconds=seconds,
+            examples=[
+                (sentence, words) for _, sentence, words in sorted(self.examples, key=lambda item: item[0])
+            ],
+        )
+
+
 def probe_dependencies(
     path: str | Path,
     loaded: LoadedModel,
@@ -69,34 +161,14 @@ def probe_dependencies(
     """
     require_encoder(loaded, "Dependency probing")
     start = time.perf_counter()
-    sentences = itertools.islice(read_treebank(path, treebank_format), limit)
-    accumulator = DependencyAccumulator()
-    examples: list[tuple[Sentence, WordAttention]] = []
-    done = 0
-    stream = iter_word_attention(sentences, loaded, mode=mode, batch_size=batch_size)
-    for sentence, words in stream:
-        accumulator.update(sentence, words)
-        if len(examples) < keep_examples:
-            examples.append((sentence, words))
-        done += 1
-        if on_progress is not None and done % batch_size == 0:
-            on_progress(done)
-    if done == 0:
-        skipped = stream.skipped
-        raise BertologyError(
-            f"None of the {stream.seen} sentences read from {path} could be probed: {skipped.truncated} are "
-            f"longer than the model takes and {skipped.untokenized} have a word that gives no token."
-        )
-    return DependencyRun(
-        probe=accumulator.result(),
-        treebank=str(path),
-        model_name=loaded.name,
-        mode=mode,
-        sentences=done,
-        skipped=stream.skipped.total,
-        seconds=time.perf_counter() - start,
-        examples=examples,
-    )
+    tally = DependencyTally(keep_examples)
+    for batch in dependency_batches(
+        path, treebank_format=treebank_format, limit=limit, batch_size=batch_size
+    ):
+        tally.add(batch, loaded, mode)
+        if on_progress is not None:
+            on_progress(tally.segments)
+    return tally.result(path, loaded.name, mode, time.perf_counter() - start)
 
 
 @dataclass
@@ -159,6 +231,11 @@ def train_and_evaluate_parser(
     )
 
 
+#: Scores the batches of a coreference run (:func:`~bertology.probes.coreference.coref_batches`) into one
+#: accumulator: in this process by default, on a cluster's workers in :mod:`bertology.cluster.probes`.
+CorefScorer = Callable[[Iterator[list[CorefItem]]], CorefAccumulator]
+
+
 def run_coreference(
     path: str | Path,
     loaded: LoadedModel,
@@ -166,25 +243,43 @@ def run_coreference(
     treebank: str | Path | None = None,
     coref_format: str | None = None,
     limit: int | None = None,
+    batch_size: int = 8,
+    score: CorefScorer | None = None,
 ) -> tuple[CorefProbe, dict[str, str | int | float]]:
     """Antecedent selection per head over a coreference corpus, with its summary for a report.
 
     treebank: the same documents' dependency trees (e.g. GUM's dep_stanford folder), giving sentence
         breaks and mention head words; without it each document is one sentence and a mention's head
-        word is its last word.
+        word is its last word. CorefUD files (``coref_format="corefud"``, or ``.conllu`` files) carry
+        their own trees, so they take none. limit: at most this many documents (the first ones).
+        batch_size: windows per forward pass. score: where the batches are scored (default: here).
 
     Raises:
-        BertologyError: an unreadable corpus or treebank, or no mention that could be scored (saying why,
-            and that the treebank gives the sentence breaks when their lack is the reason).
+        BertologyError: an unreadable corpus or treebank, a treebank given with CorefUD, or no mention
+            that could be scored (saying why, and that the treebank gives the sentence breaks when their
+            lack is the reason).
     """
     require_encoder(loaded, "Coreference probing")
     start = time.perf_counter()
-    documents = read_coref(path, coref_format)
-    pairs = with_heads(documents, read_treebank(treebank)) if treebank is not None else documents
+    corefud = coref_format == "corefud" or (coref_format is None and is_corefud(path))
+    if corefud and treebank is not None:
+        raise BertologyError(
+            f"{path} is CorefUD, which carries its own dependency trees; leave out the treebank (--treebank)."
+        )
+    reader = read_corefud(path) if corefud else None
+    pairs: Iterable[CorefDocument | tuple[CorefDocument, list[int]]]
+    if reader is not None:
+        pairs = reader
+    else:
+        documents = read_coref(path, coref_format)
+        pairs = with_heads(documents, read_treebank(treebank)) if treebank is not None else documents
+    batches = coref_batches(pairs, loaded, limit_documents=limit, batch_size=batch_size)
     try:
-        probe = probe_coreference(pairs, loaded, limit_documents=limit)
+        probe = check_scored(score_coref_batches(batches, loaded) if score is None else score(batches))
     except NoMentionScored as error:
-        if treebank is None and error.skipped:
+        if not error.mentions:
+            raise BertologyError(f"{path} has no coreference mentions.") from error
+        if treebank is None and reader is None and error.skipped:
             raise BertologyError(
                 f"No mention of {path} could be scored: without sentence breaks (GUM's files have none) "
                 f"each document reads as one sentence, and {error.skipped} mentions lie in ones longer than "
@@ -195,27 +290,37 @@ def run_coreference(
     summary: dict[str, str | int | float] = {
         "model": loaded.name,
         "coreference corpus": str(path),
-        "head words from": str(treebank) if treebank is not None else "last word of each mention",
-        "mentions out of reach (every antecedent before the window)": probe.out_of_reach,
-        "mentions skipped (sentence longer than the model takes)": probe.skipped,
-        "seconds": round(time.perf_counter() - start, 1),
+        "head words from": (
+            "the file's own dependency trees (CorefUD)"
+            if reader is not None
+            else str(treebank)
+            if treebank is not None
+            else "last word of each mention"
+        ),
+        "mentions out of reach (every antecedent before the window)": int(probe.out_of_reach.sum()),
+        "mentions skipped (sentence longer than the model takes)": int(probe.skipped.sum()),
     }
+    if reader is not None:
+        summary |= {f"left out: {name}": count for name, count in reader.skipped.items().items()}
+    summary["seconds"] = round(time.perf_counter() - start, 1)
     return probe, summary
 
 
 def run_gap(
-    path: str | Path, loaded: LoadedModel, *, limit: int | None = None
+    path: str | Path, loaded: LoadedModel, *, limit: int | None = None, syntax: bool = True
 ) -> tuple[GapProbe, dict[str, str | int | float]]:
-    """Per head, how often a GAP pronoun attends more to the right name than to the other one."""
+    """Every head and GAP's baselines scored with GAP's own scorer (:mod:`bertology.probes.gap`), with the
+    summary for a report. syntax: run the syntactic baselines when spaCy is installed."""
     require_encoder(loaded, "The GAP probe")
     start = time.perf_counter()
-    probe = probe_gap(read_gap(path), loaded, limit=limit)
+    probe = probe_gap(read_gap(path), loaded, limit=limit, syntax=syntax)
     summary: dict[str, str | int | float] = {
         "model": loaded.name,
         "GAP file": str(path),
-        "examples scored (exactly one name coreferent)": probe.count,
-        "examples not scored (neither or both names)": probe.not_scored,
-        "examples skipped (too long)": probe.skipped,
+        "examples": probe.examples,
+        "examples with exactly one coreferent name (Clark et al.'s accuracy)": probe.one_name,
+        "examples too long for the model (scored as missing answers)": probe.skipped,
+        "syntactic baselines": probe.syntax_note or "computed from spaCy parses",
         "seconds": round(time.perf_counter() - start, 1),
     }
     return probe, summary

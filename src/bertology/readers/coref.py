@@ -1,6 +1,7 @@
 """Coreference corpora: documents with their words and gold mentions, one document at a time.
 
-Two column formats are read. Both have one token per line between ``#begin document`` and
+Two column formats are read here (CorefUD, coreference in CoNLL-U, by :mod:`bertology.readers.corefud`,
+also through :func:`read_coref`). Both have one token per line between ``#begin document`` and
 ``#end document`` lines, and the coreference annotation in the last column:
 
 * ``"gum"``: GUM's ``coref/conll`` export, three tab-separated columns: the token's 0-based index in
@@ -33,7 +34,7 @@ from bertology.readers import corpus_files, read_lines, require_records
 from bertology.readers.treebank import Sentence
 
 #: Coreference formats, by the names :func:`read_coref` accepts.
-CorefFormat = Literal["gum", "conll2012"]
+CorefFormat = Literal["gum", "conll2012", "corefud"]
 COREF_FORMATS: tuple[CorefFormat, ...] = get_args(CorefFormat)
 _PIECE = re.compile(r"\((?P<single>[\w-]+)\)|\((?P<opens>[\w-]+)|(?P<closes>[\w-]+)\)|\|")
 _BEGIN = re.compile(r"#\s*begin document\b\s*(.*)")
@@ -91,8 +92,10 @@ class _Draft:
 def read_coref(path: str | Path, format: str | None = None) -> Iterator[CorefDocument]:
     """Yield the documents of a coreference file, or of every file of a folder in sorted name order.
 
-    format: ``"gum"`` or ``"conll2012"`` (see the module docstring); by default each file's first token
-        line decides (3 tab-separated columns: GUM; at least 12: CoNLL-2012).
+    format: ``"gum"`` or ``"conll2012"`` (see the module docstring), or ``"corefud"``
+        (:mod:`bertology.readers.corefud`); by default CorefUD for ``.conllu`` files
+        (:func:`~bertology.readers.corefud.is_corefud`), else each file's first token line decides
+        (3 tab-separated columns: GUM; at least 12: CoNLL-2012).
 
     Raises:
         BertologyError: an unknown format or a folder without coreference files (at once); then while
@@ -102,6 +105,10 @@ def read_coref(path: str | Path, format: str | None = None) -> Iterator[CorefDoc
     """
     if format is not None and format not in COREF_FORMATS:
         raise BertologyError(f"Unknown coreference format '{format}'; use one of {', '.join(COREF_FORMATS)}.")
+    from bertology.readers.corefud import is_corefud, read_corefud  # it builds on this module
+
+    if format == "corefud" or (format is None and is_corefud(path)):
+        return (document for document, _ in read_corefud(path))
     files = corpus_files(path, {".conll", ".conll2012", ".gold_conll", ".v4_gold_conll"})
     documents = (document for file in files for document in _read_file(file, format))
     return require_records(documents, path, "coreference documents (a '#begin document' line starts one)")
@@ -138,13 +145,13 @@ def with_sentences(
             starts.append(position)
             position += len(sentence.words)
         spans = [(mention.start, mention.end, mention.entity) for mention in document.mentions]
-        yield _finished(document.name, document.words, starts, spans, document.origin)
+        yield finished_document(document.name, document.words, starts, spans, document.origin)
     extra = next(remaining, None)
     if extra is not None:
         raise BertologyError(f"The treebank goes on after the last document, from sentence {extra.origin}.")
 
 
-def _finished(
+def finished_document(
     name: str, words: list[str], sentence_starts: list[int], spans: list[tuple[int, int, str]], origin: str
 ) -> CorefDocument:
     mentions = [
@@ -247,4 +254,4 @@ def _finish(draft: _Draft, path: Path) -> CorefDocument:
         if starts:
             raise _invalid(path, starts[-1][1], f"a mention of entity {entity} starts but never ends")
     origin = f"{path.name}:{draft.first_line}"
-    return _finished(draft.name, draft.words, draft.sentence_starts, draft.spans, origin)
+    return finished_document(draft.name, draft.words, draft.sentence_starts, draft.spans, origin)

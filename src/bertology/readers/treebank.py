@@ -27,9 +27,10 @@ from bertology.readers import corpus_files, require_records
 from bertology.readers.conllu import Block, sentence_blocks
 
 #: Treebank formats, by the names :func:`read_treebank` accepts.
-TreebankFormat = Literal["conllu", "conllx"]
+TreebankFormat = Literal["conllu", "conllx", "corefud"]
 TREEBANK_FORMATS: tuple[TreebankFormat, ...] = get_args(TreebankFormat)
 _FORMAT_NAMES = {"conllu": "CoNLL-U", "conllx": "CoNLL-X"}
+_ALIASES = {"corefud": "conllu"}  # CorefUD is CoNLL-U with coreference in MISC
 _EXTENSIONS = {".conllu": "conllu"} | dict.fromkeys((".conll", ".conllx", ".conll10", ".dep"), "conllx")
 
 #: Penn Treebank tags counted as punctuation in CoNLL-X files (OntoNotes' HYPH and NFP included).
@@ -40,7 +41,7 @@ _UPOS = frozenset(
     {"ADJ", "ADP", "ADV", "AUX", "CCONJ", "DET", "INTJ", "NOUN", "NUM", "PART", "PRON", "PROPN", "PUNCT"}
     | {"SCONJ", "SYM", "VERB", "X"}
 )
-_NOT_A_WORD = re.compile(r"\d+-\d+|\d+\.\d+")  # CoNLL-U multiword-token range or empty node
+NOT_A_WORD = re.compile(r"\d+-\d+|\d+\.\d+")  # CoNLL-U multiword-token range or empty node
 _COLUMNS = 10
 _FORM, _CPOS, _POS, _HEAD, _DEPREL = 1, 3, 4, 6, 7
 TokenLines = list[tuple[int, list[str]]]
@@ -73,8 +74,9 @@ def base_relation(label: str) -> str:
 def read_treebank(path: str | Path, format: str | None = None) -> Iterator[Sentence]:
     """Yield the sentences of a treebank file, or of every file of a folder in sorted name order.
 
-    format: ``"conllu"`` or ``"conllx"``; by default each file's extension decides (``.conllu``:
-        CoNLL-U; ``.conll``, ``.conllx``, ``.conll10``, ``.dep``: CoNLL-X), else its first sentence
+    format: ``"conllu"``, ``"conllx"`` or ``"corefud"`` (read as CoNLL-U); by default each file's
+        extension decides (``.conllu``: CoNLL-U; ``.conll``, ``.conllx``, ``.conll10``, ``.dep``:
+        CoNLL-X), else its first sentence
         (CoNLL-U when it has a multiword token or an empty node, or only UPOS coarse tags).
 
     Raises:
@@ -89,30 +91,32 @@ def read_treebank(path: str | Path, format: str | None = None) -> Iterator[Sente
     sentences = (
         sentence
         for file in files
-        for sentence in _read_file(file, format or _EXTENSIONS.get(file.suffix.lower()))
+        for sentence in _read_file(
+            file, _ALIASES.get(format or "", format) or _EXTENSIONS.get(file.suffix.lower())
+        )
     )
     return require_records(sentences, path, "dependency-parsed sentences")
 
 
 def _read_file(path: Path, format: str | None) -> Iterator[Sentence]:
     for block in sentence_blocks(path):
-        tokens = _token_lines(block)
+        tokens = token_lines(block)
         if not tokens:
             continue
         format = format or _sniff(tokens)
-        sentence = _sentence(block[0][0], tokens, path, format)
+        sentence = block_sentence(block[0][0], tokens, path, format)
         if sentence is not None:
             yield sentence
 
 
-def _token_lines(block: Block) -> TokenLines:
+def token_lines(block: Block) -> TokenLines:
     """The ``(line number, columns)`` of the block's lines that are not comments."""
     return [(number, line.split("\t")) for number, line in block if not line.startswith("#")]
 
 
 def _sniff(tokens: TokenLines) -> str:
     """``"conllu"`` when the sentence has a multiword token or empty node, or only UPOS coarse tags."""
-    if any(_NOT_A_WORD.fullmatch(columns[0]) for _, columns in tokens):
+    if any(NOT_A_WORD.fullmatch(columns[0]) for _, columns in tokens):
         return "conllu"
     tags = {columns[_CPOS] if len(columns) > _CPOS else "" for _, columns in tokens}
     return "conllu" if tags <= _UPOS else "conllx"
@@ -122,7 +126,7 @@ def _invalid(path: Path, number: int, format: str, problem: str) -> BertologyErr
     return BertologyError(f"{path.name} line {number} is not valid {_FORMAT_NAMES[format]} ({problem}).")
 
 
-def _sentence(first_line: int, tokens: TokenLines, path: Path, format: str) -> Sentence | None:
+def block_sentence(first_line: int, tokens: TokenLines, path: Path, format: str) -> Sentence | None:
     """The sentence of one block (``None`` when it has no word), checked to be a tree."""
     words: list[str] = []
     heads: list[int] = []
@@ -133,7 +137,7 @@ def _sentence(first_line: int, tokens: TokenLines, path: Path, format: str) -> S
         if len(columns) != _COLUMNS:
             problem = f"{len(columns)} tab-separated columns where {_COLUMNS} were expected"
             raise _invalid(path, number, format, problem)
-        if format == "conllu" and _NOT_A_WORD.fullmatch(columns[0]):
+        if format == "conllu" and NOT_A_WORD.fullmatch(columns[0]):
             continue
         if columns[0] != str(len(words) + 1):
             problem = f"word ID '{columns[0]}' where {len(words) + 1} was expected"

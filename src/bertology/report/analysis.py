@@ -27,6 +27,7 @@ import numpy as np
 
 from bertology.analysis import distances as distances_module
 from bertology.analysis import patterns as patterns_module
+from bertology.analysis.examples import EXAMPLE_MAX_TOKENS, EXAMPLES_FILE, chosen_examples, collect_examples
 from bertology.analysis.patterns import PATTERN_DESCRIPTIONS, HeadPatterns, label_heads
 from bertology.analyze import CorpusAnalysis, example_segments
 from bertology.capture import capture
@@ -438,11 +439,33 @@ def _example_views(analysis: CorpusAnalysis, loaded: LoadedModel, target: Path) 
     return examples
 
 
+def _head_examples(analysis: CorpusAnalysis, loaded: LoadedModel, target: Path) -> None:
+    """Write every head's top ``analysis.examples_per_head`` examples to :data:`EXAMPLES_FILE`
+    (:mod:`bertology.analysis.examples`); none for 0 or segments over :data:`EXAMPLE_MAX_TOKENS` tokens."""
+    per_head = analysis.examples_per_head
+    if per_head == 0 or analysis.max_length > EXAMPLE_MAX_TOKENS:
+        return
+    _, chosen, _ = chosen_examples(analysis.patterns, per_head)
+    segments = example_segments(analysis, loaded, {int(index) for index in np.unique(chosen) if index >= 0})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TruncationWarning)  # the analysis reported the cuts
+        examples = collect_examples(
+            analysis.patterns,
+            segments,
+            loaded,
+            per_head=per_head,
+            max_length=analysis.max_length,
+            weights=analysis.weights,
+        )
+    examples.save(target / EXAMPLES_FILE)
+
+
 def save_analysis(analysis: CorpusAnalysis, loaded: LoadedModel, outdir: str | Path) -> Path:
     """Write ``heads.csv`` (:meth:`~bertology.analyze.CorpusAnalysis.heads_frame`), :data:`JS_DIVERGENCE_FILE`
     (the mean Jensen-Shannon divergence in nats between every two heads, rows and columns named
-    ``layer-head``), ``summary.json``, a head view of each labelled head's best segment in ``examples/``
-    and ``report.html`` with its plots into ``outdir``. ``loaded``: the model analysed, for the examples.
+    ``layer-head``), ``summary.json``, a head view of each labelled head's best segment in ``examples/``,
+    every head's top examples (:data:`EXAMPLES_FILE`, for ``bertology serve --runs``) and ``report.html``
+    with its plots into ``outdir``. ``loaded``: the model analysed, for the examples.
 
     Returns the path of ``report.html``.
     """
@@ -453,6 +476,7 @@ def save_analysis(analysis: CorpusAnalysis, loaded: LoadedModel, outdir: str | P
     divergence.index = divergence.columns = [head_name(layer, head) for layer, head in divergence.index]
     divergence.rename_axis("layer-head").to_csv(target / JS_DIVERGENCE_FILE)
     (target / "summary.json").write_text(json.dumps(analysis.summary(), indent=2), encoding="utf-8")
+    _head_examples(analysis, loaded, target)
     return write_analysis_report(
         target,
         surface=analysis.surface,

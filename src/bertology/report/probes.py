@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from bertology.probes.dependency import ALL, DIRECTIONS, predicted_heads
+from bertology.probes.gap import GapProbe
 from bertology.probes.run import DependencyRun, ParserRun
 from bertology.report import page, plots
 from bertology.report.arcs import arc_diagram
@@ -162,16 +163,20 @@ def write_head_accuracy_report(
     explanation: str,
     heatmap: np.ndarray,
     table: pd.DataFrame | None = None,
+    accuracies: pd.DataFrame | None = None,
     dpi: int = 110,
 ) -> Path:
     """Report of a probe that scores every head once (coreference, GAP): ``heatmap: [layers, heads]``
-    accuracies as ``plots/heads.png``, ``table`` (if any) as ``table.csv``, and ``report.html``."""
+    accuracies as ``plots/heads.png``, ``table`` (if any) as ``table.csv``, ``accuracies`` (if any: one row
+    per head, in long form) as ``accuracies.csv``, and ``report.html``."""
     target = Path(outdir)
     target.mkdir(parents=True, exist_ok=True)
     png = plots.heatmap_png(
         target, "heads", {"accuracy": heatmap}, dpi, value_range=(0.0, 1.0), unit="accuracy"
     )
     blocks: list[page.Markup] = [page.paragraph(explanation)]
+    if accuracies is not None:
+        accuracies.to_csv(target / "accuracies.csv", index=False)
     if table is not None:
         table.to_csv(target / "table.csv", index=False)
         blocks.append(page.table(table, float_format="{:.3f}"))
@@ -180,5 +185,63 @@ def write_head_accuracy_report(
     )
     report = target / "report.html"
     sections = [page.Section("Results", "results", blocks)]
+    report.write_text(page.render_page(title, sections, header=[page.definitions(summary)]), encoding="utf-8")
+    return report
+
+
+def _gender_split_png(table: pd.DataFrame, outdir: Path, dpi: int) -> bytes:
+    """Bars of masculine and feminine F1 for every system of GAP's scorecard (``plots/gender_split.png``)."""
+    figure = plots.new_figure(max(5.0, 0.8 * len(table) + 1.5), 3.4)
+    ax = figure.subplots()
+    positions = np.arange(len(table))
+    for offset, gender, colour in ((-0.2, "masculine", "#4c72b0"), (0.2, "feminine", "#dd8452")):
+        ax.bar(positions + offset, table[f"{gender}_f1"], width=0.4, label=gender, color=colour)
+    for position, bias in zip(positions, table["bias_f_m"], strict=True):
+        if np.isfinite(bias):
+            ax.annotate(f"{bias:.2f}", (position, 1.02), ha="center", fontsize=8)
+    ax.set_xticks(positions, table["system"], rotation=30, ha="right")
+    ax.set_ylim(0, 1.1)
+    ax.set_ylabel("F1")
+    ax.set_title("F1 by the pronoun's gender (numbers above: bias F/M)")
+    ax.legend(loc="upper right", fontsize=8)
+    png = plots.to_png(figure, dpi=dpi)
+    (outdir / "plots").mkdir(parents=True, exist_ok=True)
+    (outdir / "plots" / "gender_split.png").write_bytes(png)
+    return png
+
+
+def write_gap_report(
+    probe: GapProbe, outdir: str | Path, *, title: str, summary: dict[str, str | int | float], dpi: int = 110
+) -> Path:
+    """Write GAP's scorecard for the best head and the baselines (``table.csv``), every head's scores
+    (``heads.csv``), the counts (``gap.json``), ``plots/gender_split.png``, ``plots/heads.png`` (F1 per head
+    overall, masculine, feminine) and ``report.html`` into ``outdir``; return the report."""
+    target = Path(outdir)
+    target.mkdir(parents=True, exist_ok=True)
+    table = probe.table()
+    table.to_csv(target / "table.csv", index=False)
+    probe.to_frame().to_csv(target / "heads.csv", index=False)
+    (target / "gap.json").write_text(probe.to_json(), encoding="utf-8")
+    split = _gender_split_png(table, target, dpi)
+    grids = {f"F1 {gender}": probe.heatmap(gender) for gender in ("overall", "masculine", "feminine")}
+    heads = plots.heatmap_png(target, "heads", grids, dpi, value_range=(0.0, 1.0), columns=3, unit="F1")
+    explanation = (
+        "Scored as GAP's own scorer does (Webster et al. 2018): every example gives two decisions, whether "
+        "name A and whether name B is coreferent with the pronoun, so examples where neither is count too; "
+        "precision, recall and F1 overall and by the pronoun's gender, and the bias F1(feminine) / "
+        "F1(masculine). A head picks the name its pronoun attends to more (word-level attention); the best "
+        "head (0-based layer-head) has the best overall F1. Baselines: the nearest name in words, the "
+        "syntactically nearest name and the parallel role (spaCy parses), always A, always B, both, neither."
+    )
+    blocks: list[page.Markup] = [page.paragraph(explanation)]
+    if probe.syntax_note is not None:
+        blocks.append(page.paragraph(f"Syntactic baselines left out: {probe.syntax_note}"))
+    blocks += [
+        page.table(table, float_format="{:.3f}"),
+        page.figure(split, alt="F1 by gender", caption="Masculine and feminine F1 of every system."),
+        page.figure(heads, alt="F1 per head", caption="F1 of each head (layer x head, 0-based)."),
+    ]
+    report = target / "report.html"
+    sections = [page.Section("GAP scorecard", "scorecard", blocks)]
     report.write_text(page.render_page(title, sections, header=[page.definitions(summary)]), encoding="utf-8")
     return report

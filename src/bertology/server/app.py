@@ -7,6 +7,10 @@ Routes (all errors are JSON ``{"error": "..."}``, see :mod:`bertology.server.err
 - ``POST /api/attention``, ``POST /api/statistics``: JSON for one input.
 - ``POST /api/view``: the head, model or neuron view page (HTML) for one input.
 - ``GET /api/runs``: the reports and training runs under the runs folder.
+- ``GET /explore``: the explorer page of an analysis folder (``?run=PATH``): the map and grid of its heads,
+  linked; a head's statistics, nearest heads, top examples as head views, probe and ablation results.
+- ``POST /api/explore/analysis``, ``POST /api/explore/head``: its data (:mod:`bertology.server.explorer`);
+  ``POST /api/explore/example``: the head view of one of a head's stored examples (HTML).
 - ``GET /runs/{path}``: a file of the runs folder; a training run's folder gives its watch page
   (:mod:`bertology.server.watch_pages`).
 - ``GET /openapi.json``: the API's OpenAPI schema.
@@ -23,6 +27,7 @@ from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+import anyio.to_thread
 from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
@@ -30,15 +35,22 @@ from pydantic import BaseModel
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from bertology.models import LoadedModel, load_model
+from bertology.options import DEFAULT_DEVICE, DEFAULT_DTYPE, Dtype
 from bertology.server import compute
 from bertology.server.errors import ErrorAnswer, RequestError, install_error_handlers, shown
+from bertology.server.explorer import AnalysisRun, AnalysisRuns
 from bertology.server.hosts import HostCheck
 from bertology.server.limits import BodySizeLimit, Limits
-from bertology.server.page import index_html, page_policy, static_folder
+from bertology.server.page import explore_html, index_html, page_policy, static_folder
 from bertology.server.runs import REPORT_FILE, TRAINING_FILE, RunsFolder, folder_url
 from bertology.server.schemas import (
     AttentionAnswer,
     AttentionRequest,
+    ExploreAnalysis,
+    ExploreExampleRequest,
+    ExploreHead,
+    ExploreHeadRequest,
+    ExploreRequest,
     Health,
     InputRequest,
     ModelInfo,
@@ -49,6 +61,7 @@ from bertology.server.schemas import (
     ViewRequest,
     request_models,
 )
+from bertology.server.search import search_routes
 from bertology.server.watch_pages import WatchPages
 from bertology.server.workers import ComputeSlots, ModelWorkers
 
@@ -96,11 +109,11 @@ class SecurityHeaders:
         await self.app(scope, receive, with_headers if scope["type"] == "http" else send)
 
 
-def _loaded(models: Sequence[str | LoadedModel]) -> list[LoadedModel]:
-    """Each model loaded once (by name or path), in order, without repeats."""
+def _loaded(models: Sequence[str | LoadedModel], device: str, dtype: Dtype) -> list[LoadedModel]:
+    """Each model loaded once (by name or path, on ``device`` in ``dtype``), in order, without repeats."""
     loaded: dict[str, LoadedModel] = {}
     for model in models:
-        ready = model if isinstance(model, LoadedModel) else load_model(model)
+        ready = model if isinstance(model, LoadedModel) else load_model(model, device=device, dtype=dtype)
         loaded.setdefault(ready.name, ready)
     return list(loaded.values())
 
@@ -123,17 +136,23 @@ def create_app(
     runs: str | Path | None = None,
     limits: Limits | None = None,
     hosts: Collection[str] | None = None,
+    *,
+    device: str = DEFAULT_DEVICE,
+    dtype: Dtype = DEFAULT_DTYPE,
+    index: str | Path | None = None,
 ) -> FastAPI:
     """The web app for ``models`` (names, paths or loaded models; the first is the default) and the
     runs folder ``runs`` (``None``: no browsing), within ``limits``; ``hosts``: the ``Host`` header
     values it answers (``None``: any; :func:`bertology.server.hosts.loopback_hosts` for a loopback
-    server, as ``bertology serve`` sets it).
+    server, as ``bertology serve`` sets it); ``index``: a corpus index folder for corpus search
+    (:mod:`bertology.server.search`). Models given by name are loaded on ``device`` in ``dtype``
+    (:func:`bertology.models.load_model`).
 
     Raises:
         BertologyError: a model that cannot be loaded, or a runs folder that does not exist.
     """
     limits = limits or Limits()
-    loaded = _loaded(models or ("default",))
+    loaded = _loaded(models or ("default",), device, dtype)
     workers = ModelWorkers(loaded, parallel=limits.parallel, timeout_s=limits.timeout_s)
     bodies = request_models(
         [model.name for model in loaded],
@@ -142,6 +161,7 @@ def create_app(
         tokens=min(limits.max_tokens, max(model.max_length for model in loaded)),
     )
     folder = None if runs is None else RunsFolder(runs)
+    analyses = None if folder is None else AnalysisRuns(folder)
     watch_pages = (
         None
         if folder is None
@@ -241,8 +261,74 @@ def create_app(
             return RunList(root=None, runs=[])
         return RunList(
             root=str(folder.root),
-            runs=[RunEntry(path=run.path, kind=run.kind, url=run.url) for run in folder.runs()],
+            runs=[
+                RunEntry(path=run.path, kind=run.kind, url=run.url, explore=run.explore_url)
+                for run in folder.runs()
+            ],
         )
+
+    @app.get("/explore", response_class=HTMLResponse, include_in_schema=False)
+    async def explore_page() -> HTMLResponse:
+        return HTMLResponse(explore_html(), headers={"Content-Security-Policy": page_policy()})
+
+    explore_errors = _error_answers(
+        {
+            400: "The body could not be read as UTF-8 JSON.",
+            413: "The request body is over the limit.",
+            403: "A path that could reach outside the runs folder.",
+            404: "No runs folder, no analysis folder there, or no such example.",
+            422: "A bad request, a head that does not exist, or a damaged analysis file.",
+        }
+    )
+
+    def analysis_of(run: str) -> AnalysisRun:
+        """The analysis folder ``run`` (read in a worker thread: it reads files)."""
+        if analyses is None:
+            raise RequestError(404, "This server has no runs folder (start it with --runs DIR).")
+        return analyses.get(run)
+
+    @app.post(
+        "/api/explore/analysis", tags=["explore"], response_model=ExploreAnalysis, responses=explore_errors
+    )
+    async def explore_analysis(body: ExploreRequest) -> Response:
+        """An analysis folder's heads: statistics, labels and map, and the probe and ablation results joined
+        in."""
+        return await anyio.to_thread.run_sync(
+            lambda: _json(ExploreAnalysis.model_validate(analysis_of(body.run).overview()))
+        )
+
+    @app.post("/api/explore/head", tags=["explore"], response_model=ExploreHead, responses=explore_errors)
+    async def explore_head(body: ExploreHeadRequest) -> Response:
+        """One head of an analysis: statistics, label, nearest heads, examples, relations, ablation effect."""
+        return await anyio.to_thread.run_sync(
+            lambda: _json(
+                ExploreHead.model_validate(analysis_of(body.run).head_detail(body.layer, body.head))
+            )
+        )
+
+    @app.post(
+        "/api/explore/example",
+        tags=["explore"],
+        response_class=HTMLResponse,
+        responses={200: {"content": {"text/html": {"schema": {"type": "string"}}}}, **explore_errors},
+    )
+    async def explore_example(body: ExploreExampleRequest) -> HTMLResponse:
+        """The head view of one of a head's stored examples (8-bit attention, as the views carry it)."""
+        html = await anyio.to_thread.run_sync(
+            lambda: analysis_of(body.run).example_page(body.layer, body.head, body.rank, body.theme)
+        )
+        return HTMLResponse(html)
+
+    search_errors = _error_answers(
+        {
+            400: "The body could not be read as UTF-8 JSON.",
+            413: "The request body is over the limit.",
+            404: "No corpus index (start the server with --index DIR).",
+            422: "A bad request, a layer that is not indexed, or a token the input does not have.",
+            503: "The search took longer than the timeout.",
+        }
+    )
+    app.include_router(search_routes(index, workers, limits.max_tokens, search_errors))
 
     @app.get(
         "/runs/{path:path}",

@@ -12,6 +12,7 @@ import numpy as np
 
 from bertology.analysis.patterns import PatternAccumulator
 from bertology.capture import capture, capture_batch
+from bertology.long_capture import LongAttention
 from bertology.models import LoadedModel
 from bertology.server.errors import RequestError
 from bertology.server.schemas import AttentionRequest, InputRequest, ViewRequest
@@ -40,30 +41,50 @@ def _check_index(name: str, value: int | None, count: int) -> None:
         raise RequestError(422, f"{name} {value} does not exist; there are {count} (0 to {count - 1}).")
 
 
+def _span(name: str, span: list[int] | None, n: int) -> slice:
+    """Tokens ``start .. stop - 1`` of ``n`` (default: all); 422 for a span outside the input or empty."""
+    if span is None:
+        return slice(0, n)
+    start, stop = span
+    if not 0 <= start < stop <= n:
+        raise RequestError(422, f"{name} [{start}, {stop}] is not a span of the input's {n} tokens.")
+    return slice(start, stop)
+
+
 def attention_answer(
     loaded: LoadedModel, request: AttentionRequest, *, max_tokens: int, max_values: int
 ) -> dict[str, Any]:
-    """Tokens, segments and ``attention[layer][head][query][key]`` for the asked layers and heads."""
+    """Tokens, segments and ``attention[layer][head][query][key]`` for the asked layers, heads, rows and
+    keys; a long input's (:class:`~bertology.long_capture.LongAttention`) block computed from its
+    queries and keys."""
     n = check_length(loaded, request, max_tokens)
     _check_index("Layer", request.layer, loaded.num_layers)
     _check_index("Head", request.head, loaded.num_heads)
     layers = list(range(loaded.num_layers)) if request.layer is None else [request.layer]
     heads = list(range(loaded.num_heads)) if request.head is None else [request.head]
-    values = len(layers) * len(heads) * n * n
+    rows, keys = _span("rows", request.rows, n), _span("keys", request.keys, n)
+    height, width = rows.stop - rows.start, keys.stop - keys.start
+    values = len(layers) * len(heads) * height * width
     if values > max_values:
         raise RequestError(
             422,
-            f"That is {values} attention values ({len(layers)} layers x {len(heads)} heads x {n} x {n} "
-            f"tokens); one answer carries at most {max_values}: ask for one layer or one head.",
+            f"That is {values} attention values ({len(layers)} layers x {len(heads)} heads x {height} x "
+            f"{width} tokens); one answer carries at most {max_values}: ask for one layer or one head, or "
+            "a block of rows and keys.",
         )
     attention = capture(request.text, request.text_b, model=loaded, weights=request.weights)
-    chosen = attention.probs[np.ix_(layers, heads)]
+    if isinstance(attention, LongAttention):
+        chosen = np.stack([attention.block(layer, rows, keys, heads) for layer in layers])
+    else:
+        chosen = attention.probs[np.ix_(layers, heads)][:, :, rows, keys]
     return {
         "model": loaded.name,
         "tokens": attention.tokens,
         "segments": attention.segment_ids.tolist(),
         "layers": layers,
         "heads": heads,
+        "rows": [rows.start, rows.stop],
+        "keys": [keys.start, keys.stop],
         "attention": np.round(chosen.astype(np.float64), ATTENTION_DECIMALS).tolist(),
     }
 

@@ -35,3 +35,9 @@ def static_folder() -> str:
 @cache
 def index_html() -> str:
     return files("bertology.server").joinpath("static", "index.html").read_text(encoding="utf-8")
+
+
+@cache
+def explore_html() -> str:
+    """The explorer page of an analysis folder (``/explore?run=PATH``)."""
+    return files("bertology.server").joinpath("static", "explore.html").read_text(encoding="utf-8")

@@ -45,6 +45,11 @@ class Run:
     def url(self) -> str:
         return folder_url(self.path) + ("" if self.kind == "training" else REPORT_FILE)
 
+    @property
+    def explore_url(self) -> str | None:
+        """The explorer page of an analysis (``/explore?run=PATH``); ``None`` for other kinds."""
+        return f"/explore?run={quote(self.path, safe='')}" if self.kind == "analysis" else None
+
 
 def folder_url(path: str) -> str:
     """The URL of the runs folder's subfolder ``path`` ("/"-separated, "" for the folder itself)."""

@@ -37,9 +37,17 @@ class InputRequest(BaseModel):
     )
 
 
+#: ``[start, stop]``: tokens ``start .. stop - 1``.
+Span = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=2, max_length=2)]
+
+
 class AttentionRequest(InputRequest):
     layer: int | None = Field(None, ge=0, description="Only this layer (default: every layer).")
     head: int | None = Field(None, ge=0, description="Only this head (default: every head).")
+    rows: Span | None = Field(
+        None, description="Only these query rows, [start, stop] (default: all); a block of a long input."
+    )
+    keys: Span | None = Field(None, description="Only these keys, [start, stop] (default: all).")
 
 
 class ViewRequest(InputRequest):
@@ -108,6 +116,8 @@ class AttentionAnswer(BaseModel):
     segments: list[int] = Field(description="Per token: 0 = text A, 1 = text B.")
     layers: list[int] = Field(description="The layers in ``attention``, in order.")
     heads: list[int] = Field(description="The heads in ``attention``, in order.")
+    rows: Span = Field(description="The query rows in ``attention``, [start, stop].")
+    keys: Span = Field(description="The keys in ``attention``, [start, stop].")
     attention: list[list[list[list[float]]]] = Field(
         description="[layers][heads][query][key] attention weights (as requested: softmax or norm-based), "
         "rounded to 6 decimals."
@@ -133,6 +143,7 @@ class RunEntry(BaseModel):
     path: str = Field(description="Folder, relative to the runs folder, with '/' between parts.")
     kind: Literal["analysis", "probe", "training"]
     url: str
+    explore: str | None = Field(None, description="An analysis's explorer page (/explore?run=PATH), or null.")
 
 
 class RunList(BaseModel):
@@ -143,3 +154,145 @@ class RunList(BaseModel):
 class Health(BaseModel):
     status: Literal["ok"]
     models: list[str]
+
+
+class ExploreRequest(BaseModel):
+    """An analysis folder of the runs folder (``bertology analyze`` output), as ``/api/runs`` lists it."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    run: str = Field(
+        max_length=1000,
+        description="The analysis folder, relative to the runs folder ('' for the folder itself).",
+    )
+
+
+class ExploreHeadRequest(ExploreRequest):
+    layer: int = Field(ge=0, description="The head's layer (0-based).")
+    head: int = Field(ge=0, description="The head (0-based).")
+
+
+class ExploreExampleRequest(ExploreHeadRequest):
+    rank: int = Field(ge=0, description="The example: 0 is the segment where the head's score was highest.")
+    theme: Literal["light", "dark"] = "light"
+
+
+class RelatedResults(BaseModel):
+    dependency: str | None = Field(description="The dependency probe joined in (its folder), or null.")
+    coreference: str | None = Field(description="The coreference probe joined in (its folder), or null.")
+    ablation: str | None = Field(description="The ablation joined in (its folder), or null.")
+
+
+class ExploreAnalysis(BaseModel):
+    path: str
+    summary: dict[str, str | int | float]
+    layers: int
+    heads: int
+    labels: list[list[str]] = Field(description="[layers][heads] primary pattern label, or 'none'.")
+    label_descriptions: dict[str, str]
+    statistics: dict[str, PerHead] = Field(
+        description="Every column of heads.csv: surface statistics, pattern scores (score_*), [layers][heads]"
+    )
+    map: list[list[float]] = Field(
+        description="[layers * heads][2] MDS map of the heads (layer-major) by their mean JS divergences."
+    )
+    examples_per_head: int = Field(description="Examples stored per head (0: none stored).")
+    related: RelatedResults
+
+
+class NearestHead(BaseModel):
+    layer: int
+    head: int
+    label: str
+    divergence: float | None = Field(description="Mean JS divergence per query token, nats.")
+
+
+class ExampleEntry(BaseModel):
+    rank: int
+    segment: int = Field(description="The segment's number in the analysis's batching order.")
+    score: float | None = Field(description="The segment's score for the head's example pattern.")
+    origin: str = Field(description="Where the segment comes from: file name and lines.")
+    tokens: int
+
+
+class RelationEntry(BaseModel):
+    relation: str
+    direction: int = Field(description="0: the dependent attends to its head word; 1: the head word to it.")
+    accuracy: float | None
+    count: int
+    best_head: str | None
+    best_accuracy: float | None
+    baseline_accuracy: float | None
+
+
+class CoreferenceEntry(BaseModel):
+    type: str
+    accuracy: float | None
+    rank: int = Field(description="1: the most accurate head for this mention type.")
+    count: int
+
+
+class AblationEntry(BaseModel):
+    change: float | None = Field(description="Dev accuracy with the head removed, minus with every head.")
+    accuracy: float | None
+    importance: float | None
+    rank: int = Field(description="1: the head whose removal lowers the accuracy most.")
+
+
+class ExploreHead(BaseModel):
+    layer: int
+    head: int
+    label: str
+    statistics: dict[str, float | None]
+    nearest: list[NearestHead]
+    example_pattern: str | None = Field(description="The pattern whose score ranks the examples.")
+    examples: list[ExampleEntry]
+    relations: list[RelationEntry]
+    coreference: list[CoreferenceEntry]
+    ablation: AblationEntry | None
+
+
+class SearchInfo(BaseModel):
+    available: bool = Field(description="Whether this server has a corpus index (the rest is empty if not).")
+    model: str | None = Field(description="The model the index was built with.")
+    layers: list[int] = Field(description="The indexed layers (0-based).")
+    tokens: int
+    segments: int
+
+
+class SearchInputRequest(BaseModel):
+    """A typed input, and optionally one of its tokens to search the corpus for."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    text: str = Field(min_length=1, max_length=2000, description="The input text.")
+    layer: int = Field(ge=0, le=1000, description="An indexed layer (0-based).")
+    token: int | None = Field(None, ge=0, le=10000, description="The input token (0 is [CLS]); null: none.")
+    k: int = Field(10, ge=1, le=100, description="How many nearest corpus tokens.")
+
+
+class SearchWordRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    word: str = Field(min_length=1, max_length=100, description="The word (case ignored).")
+    layer: int = Field(ge=0, le=1000, description="An indexed layer (0-based).")
+    k: int = Field(20, ge=1, le=100, description="How many occurrences at most, in corpus order.")
+
+
+class CorpusToken(BaseModel):
+    row: int = Field(description="The token's row in the index.")
+    token: str
+    word: int = Field(description="Index of its word in context, -1 for a special token.")
+    context: list[str] = Field(description="The words of its segment.")
+    relation: str | None = Field(description="Its word's dependency relation (treebank corpora), or null.")
+    origin: str = Field(description="Where its segment comes from: file and line.")
+    attends: str = Field(description="The token its layer's heads, averaged, attend to most.")
+    similarity: float | None = Field(
+        description="Cosine similarity to the query token; null for a word search."
+    )
+
+
+class SearchAnswer(BaseModel):
+    tokens: list[str] = Field(description="The input's tokens (empty for a word search).")
+    neighbours: list[CorpusToken]
+    histogram: list[tuple[str, int]] = Field(description="The neighbours' relations and counts, most first.")

@@ -14,6 +14,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from bertology.errors import BertologyError
+from bertology.options import DEFAULT_DEVICE, DEFAULT_DTYPE, Dtype
 from bertology.server.app import create_app
 from bertology.server.hosts import loopback_hosts
 from bertology.server.limits import Limits
@@ -71,8 +72,12 @@ def serve(
     port: int = DEFAULT_PORT,
     limits: Limits | None = None,
     announce: Callable[[str], None] = print,
+    device: str = DEFAULT_DEVICE,
+    dtype: Dtype = DEFAULT_DTYPE,
+    index: str | Path | None = None,
 ) -> None:
-    """Load ``models``, bind ``host:port``, announce where it listens, and serve until interrupted.
+    """Load ``models`` (on ``device``, in ``dtype``), bind ``host:port``, announce where it listens, and
+    serve until interrupted; ``index``: a corpus index folder for corpus search.
 
     The process's torch threads are set to :func:`computation_threads` of ``limits.parallel``. Bound to
     loopback, the server answers only requests whose ``Host`` header is a loopback name with its port
@@ -83,7 +88,7 @@ def serve(
     sock = bind(host, port)  # first, so a taken port fails before the models load
     hosts = loopback_hosts(sock.getsockname()[1]) if is_loopback(host) else None
     try:
-        app = create_app(models, runs, limits, hosts=hosts)
+        app = create_app(models, runs, limits, hosts=hosts, device=device, dtype=dtype, index=index)
     except BaseException:
         sock.close()
         raise

@@ -57,14 +57,22 @@ def current_token(rows: RowSummary) -> QueryValues:
     return QueryValues(rows.current, rows.roles.valid)
 
 
+def _with_any(rows: RowSummary, role: torch.Tensor) -> torch.Tensor:
+    """[B, Q] bool: the real queries of segments that have a token of ``role`` ([B, N] bool) at all; a
+    decoder's segments have no [CLS] or [SEP], so statistics about them stay undefined there (NaN)."""
+    return rows.roles.valid & role.any(-1, keepdim=True)
+
+
 def to_cls(rows: RowSummary) -> QueryValues:
-    """Attention to [CLS] (Clark et al. 2019, Fig. 2): ``v(q) = sum_{k in CLS} A[q, k]`` over all queries."""
-    return QueryValues(rows.cls, rows.roles.valid)
+    """Attention to [CLS] (Clark et al. 2019, Fig. 2): ``v(q) = sum_{k in CLS} A[q, k]`` over all queries
+    (of segments with a [CLS])."""
+    return QueryValues(rows.cls, _with_any(rows, rows.roles.is_cls))
 
 
 def to_sep(rows: RowSummary) -> QueryValues:
-    """Attention to [SEP] (Clark et al. 2019, Fig. 2): ``v(q) = sum_{k in SEP} A[q, k]`` over all queries."""
-    return QueryValues(rows.sep, rows.roles.valid)
+    """Attention to [SEP] (Clark et al. 2019, Fig. 2): ``v(q) = sum_{k in SEP} A[q, k]`` over all queries
+    (of segments with a [SEP])."""
+    return QueryValues(rows.sep, _with_any(rows, rows.roles.is_sep))
 
 
 def to_punct(rows: RowSummary) -> QueryValues:
@@ -81,8 +89,8 @@ def sep_to_sep(rows: RowSummary) -> QueryValues:
 
 def other_to_sep(rows: RowSummary) -> QueryValues:
     """Other tokens attending to [SEP] (Clark et al. 2019, Fig. 3): ``v(q) = sum_{k in SEP} A[q, k]``
-    over the queries that are not [SEP] ([CLS] included)."""
-    return QueryValues(rows.sep, rows.roles.valid & ~rows.roles.is_sep)
+    over the queries that are not [SEP] ([CLS] included; segments with a [SEP])."""
+    return QueryValues(rows.sep, _with_any(rows, rows.roles.is_sep) & ~rows.roles.is_sep)
 
 
 def entropy(rows: RowSummary) -> QueryValues:
@@ -165,7 +173,9 @@ def clark_sep_to_sep(rows: RowSummary) -> QueryValues:
 def clark_other_to_sep(rows: RowSummary) -> QueryValues:
     """Other tokens attending to [SEP] as Clark et al.'s released code computes it: ``v(q) = sum_{k in
     SEP} A[q, k]`` summed over the queries that are not [SEP] and divided by ``n - 2``."""
-    return QueryValues(rows.sep, rows.roles.valid & ~rows.roles.is_sep, _real_tokens(rows) - 2.0)
+    return QueryValues(
+        rows.sep, _with_any(rows, rows.roles.is_sep) & ~rows.roles.is_sep, _real_tokens(rows) - 2.0
+    )
 
 
 def clark_entropy(rows: RowSummary) -> QueryValues:

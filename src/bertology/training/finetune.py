@@ -42,6 +42,7 @@ from transformers import get_linear_schedule_with_warmup
 
 from bertology.capture import accepted_inputs
 from bertology.classify import accuracy, predict_logits
+from bertology.devices import resolve_dtype
 from bertology.errors import BertologyError, TruncationWarning
 from bertology.inputs import encode
 from bertology.models import RUN_MODEL_FOLDER, LoadedModel, load_model
@@ -237,12 +238,26 @@ def _train_sample(task: GlueTask, settings: FinetuneSettings, rng: np.random.Gen
     return Split(task.train.path, examples)
 
 
+class _MixedPrecision:
+    """Forward passes in ``dtype`` over float32 weights (``torch.autocast``; float32: plain passes), and for
+    float16 a loss scale against gradients that underflow (``torch.amp.GradScaler``)."""
+
+    def __init__(self, device: torch.device, dtype: torch.dtype) -> None:
+        self.device_type, self.dtype = device.type, dtype
+        self.scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
+
+    def forward(self) -> torch.autocast:
+        """The block in which forward passes run in the run's precision."""
+        return torch.autocast(self.device_type, dtype=self.dtype, enabled=self.dtype != torch.float32)
+
+
 def _train_step(
     loaded: LoadedModel,
     inputs: tuple[list[str], list[str] | None, list[int]],
     max_length: int,
     optimizer: torch.optim.Optimizer,
     schedule: torch.optim.lr_scheduler.LRScheduler,
+    precision: _MixedPrecision,
 ) -> tuple[float, float]:
     """One optimizer step on a batch of (texts, second texts or None, label ids); returns the batch's
     mean cross-entropy and the learning rate the step used."""
@@ -251,11 +266,15 @@ def _train_step(
         warnings.simplefilter("ignore", TruncationWarning)  # counted in run.json instead
         encoded = encode(loaded.tokenizer, texts, texts_b, max_length=max_length)
     targets = torch.tensor(labels, device=loaded.device)
-    loss = loaded.model(**accepted_inputs(loaded, encoded), labels=targets).loss
-    loss.backward()
+    with precision.forward():
+        loss = loaded.model(**accepted_inputs(loaded, encoded), labels=targets).loss
+    scaler = precision.scaler
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
     torch.nn.utils.clip_grad_norm_(loaded.model.parameters(), 1.0)
     rate = schedule.get_last_lr()[0]
-    optimizer.step()
+    scaler.step(optimizer)
+    scaler.update()
     schedule.step()
     optimizer.zero_grad(set_to_none=True)
     return loss.item(), rate
@@ -307,7 +326,8 @@ def _run(
     train = _train_sample(task, settings, rng)
     train_labels, dev_labels = task.label_ids(train), task.label_ids(task.dev)
     torch.manual_seed(settings.seed)
-    loaded = load_model(settings.model, classifier=True, labels=task.labels)
+    loaded = load_model(settings.model, classifier=True, labels=task.labels, device=settings.device)
+    precision = _MixedPrecision(loaded.device, resolve_dtype(settings.dtype))
     model = loaded.model
     limit = min(settings.max_length, loaded.max_length)
     special = loaded.tokenizer.num_special_tokens_to_add(pair=task.is_pair)
@@ -342,6 +362,7 @@ def _run(
         "truncated_dev_examples": int(np.sum(_token_counts(loaded, task.dev) > limit)),
         "steps_planned": total,
         "torch_threads": torch.get_num_threads(),
+        "device": str(loaded.device),
         "pid": os.getpid(),
         "host": socket.gethostname(),
     }
@@ -357,7 +378,7 @@ def _run(
             for batch in length_batches(np.minimum(counts, limit), settings.batch_size, rng):
                 texts_b = None if train.texts_b is None else [train.texts_b[i] for i in batch]
                 inputs = ([train.texts[i] for i in batch], texts_b, [train_labels[i] for i in batch])
-                loss, rate = _train_step(loaded, inputs, limit, optimizer, schedule)
+                loss, rate = _train_step(loaded, inputs, limit, optimizer, schedule, precision)
                 step += 1
                 window.append(loss)
                 position = {"step": step, "epoch": round(step / batches_per_epoch, 4)}
@@ -370,7 +391,8 @@ def _run(
                     monitor.step(loaded, step)
                 epoch_end = step == (epoch + 1) * batches_per_epoch
                 if epoch_end or (settings.eval_every and step % settings.eval_every == 0):
-                    dev_accuracy, dev_loss = evaluate(loaded, task.dev, dev_labels, limit)
+                    with precision.forward():
+                        dev_accuracy, dev_loss = evaluate(loaded, task.dev, dev_labels, limit)
                     metrics.add(**position, split="dev", loss=dev_loss, accuracy=dev_accuracy,
                                 seconds=round(time.perf_counter() - started, 2))  # fmt: skip
         if monitor is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bertology.errors import BertologyError
+from bertology.options import DEFAULT_DEVICE, DEFAULT_DTYPE, Dtype
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,9 @@ class FinetuneSettings:
     records (0: no monitor). probe_set: examples in the monitor's probe set, drawn from the dev split.
     threads: torch threads during the run (None: torch's default, one per core). On a machine busy with
     other work, 1 thread can be several times faster than 2 (they wait for each other).
+    device: where the model trains (:data:`~bertology.options.DEVICE_FORMS`). dtype: the precision of the
+    forward passes (mixed precision: the weights and the optimizer stay float32, since AdamW's small
+    updates vanish in a bfloat16 weight; float16 scales the loss against underflow).
     """
 
     model: str = "default"
@@ -38,6 +42,8 @@ class FinetuneSettings:
     watch_every: int = 100
     probe_set: int = 8
     threads: int | None = None
+    device: str = DEFAULT_DEVICE
+    dtype: Dtype = DEFAULT_DTYPE
 
     def check(self) -> None:
         """Raises BertologyError for settings that cannot run."""

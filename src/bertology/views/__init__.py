@@ -14,12 +14,24 @@ from bertology.capture import Attention, capture
 from bertology.capture_seq2seq import AttentionSetName, Seq2SeqAttention, capture_seq2seq
 from bertology.errors import BertologyError
 from bertology.inputs import Text
+from bertology.long_capture import LongAttention
 from bertology.models import KIND_PHRASES, LoadedModel, resolve_model
 from bertology.norms import Weights
+from bertology.views.bertviz import ATTENTION_KEYWORDS, bertviz_view_data, is_attention_arrays
 from bertology.views.build import VIEW_KINDS, Theme, ViewKind, seq2seq_view_data, view_data
+from bertology.views.long import long_view_data
 from bertology.views.page import render_page
 
-__all__ = ["VIEW_KINDS", "View", "head_view", "model_view", "neuron_view", "render_view", "seq2seq_view"]
+__all__ = [
+    "VIEW_KINDS",
+    "PageHTML",
+    "View",
+    "head_view",
+    "model_view",
+    "neuron_view",
+    "render_view",
+    "seq2seq_view",
+]
 
 _TITLES = {"head": "Head view", "model": "Model view", "neuron": "Neuron view"}
 
@@ -62,10 +74,18 @@ class View:
     @property
     def token_count(self) -> str:
         """How many tokens the view shows, in words: "19 tokens" or "9 source and 20 target tokens"."""
-        sets = {entry["name"]: entry for entry in self.data.get("attentionSets", [])}
-        if "cross" in sets:
-            return f"{len(sets['cross']['keyTokens'])} source and {sets['cross']['n']} target tokens"
-        return f"{self.data['n']} tokens"
+        counts: dict[str, int] = {}  # source and target tokens of an encoder-decoder's attention sets
+        for entry in self.data.get("attentionSets", []):
+            side = "source" if entry["name"] == "encoder" else "target"
+            counts[side] = entry["n"]
+            if entry["name"] == "cross":
+                counts["source"] = len(entry["keyTokens"])
+        if not counts:
+            return f"{self.data['n']} tokens"
+        return (
+            " and ".join(f"{counts[side]} {side}" for side in ("source", "target") if side in counts)
+            + " tokens"
+        )
 
     @cached_property
     def html(self) -> str:
@@ -101,7 +121,7 @@ class View:
 
 
 def render_view(
-    source: Attention | Text,
+    source: Attention | LongAttention | Text,
     text_b: Text | None = None,
     *,
     kind: ViewKind,
@@ -114,16 +134,23 @@ def render_view(
     head_names: Sequence[str] | None = None,
     target: str | None = None,
     attention_set: AttentionSetName = "cross",
+    window: tuple[int, int] | None = None,
+    max_tokens: int | None = None,
 ) -> View:
-    """Build a view from a captured :class:`Attention`, or capture ``source`` (and ``text_b``) first.
+    """Build a view from a captured :class:`Attention` or :class:`LongAttention`, or capture ``source``
+    (and ``text_b``) first.
 
     weights: when capturing, show the softmax output (``"attention"``) or the norm-based weights
     (``"norm"``, :mod:`bertology.norms`; the neuron view shows them beside the softmax).
     head_names: labels shown instead of the head numbers (one per head).
     A decoder-only model's attention is drawn as causal. An encoder-decoder model takes ``source`` and
     ``target`` texts and shows ``attention_set`` first (see :func:`seq2seq_view`).
+    A long input (a :class:`LongAttention`, which ``capture`` gives above
+    :data:`~bertology.long_capture.LONG_INPUT_TOKENS` tokens) is shown as :mod:`bertology.views.long`
+    describes: a ``window`` of ``(start, size)`` tokens (default: 256 around ``query``) and a minimap.
+    max_tokens: when capturing, read at most this many tokens (default: the model's own limit).
     """
-    if isinstance(source, Attention):
+    if isinstance(source, Attention | LongAttention):
         attention = source
     else:
         loaded = resolve_model(model)
@@ -141,9 +168,13 @@ def render_view(
                 "A target text is for encoder-decoder models; "
                 f"'{loaded.name}' is {KIND_PHRASES[loaded.kind]} model."
             )
-        attention = capture(source, text_b, model=loaded, qk=kind == "neuron", weights=weights)
-    data = view_data(attention, kind, layer=layer, head=head, query=query, theme=theme, head_names=head_names)
-    return View(kind, data)
+        attention = capture(
+            source, text_b, model=loaded, qk=kind == "neuron", weights=weights, max_length=max_tokens
+        )
+    options = {"layer": layer, "head": head, "query": query, "theme": theme, "head_names": head_names}
+    if isinstance(attention, LongAttention):
+        return View(kind, long_view_data(attention, kind, window=window, **options))
+    return View(kind, view_data(attention, kind, **options))
 
 
 def seq2seq_view(
@@ -171,16 +202,109 @@ def seq2seq_view(
     return View(kind, data)
 
 
-def head_view(source: Attention | Text, text_b: Text | None = None, **options: Any) -> View:
-    """All heads of one layer as lines between token columns (see :func:`render_view` for options)."""
-    return render_view(source, text_b, kind="head", **options)
+@dataclass(frozen=True)
+class PageHTML:
+    """What ``html_action="return"`` gives, in the place of BertViz's IPython ``HTML`` object: ``.data`` is
+    the whole self-contained page (``open("view.html", "w").write(page.data)``), and a notebook shows it
+    as it shows the view."""
+
+    view: View
+
+    @property
+    def data(self) -> str:
+        return self.view.html
+
+    def _repr_html_(self) -> str:
+        return self.view._repr_html_()
 
 
-def model_view(source: Attention | Text, text_b: Text | None = None, **options: Any) -> View:
-    """Every layer x head as a thumbnail in one grid; click one to enlarge it."""
-    return render_view(source, text_b, kind="model", **options)
+def _deliver(view: View, html_action: str | None) -> View | PageHTML | None:
+    """BertViz's ``html_action``: None (bertology's way) returns the view, which a notebook shows when
+    it is a cell's value; ``"view"`` shows it at once and returns None; ``"return"`` gives a
+    :class:`PageHTML`."""
+    if html_action is None:
+        return view
+    if html_action == "return":
+        return PageHTML(view)
+    if html_action != "view":
+        raise BertologyError(f"html_action must be 'view' or 'return', not {html_action!r}.")
+    try:
+        from IPython.display import display
+    except ImportError as error:
+        raise BertologyError(
+            "html_action='view' shows the view in a notebook, which needs IPython; leave it out and "
+            "save the view with .save(path)."
+        ) from error
+    display(view)
+    return None
 
 
-def neuron_view(source: Attention | Text, text_b: Text | None = None, **options: Any) -> View:
-    """Query, key, q×k, q·k and softmax for one layer, head and query token."""
-    return render_view(source, text_b, kind="neuron", **options)
+def _given_once(options: dict[str, Any], name: str, value: Any) -> dict[str, Any]:
+    if options.get(name) is not None:
+        raise BertologyError(f"Give {name} once: as the positional argument or as {name}=, not both.")
+    return {**options, name: value}
+
+
+#: BertViz's positional parameters after ``attention`` and ``tokens``, per view.
+_BERTVIZ_POSITIONAL: dict[ViewKind, tuple[str, ...]] = {
+    "head": ("sentence_b_start", "prettify_tokens", "layer", "heads"),
+    "model": ("sentence_b_start", "prettify_tokens", "display_mode"),
+    "neuron": (),
+}
+
+
+def _view(kind: ViewKind, arguments: tuple[Any, ...], options: dict[str, Any]) -> View | PageHTML | None:
+    """A text (and a second text) or a captured :class:`Attention` goes to :func:`render_view`; attention
+    tensors, positional in BertViz's order or under its keywords, to
+    :func:`~bertology.views.bertviz.bertviz_view_data`."""
+    if arguments and arguments[0] is not None and not is_attention_arrays(arguments[0]):
+        if len(arguments) > 2:
+            raise BertologyError(
+                f"{kind}_view takes a text and a second text positionally; give the other options by name."
+            )
+        return render_view(*arguments, kind=kind, **options)
+    names = ("attention", "tokens", *_BERTVIZ_POSITIONAL[kind])
+    if len(arguments) > len(names):
+        raise BertologyError(
+            f"{kind}_view takes at most {len(names)} arguments positionally ({', '.join(names)}); "
+            "give the others by name."
+        )
+    for name, value in zip(names, arguments, strict=False):
+        options = _given_once(options, name, value)
+    if all(options.get(name) is None for name in ATTENTION_KEYWORDS):
+        raise BertologyError(
+            f"Give a text to see, a captured Attention, or a model's attention tensors: "
+            f"{kind}_view(attention=outputs.attentions, tokens=tokens)."
+        )
+    html_action = options.pop("html_action", None)
+    return _deliver(View(kind, bertviz_view_data(kind, **options)), html_action)
+
+
+def head_view(*arguments: Any, **options: Any) -> View | PageHTML | None:
+    """All heads of one layer as lines between token columns.
+
+    Three forms: ``head_view(text[, text_b], model=...)`` captures first; ``head_view(attention)`` draws a
+    captured :class:`Attention` (options: :func:`render_view`); BertViz's
+    ``head_view(attention=outputs.attentions, tokens=tokens)``, or positionally ``head_view(attentions,
+    tokens, sentence_b_start, prettify_tokens, layer, heads)``, draws the per-layer
+    ``[batch, heads, q, k]`` tensors any model returns, torch or numpy, with BertViz's
+    ``sentence_b_start``, ``prettify_tokens``, ``layer``, ``heads``, ``include_layers``, the
+    ``encoder_attention`` / ``decoder_attention`` / ``cross_attention`` / ``encoder_tokens`` /
+    ``decoder_tokens`` keywords of encoder-decoders and ``html_action``, and bertology's ``index`` (the
+    input of a batch), ``include_heads``, ``display_mode`` and ``model_name``
+    (:func:`~bertology.views.bertviz.bertviz_view_data`).
+    """
+    return _view("head", arguments, options)
+
+
+def model_view(*arguments: Any, **options: Any) -> View | PageHTML | None:
+    """Every layer x head as a thumbnail in one grid; click one to enlarge it. The same three forms as
+    :func:`head_view`; BertViz's positional order is ``model_view(attentions, tokens, sentence_b_start,
+    prettify_tokens, display_mode)``, and it takes ``include_heads`` but no ``heads``."""
+    return _view("model", arguments, options)
+
+
+def neuron_view(*arguments: Any, **options: Any) -> View | PageHTML | None:
+    """Query, key, q×k, q·k and softmax for one layer, head and query token, of a text or of an
+    :class:`Attention` captured with ``qk=True`` (attention tensors have no query and key vectors)."""
+    return _view("neuron", arguments, options)

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from bertology.capture import Attention
-from bertology.capture_seq2seq import ATTENTION_SETS, AttentionSetName, Seq2SeqAttention
+from bertology.capture_seq2seq import AttentionSetName, Seq2SeqAttention
 from bertology.errors import BertologyError
 from bertology.options import Theme, ViewKind
 from bertology.views.payload import pack_attention, pack_float16
@@ -17,7 +17,7 @@ from bertology.views.payload import pack_attention, pack_float16
 VIEW_KINDS: tuple[ViewKind, ...] = ("head", "model", "neuron")
 
 
-def _check_index(name: str, value: int, count: int, plural: str) -> None:
+def check_index(name: str, value: int, count: int, plural: str) -> None:
     if not 0 <= value < count:
         raise BertologyError(f"{name} {value} does not exist; there are {count} {plural} (0 to {count - 1}).")
 
@@ -57,9 +57,9 @@ def view_data(
     if kind not in VIEW_KINDS:
         raise BertologyError(f"Unknown view '{kind}'; choose one of {', '.join(VIEW_KINDS)}.")
     layers, heads, n, _ = attention.probs.shape
-    _check_index("Layer", layer, layers, "layers")
-    _check_index("Head", head, heads, "heads")
-    _check_index("Query token", query, n, "tokens")
+    check_index("Layer", layer, layers, "layers")
+    check_index("Head", head, heads, "heads")
+    check_index("Query token", query, n, "tokens")
     data: dict[str, Any] = {
         "view": kind,
         "model": attention.model_name,
@@ -104,11 +104,21 @@ ATTENTION_SET_LABELS: dict[AttentionSetName, str] = {
 }
 
 
-def _attention_set(attention: Seq2SeqAttention, name: AttentionSetName) -> dict[str, Any]:
-    """One entry of ``attentionSets``: its tokens (queries), ``keyTokens`` and ``attention`` codes."""
-    probs = attention.probs(name)
+def attention_set_entry(
+    name: AttentionSetName,
+    probs: np.ndarray,
+    tokens: list[str],
+    key_tokens: list[str] | None = None,
+    *,
+    causal: bool,
+) -> dict[str, Any]:
+    """One entry of a page's ``attentionSets``: ``{name, label, tokens, segments, layers, heads, n, causal,
+    attention}`` and, when the keys are other tokens than the queries (cross-attention), ``keyTokens``.
+
+    probs: [layers, heads, n, keys]; rows = the query ``tokens``, columns = ``key_tokens`` (default: the
+        same tokens). causal: later keys are not attendable (decoder self-attention).
+    """
     layers, heads, n, _ = probs.shape
-    tokens = attention.source_tokens if name == "encoder" else attention.target_tokens
     entry: dict[str, Any] = {
         "name": name,
         "label": ATTENTION_SET_LABELS[name],
@@ -117,12 +127,43 @@ def _attention_set(attention: Seq2SeqAttention, name: AttentionSetName) -> dict[
         "layers": layers,
         "heads": heads,
         "n": n,
-        "causal": name == "decoder",
+        "causal": causal,
     }
-    if name == "cross":
-        entry["keyTokens"] = attention.source_tokens
+    if key_tokens is not None:
+        entry["keyTokens"] = key_tokens
     entry["attention"] = pack_attention(probs)
     return entry
+
+
+def check_set_view(kind: ViewKind) -> None:
+    """Refuse a view other than the head and model view for a page of attention sets."""
+    if kind not in ("head", "model"):
+        raise BertologyError(
+            f"The {kind} view is not available for encoder-decoder models; choose the head or model view."
+        )
+
+
+def attention_sets_data(
+    kind: ViewKind,
+    model_name: str,
+    entries: list[dict[str, Any]],
+    *,
+    first: AttentionSetName,
+    layer: int = 0,
+    theme: Theme = "light",
+) -> dict[str, Any]:
+    """The page data of a head or model view with a selector over ``entries`` (from
+    :func:`attention_set_entry`); ``first`` names the one shown first, at ``layer``."""
+    return {
+        "view": kind,
+        "model": model_name,
+        "layer": layer,
+        "head": 0,
+        "query": 0,
+        "theme": theme,
+        "attentionSet": first,
+        "attentionSets": entries,
+    }
 
 
 def seq2seq_view_data(
@@ -140,19 +181,15 @@ def seq2seq_view_data(
     for cross-attention, ``keyTokens`` (its ``attention`` is ``[layers, heads, n, len(keyTokens)]``:
     rows = target tokens, columns = source tokens); ``attentionSet`` names the one shown first.
     """
-    if kind not in ("head", "model"):
-        raise BertologyError(
-            f"The {kind} view is not available for encoder-decoder models; choose the head or model view."
-        )
+    check_set_view(kind)
     layers = attention.probs(attention_set).shape[0]  # also refuses an unknown set
-    _check_index("Layer", layer, layers, f"{attention_set} layers")
-    return {
-        "view": kind,
-        "model": attention.model_name,
-        "layer": layer,
-        "head": 0,
-        "query": 0,
-        "theme": theme,
-        "attentionSet": attention_set,
-        "attentionSets": [_attention_set(attention, name) for name in ATTENTION_SETS],
-    }
+    check_index("Layer", layer, layers, f"{attention_set} layers")
+    source, target = attention.source_tokens, attention.target_tokens
+    entries = [
+        attention_set_entry("encoder", attention.encoder, source, causal=False),
+        attention_set_entry("decoder", attention.decoder, target, causal=True),
+        attention_set_entry("cross", attention.cross, target, source, causal=False),
+    ]
+    return attention_sets_data(
+        kind, attention.model_name, entries, first=attention_set, layer=layer, theme=theme
+    )

@@ -4,7 +4,7 @@ Arrays travel once, as base64 of zlib-deflated bytes; the page inflates them wit
 ``DecompressionStream("deflate")``. Deflate level 1 is the default: at 512 tokens and 12 x 12 heads,
 level 6 took 7x longer (3.4 s against 0.49 s) for a page about half the size (benchmarks/RESULTS.md).
 Attention probabilities are quantised to 8 bits (``round(p * 255)``, an absolute error of at most
-1/510); query and key vectors go as float16.
+1/510); query and key vectors go as float16, token indices as uint16.
 """
 
 from __future__ import annotations
@@ -47,10 +47,17 @@ def pack_float16(values: np.ndarray, level: int = 1) -> dict[str, Any]:
     return _pack(half.tobytes(), "float16", half.shape, level)
 
 
+def pack_indices(indices: np.ndarray, level: int = 1) -> dict[str, Any]:
+    """Encode token indices below 65,536 (e.g. each row's top-k keys) as little-endian uint16."""
+    small = np.ascontiguousarray(indices, dtype="<u2")
+    return _pack(small.tobytes(), "uint16", small.shape, level)
+
+
 def unpack(packed: dict[str, Any]) -> np.ndarray:
-    """Inverse of :func:`pack_attention` / :func:`pack_float16` (attention comes back as uint8 codes)."""
+    """Inverse of :func:`pack_attention` / :func:`pack_float16` / :func:`pack_indices` (attention comes
+    back as uint8 codes)."""
     raw = zlib.decompress(base64.b64decode(packed["data"]))
-    dtype = {"uint8": np.uint8, "float16": np.dtype("<f2")}[packed["dtype"]]
+    dtype = {"uint8": np.uint8, "float16": np.dtype("<f2"), "uint16": np.dtype("<u2")}[packed["dtype"]]
     return np.frombuffer(raw, dtype=dtype).reshape(packed["shape"])
 
 

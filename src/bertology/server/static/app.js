@@ -189,12 +189,36 @@ function listRuns(answer) {
     kind.className = "kind";
     kind.textContent = run.kind;
     item.append(link, " ", kind);
+    if (run.explore) {
+      const explore = document.createElement("a");
+      explore.href = run.explore;
+      explore.className = "explore";
+      explore.textContent = "explore";
+      item.append(" · ", explore);
+    }
     list.append(item);
   }
   if (answer.root && answer.runs.length === 0) $("runs-root").textContent += " none yet.";
 }
 
+// A long input's head view asks for its window's full-resolution rows ({bertologyBlock}); the sandboxed
+// page cannot fetch, so the app asks the API and hands the block back ({bertologyBlockAnswer}).
+async function answerBlock(event) {
+  const frame = $("view-frame");
+  const ask = event.source === frame.contentWindow && event.data && event.data.bertologyBlock;
+  if (!ask || !shown) return;
+  try {
+    const body = { ...shown, layer: ask.layer, rows: ask.rows, keys: ask.keys };
+    const answer = await callApi("/api/attention", body);
+    const block = { layer: ask.layer, rows: answer.rows, keys: answer.keys, attention: answer.attention[0] };
+    if (event.source === frame.contentWindow) frame.contentWindow.postMessage({ bertologyBlockAnswer: block }, "*");
+  } catch (error) {
+    setState("error", error.message);
+  }
+}
+
 async function start() {
+  addEventListener("message", answerBlock);
   $("input-form").addEventListener("submit", onSubmit);
   $("model").addEventListener("change", onModelChange);
   for (const id of ["view", "layer", "head"]) {

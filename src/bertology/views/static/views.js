@@ -11,6 +11,10 @@
  *   body[data-ready]                  "1" once the first picture is drawn ("error" if the data is unusable);
  *                                     nothing waits for an animation frame, which a frame out of view never gets
  *   message to window.parent          {bertologyHeight: px} when the page is in a frame: its content height
+ *                                     {bertologyBlock: {layer, rows: [a, b], keys: [a, b]}}: a long head
+ *                                     view's window moved; the web app answers {bertologyBlockAnswer:
+ *                                     {layer, rows, keys, attention: [heads][rows][keys] probabilities}}
+ *                                     (POST /api/attention), drawn in place of the top-k weights
  *   #bt-attention <select>            attention set (pages with attentionSets: encoder-decoder models)
  *   #bt-layer  <select>               layer (head and neuron view)
  *   #bt-head   <select>               head (neuron view)
@@ -27,6 +31,8 @@
  *   #bt-status                        error / status line
  *
  * Optional view data (head and model view): headNames [heads] labels shown instead of head numbers;
+ * layerNames [layers] labels shown instead of layer numbers (a page of some layers only); selectedHeads:
+ * the heads the head view shows at first (default: all);
  * keyTokens (and keySegments): the key tokens when they differ from the query tokens (cross-attention,
  * attention [layers, heads, n, keyTokens.length], right column / thumbnail columns); causal: true draws
  * later keys as not attendable (hatched thumbnails) and says "causal"; attentionSets: see below;
@@ -69,6 +75,7 @@
   const HEAT_GAMMA = 0.75; // thumbnail intensity = weight^HEAT_GAMMA
   const THICK_LINES = 2500; // up to this many lines are drawn 1.5 px wide, more as 1-device-pixel hairlines
   const SVG_NS = "http://www.w3.org/2000/svg";
+  const MINIMAP_PX = 256; // px a side of a long input's minimap
 
   // A tab20-like palette, dark hues first so that the first ten heads differ most. The dark theme
   // lightens every hue by DARK_THEME_LIGHTEN (towards white), so that the darker ones (grey, brown,
@@ -101,6 +108,8 @@
   const headColour = (head) => headPalette()[head % HEAD_COLOURS.length];
   /** A head's label: its name from data.headNames, else its 0-based number. */
   const headLabel = (data, head) => (data.headNames ? data.headNames[head] : String(head));
+  /** A layer's label: its name from data.layerNames, else its 0-based number. */
+  const layerLabel = (data, layer) => (data.layerNames ? data.layerNames[layer] : String(layer));
   /** "head 3", or the head's name alone when the heads are named. */
   const headCaption = (data, head) => (data.headNames ? data.headNames[head] : `head ${head}`);
   const sameToken = (a, b) => (a === b) || (a !== null && b !== null && a.side === b.side && a.index === b.index);
@@ -180,7 +189,7 @@
     if (packed.codec !== "deflate-base64") throw new Error(`${name}: unknown codec ${packed.codec}`);
     const buffer = await inflate(base64ToBytes(packed.data));
     const count = packed.shape.reduce((a, b) => a * b, 1);
-    const width = { uint8: 1, float16: 2 }[packed.dtype];
+    const width = { uint8: 1, float16: 2, uint16: 2 }[packed.dtype];
     if (!width) throw new Error(`${name}: unknown dtype ${packed.dtype}`);
     if (buffer.byteLength !== count * width) {
       throw new Error(`${name}: ${buffer.byteLength} bytes do not match shape [${packed.shape}]`);
@@ -189,6 +198,7 @@
       if ((packed.scale ?? 255) !== 255) throw new Error(`${name}: unsupported scale ${packed.scale}`);
       return { shape: packed.shape, values: new Uint8Array(buffer) };
     }
+    if (packed.dtype === "uint16") return { shape: packed.shape, values: littleEndianHalves(buffer) };
     return { shape: packed.shape, halves: littleEndianHalves(buffer) };
   }
 
@@ -204,6 +214,17 @@
     const names = ["attention", "queries", "keys", "valueNorms"].filter((name) => data[name]);
     const arrays = await Promise.all(names.map((name) => decodeArray(data[name], name)));
     const decoded = Object.fromEntries(names.map((name, i) => [name, arrays[i]]));
+    if (data.view === "head" && data.long) {
+      decoded.long = await LongInput.decode(data);
+      decoded.attention = decoded.long.windowAttention(data.long.start, data.long.stop);
+    }
+    if (data.view === "model" && data.long && data.long.thumbnails) {
+      decoded.thumbnails = await decodeArray(data.long.thumbnails, "long.thumbnails");
+      const shape = decoded.thumbnails.shape;
+      if (shape[0] !== data.layers || shape[1] !== data.heads || shape[2] !== shape[3]) {
+        throw new Error(`long.thumbnails has shape [${shape}]`);
+      }
+    }
     checkShapes(data, decoded);
     return decoded;
   }
@@ -868,7 +889,7 @@
       const fromQuery = focus && focus.side === "left";
       const tokens = fromQuery ? this.data.tokens : this.data.keyTokens;
       const token = focus ? ` · ${fromQuery ? "from" : "into"} ${displayToken(tokens[focus.index])}` : "";
-      return `${this.data.model} · layer ${this.layer} · ${heads}${filter}${token}`;
+      return `${this.data.model} · layer ${layerLabel(this.data, this.layer)} · ${heads}${filter}${token}`;
     }
 
     /** What the weight boxes show (see focusWeights), or null when no token is hovered or pinned. */
@@ -905,7 +926,7 @@
     return { select, element: el("label", { class: "bt-control" }, [label, select]) };
   }
 
-  const numberOptions = (count) => range(count).map((i) => [i, String(i)]);
+  const layerOptions = (data) => range(data.layers).map((layer) => [layer, layerLabel(data, layer)]);
   const headOptions = (data) => range(data.heads).map((head) => [head, headLabel(data, head)]);
 
   function button(id, text, onClick, title) {
@@ -955,14 +976,14 @@
   /** Head selector: a colour swatch per head; click toggles, double-click shows that head alone. */
   class HeadPicker {
     constructor(data, onChange) {
-      this.visible = range(data.heads).map(() => true);
+      this.visible = range(data.heads).map((head) => !data.selectedHeads || data.selectedHeads.includes(head));
       this.onChange = onChange;
       const name = (head) => (data.headNames ? data.headNames[head] : `Head ${head}`);
       this.buttons = range(data.heads).map((head) =>
         el("button", {
           class: "bt-swatch", type: "button", text: headLabel(data, head),
           title: `${name(head)}: click to toggle, double-click to show it alone`,
-          dataset: { head, headColour: head }, "aria-pressed": "true",
+          dataset: { head, headColour: head }, "aria-pressed": String(this.visible[head]),
           onclick: () => this.toggle(head), ondblclick: () => this.solo(head),
         }),
       );
@@ -995,15 +1016,166 @@
   // Head view
   // ---------------------------------------------------------------------------------------------
 
+  /**
+   * A long input's head view (bertology.views.long): each row's k largest weights of one layer for all
+   * n tokens, a minimap of the layer's pooled attention, and the window of tokens drawn as lines. The
+   * minimap marks the window; the strip under it shows the window's attention into each region of the
+   * input (summed top-k mass, the selected heads' mean); a click jumps there, the arrows scroll.
+   */
+  class LongInput {
+    static async decode(data) {
+      const long = data.long;
+      if (!Array.isArray(long.tokens) || !Number.isInteger(long.n) || long.tokens.length !== long.n) {
+        throw new Error(`"long.tokens" must list ${long.n} tokens`);
+      }
+      const [indices, weights, minimap] = await Promise.all([
+        decodeArray(long.topIndices, "long.topIndices"), decodeArray(long.topWeights, "long.topWeights"),
+        decodeArray(long.minimap, "long.minimap"),
+      ]);
+      const shape = [data.layers, data.heads, long.n, indices.shape[3]];
+      for (const [name, array] of [["topIndices", indices], ["topWeights", weights]]) {
+        if (array.shape.join() !== shape.join()) throw new Error(`long.${name} has shape [${array.shape}]`);
+      }
+      if (minimap.shape[0] !== data.layers || minimap.shape[1] !== data.heads) {
+        throw new Error(`long.minimap has shape [${minimap.shape}]`);
+      }
+      return new LongInput(data, indices, weights, minimap);
+    }
+
+    constructor(data, indices, weights, minimap) {
+      this.n = data.long.n;
+      this.layers = data.layers;
+      this.heads = data.heads;
+      this.k = indices.shape[3];
+      this.size = data.long.stop - data.long.start;
+      this.start = data.long.start;
+      this.stop = data.long.stop;
+      this.tokens = data.long.tokens;
+      this.segments = Array.isArray(data.long.segments) && data.long.segments.length === this.n
+        ? data.long.segments : this.tokens.map(() => 0);
+      this.indices = indices.values;
+      this.weights = weights.values;
+      this.minimap = minimap;
+      this.cells = minimap.shape[2];
+      this.onJump = () => {};
+      const cellPx = Math.max(1, Math.floor(MINIMAP_PX / this.cells));
+      this.canvas = el("canvas", { id: "bt-minimap", class: "bt-minimap", title: "Click to jump there" });
+      this.strip = el("canvas", { id: "bt-outside", class: "bt-minimap-strip" });
+      this.pixels = cellPx * this.cells;
+      this.canvas.addEventListener("click", (event) => {
+        const box = this.canvas.getBoundingClientRect();
+        const token = Math.floor(((event.clientY - box.top) / box.height) * this.n);
+        this.onJump(token - Math.floor(this.size / 2));
+      });
+      this.note = el("div", { id: "bt-window-note", class: "bt-hint" });
+      this.element = el("div", { class: "bt-long" }, [
+        el("div", { class: "bt-long-maps" }, [this.canvas, this.strip]), this.note,
+      ]);
+      const step = () => Math.max(1, Math.floor(this.size / 2));
+      this.controls = el("span", { class: "bt-long-controls" }, [
+        button("bt-window-back", "\u25c0", () => this.onJump(this.start - step()), "Scroll the window back"),
+        button("bt-window-on", "\u25b6", () => this.onJump(this.start + step()), "Scroll the window on"),
+      ]);
+    }
+
+    /** The window [from, to) of this.size tokens starting at `start`, inside the input; remembered. */
+    clip(start) {
+      const from = clamp(Math.round(start), 0, this.n - this.size);
+      this.start = from;
+      this.stop = from + this.size;
+      return { from, to: this.stop };
+    }
+
+    /** The page data of the window [from, to). */
+    windowData(data, from, to) {
+      const tokens = this.tokens.slice(from, to);
+      const segments = this.segments.slice(from, to);
+      return { ...data, tokens, segments, keyTokens: tokens, keySegments: segments, n: to - from };
+    }
+
+    /** {values: [layers, heads, W, W] codes}: the rows' top-k weights that fall inside the window. */
+    windowAttention(from, to) {
+      const w = to - from;
+      const values = new Uint8Array(this.layers * this.heads * w * w);
+      for (let plane = 0; plane < this.layers * this.heads; plane++) {
+        for (let row = from; row < to; row++) {
+          const base = (plane * this.n + row) * this.k;
+          const out = (plane * w + row - from) * w;
+          for (let j = 0; j < this.k; j++) {
+            const key = this.indices[base + j];
+            if (key >= from && key < to) values[out + key - from] = this.weights[base + j];
+          }
+        }
+      }
+      return { shape: [this.layers, this.heads, w, w], values };
+    }
+
+    /** [cells]: the window rows' mean top-k mass (0..1, over the selected heads of `layer`) into each
+     * minimap region. */
+    regionMass(heads, layer) {
+      const mass = new Float64Array(this.cells);
+      for (const head of heads) {
+        for (let row = this.start; row < this.stop; row++) {
+          const base = ((layer * this.heads + head) * this.n + row) * this.k;
+          for (let j = 0; j < this.k; j++) {
+            mass[Math.floor((this.indices[base + j] * this.cells) / this.n)] += this.weights[base + j] / 255;
+          }
+        }
+      }
+      const rows = Math.max(1, heads.length * (this.stop - this.start));
+      return Array.from(mass, (value) => value / rows);
+    }
+
+    /** The minimap and strip of `layer`'s selected `heads`. */
+    draw(heads, layer) {
+      const colours = themeColours();
+      const s = this.cells;
+      const ctx = prepareCanvas(this.canvas, this.pixels, this.pixels);
+      const lut = heatLookup(colours);
+      const image = ctx.createImageData(s, s);
+      for (let cell = 0; cell < s * s; cell++) {
+        let top = 0;
+        for (const head of heads) top = Math.max(top, this.minimap.values[(layer * this.heads + head) * s * s + cell]);
+        image.data.set(lut.subarray(top * 4, top * 4 + 4), cell * 4);
+      }
+      const scratch = document.createElement("canvas");
+      scratch.width = scratch.height = s;
+      scratch.getContext("2d").putImageData(image, 0, 0);
+      ctx.imageSmoothingEnabled = false;
+      ctx.drawImage(scratch, 0, 0, this.pixels, this.pixels);
+      const y = (token) => (token / this.n) * this.pixels;
+      ctx.strokeStyle = colours.accent;
+      ctx.lineWidth = 2;
+      ctx.strokeRect(1, y(this.start), this.pixels - 2, Math.max(2, y(this.stop) - y(this.start)));
+      const strip = prepareCanvas(this.strip, this.pixels, 24);
+      const mass = this.regionMass(heads, layer);
+      const most = Math.max(1e-9, ...mass);
+      const cellPx = this.pixels / s;
+      strip.fillStyle = colours.heat;
+      mass.forEach((value, cell) => {
+        const height = (value / most) * 22;
+        strip.fillRect(cell * cellPx, 24 - height, Math.max(1, cellPx - 0.5), height);
+      });
+      strip.fillStyle = colours.accent;
+      strip.globalAlpha = 0.25;
+      strip.fillRect(y(this.start), 0, Math.max(2, y(this.stop) - y(this.start)), 24);
+      strip.globalAlpha = 1;
+      const cut = (from, to) => mass.slice(Math.floor((from * s) / this.n), Math.ceil((to * s) / this.n));
+      const sum = (values) => values.reduce((a, b) => a + b, 0);
+      const before = sum(cut(0, this.start)), after = sum(cut(this.stop, this.n));
+      const percent = (value) => `${(100 * value).toFixed(1)}%`;
+      this.note.textContent = `Tokens ${this.start}\u2013${this.stop - 1} of ${this.n}; the window's top-${this.k} `
+        + `attention to the regions before it: ${percent(before)}, after it: ${percent(after)}.`;
+    }
+  }
+
   class HeadView {
     /** leading: controls put first in the toolbar (the attention set selector). */
     constructor(data, arrays, actions, leading = []) {
       this.data = data;
-      this.lines = new AttentionLines({
-        data, attention: arrays.attention, canvasId: "bt-canvas", heads: range(data.heads),
-        onNote: (text) => this.frame.setStatus(text),
-      });
-      const layers = numberOptions(data.layers);
+      this.long = arrays.long || null;
+      this.lines = this.makeLines(data, arrays.attention, data.selectedHeads || range(data.heads));
+      const layers = layerOptions(data);
       this.layerControl = selectControl("bt-layer", "Layer", layers, data.layer, (v) => this.setLayer(v));
       this.picker = new HeadPicker(data, (heads) => {
         this.lines.heads = heads;
@@ -1016,20 +1188,82 @@
         controls.push(this.filterControl.element);
       }
       controls.push(this.picker.element);
-      const hint = "Hover a token to see only its attention (left: from it, right: into it); "
+      let hint = "Hover a token to see only its attention (left: from it, right: into it); "
         + "click to pin it, click again to release. Click a head colour to toggle it, double-click to show it alone.";
-      this.frame = frame({ data, title: "Head view", controls, hint, body: [this.lines.element], actions });
+      this.holder = el("div", { class: "bt-lines-holder" }, [this.lines.element]);
+      const body = [this.holder];
+      if (this.long) {
+        this.long.onJump = (start) => this.setWindow(start);
+        this.full = null; // {layer, start, stop} of the full-resolution block drawn, if the app sent one
+        window.addEventListener("message", (event) => this.receiveBlock(event));
+        controls.push(this.long.controls);
+        body.unshift(this.long.element);
+        hint += ` A window of a long input: each row's ${this.long.k} largest weights; `
+          + "scroll with \u25c0 \u25b6, click the minimap to jump.";
+      }
+      this.frame = frame({ data, title: "Head view", controls, hint, body, actions });
       this.element = this.frame.element;
+      this.requestBlock();
+    }
+
+    makeLines(data, attention, heads) {
+      return new AttentionLines({
+        data, attention, canvasId: "bt-canvas", heads, onNote: (text) => this.frame.setStatus(text),
+      });
+    }
+
+    /** Long input: show the window of tokens from `start` (clipped to the input). */
+    setWindow(start) {
+      const { from, to } = this.long.clip(Number(start));
+      const data = this.long.windowData(this.data, from, to);
+      const { heads, filter, layer } = this.lines;
+      this.lines = this.makeLines(data, this.long.windowAttention(from, to), heads);
+      Object.assign(this.lines, { filter, layer });
+      this.holder.replaceChildren(this.lines.element);
+      this.full = null;
+      this.draw();
+      this.requestBlock();
+    }
+
+    /** In a frame (the web app): ask the parent for the window's full-resolution rows of the layer. */
+    requestBlock() {
+      if (!this.long || window.parent === window) return;
+      const { start, stop } = this.long;
+      window.parent.postMessage({ bertologyBlock: { layer: this.lines.layer, rows: [start, stop], keys: [start, stop] } }, "*");
+    }
+
+    /** The parent's answer to requestBlock: its probabilities, as 8-bit codes, replace the window's top-k
+     * weights of that layer (if the window and layer are still the ones shown). */
+    receiveBlock(event) {
+      const answer = event.source === window.parent && event.data && event.data.bertologyBlockAnswer;
+      if (!answer) return;
+      const { start, stop } = this.long;
+      const { layer, rows, keys, attention } = answer;
+      const w = stop - start;
+      const fits = layer === this.lines.layer && rows[0] === start && rows[1] === stop && keys[0] === start
+        && keys[1] === stop && Array.isArray(attention) && attention.length === this.data.heads;
+      if (!fits) return;
+      const values = this.lines.attention.values;
+      attention.forEach((headRows, head) => {
+        const base = (layer * this.data.heads + head) * w * w;
+        for (let row = 0; row < w; row++) {
+          for (let key = 0; key < w; key++) values[base + row * w + key] = Math.round(clamp(headRows[row][key], 0, 1) * 255);
+        }
+      });
+      this.full = { layer, start, stop };
+      this.draw();
     }
 
     draw() {
       this.lines.draw();
+      if (this.long) this.long.draw(this.lines.heads, this.lines.layer);
     }
 
     setLayer(layer) {
       this.lines.layer = clamp(Number(layer), 0, this.data.layers - 1);
       this.layerControl.select.value = String(this.lines.layer);
       this.draw();
+      if (this.long && !(this.full && this.full.layer === this.lines.layer)) this.requestBlock();
     }
 
     setHeads(heads) {
@@ -1059,7 +1293,9 @@
 
     state() {
       const { layer, heads, filter, pinned, hover } = this.lines;
-      return { view: "head", layer, heads: [...heads], filter, pinned, hover };
+      const window = this.long ? { start: this.long.start, stop: this.long.stop, n: this.long.n } : undefined;
+      const full = this.long ? this.full : undefined; // the full-resolution block drawn, if any
+      return { view: "head", layer, heads: [...heads], filter, pinned, hover, window, full };
     }
 
     picture() {
@@ -1167,7 +1403,7 @@
 
     open(layer, head) {
       Object.assign(this.lines, { layer, heads: [head], pinned: null, hover: null });
-      this.title.textContent = `Layer ${layer} · ${headCaption(this.lines.data, head)}`;
+      this.title.textContent = `Layer ${layerLabel(this.lines.data, layer)} · ${headCaption(this.lines.data, head)}`;
       this.element.hidden = false;
       this.lines.draw();
     }
@@ -1182,6 +1418,10 @@
     constructor(data, arrays, actions, leading = []) {
       this.data = data;
       this.attention = arrays.attention;
+      // A long input's thumbnails: the whole input, pooled into cells (the enlarged head: the window).
+      this.thumbnails = arrays.thumbnails || null;
+      const cells = this.thumbnails && this.thumbnails.shape[2];
+      this.thumbData = this.thumbnails ? { ...data, n: cells, keyTokens: new Array(cells) } : data;
       // Window width less padding, the layer-label column and per-thumbnail gap and border.
       const available = window.innerWidth - 28 - GRID_LABEL - data.heads * 6;
       this.size = clamp(Math.floor(available / data.heads), 32, 96);
@@ -1191,6 +1431,8 @@
       const columns = data.headNames ? data.headNames.join(", ") : "heads (0-based)";
       const hint = `Rows are layers, columns are ${columns}. Each thumbnail is one matrix: `
         + "rows = attending (query) token, columns = attended-to (key) token, max-pooled. Click one to enlarge it."
+        + (this.thumbnails ? ` Thumbnails show all ${data.long.n} tokens; an enlarged head shows tokens `
+          + `${data.long.start}\u2013${data.long.stop - 1}.` : "")
         + (data.causal ? " Causal attention: hatched cells are later tokens, which a token cannot attend to." : "");
       const scroll = el("div", { class: "bt-scroll" }, [this.grid]);
       const body = [scroll, this.detail.element];
@@ -1213,12 +1455,13 @@
         }));
       }
       for (const layer of range(layers)) {
-        grid.append(el("div", { class: "bt-grid-label bt-row-label", text: String(layer) }));
+        const label = layerLabel(this.data, layer);
+        grid.append(el("div", { class: "bt-grid-label bt-row-label", text: label }));
         for (const head of range(heads)) {
           const thumb = el("canvas", {
             class: "bt-thumb", tabindex: 0, role: "button",
-            title: `Layer ${layer}, ${headCaption(this.data, head)}: click to enlarge`,
-            "aria-label": `Layer ${layer}, ${headCaption(this.data, head)}`, dataset: { layer, head },
+            title: `Layer ${label}, ${headCaption(this.data, head)}: click to enlarge`,
+            "aria-label": `Layer ${label}, ${headCaption(this.data, head)}`, dataset: { layer, head },
             style: { width: `${this.size}px`, height: `${this.size}px` },
           });
           this.thumbs.push(thumb);
@@ -1240,7 +1483,7 @@
       const lut = heatLookup(themeColours());
       for (const thumb of this.thumbs) {
         const [layer, head] = [Number(thumb.dataset.layer), Number(thumb.dataset.head)];
-        paintHeatmap(thumb, this.attention, this.data, layer, head, this.size, lut);
+        paintHeatmap(thumb, this.thumbnails || this.attention, this.thumbData, layer, head, this.size, lut);
       }
       if (this.detail.isOpen) this.detail.lines.draw();
       api.lastDrawMs = performance.now() - start;
@@ -1410,7 +1653,7 @@
       this.table.element.classList.add("bt-neuron");
       const queryOptions = data.tokens.map((token, i) => [i, `${i}: ${displayToken(token)}`]);
       this.controls = {
-        layer: selectControl("bt-layer", "Layer", numberOptions(data.layers), this.layer, (v) => this.setLayer(v)),
+        layer: selectControl("bt-layer", "Layer", layerOptions(data), this.layer, (v) => this.setLayer(v)),
         head: selectControl("bt-head", "Head", headOptions(data), this.head, (v) => this.setHead(v)),
         query: selectControl("bt-query", "Query", queryOptions, this.query, (v) => this.setQuery(v)),
       };
@@ -1438,6 +1681,8 @@
 
     /** Whether key `j` is out of the query's reach (causal attention: a later token). */
     masked(j) {
+      const band = this.data.long && this.data.long.window; // a long input's sliding window: [before, after]
+      if (Array.isArray(band) && (j < this.query - band[0] || j > this.query + band[1])) return true;
       return this.data.causal && j > this.query;
     }
 
@@ -1533,7 +1778,8 @@
         if (result.masked[j]) {
           ctx.fillStyle = colours.muted;
           ctx.textAlign = "left";
-          ctx.fillText("masked (later token)", softmax.x, rowCentre(j));
+          const why = this.data.causal && j > this.query ? "later token" : "outside the window";
+          ctx.fillText(`masked (${why})`, softmax.x, rowCentre(j));
           continue;
         }
         number(dot, result.dots[j], j);
@@ -1623,7 +1869,8 @@
 
     picture() {
       const { vectorScale, productScale } = this.result;
-      const caption = `${this.data.model} · layer ${this.layer} · ${headCaption(this.data, this.head)} · query ${this.query}: `
+      const layer = layerLabel(this.data, this.layer);
+      const caption = `${this.data.model} · layer ${layer} · ${headCaption(this.data, this.head)} · query ${this.query}: `
         + `${displayToken(this.data.tokens[this.query])} · colour scales: q, k \u00b1${scaleNumber(vectorScale)}; `
         + `q \u00d7 k \u00b1${scaleNumber(productScale)}`;
       const result = this.result;
@@ -1890,6 +2137,23 @@
       data.headNames = data.headNames.map(String);
     } else {
       data.headNames = null;
+    }
+    if (data.layerNames !== undefined && data.layerNames !== null) {
+      if (!Array.isArray(data.layerNames) || data.layerNames.length !== data.layers) {
+        throw new Error(`"layerNames" must list ${data.layers} names`);
+      }
+      data.layerNames = data.layerNames.map(String);
+    } else {
+      data.layerNames = null;
+    }
+    const headIndex = (head) => Number.isInteger(head) && head >= 0 && head < data.heads;
+    if (data.selectedHeads !== undefined && data.selectedHeads !== null) {
+      if (!Array.isArray(data.selectedHeads) || !data.selectedHeads.every(headIndex)) {
+        throw new Error(`"selectedHeads" must list heads 0 to ${data.heads - 1}`);
+      }
+      data.selectedHeads = range(data.heads).filter((head) => data.selectedHeads.includes(head));
+    } else {
+      data.selectedHeads = null;
     }
   }
 

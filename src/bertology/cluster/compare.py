@@ -1,0 +1,160 @@
+"""``bertology compare`` on a Ray cluster: both models' analyses and their cross-model distances, from
+many workers, equal to one machine's.
+
+Each worker loads both models once (:class:`ComparisonJob`) and folds a shard into fresh
+:class:`~bertology.comparison.ComparisonAccumulators` numbered from the shard's first segment; the
+driver merges them in shard order (:func:`~bertology.cluster.driver.merge_shards`), as
+:mod:`bertology.cluster.analyze` does for one model.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from bertology.cluster.checkpoint import CHECKPOINT_SECONDS
+from bertology.cluster.driver import Progress, merge_shards, run_identity
+from bertology.cluster.shards import SHARD_SEGMENTS, Shard, shards_of
+from bertology.cluster.workers import ClusterOptions, WorkerPool, ray_session
+from bertology.comparison import ComparisonAccumulators, ModelComparison, comparison_batches
+from bertology.models import LoadedModel, load_model
+from bertology.norms import Weights
+from bertology.options import BATCH_SIZE, DEFAULT_DEVICE, DEFAULT_DTYPE, JS_TOKENS_PER_SEGMENT, Dtype, Level
+from bertology.stats.surface import Convention
+
+
+@dataclass(frozen=True)
+class ComparisonJob:
+    """What every worker of a distributed comparison needs (picklable): the two models to load (hub
+    names, folders every node can read, or ``"default"``), where to put them, and the settings of
+    :class:`~bertology.comparison.ComparisonAccumulators`."""
+
+    model_a: str
+    model_b: str
+    max_length: int = 128
+    seed: int = 0
+    js_tokens_per_segment: int | None = JS_TOKENS_PER_SEGMENT
+    level: Level = "auto"
+    weights: Weights = "attention"
+    convention: Convention = "bertology"
+    device: str = DEFAULT_DEVICE
+    dtype: Dtype = DEFAULT_DTYPE
+
+    def start(self) -> ShardComparer:
+        """Runs once on each worker: loads both models."""
+        models = (
+            load_model(name, device=self.device, dtype=self.dtype) for name in (self.model_a, self.model_b)
+        )
+        return ShardComparer(self, *models)
+
+    def accumulators(
+        self, model_a: LoadedModel, model_b: LoadedModel, first_segment: int = 0
+    ) -> ComparisonAccumulators:
+        """Empty accumulators with these settings, numbering segments from ``first_segment``."""
+        return ComparisonAccumulators(
+            model_a,
+            model_b,
+            level=self.level,
+            js_tokens_per_segment=self.js_tokens_per_segment,
+            seed=self.seed,
+            weights=self.weights,
+            convention=self.convention,
+            first_segment=first_segment,
+        )
+
+
+class ShardComparer:
+    """A worker's started :class:`ComparisonJob`: both loaded models, run over one shard at a time."""
+
+    def __init__(self, job: ComparisonJob, model_a: LoadedModel, model_b: LoadedModel) -> None:
+        self.job, self.models = job, (model_a, model_b)
+
+    def run(self, shard: Shard) -> ComparisonAccumulators:
+        """The shard's accumulators (sent back without the models)."""
+        accumulators = self.job.accumulators(*self.models, shard.first_segment)
+        for batch in shard.batches:
+            accumulators.add(batch, self.job.max_length)
+        return accumulators
+
+
+def compare_on_pool(
+    pool: WorkerPool[ComparisonJob],
+    corpus: str | Path,
+    model_a: LoadedModel,
+    model_b: LoadedModel,
+    *,
+    limit: int | None = None,
+    batch_size: int = BATCH_SIZE,
+    corpus_format: str | None = None,
+    segments_per_shard: int = SHARD_SEGMENTS,
+    checkpoint: Path | None = None,
+    resume: bool = False,
+    checkpoint_seconds: float = CHECKPOINT_SECONDS,
+    on_progress: Progress | None = None,
+) -> ModelComparison:
+    """Compare the two models on ``corpus`` on the pool's workers; the result equals
+    ``compare_models(model_a, model_b, corpus, ...)`` with the settings of the pool's job.
+
+    model_a, model_b: the job's models on the driver (A's tokenizer segments the corpus). Other options
+    as in :func:`bertology.cluster.analyze.analyze_on_pool`.
+
+    Raises:
+        BertologyError: as :func:`~bertology.comparison.compare_models`, a checkpoint of another run, or a
+            worker that failed.
+    """
+    start = time.perf_counter()
+    job = pool.spec
+    batches = comparison_batches(
+        corpus,
+        model_a,
+        model_b,
+        max_length=job.max_length,
+        limit=limit,
+        batch_size=batch_size,
+        corpus_format=corpus_format,
+    )
+    options = {"format": corpus_format, "limit": limit, "batch_size": batch_size, "shard": segments_per_shard}
+    merged = merge_shards(
+        pool,
+        shards_of(batches, segments_per_shard),
+        job.accumulators(model_a, model_b),
+        run=run_identity("compare", job, corpus, **options),
+        limit=limit,
+        checkpoint=checkpoint,
+        resume=resume,
+        checkpoint_seconds=checkpoint_seconds,
+        on_progress=on_progress,
+    )
+    seconds = time.perf_counter() - start
+    return merged.result(corpus, corpus_format=corpus_format, max_length=job.max_length, seconds=seconds)
+
+
+def compare_on_ray(
+    corpus: str | Path,
+    model_a: LoadedModel,
+    model_b: LoadedModel,
+    job: ComparisonJob,
+    options: ClusterOptions,
+    *,
+    limit: int | None = None,
+    batch_size: int = BATCH_SIZE,
+    corpus_format: str | None = None,
+    checkpoint: Path | None = None,
+    resume: bool = False,
+    on_progress: Progress | None = None,
+) -> ModelComparison:
+    """:func:`compare_on_pool` in a Ray session and a pool of workers of its own, as ``options`` says."""
+    with ray_session(options), WorkerPool(job, options) as pool:
+        return compare_on_pool(
+            pool,
+            corpus,
+            model_a,
+            model_b,
+            limit=limit,
+            batch_size=batch_size,
+            corpus_format=corpus_format,
+            checkpoint=checkpoint,
+            resume=resume,
+            on_progress=on_progress,
+        )

@@ -1,0 +1,111 @@
+"""The driver's side of a distributed run: hand the shards to the workers, merge what they return in
+shard order, keep a checkpoint, report progress.
+
+Every distributed command (``analyze``, ``compare``, ``probe deps``/``coref``, ``ablate``) runs through
+:func:`merge_shards` with its own accumulators; what differs is only the job its workers start and the
+accumulators it merges.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict, is_dataclass
+from pathlib import Path
+from typing import Any, Protocol, Self, TypeVar
+
+from bertology.cluster.checkpoint import CHECKPOINT_SECONDS, Checkpointer, corpus_identity
+from bertology.cluster.shards import Shard
+from bertology.cluster.workers import WorkerPool
+from bertology.errors import BertologyError
+
+#: Called with the segments merged so far and the run's total (``None`` until the corpus has been read).
+Progress = Callable[[int, int | None], None]
+
+
+class Mergeable(Protocol):
+    """Streaming accumulators over segments that merge with those of another shard."""
+
+    @property
+    def segments(self) -> int: ...
+
+    def merge(self, other: Self) -> Self: ...
+
+
+MergeableT = TypeVar("MergeableT", bound=Mergeable)
+
+
+def run_identity(kind: str, job: object, corpus: str | Path, **options: object) -> dict[str, Any]:
+    """What a checkpoint of a run must match: its kind, its job's fields (a dataclass), the corpus file
+    (:func:`~bertology.cluster.checkpoint.corpus_identity`) and the driver's options."""
+    fields = asdict(job) if is_dataclass(job) and not isinstance(job, type) else {"job": repr(job)}
+    return {"kind": kind, **fields, **corpus_identity(corpus), **options}
+
+
+class _CountedShards:
+    """The run's shards from number ``skip`` on, counting every segment read (skipped ones included), so
+    the total is known once the corpus has been read."""
+
+    def __init__(self, shards: Iterable[Shard], skip: int, skipped_segments: int) -> None:
+        self.shards, self.skip, self.skipped_segments = iter(shards), skip, skipped_segments
+        self.segments = 0
+        self.exhausted = False
+
+    def __iter__(self) -> Iterator[Shard]:
+        for shard in self.shards:
+            self.segments += shard.segments
+            if shard.number == self.skip and shard.first_segment != self.skipped_segments:
+                raise BertologyError(
+                    f"The checkpoint holds {self.skipped_segments} segments but its shards end at segment "
+                    f"{shard.first_segment} of the corpus; run without --resume to start again."
+                )
+            if shard.number >= self.skip:
+                yield shard
+        self.exhausted = True
+
+    def total(self, limit: int | None) -> int | None:
+        return self.segments if self.exhausted else limit
+
+
+def merge_shards(
+    pool: WorkerPool[Any],
+    shards: Iterable[Shard],
+    merged: MergeableT,
+    *,
+    run: dict[str, Any],
+    limit: int | None = None,
+    checkpoint: Path | None = None,
+    resume: bool = False,
+    checkpoint_seconds: float = CHECKPOINT_SECONDS,
+    on_progress: Progress | None = None,
+) -> MergeableT:
+    """Run ``shards`` on the pool's workers and merge their results into ``merged`` (empty accumulators
+    that hold the driver's models), in shard order; returns ``merged``.
+
+    run: what identifies the run (:func:`run_identity`). limit: the run's segment limit, the progress
+    total until the corpus has been read. checkpoint: a file where the merged accumulators are kept every
+    ``checkpoint_seconds``, at the end and when the driver is interrupted
+    (:mod:`bertology.cluster.checkpoint`); resume: start from it (when it exists) instead of from the
+    first shard. on_progress: called after each merged shard (:data:`Progress`).
+
+    Raises:
+        BertologyError: a checkpoint of another run, or a worker that failed.
+    """
+    saver = Checkpointer(checkpoint, run, checkpoint_seconds)
+    found = saver.load() if resume else None
+    done = 0
+    if found is not None:
+        merged.merge(found.state)
+        done = found.shards
+    counted = _CountedShards(shards, done, merged.segments)
+    try:
+        for shard, partial in pool.map_ordered(counted):
+            merged.merge(partial)
+            done = shard.number + 1
+            saver.save(done, merged.segments, merged)
+            if on_progress is not None:
+                on_progress(merged.segments, counted.total(limit))
+    except BaseException:
+        saver.save(done, merged.segments, merged, force=True)  # keep what was merged for --resume
+        raise
+    saver.save(done, merged.segments, merged, force=True)
+    return merged

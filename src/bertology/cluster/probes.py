@@ -1,0 +1,264 @@
+"""``bertology probe deps`` and ``probe coref`` on a Ray cluster: the same head accuracies as one machine,
+from many workers.
+
+The driver reads the treebank and forms the batches a local run forms
+(:func:`~bertology.probes.run.dependency_batches`, each sentence numbered by its place in the treebank),
+cut into shards of consecutive batches (:mod:`bertology.cluster.shards`); each worker loads the model
+once (:class:`DependencyJob`) and folds a shard into a fresh :class:`~bertology.probes.run.DependencyTally`;
+the driver merges the tallies in shard order (:func:`~bertology.cluster.driver.merge_shards`). The
+counts are integers and every batch is the local run's, so the table equals a local run's exactly.
+
+The coreference probe runs the same way: the driver reads the documents and forms the local run's
+batches of windows (:func:`~bertology.probes.coreference.coref_batches`; each window carries the counts of
+the documents read before it, so a shard counts them once), each worker (:class:`CorefJob`) scores its
+shards into a fresh :class:`~bertology.probes.coreference.CorefAccumulator`, and the driver merges them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from bertology.cluster.checkpoint import CHECKPOINT_SECONDS
+from bertology.cluster.driver import Progress, merge_shards, run_identity
+from bertology.cluster.shards import Shard, shards_of
+from bertology.cluster.workers import ClusterOptions, WorkerPool, ray_session
+from bertology.models import LoadedModel, load_model, require_encoder
+from bertology.options import DEFAULT_DEVICE, DEFAULT_DTYPE, Dtype
+from bertology.probes.coreference import CorefAccumulator, CorefItem, CorefProbe, score_coref_batches
+from bertology.probes.run import (
+    DependencyRun,
+    DependencyTally,
+    NumberedSentence,
+    dependency_batches,
+    run_coreference,
+)
+from bertology.words import WordMode
+
+#: Sentences per shard by default: a few seconds of work for a small model on one core.
+SHARD_SENTENCES = 128
+
+#: Coreference windows per shard by default (a window is up to the model's length, longer than a sentence).
+SHARD_WINDOWS = 32
+
+
+@dataclass(frozen=True)
+class DependencyJob:
+    """What every worker of a distributed dependency probe needs (picklable): the model to load (a hub
+    name, a folder every node can read, or ``"default"``), where to put it, the word mode and how many
+    example sentences the run keeps."""
+
+    model: str
+    mode: WordMode = "mean"
+    keep_examples: int = 25
+    device: str = DEFAULT_DEVICE
+    dtype: Dtype = DEFAULT_DTYPE
+
+    def start(self) -> ShardProber:
+        """Runs once on each worker: loads the model."""
+        return ShardProber(self, load_model(self.model, device=self.device, dtype=self.dtype))
+
+
+class ShardProber:
+    """A worker's started :class:`DependencyJob`: its loaded model, run over one shard at a time."""
+
+    def __init__(self, job: DependencyJob, loaded: LoadedModel) -> None:
+        self.job, self.loaded = job, loaded
+
+    def run(self, shard: Shard[NumberedSentence]) -> DependencyTally:
+        """The shard's tally (sentences, counts and the examples among them)."""
+        tally = DependencyTally(self.job.keep_examples)
+        for batch in shard.batches:
+            tally.add(batch, self.loaded, self.job.mode)
+        return tally
+
+
+def probe_dependencies_on_pool(
+    pool: WorkerPool[DependencyJob],
+    path: str | Path,
+    loaded: LoadedModel,
+    *,
+    treebank_format: str | None = None,
+    limit: int | None = None,
+    batch_size: int = 16,
+    sentences_per_shard: int = SHARD_SENTENCES,
+    checkpoint: Path | None = None,
+    resume: bool = False,
+    checkpoint_seconds: float = CHECKPOINT_SECONDS,
+    on_progress: Progress | None = None,
+) -> DependencyRun:
+    """The dependency probe of ``path`` on the pool's workers; equals
+    ``probe_dependencies(path, loaded, ...)`` with the job's mode and examples.
+
+    loaded: the job's model on the driver (named in the result). treebank_format, limit, batch_size: as
+    in :func:`~bertology.probes.run.probe_dependencies`. sentences_per_shard: the unit of work.
+    checkpoint, resume, checkpoint_seconds, on_progress: see
+    :func:`~bertology.cluster.driver.merge_shards`.
+
+    Raises:
+        BertologyError: an unreadable treebank, no sentence that fits the model, a checkpoint of another
+            run, or a worker that failed.
+    """
+    require_encoder(loaded, "Dependency probing")
+    start = time.perf_counter()
+    job = pool.spec
+    batches = dependency_batches(path, treebank_format=treebank_format, limit=limit, batch_size=batch_size)
+    options = {
+        "format": treebank_format,
+        "limit": limit,
+        "batch_size": batch_size,
+        "shard": sentences_per_shard,
+    }
+    merged = merge_shards(
+        pool,
+        shards_of(batches, sentences_per_shard),
+        DependencyTally(job.keep_examples),
+        run=run_identity("probe-deps", job, path, **options),
+        limit=limit,
+        checkpoint=checkpoint,
+        resume=resume,
+        checkpoint_seconds=checkpoint_seconds,
+        on_progress=on_progress,
+    )
+    return merged.result(path, loaded.name, job.mode, time.perf_counter() - start)
+
+
+def probe_dependencies_on_ray(
+    path: str | Path,
+    loaded: LoadedModel,
+    job: DependencyJob,
+    options: ClusterOptions,
+    *,
+    treebank_format: str | None = None,
+    limit: int | None = None,
+    batch_size: int = 16,
+    checkpoint: Path | None = None,
+    resume: bool = False,
+    on_progress: Progress | None = None,
+) -> DependencyRun:
+    """:func:`probe_dependencies_on_pool` in a Ray session and a pool of workers of its own."""
+    with ray_session(options), WorkerPool(job, options) as pool:
+        return probe_dependencies_on_pool(
+            pool,
+            path,
+            loaded,
+            treebank_format=treebank_format,
+            limit=limit,
+            batch_size=batch_size,
+            checkpoint=checkpoint,
+            resume=resume,
+            on_progress=on_progress,
+        )
+
+
+@dataclass(frozen=True)
+class CorefJob:
+    """What every worker of a distributed coreference probe needs (picklable): the model to load (a hub
+    name, a folder every node can read, or ``"default"``) and where to put it."""
+
+    model: str
+    device: str = DEFAULT_DEVICE
+    dtype: Dtype = DEFAULT_DTYPE
+
+    def start(self) -> ShardCorefScorer:
+        """Runs once on each worker: loads the model."""
+        return ShardCorefScorer(load_model(self.model, device=self.device, dtype=self.dtype))
+
+
+class ShardCorefScorer:
+    """A worker's started :class:`CorefJob`: its loaded model, run over one shard at a time."""
+
+    def __init__(self, loaded: LoadedModel) -> None:
+        self.loaded = loaded
+
+    def run(self, shard: Shard[CorefItem]) -> CorefAccumulator:
+        """The shard's counts (its windows scored, the documents its items carry)."""
+        return score_coref_batches(shard.batches, self.loaded)
+
+
+def probe_coreference_on_pool(
+    pool: WorkerPool[CorefJob],
+    path: str | Path,
+    loaded: LoadedModel,
+    *,
+    treebank: str | Path | None = None,
+    coref_format: str | None = None,
+    limit: int | None = None,
+    batch_size: int = 8,
+    windows_per_shard: int = SHARD_WINDOWS,
+    checkpoint: Path | None = None,
+    resume: bool = False,
+    checkpoint_seconds: float = CHECKPOINT_SECONDS,
+    on_progress: Progress | None = None,
+) -> tuple[CorefProbe, dict[str, str | int | float]]:
+    """The coreference probe of ``path`` on the pool's workers; equals ``run_coreference(path, loaded,
+    ...)``. Progress counts windows (the total is known once the corpus has been read).
+
+    loaded: the job's model on the driver (its tokenizer cuts the windows). treebank, coref_format, limit
+    (documents), batch_size: as in :func:`~bertology.probes.run.run_coreference`. windows_per_shard: the
+    unit of work. checkpoint, resume, checkpoint_seconds, on_progress: see
+    :func:`~bertology.cluster.driver.merge_shards`.
+
+    Raises:
+        BertologyError: as :func:`~bertology.probes.run.run_coreference`, or a checkpoint of another run,
+            or a worker that failed.
+    """
+    options = {
+        "treebank": None if treebank is None else str(Path(treebank).resolve()),
+        "format": coref_format,
+        "limit": limit,
+        "batch_size": batch_size,
+        "shard": windows_per_shard,
+    }
+
+    def score(batches: Iterator[list[CorefItem]]) -> CorefAccumulator:
+        return merge_shards(
+            pool,
+            shards_of(batches, windows_per_shard),
+            CorefAccumulator(),
+            run=run_identity("probe-coref", pool.spec, path, **options),
+            checkpoint=checkpoint,
+            resume=resume,
+            checkpoint_seconds=checkpoint_seconds,
+            on_progress=on_progress,
+        )
+
+    return run_coreference(
+        path,
+        loaded,
+        treebank=treebank,
+        coref_format=coref_format,
+        limit=limit,
+        batch_size=batch_size,
+        score=score,
+    )
+
+
+def probe_coreference_on_ray(
+    path: str | Path,
+    loaded: LoadedModel,
+    job: CorefJob,
+    options: ClusterOptions,
+    *,
+    treebank: str | Path | None = None,
+    coref_format: str | None = None,
+    limit: int | None = None,
+    checkpoint: Path | None = None,
+    resume: bool = False,
+    on_progress: Progress | None = None,
+) -> tuple[CorefProbe, dict[str, str | int | float]]:
+    """:func:`probe_coreference_on_pool` in a Ray session and a pool of workers of its own."""
+    with ray_session(options), WorkerPool(job, options) as pool:
+        return probe_coreference_on_pool(
+            pool,
+            path,
+            loaded,
+            treebank=treebank,
+            coref_format=coref_format,
+            limit=limit,
+            checkpoint=checkpoint,
+            resume=resume,
+            on_progress=on_progress,
+        )

@@ -1,0 +1,431 @@
+"""The explorer: an analysis folder of the runs folder (``bertology analyze`` output) as live data.
+
+It reads what ``analyze`` wrote, and never runs a model: ``heads.csv`` (every head's statistics, label
+and pattern scores), ``head_js_divergence.csv`` (the heads' mean Jensen-Shannon divergences, for the map
+and the nearest heads), ``summary.json`` (the seed of the map) and, where present,
+``head_examples.npz`` (each head's top examples with its attention,
+:mod:`bertology.analysis.examples`). Results of other commands for the same heads that sit next to
+the analysis (in its folder, or in its parent folder, up to :data:`RELATED_DEPTH` levels down) are
+joined in when their layer x head grid is the analysis's: a dependency probe (``accuracies.csv`` with a
+``relation`` column and ``table.csv``), a coreference probe (``accuracies.csv`` with a ``type``
+column) and an ablation (``ablation.csv``, and ``importance.csv`` when there).
+
+Every file read goes through :meth:`RunsFolder.check_inside` (a symbolic link that leads outside the
+runs folder is refused, 403). A folder's data is kept, with the size and modification time of the files
+it was read from, and read again when they change.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from bertology.analysis.distances import mds_embedding
+from bertology.analysis.examples import EXAMPLES_FILE, HeadExamples
+from bertology.analysis.patterns import PATTERN_DESCRIPTIONS
+from bertology.capture import Attention
+from bertology.errors import BertologyError
+from bertology.server.errors import RequestError, shown
+from bertology.server.runs import ANALYSIS_FILE, RunsFolder
+from bertology.views import View
+from bertology.views.build import view_data
+
+JS_FILE = "head_js_divergence.csv"
+SUMMARY_FILE = "summary.json"
+#: How many nearest heads (by mean JS divergence) a head lists.
+NEAREST = 5
+#: How many relations (dependency probe) a head lists, its most accurate first.
+RELATIONS = 5
+#: How deep below the analysis's parent folder related results are looked for.
+RELATED_DEPTH = 2
+#: Most analysis folders kept in memory.
+CACHE_RUNS = 16
+
+_HEAD_KEYS = ("layer", "head")
+_NOT_STATISTICS = {"layer", "head", "label", "label_segment"}
+
+
+def _finite(value: Any) -> float | None:
+    """``value`` as a float, ``None`` for NaN or infinity (JSON has neither)."""
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+def _grid(values: np.ndarray) -> list[list[float | None]]:
+    return [[_finite(value) for value in row] for row in values]
+
+
+def _read_csv(path: Path) -> pd.DataFrame:
+    try:
+        return pd.read_csv(path)
+    except (OSError, ValueError) as error:
+        raise BertologyError(f"{path.name} could not be read: {error}") from None
+
+
+def _head_grid(frame: pd.DataFrame, column: str, layers: int, heads: int) -> np.ndarray | None:
+    """``[layers, heads]`` of ``column`` from a one-row-per-head frame, ``None`` when the frame's heads
+    are not exactly that grid."""
+    if (
+        not set(_HEAD_KEYS) <= set(frame.columns)
+        or column not in frame.columns
+        or len(frame) != layers * heads
+    ):
+        return None
+    grid = np.full((layers, heads), np.nan)
+    layer, head = frame["layer"].to_numpy(), frame["head"].to_numpy()
+    if layer.min() < 0 or head.min() < 0 or layer.max() >= layers or head.max() >= heads:
+        return None
+    grid[layer, head] = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=np.float64)
+    return grid
+
+
+@dataclass
+class Related:
+    """Results of other commands for the analysis's heads (module docstring); paths relative to the runs
+    folder."""
+
+    dependency: tuple[str, pd.DataFrame, pd.DataFrame] | None = None  # path, accuracies, table
+    coreference: tuple[str, pd.DataFrame] | None = None  # path, accuracies
+    ablation: tuple[str, np.ndarray, np.ndarray, np.ndarray | None] | None = None  # change, accuracy, imp.
+
+
+@dataclass
+class AnalysisRun:
+    """One analysis folder, read (module docstring)."""
+
+    path: str
+    summary: dict[str, Any]
+    heads: pd.DataFrame
+    labels: np.ndarray  # [layers, heads] object
+    statistics: dict[str, np.ndarray]  # name -> [layers, heads]
+    divergence: np.ndarray  # [layers * heads, layers * heads] nats
+    mds: np.ndarray  # [layers * heads, 2]
+    examples: HeadExamples | None
+    related: Related = field(default_factory=Related)
+
+    @property
+    def layers(self) -> int:
+        return int(self.labels.shape[0])
+
+    @property
+    def num_heads(self) -> int:
+        return int(self.labels.shape[1])
+
+    def check_head(self, layer: int, head: int) -> None:
+        if layer >= self.layers or head >= self.num_heads:
+            raise RequestError(
+                422,
+                f"Head ({layer}, {head}) does not exist; the analysis has {self.layers} layers x "
+                f"{self.num_heads} heads.",
+            )
+
+    def overview(self) -> dict[str, Any]:
+        """The map and the grid: every head's statistics, label and place."""
+        return {
+            "path": self.path,
+            "summary": {
+                key: value for key, value in self.summary.items() if isinstance(value, str | int | float)
+            },
+            "layers": self.layers,
+            "heads": self.num_heads,
+            "labels": self.labels.tolist(),
+            "label_descriptions": PATTERN_DESCRIPTIONS,
+            "statistics": {name: _grid(values) for name, values in self.statistics.items()},
+            "map": [[float(x), float(y)] for x, y in self.mds],
+            "examples_per_head": 0 if self.examples is None else self.examples.per_head,
+            "related": {
+                "dependency": None if self.related.dependency is None else self.related.dependency[0],
+                "coreference": None if self.related.coreference is None else self.related.coreference[0],
+                "ablation": None if self.related.ablation is None else self.related.ablation[0],
+            },
+        }
+
+    def nearest(self, layer: int, head: int, count: int = NEAREST) -> list[dict[str, Any]]:
+        """The ``count`` heads with the smallest mean JS divergence from ``(layer, head)``."""
+        index = layer * self.num_heads + head
+        row = self.divergence[index]
+        order = [other for other in np.argsort(row, kind="stable") if other != index][:count]
+        return [
+            {
+                "layer": int(other // self.num_heads),
+                "head": int(other % self.num_heads),
+                "label": str(self.labels.flat[other]),
+                "divergence": _finite(row[other]),
+            }
+            for other in order
+        ]
+
+    def head_detail(self, layer: int, head: int) -> dict[str, Any]:
+        """Everything the explorer shows of one head (its examples' views: :meth:`example_page`)."""
+        self.check_head(layer, head)
+        examples = [] if self.examples is None else self.examples.head(layer, head)
+        return {
+            "layer": layer,
+            "head": head,
+            "label": str(self.labels[layer, head]),
+            "statistics": {name: _finite(values[layer, head]) for name, values in self.statistics.items()},
+            "nearest": self.nearest(layer, head),
+            "example_pattern": None if self.examples is None else str(self.examples.patterns[layer, head]),
+            "examples": [
+                {
+                    "rank": example.rank,
+                    "segment": example.segment,
+                    "score": _finite(example.score),
+                    "origin": example.tokens.origin,
+                    "tokens": len(example.tokens.tokens),
+                }
+                for example in examples
+            ],
+            "relations": self._relations(layer, head),
+            "coreference": self._coreference(layer, head),
+            "ablation": self._ablation(layer, head),
+        }
+
+    def _relations(self, layer: int, head: int) -> list[dict[str, Any]]:
+        """The dependency relations this head finds best (its better direction each), with the relation's
+        best head and fixed-offset baseline."""
+        if self.related.dependency is None:
+            return []
+        _, accuracies, table = self.related.dependency
+        mine = accuracies[(accuracies["layer"] == layer) & (accuracies["head"] == head)]
+        best = mine.sort_values("accuracy", ascending=False, kind="stable").drop_duplicates("relation")
+        rows = []
+        for row in best.head(RELATIONS).itertuples(index=False):
+            reference = table[table["relation"] == row.relation]
+            first = reference.iloc[0] if len(reference) else None
+            rows.append(
+                {
+                    "relation": str(row.relation),
+                    "direction": int(row.direction),
+                    "accuracy": _finite(row.accuracy),
+                    "count": int(row.count),
+                    "best_head": None if first is None else str(first["best_head"]),
+                    "best_accuracy": None if first is None else _finite(first["accuracy"]),
+                    "baseline_accuracy": None if first is None else _finite(first["baseline_accuracy"]),
+                }
+            )
+        return rows
+
+    def _coreference(self, layer: int, head: int) -> list[dict[str, Any]]:
+        """This head's antecedent-selection accuracy per mention type, and its rank among the heads."""
+        if self.related.coreference is None:
+            return []
+        _, accuracies = self.related.coreference
+        rows = []
+        for kind, group in accuracies.groupby("type", sort=False):
+            mine = group[(group["layer"] == layer) & (group["head"] == head)]
+            if mine.empty:
+                continue
+            accuracy = float(mine["accuracy"].iloc[0])
+            rank = int((group["accuracy"] > accuracy).sum()) + 1
+            rows.append(
+                {
+                    "type": str(kind),
+                    "accuracy": _finite(accuracy),
+                    "rank": rank,
+                    "count": int(mine["count"].iloc[0]),
+                }
+            )
+        return rows
+
+    def _ablation(self, layer: int, head: int) -> dict[str, Any] | None:
+        if self.related.ablation is None:
+            return None
+        _, change, accuracy, importance = self.related.ablation
+        rank = int((change < change[layer, head]).sum()) + 1  # 1: removing it hurts most
+        return {
+            "change": _finite(change[layer, head]),
+            "accuracy": _finite(accuracy[layer, head]),
+            "importance": None if importance is None else _finite(importance[layer, head]),
+            "rank": rank,
+        }
+
+    def example_page(self, layer: int, head: int, rank: int, theme: str) -> str:
+        """The head view of ``(layer, head)`` on its example ``rank``, drawn from the stored 8-bit codes."""
+        self.check_head(layer, head)
+        if self.examples is None:
+            raise RequestError(
+                404, f"The analysis '{shown(self.path)}' has no stored examples ({EXAMPLES_FILE})."
+            )
+        examples = {example.rank: example for example in self.examples.head(layer, head)}
+        if rank not in examples:
+            raise RequestError(404, f"Head ({layer}, {head}) has no example {rank}; it has {len(examples)}.")
+        example = examples[rank]
+        tokens = example.tokens
+        attention = Attention(
+            probs=example.probs[None, None],
+            tokens=tokens.tokens,
+            segment_ids=tokens.segment_ids,
+            special=tokens.special,
+            word_ids=tokens.word_ids,
+            words=tokens.words,
+            word_segments=tokens.word_segments,
+            queries=None,
+            keys=None,
+            scaling=np.full(1, np.nan),
+            truncated=0,
+            model_name=self.examples.model,
+            weights="norm" if self.examples.weights == "norm" else "attention",
+        )
+        data = view_data(attention, "head", theme="dark" if theme == "dark" else "light")
+        return View("head", {**data, "layerNames": [str(layer)], "headNames": [str(head)]}).html
+
+
+def _stamp(paths: list[Path]) -> tuple[tuple[int, int], ...]:
+    stamps = []
+    for path in paths:
+        try:
+            info = path.stat()
+        except OSError:
+            stamps.append((-1, -1))
+        else:
+            stamps.append((info.st_size, info.st_mtime_ns))
+    return tuple(stamps)
+
+
+def _related_folders(folder: RunsFolder, analysis: Path) -> list[Path]:
+    """The analysis folder and the folders below its parent (up to :data:`RELATED_DEPTH` levels), inside
+    the runs folder, not hidden, symbolic links not followed."""
+    base = analysis.parent if analysis != folder.root else analysis
+    found = [analysis]
+    for current, folders, _ in os.walk(base):
+        here = Path(current)
+        depth = len(here.relative_to(base).parts)
+        folders[:] = (
+            sorted(name for name in folders if not name.startswith(".")) if depth < RELATED_DEPTH else []
+        )
+        if here != analysis:
+            found.append(here)
+    return found
+
+
+def _find_related(folder: RunsFolder, analysis: Path, layers: int, heads: int) -> Related:
+    """The first dependency probe, coreference probe and ablation next to ``analysis`` whose heads are a
+    ``layers x heads`` grid (module docstring)."""
+    related = Related()
+
+    def relative(path: Path) -> str:
+        return path.relative_to(folder.root).as_posix()
+
+    for here in _related_folders(folder, analysis):
+        accuracies, table, ablation = here / "accuracies.csv", here / "table.csv", here / "ablation.csv"
+        try:
+            if accuracies.is_file():
+                folder.check_inside(accuracies)
+                frame = _read_csv(accuracies)
+                fits = {"layer", "head", "accuracy", "count"} <= set(frame.columns) and len(frame) > 0
+                fits = (
+                    fits and int(frame["layer"].max()) + 1 == layers and int(frame["head"].max()) + 1 == heads
+                )
+                if fits and related.dependency is None and "relation" in frame.columns and table.is_file():
+                    folder.check_inside(table)
+                    related.dependency = (relative(here), frame, _read_csv(table))
+                elif fits and related.coreference is None and "type" in frame.columns:
+                    related.coreference = (relative(here), frame)
+            if ablation.is_file() and related.ablation is None:
+                folder.check_inside(ablation)
+                frame = _read_csv(ablation)
+                change = _head_grid(frame, "change", layers, heads)
+                accuracy = _head_grid(frame, "accuracy", layers, heads)
+                importance_file = here / "importance.csv"
+                importance = None
+                if importance_file.is_file():
+                    folder.check_inside(importance_file)
+                    importance = _head_grid(_read_csv(importance_file), "importance", layers, heads)
+                if change is not None and accuracy is not None:
+                    related.ablation = (relative(here), change, accuracy, importance)
+        except (BertologyError, RequestError, KeyError, ValueError, TypeError):
+            continue  # a damaged or foreign file beside the analysis is left out, not an error
+    return related
+
+
+def read_analysis(folder: RunsFolder, path: str, analysis: Path) -> AnalysisRun:
+    """Read the analysis folder ``analysis`` (resolved, inside the runs folder; ``path`` as requested).
+
+    Raises:
+        RequestError: 404 for a folder that is no analysis, 403 for a file that leads outside the folder.
+        BertologyError: a damaged file (named).
+    """
+    files = {name: analysis / name for name in (ANALYSIS_FILE, JS_FILE, SUMMARY_FILE)}
+    if not all(file.is_file() for file in files.values()):
+        raise RequestError(
+            404,
+            f"'{shown(path)}' is not an analysis folder (no {ANALYSIS_FILE}, {JS_FILE} or {SUMMARY_FILE}).",
+        )
+    for file in [*files.values(), analysis / EXAMPLES_FILE]:
+        folder.check_inside(file)
+    heads = _read_csv(files[ANALYSIS_FILE])
+    try:
+        summary = json.loads(files[SUMMARY_FILE].read_text(encoding="utf-8"))
+        layers, count = int(heads["layer"].max()) + 1, int(heads["head"].max()) + 1
+        labels = np.full((layers, count), "none", dtype=object)
+        labels[heads["layer"].to_numpy(), heads["head"].to_numpy()] = heads["label"].astype(str).to_numpy()
+        statistics = {
+            name: grid
+            for name in heads.columns
+            if name not in _NOT_STATISTICS and (grid := _head_grid(heads, name, layers, count)) is not None
+        }
+        divergence = _read_csv(files[JS_FILE]).set_index("layer-head").to_numpy(dtype=np.float64)
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise BertologyError(f"The analysis '{path}' has a damaged file: {error}") from None
+    if divergence.shape != (layers * count, layers * count) or len(statistics) == 0:
+        raise BertologyError(f"The analysis '{path}' has a {JS_FILE} that does not fit its {ANALYSIS_FILE}.")
+    seed = summary.get("seed", 0) if isinstance(summary, dict) else 0
+    examples_file = analysis / EXAMPLES_FILE
+    examples = HeadExamples.load(examples_file) if examples_file.is_file() else None
+    if examples is not None and examples.segments.shape[:2] != (layers, count):
+        raise BertologyError(f"The analysis '{path}' has a {EXAMPLES_FILE} of another layer x head grid.")
+    return AnalysisRun(
+        path=path,
+        summary=summary if isinstance(summary, dict) else {},
+        heads=heads,
+        labels=labels,
+        statistics=statistics,
+        divergence=divergence,
+        mds=mds_embedding(divergence, seed=int(seed) if isinstance(seed, int) else 0),
+        examples=examples,
+        related=_find_related(folder, analysis, layers, count),
+    )
+
+
+class AnalysisRuns:
+    """The analysis folders of a runs folder, read on demand and kept while their files are unchanged."""
+
+    def __init__(
+        self, folder: RunsFolder, reader: Callable[[RunsFolder, str, Path], AnalysisRun] = read_analysis
+    ):
+        self.folder = folder
+        self.reader = reader
+        self._runs: dict[Path, tuple[tuple[tuple[int, int], ...], AnalysisRun]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, path: str) -> AnalysisRun:
+        """The analysis at ``path`` (relative to the runs folder). Runs in a worker thread (it reads files).
+
+        Raises:
+            RequestError: 403 / 404 for paths (:meth:`RunsFolder.resolve`) and non-analysis folders.
+            BertologyError: a damaged analysis file.
+        """
+        analysis = self.folder.resolve(path.rstrip("/"))
+        if not analysis.is_dir():
+            raise RequestError(404, f"'{shown(path)}' is not an analysis folder.")
+        stamp = _stamp([analysis / name for name in (ANALYSIS_FILE, JS_FILE, SUMMARY_FILE, EXAMPLES_FILE)])
+        with self._lock:
+            cached = self._runs.get(analysis)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        run = self.reader(self.folder, path.rstrip("/"), analysis)
+        with self._lock:
+            self._runs[analysis] = (stamp, run)
+            while len(self._runs) > CACHE_RUNS:
+                self._runs.pop(next(iter(self._runs)))
+        return run

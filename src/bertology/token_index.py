@@ -1,0 +1,348 @@
+"""Corpus search (exBERT's idea, done to scale): every token's contextual vector, searchable by similarity.
+
+:func:`build_index` runs the model over a corpus once and stores, for each chosen layer, the output
+vector of every token (L2-normalised, float16) in an on-disk HNSW index of `usearch
+<https://github.com/unum-cloud/usearch>`_ (chosen by measurement over faiss-cpu and hnswlib: see
+``benchmarks/RESULTS.md``), with a table of token metadata. The folder holds:
+
+* ``manifest.json``: format version, model, layers, vector width, token and segment counts;
+* ``layer_<L>.usearch``: the index of layer ``L`` (0-based; the layer's output, ``hidden_states[L + 1]``),
+  keys are token rows;
+* ``tokens.npz``: one entry per token row: ``segment``, ``position`` (in the model input), ``token_id``,
+  ``word`` (index into the segment's words, -1 for a special token) and ``attends_<L>`` (the input
+  position the layer's heads, averaged, attend to most from this token);
+* ``segments.jsonl``: one line per segment, in corpus order: ``words``, ``split`` (where text B starts,
+  or null), ``relations`` (dependency relation per word, CoNLL-U/CoNLL-X only, else null), ``origin``,
+  ``start`` (the row of its first token);
+* ``tokenizer/``: the model's tokenizer, so a search needs no model.
+
+Inputs stream through :func:`bertology.batching.length_sorted_batches`; only one window of segments and
+the growing index are held in memory. :class:`TokenIndex` opens a folder with the indexes memory-mapped,
+so it is reused across sessions at no cost.
+"""
+
+from __future__ import annotations
+
+import json
+from array import array
+from collections import Counter, deque
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tokenizers.pre_tokenizers import BertPreTokenizer
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
+from usearch.index import Index
+
+from bertology.batching import PAD_MULTIPLE, length_sorted_batches
+from bertology.corpus import detect_format, iter_segments
+from bertology.errors import BertologyError
+from bertology.models import LoadedModel, load_model, require_encoder
+from bertology.readers.treebank import read_treebank
+
+INDEX_FORMAT = 1
+MANIFEST = "manifest.json"
+SEGMENTS = "segments.jsonl"
+TOKENS = "tokens.npz"
+TOKENIZER = "tokenizer"
+#: HNSW settings: edges per node, candidates while adding and while searching (recall@10 >= 0.95 on UD EWT).
+CONNECTIVITY, EXPANSION_ADD, EXPANSION_SEARCH = 16, 64, 256
+#: Batches whose vectors may wait for the indexing thread (bounds the memory they hold).
+PENDING_BATCHES = 2
+_TREEBANK_SUFFIXES = {".conllu", ".conll", ".conllx", ".conll10", ".dep"}
+
+
+@dataclass(frozen=True)
+class IndexedSegment:
+    """One model input of the index: its words (text A, then text B from ``split``), and the dependency
+    relation of each word where the corpus is a treebank."""
+
+    words: list[str]
+    split: int | None
+    relations: list[str] | None
+    origin: str
+
+
+def default_layers(num_layers: int) -> list[int]:
+    """Three evenly spaced layers (0-based), the last included: 6 layers -> [1, 3, 5]."""
+    return sorted({max(0, round(num_layers * part / 3) - 1) for part in (1, 2, 3)})
+
+
+def read_indexed_segments(
+    path: Path, tokenizer: PreTrainedTokenizerFast, max_length: int
+) -> Iterator[IndexedSegment]:
+    """The corpus as index inputs: a treebank sentence by sentence (with its relations), any other
+    corpus as :func:`bertology.corpus.iter_segments` packs it (words split as BERT pre-tokenises)."""
+    if path.suffix.lower() in _TREEBANK_SUFFIXES or path.is_dir():
+        for sentence in read_treebank(path):
+            yield IndexedSegment(sentence.words, None, sentence.relations, sentence.origin)
+        return
+    pre_tokenizer = BertPreTokenizer()
+
+    def words(text: str | list[str] | None) -> list[str]:
+        if text is None:
+            return []
+        return text if isinstance(text, list) else [word for word, _ in pre_tokenizer.pre_tokenize_str(text)]
+
+    for segment in iter_segments(path, tokenizer, max_length=max_length, format=detect_format(path)):
+        first, second = words(segment.text_a), words(segment.text_b)
+        yield IndexedSegment(first + second, len(first) if segment.is_pair else None, None, segment.origin)
+
+
+def encode_segment(
+    tokenizer: PreTrainedTokenizerFast, segment: IndexedSegment, max_length: int
+) -> tuple[dict[str, list[int]], list[int]]:
+    """The model input of ``segment`` (truncated to ``max_length``) and, per token, its word index in
+    ``segment.words`` (-1 for a special token)."""
+    first = segment.words[: segment.split] if segment.split is not None else segment.words
+    second = segment.words[segment.split :] if segment.split is not None else None
+    encoding = tokenizer(first, second, is_split_into_words=True, truncation=True, max_length=max_length)
+    offsets = {0: 0, 1: segment.split or 0}
+    word_of = [
+        -1 if word is None else word + offsets[sequence]
+        for word, sequence in zip(encoding.word_ids(), encoding.sequence_ids(), strict=True)
+    ]
+    return dict(encoding), word_of
+
+
+def _forward(loaded: LoadedModel, inputs: list[dict[str, list[int]]]) -> tuple[Any, torch.Tensor]:
+    """The model's outputs (hidden states and attentions) for padded ``inputs``, and their mask [B, T]."""
+    padded = loaded.tokenizer.pad(inputs, return_tensors="pt", pad_to_multiple_of=PAD_MULTIPLE)
+    padded = {name: tensor.to(loaded.device) for name, tensor in padded.items()}
+    with torch.inference_mode():
+        outputs = loaded.model(**padded, output_hidden_states=True, output_attentions=True)
+    return outputs, padded["attention_mask"].bool()
+
+
+def token_vectors(hidden: torch.Tensor, mask: torch.Tensor) -> np.ndarray:
+    """The L2-normalised vectors [N, d] (float16) of the real tokens of ``hidden`` [B, T, d] (``mask``
+    [B, T]), batch-major."""
+    vectors = torch.nn.functional.normalize(hidden[mask].float(), dim=-1)
+    return vectors.to(torch.float16).cpu().numpy()
+
+
+def build_index(
+    corpus: str | Path,
+    out: str | Path,
+    *,
+    model: LoadedModel | str | Path | None = None,
+    layers: Sequence[int] | None = None,
+    batch_size: int = 32,
+    max_length: int = 128,
+    threads: int = 0,
+) -> TokenIndex:
+    """Index every token of ``corpus`` at ``layers`` (0-based; default :func:`default_layers`) into the
+    folder ``out`` (created; an existing index there is replaced), and open it.
+
+    threads: threads of each vector addition to an HNSW graph (0: all cores); the additions run in one
+        thread beside the model's forward passes.
+
+    Raises:
+        BertologyError: an unreadable corpus, a model that is not a BERT-family encoder, or a layer the
+            model does not have.
+    """
+    loaded = model if isinstance(model, LoadedModel) else load_model(model)
+    require_encoder(loaded, "Corpus indexing")
+    chosen = list(layers) if layers else default_layers(loaded.num_layers)
+    if bad := [layer for layer in chosen if not 0 <= layer < loaded.num_layers]:
+        raise BertologyError(
+            f"Layer {bad[0]} does not exist: the model has layers 0-{loaded.num_layers - 1}."
+        )
+    folder, corpus = Path(out), Path(corpus)
+    folder.mkdir(parents=True, exist_ok=True)
+    width = loaded.model.config.hidden_size
+    indexes = {layer: _new_index(width) for layer in chosen}
+    columns = {name: array("l") for name in ("segment", "position", "token_id", "word")}
+    attends = {layer: array("h") for layer in chosen}
+    starts: list[int] = []
+    pending: deque[Future[None]] = deque()
+
+    def add(keys: np.ndarray, vectors: dict[int, np.ndarray]) -> None:
+        for layer, layer_vectors in vectors.items():
+            indexes[layer].add(keys, layer_vectors, threads=threads)
+
+    # the HNSW graphs grow in a thread beside the model (usearch releases the GIL while adding)
+    with (folder / SEGMENTS).open("w", encoding="utf-8") as segments_file, ThreadPoolExecutor(1) as adder:
+
+        def numbered() -> Iterator[tuple[int, IndexedSegment]]:
+            """The segments in corpus order, numbered; each is written to the segments file as it is read."""
+            for number, segment in enumerate(read_indexed_segments(corpus, loaded.tokenizer, max_length)):
+                segments_file.write(json.dumps(segment.__dict__) + "\n")
+                starts.append(-1)
+                yield number, segment
+
+        batches = length_sorted_batches(numbered(), lambda item: len(item[1].words), batch_size=batch_size)
+        for batch in batches:
+            encoded = [encode_segment(loaded.tokenizer, segment, max_length) for _, segment in batch]
+            outputs, mask = _forward(loaded, [inputs for inputs, _ in encoded])
+            row = len(columns["segment"])
+            for (number, _), (inputs, word_of) in zip(batch, encoded, strict=True):
+                starts[number] = len(columns["segment"])
+                size = len(word_of)
+                columns["segment"].extend([number] * size)
+                columns["position"].extend(range(size))
+                columns["token_id"].extend(inputs["input_ids"])
+                columns["word"].extend(word_of)
+            keys = np.arange(row, len(columns["segment"]), dtype=np.uint64)
+            vectors = {layer: token_vectors(outputs.hidden_states[layer + 1], mask) for layer in chosen}
+            pending.append(adder.submit(add, keys, vectors))
+            for layer in chosen:
+                top = outputs.attentions[layer].float().mean(dim=1).argmax(dim=-1)  # [B, T] key position
+                attends[layer].extend(top[mask].tolist())
+            while len(pending) > PENDING_BATCHES or (pending and pending[0].done()):
+                pending.popleft().result()
+        while pending:
+            pending.popleft().result()
+    if not starts:
+        raise BertologyError(f"The corpus '{corpus}' has no text to index.")
+    _write(folder, loaded, chosen, indexes, columns, attends, starts)
+    return TokenIndex.open(folder)
+
+
+def _new_index(width: int) -> Index:
+    return Index(
+        ndim=width,
+        metric="ip",
+        dtype="f16",
+        connectivity=CONNECTIVITY,
+        expansion_add=EXPANSION_ADD,
+        expansion_search=EXPANSION_SEARCH,
+    )
+
+
+def _write(
+    folder: Path,
+    loaded: LoadedModel,
+    layers: list[int],
+    indexes: dict[int, Index],
+    columns: dict[str, array],
+    attends: dict[int, array],
+    starts: list[int],
+) -> None:
+    for layer, index in indexes.items():
+        index.save(str(folder / f"layer_{layer}.usearch"))
+    tables = {name: np.asarray(values, dtype=np.int32) for name, values in columns.items()}
+    tables |= {f"attends_{layer}": np.asarray(values, dtype=np.int16) for layer, values in attends.items()}
+    np.savez(folder / TOKENS, start=np.asarray(starts, dtype=np.int64), **tables)
+    loaded.tokenizer.save_pretrained(str(folder / TOKENIZER))
+    manifest = {
+        "format": INDEX_FORMAT,
+        "model": loaded.name,
+        "layers": layers,
+        "width": loaded.model.config.hidden_size,
+        "tokens": len(columns["segment"]),
+        "segments": len(starts),
+        "vectors": "float16, L2-normalised; similarity: inner product (cosine)",
+    }
+    (folder / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+
+
+class TokenIndex:
+    """An index folder written by :func:`build_index`, opened for search (indexes memory-mapped)."""
+
+    def __init__(self, folder: Path, manifest: dict[str, Any]) -> None:
+        self.folder = folder
+        self.model: str = manifest["model"]
+        self.layers: list[int] = manifest["layers"]
+        self.width: int = manifest["width"]
+        with np.load(folder / TOKENS) as tables:
+            self.tables = {name: tables[name] for name in tables.files}
+        self.segments = [
+            IndexedSegment(**json.loads(line)) for line in (folder / SEGMENTS).open(encoding="utf-8")
+        ]
+        self.tokenizer = AutoTokenizer.from_pretrained(str(folder / TOKENIZER))
+        self._indexes = {
+            layer: Index.restore(str(folder / f"layer_{layer}.usearch"), view=True) for layer in self.layers
+        }
+        for index in self._indexes.values():
+            index.expansion_search = EXPANSION_SEARCH
+        self._lower_words = np.array(
+            [
+                "" if word < 0 else self.segments[segment].words[word].lower()
+                for segment, word in zip(self.tables["segment"], self.tables["word"], strict=True)
+            ]
+        )
+
+    @classmethod
+    def open(cls, folder: str | Path) -> TokenIndex:
+        """Open the index folder ``folder``.
+
+        Raises:
+            BertologyError: no index there, or one written by another version of bertology.
+        """
+        folder = Path(folder)
+        try:
+            manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:
+            raise BertologyError(f"'{folder}' is not a token index (run `bertology index` first).") from error
+        if manifest.get("format") != INDEX_FORMAT:
+            raise BertologyError(
+                f"The token index '{folder}' was written by another version; build it again."
+            )
+        return cls(folder, manifest)
+
+    def __len__(self) -> int:
+        return len(self.tables["segment"])
+
+    def check_layer(self, layer: int) -> None:
+        if layer not in self._indexes:
+            raise BertologyError(f"Layer {layer} is not indexed; the index has layers {self.layers}.")
+
+    def search(self, vectors: np.ndarray, layer: int, k: int = 10) -> tuple[np.ndarray, np.ndarray]:
+        """The ``k`` nearest token rows [Q, k] of ``vectors`` [Q, d] (L2-normalised) at ``layer``, with
+        their cosine similarities [Q, k], most similar first."""
+        self.check_layer(layer)
+        found = self._indexes[layer].search(np.atleast_2d(vectors).astype(np.float16), k)
+        rows = np.atleast_2d(found.keys).astype(np.int64)
+        return rows, 1.0 - np.atleast_2d(found.distances).astype(np.float64)
+
+    def vectors(self, rows: np.ndarray, layer: int) -> np.ndarray:
+        """The stored vectors [R, d] (float16) of token ``rows`` [R] at ``layer``."""
+        self.check_layer(layer)
+        return np.asarray(self._indexes[layer].get(np.asarray(rows, dtype=np.uint64)), dtype=np.float16)
+
+    def find_word(self, word: str, limit: int) -> list[int]:
+        """The first ``limit`` token rows whose word is ``word`` (ignoring case)."""
+        return np.flatnonzero(self._lower_words == word.strip().lower())[:limit].tolist()
+
+    def describe(self, row: int, layer: int) -> dict[str, Any]:
+        """Token ``row``: its token and word, its segment's words (``context``, the word at ``word``),
+        relation, origin, and the token the heads of ``layer`` attend to most (averaged over heads)."""
+        segment_number = int(self.tables["segment"][row])
+        segment = self.segments[segment_number]
+        word = int(self.tables["word"][row])
+        start = int(self.tables["start"][segment_number])
+        target = start + int(self.tables[f"attends_{layer}"][row])
+        return {
+            "row": row,
+            "token": self._token(row),
+            "word": word,
+            "context": segment.words,
+            "relation": segment.relations[word] if segment.relations and word >= 0 else None,
+            "origin": segment.origin,
+            "attends": self._token(target),
+        }
+
+    def _token(self, row: int) -> str:
+        return str(self.tokenizer.convert_ids_to_tokens(int(self.tables["token_id"][row])))
+
+
+def relation_histogram(described: Sequence[dict[str, Any]]) -> list[tuple[str, int]]:
+    """How many of ``described`` tokens have each relation (``"none"`` for a special token or a corpus
+    without relations), most frequent first."""
+    return Counter(item["relation"] or "none" for item in described).most_common()
+
+
+def query_vectors(
+    loaded: LoadedModel, text: str, layer: int, max_length: int
+) -> tuple[list[str], np.ndarray]:
+    """The tokens of ``text`` as ``loaded`` reads it and their vectors [T, d] at ``layer`` (as indexed)."""
+    limit = min(max_length, loaded.max_length)
+    inputs = dict(loaded.tokenizer(text, truncation=True, max_length=limit))
+    outputs, mask = _forward(loaded, [inputs])
+    tokens = loaded.tokenizer.convert_ids_to_tokens(inputs["input_ids"])
+    return list(tokens), token_vectors(outputs.hidden_states[layer + 1], mask)

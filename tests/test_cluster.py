@@ -1,0 +1,261 @@
+"""Corpus analysis on a Ray cluster equals one machine's, through worker deaths and driver restarts.
+
+One local Ray cluster (3 CPUs) and one pool of two workers serve the whole module; the reference is
+``analyze_corpus`` in this process, one pass over the same corpus.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import signal
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import bertology.analyze
+from bertology.analyze import CorpusAnalysis, analyze_corpus
+from bertology.cli import app
+from bertology.cluster.analyze import AnalysisJob, analyze_on_pool
+from bertology.cluster.checkpoint import checkpoint_file
+from bertology.cluster.compare import ComparisonJob, compare_on_pool
+from bertology.cluster.shards import shards_of
+from bertology.cluster.workers import ClusterOptions, WorkerPool, import_ray, ray_session
+from bertology.comparison import compare_models
+from bertology.corpus import Segment, sample_corpus
+from bertology.errors import BertologyError
+from bertology.models import LoadedModel, load_model
+
+#: Short segments, small batches and shards: the 85 segments of the sample corpus make six shards.
+MAX_LENGTH, BATCH, SHARD = 64, 8, 16
+JOB = AnalysisJob("default", max_length=MAX_LENGTH)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread() -> Iterator[None]:
+    """The local references run on one torch thread, as each worker does: torch's float32 kernels may
+    round differently with another number of threads (about 1e-8 relative; benchmarks/RESULTS.md),
+    which says nothing about the distributed run."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def pool(ray_cluster: None) -> Iterator[WorkerPool[AnalysisJob]]:
+    with WorkerPool(JOB, ClusterOptions(workers=2)) as workers:
+        yield workers
+
+
+@pytest.fixture(scope="module")
+def local_sample(default_model: LoadedModel) -> CorpusAnalysis:
+    return analyze_corpus(sample_corpus(), default_model, max_length=MAX_LENGTH, batch_size=BATCH)
+
+
+def assert_same_analysis(distributed: CorpusAnalysis, local: CorpusAnalysis) -> None:
+    """heads.csv's table, the JS divergences and summary.json agree to 1e-9 relative (``seconds`` aside)."""
+    heads, expected = distributed.heads_frame(), local.heads_frame()
+    assert list(heads.columns) == list(expected.columns)
+    numbers = expected.select_dtypes("number").columns
+    np.testing.assert_allclose(heads[numbers].to_numpy(float), expected[numbers].to_numpy(float), rtol=1e-9)
+    assert (heads["label"] == expected["label"]).all()
+    assert (heads["label_segment"] == expected["label_segment"]).all()
+    np.testing.assert_allclose(distributed.distances.js_sum, local.distances.js_sum, rtol=1e-9)
+    assert distributed.distances.tokens == local.distances.tokens
+    summary, expected_summary = distributed.summary(), local.summary()
+    summary.pop("seconds"), expected_summary.pop("seconds")
+    assert summary == expected_summary
+
+
+def test_shards_are_whole_batches_in_order() -> None:
+    sizes = [3, 3, 2, 3, 3, 2, 1]
+    batches = [[Segment(f"{i}-{j}", None, "x") for j in range(size)] for i, size in enumerate(sizes)]
+    shards = list(shards_of(batches, 5))
+    assert [shard.number for shard in shards] == [0, 1, 2, 3]
+    assert [shard.first_segment for shard in shards] == [0, 6, 11, 16]
+    assert [[len(batch) for batch in shard.batches] for shard in shards] == [[3, 3], [2, 3], [3, 2], [1]]
+    assert [batch for shard in shards for batch in shard.batches] == batches
+    with pytest.raises(BertologyError, match="at least 1 segment"):
+        next(shards_of(batches, 0))
+
+
+def test_ray_run_equals_a_local_run_on_the_sample_corpus(
+    pool: WorkerPool[AnalysisJob], default_model: LoadedModel, local_sample: CorpusAnalysis
+) -> None:
+    progress: list[tuple[int, int | None]] = []
+    distributed = analyze_on_pool(
+        pool,
+        sample_corpus(),
+        default_model,
+        batch_size=BATCH,
+        segments_per_shard=SHARD,
+        on_progress=lambda done, total: progress.append((done, total)),
+    )
+    assert_same_analysis(distributed, local_sample)
+    assert [done for done, _ in progress] == [16, 32, 48, 64, 80, 85]  # one report per shard, in order
+    assert progress[-1] == (85, 85)
+
+
+def test_ray_run_equals_a_local_run_on_ud_ewt_dev(
+    pool: WorkerPool[AnalysisJob], default_model: LoadedModel, ewt_dev: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CoNLL-U input, windows of 40 segments sorted by length, shards of 24 that cross the windows."""
+    monkeypatch.setattr(bertology.analyze, "SORT_WINDOW", 40)
+    options = {"limit": 150, "batch_size": 16}
+    local = analyze_corpus(ewt_dev, default_model, max_length=MAX_LENGTH, **options)
+    distributed = analyze_on_pool(pool, ewt_dev, default_model, segments_per_shard=24, **options)
+    assert local.segments == 150
+    assert_same_analysis(distributed, local)
+
+
+def test_a_killed_worker_is_restarted_and_the_result_is_unchanged(
+    pool: WorkerPool[AnalysisJob], default_model: LoadedModel, local_sample: CorpusAnalysis
+) -> None:
+    """SIGKILL one worker once the first shard is merged, while it still holds queued shards: Ray restarts
+    it, its shards run again, and every segment is counted once."""
+    ray = import_ray()
+    pids = ray.get([actor.pid.remote() for actor in pool.actors])
+
+    def kill_once(done: int, total: int | None) -> None:
+        if done == BATCH:
+            os.kill(pids[0], signal.SIGKILL)
+
+    distributed = analyze_on_pool(
+        pool,
+        sample_corpus(),
+        default_model,
+        batch_size=BATCH,
+        segments_per_shard=BATCH,
+        on_progress=kill_once,
+    )
+    assert ray.get(pool.actors[0].pid.remote()) != pids[0]  # the worker was restarted
+    assert_same_analysis(distributed, local_sample)
+
+
+class Interrupted(Exception):
+    pass
+
+
+def test_a_stopped_driver_resumes_from_its_checkpoint(
+    pool: WorkerPool[AnalysisJob], default_model: LoadedModel, local_sample: CorpusAnalysis, tmp_path: Path
+) -> None:
+    checkpoint = checkpoint_file(tmp_path, "analyze")
+    run = {
+        "batch_size": BATCH,
+        "segments_per_shard": SHARD,
+        "checkpoint": checkpoint,
+        "checkpoint_seconds": 0,
+    }
+
+    def saved() -> tuple[int, int]:
+        with checkpoint.open("rb") as file:
+            found = pickle.load(file)
+        return found.shards, found.segments
+
+    def stop_after_three_shards(done: int, total: int | None) -> None:
+        assert saved() == (done // SHARD, done)  # written as the run goes, not only when it stops
+        if done >= 3 * SHARD:
+            raise Interrupted
+
+    with pytest.raises(Interrupted):
+        analyze_on_pool(pool, sample_corpus(), default_model, on_progress=stop_after_three_shards, **run)
+    assert saved() == (3, 3 * SHARD)
+
+    progress: list[int] = []
+    resumed = analyze_on_pool(
+        pool,
+        sample_corpus(),
+        default_model,
+        resume=True,
+        on_progress=lambda done, _: progress.append(done),
+        **run,
+    )
+    assert progress == [64, 80, 85]  # only the three shards left were run
+    assert_same_analysis(resumed, local_sample)
+
+    with pytest.raises(BertologyError, match=r"is of another run .*differs in: limit"):
+        analyze_on_pool(pool, sample_corpus(), default_model, resume=True, limit=40, **run)
+
+
+def test_a_comparison_on_ray_equals_a_local_one(
+    ray_cluster: None, default_model: LoadedModel, tiny_model_dirs: dict[str, Path]
+) -> None:
+    """Both analyses and the cross-model distances; two tokenizers, so words are compared, their query
+    words sampled by segment number."""
+    other = str(tiny_model_dirs["roberta"])
+    model_b = load_model(other)
+    options = {"limit": 40, "batch_size": BATCH}
+    local = compare_models(default_model, model_b, sample_corpus(), max_length=MAX_LENGTH, **options)
+    job = ComparisonJob("default", other, max_length=MAX_LENGTH)
+    with WorkerPool(job, ClusterOptions(workers=1)) as pool:
+        distributed = compare_on_pool(
+            pool, sample_corpus(), default_model, model_b, segments_per_shard=BATCH, **options
+        )
+    assert distributed.level == local.level == "word"
+    assert distributed.query_units == local.query_units
+    np.testing.assert_allclose(distributed.matching.distance, local.matching.distance, rtol=1e-9)
+    assert (distributed.matching.b_of_a == local.matching.b_of_a).all()
+    assert_same_analysis(distributed.a, local.a)
+    assert_same_analysis(distributed.b, local.b)
+
+
+def test_the_command_line_writes_the_files_of_a_local_run(
+    ray_cluster: None, default_model: LoadedModel, tmp_path: Path
+) -> None:
+    """``bertology analyze --ray local`` in this process (it joins the running cluster) writes heads.csv,
+    head_js_divergence.csv and summary.json with the local run's numbers, and no checkpoint is left."""
+    corpus = sample_corpus()
+    options = ["--max-len", str(MAX_LENGTH), "--batch-size", str(BATCH), "--limit", "40"]
+    result = CliRunner().invoke(
+        app, ["analyze", str(corpus), *options, "--ray", "local", "--workers", "1", "-o", str(tmp_path)]
+    )
+    assert result.exit_code == 0, result.output
+    local = analyze_corpus(corpus, default_model, max_length=MAX_LENGTH, batch_size=BATCH, limit=40)
+    heads = pd.read_csv(tmp_path / "heads.csv")
+    expected = local.heads_frame()
+    numbers = expected.select_dtypes("number").columns
+    np.testing.assert_allclose(heads[numbers].to_numpy(float), expected[numbers].to_numpy(float), rtol=1e-9)
+    divergence = pd.read_csv(tmp_path / "head_js_divergence.csv", index_col=0).to_numpy()
+    np.testing.assert_allclose(divergence, local.distances.distance, rtol=1e-9)
+    summary, expected_summary = json.loads((tmp_path / "summary.json").read_text()), local.summary()
+    summary.pop("seconds"), expected_summary.pop("seconds")
+    assert summary == expected_summary
+    assert not checkpoint_file(tmp_path, "analyze").exists()
+
+
+def test_ray_options_need_ray(tmp_path: Path) -> None:
+    corpus = str(sample_corpus())
+    result = CliRunner().invoke(app, ["analyze", corpus, "--workers", "2", "-o", str(tmp_path)])
+    message = " ".join(result.output.replace("│", " ").split())  # the usage error, out of its box
+    assert result.exit_code == 2 and "--threads-per-worker and --resume apply only with --ray." in message
+
+
+def test_a_missing_ray_or_an_unreachable_cluster_is_one_sentence(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    ray = import_ray()
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    with (
+        pytest.raises(BertologyError, match=rf"Cannot reach the Ray cluster at 127.0.0.1:{port} \("),
+        ray_session(ClusterOptions(f"127.0.0.1:{port}")),
+    ):
+        pass
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(BertologyError, match=r"pip install bertology\[ray\]"):
+        import_ray()
+
+
+def test_a_worker_that_cannot_load_the_model_says_why(ray_cluster: None, tmp_path: Path) -> None:
+    with pytest.raises(BertologyError, match="There is no model directory at"):
+        WorkerPool(AnalysisJob(str(tmp_path / "missing")), ClusterOptions(workers=1))

@@ -1,0 +1,295 @@
+"""Probes and stored head examples on a Ray cluster equal one machine's.
+
+The session's local Ray cluster (``ray_cluster`` in conftest) runs a pool of two one-thread workers per
+test; the reference runs in this process on one torch thread, as each worker does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from bertology.analysis.examples import chosen_examples, collect_examples
+from bertology.analyze import CorpusAnalysis, analyze_corpus, example_segments
+from bertology.cli import app
+from bertology.cluster.ablation import IMPORTANCE_BATCH, AblationJob, ablate_on_pool
+from bertology.cluster.analyze import AnalysisJob, analyze_on_pool
+from bertology.cluster.checkpoint import checkpoint_file
+from bertology.cluster.probes import (
+    CorefJob,
+    DependencyJob,
+    probe_coreference_on_pool,
+    probe_dependencies_on_pool,
+)
+from bertology.cluster.workers import ClusterOptions, WorkerPool
+from bertology.corpus import sample_corpus
+from bertology.interventions.run import AblationRun, run_ablation
+from bertology.models import LoadedModel, load_model
+from bertology.probes.coreference import CorefProbe
+from bertology.probes.run import probe_dependencies, run_coreference
+
+MAX_LENGTH, BATCH, SHARD = 64, 8, 16
+#: Sentences of GUM's Stanford-dependency treebank probed: a few documents, several shards.
+GUM_SENTENCES = 72
+#: GUM documents of the coreference probe, in windows of 4 per batch and 8 per shard: several shards.
+GUM_DOCUMENTS, COREF_BATCH, COREF_SHARD = 3, 4, 8
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread() -> Iterator[None]:
+    """One torch thread here, as on each worker (another count may round float32 sums differently)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def gum_dependencies(shared_data: Path) -> Path:
+    return shared_data / "gum_v5.1_sd" / "dep_stanford"
+
+
+@pytest.fixture(scope="module")
+def gum_coref(shared_data: Path) -> dict[str, Path]:
+    gum = shared_data / "gum_v5.1_sd"
+    return {"path": gum / "coref_conll", "treebank": gum / "dep_stanford"}
+
+
+@pytest.fixture(scope="module")
+def local_coref(default_model: LoadedModel, gum_coref: dict[str, Path]) -> CorefProbe:
+    probe, _ = run_coreference(
+        gum_coref["path"],
+        default_model,
+        treebank=gum_coref["treebank"],
+        limit=GUM_DOCUMENTS,
+        batch_size=COREF_BATCH,
+    )
+    return probe
+
+
+def assert_same_coref(mine: CorefProbe, expected: CorefProbe) -> None:
+    """Every count equal: per head, per baseline, and the documents, windows and mentions left out."""
+    assert mine.to_dict() == expected.to_dict()
+    pd.testing.assert_frame_equal(mine.table(), expected.table(), check_exact=True)
+
+
+class Interrupted(Exception):
+    pass
+
+
+#: Dev examples of the ablation: more than two importance batches, so they split across the workers.
+ABLATION_EXAMPLES = 2 * IMPORTANCE_BATCH + 7
+
+
+@pytest.fixture(scope="module")
+def ablation_task(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A GLUE-style two-label task of short sentences of different lengths."""
+    task = tmp_path_factory.mktemp("ablation-task")
+    text = "the film was long , and the actors seemed tired but the music saved a few scenes"
+    words = text.split()
+    rows = "".join(
+        f"{' '.join(words[index % 5 : index % 5 + 3 + index % 9])} .\t{index % 2}\n"
+        for index in range(ABLATION_EXAMPLES)
+    )
+    for name in ("train.tsv", "dev.tsv"):
+        (task / name).write_text("sentence\tlabel\n" + rows, encoding="utf-8")
+    return task
+
+
+@pytest.fixture(scope="module")
+def local_ablation(classifier_run: Path, ablation_task: Path) -> AblationRun:
+    return run_ablation(load_model(str(classifier_run), classifier=True), ablation_task, prune_fraction=0)
+
+
+def stored_examples(analysis: CorpusAnalysis, loaded: LoadedModel, target: Path) -> dict[str, np.ndarray]:
+    """What ``save_analysis`` stores as head_examples.npz for ``analysis``, read back."""
+    _, chosen, _ = chosen_examples(analysis.patterns, analysis.examples_per_head)
+    segments = example_segments(analysis, loaded, {int(index) for index in np.unique(chosen) if index >= 0})
+    collect_examples(
+        analysis.patterns,
+        segments,
+        loaded,
+        per_head=analysis.examples_per_head,
+        max_length=analysis.max_length,
+    ).save(target)
+    with np.load(target, allow_pickle=False) as stored:
+        return {name: stored[name] for name in stored.files}
+
+
+@pytest.mark.filterwarnings("ignore::bertology.errors.TruncationWarning")
+def test_a_ray_analysis_stores_the_same_head_examples(
+    ray_cluster: None, default_model: LoadedModel, tmp_path: Path
+) -> None:
+    job = AnalysisJob("default", max_length=MAX_LENGTH, examples_per_head=3)
+    local = analyze_corpus(
+        sample_corpus(), default_model, max_length=MAX_LENGTH, batch_size=BATCH, examples_per_head=3
+    )
+    with WorkerPool(job, ClusterOptions(workers=2)) as pool:
+        distributed = analyze_on_pool(
+            pool, sample_corpus(), default_model, batch_size=BATCH, segments_per_shard=SHARD
+        )
+    assert distributed.examples_per_head == 3
+    mine = stored_examples(distributed, default_model, tmp_path / "ray.npz")
+    expected = stored_examples(local, default_model, tmp_path / "local.npz")
+    assert mine.keys() == expected.keys() and len(mine) > 1
+    for name, array in expected.items():
+        np.testing.assert_array_equal(mine[name], array, err_msg=name)
+
+
+def test_ray_dependency_probe_equals_a_local_run(
+    ray_cluster: None, default_model: LoadedModel, gum_dependencies: Path
+) -> None:
+    local = probe_dependencies(gum_dependencies, default_model, limit=GUM_SENTENCES, batch_size=BATCH)
+    progress: list[tuple[int, int | None]] = []
+    with WorkerPool(DependencyJob("default", keep_examples=5), ClusterOptions(workers=2)) as pool:
+        distributed = probe_dependencies_on_pool(
+            pool,
+            gum_dependencies,
+            default_model,
+            limit=GUM_SENTENCES,
+            batch_size=BATCH,
+            sentences_per_shard=SHARD,
+            on_progress=lambda done, total: progress.append((done, total)),
+        )
+    pd.testing.assert_frame_equal(distributed.probe.to_frame(), local.probe.to_frame(), check_exact=True)
+    pd.testing.assert_frame_equal(distributed.probe.table(), local.probe.table(), rtol=1e-9)
+    assert (distributed.sentences, distributed.skipped) == (local.sentences, local.skipped)
+    assert local.sentences + local.skipped == GUM_SENTENCES
+    # the examples are the treebank's first sentences, in its order, with the same attention
+    assert [sentence.words for sentence, _ in distributed.examples] == [
+        sentence.words for sentence, _ in local.examples[:5]
+    ]
+    for (_, mine), (_, theirs) in zip(distributed.examples, local.examples, strict=False):
+        np.testing.assert_allclose(mine.probs, theirs.probs, rtol=1e-6, atol=1e-7)
+    assert len(progress) == -(-GUM_SENTENCES // SHARD) and progress[-1] == (local.sentences, local.sentences)
+
+
+def test_probe_deps_with_ray_on_the_command_line(
+    ray_cluster: None, gum_dependencies: Path, tmp_path: Path
+) -> None:
+    """The command joins the session's cluster (one worker) and writes what a local run writes."""
+    common = [str(gum_dependencies), "--limit", "24"]
+    ray_result = CliRunner().invoke(
+        app, ["probe", "deps", *common, "-o", str(tmp_path / "ray"), "--ray", "local", "--workers", "1"]
+    )
+    assert ray_result.exit_code == 0, ray_result.output
+    local_result = CliRunner().invoke(app, ["probe", "deps", *common, "-o", str(tmp_path / "local")])
+    assert local_result.exit_code == 0, local_result.output
+    for name in ("table.csv", "accuracies.csv"):
+        pd.testing.assert_frame_equal(
+            pd.read_csv(tmp_path / "ray" / name), pd.read_csv(tmp_path / "local" / name), rtol=1e-9
+        )
+    assert not (tmp_path / "ray" / "ray-checkpoint-probe-deps.pickle").exists()
+
+
+def test_ray_coreference_probe_equals_a_local_run_and_resumes(
+    ray_cluster: None,
+    default_model: LoadedModel,
+    gum_coref: dict[str, Path],
+    local_coref: CorefProbe,
+    tmp_path: Path,
+) -> None:
+    """A run stopped on the driver after its first shard and resumed counts every document, window and
+    mention once: the same counts as a local run, from two workers."""
+    assert local_coref.documents == GUM_DOCUMENTS and local_coref.windows > 3 * COREF_SHARD
+    assert local_coref.out_of_reach.sum() > 0 and local_coref.count() > 0
+    run = {
+        "treebank": gum_coref["treebank"],
+        "limit": GUM_DOCUMENTS,
+        "batch_size": COREF_BATCH,
+        "windows_per_shard": COREF_SHARD,
+        "checkpoint": checkpoint_file(tmp_path, "probe-coref"),
+        "checkpoint_seconds": 0,
+    }
+
+    def stop_after_one_shard(done: int, total: int | None) -> None:
+        raise Interrupted
+
+    progress: list[tuple[int, int | None]] = []
+    with WorkerPool(CorefJob("default"), ClusterOptions(workers=2)) as pool:
+        with pytest.raises(Interrupted):
+            probe_coreference_on_pool(
+                pool, gum_coref["path"], default_model, on_progress=stop_after_one_shard, **run
+            )
+        resumed, summary = probe_coreference_on_pool(
+            pool,
+            gum_coref["path"],
+            default_model,
+            resume=True,
+            on_progress=lambda done, total: progress.append((done, total)),
+            **run,
+        )
+    assert_same_coref(resumed, local_coref)
+    assert progress[0][0] == 2 * COREF_SHARD  # the first shard came from the checkpoint
+    assert progress[-1][0] == progress[-1][1] and progress[-1][0] >= local_coref.windows
+    assert (
+        summary["mentions out of reach (every antecedent before the window)"]
+        == local_coref.out_of_reach.sum()
+    )
+
+
+def test_probe_coref_with_ray_on_the_command_line(
+    ray_cluster: None, gum_coref: dict[str, Path], tmp_path: Path
+) -> None:
+    """The command joins the session's cluster (one worker) and writes what a local run writes."""
+    common = [str(gum_coref["path"]), "--treebank", str(gum_coref["treebank"]), "--limit", "2"]
+    ray_result = CliRunner().invoke(
+        app, ["probe", "coref", *common, "-o", str(tmp_path / "ray"), "--ray", "local", "--workers", "1"]
+    )
+    assert ray_result.exit_code == 0, ray_result.output
+    local_result = CliRunner().invoke(app, ["probe", "coref", *common, "-o", str(tmp_path / "local")])
+    assert local_result.exit_code == 0, local_result.output
+    for name in ("table.csv", "accuracies.csv"):
+        pd.testing.assert_frame_equal(
+            pd.read_csv(tmp_path / "ray" / name), pd.read_csv(tmp_path / "local" / name), check_exact=True
+        )
+    assert not (tmp_path / "ray" / "ray-checkpoint-probe-coref.pickle").exists()
+
+
+def test_ray_ablation_equals_a_local_run(
+    ray_cluster: None, classifier_run: Path, ablation_task: Path, local_ablation: AblationRun
+) -> None:
+    """The sweep split by heads and the importance split by examples, on two workers: the same numbers."""
+    loaded = load_model(str(classifier_run), classifier=True)
+    stages: dict[str, list[tuple[int, int]]] = {}
+    with WorkerPool(AblationJob(str(classifier_run), str(ablation_task)), ClusterOptions(workers=2)) as pool:
+        distributed = ablate_on_pool(
+            pool,
+            loaded,
+            prune_fraction=0,
+            progress=lambda stage, done, total: stages.setdefault(stage, []).append((done, total)),
+        )
+    local = local_ablation
+    assert distributed.examples == local.examples == ABLATION_EXAMPLES
+    assert distributed.ablation.baseline == local.ablation.baseline
+    np.testing.assert_array_equal(distributed.ablation.accuracy, local.ablation.accuracy)
+    assert len(np.unique(local.ablation.accuracy)) > 1  # removing heads changes some predictions
+    np.testing.assert_array_equal(distributed.importance.raw, local.importance.raw)
+    np.testing.assert_array_equal(distributed.curve_by_importance, local.curve_by_importance)
+    np.testing.assert_array_equal(distributed.curve_by_ablation, local.curve_by_ablation)
+    heads = 72 * ABLATION_EXAMPLES
+    assert len(stages["Ablating single heads"]) == 4 and stages["Ablating single heads"][-1] == (heads, heads)
+    assert stages["Head importance"][-1] == (ABLATION_EXAMPLES, ABLATION_EXAMPLES)
+
+
+def test_ablate_with_ray_on_the_command_line(
+    ray_cluster: None, classifier_run: Path, ablation_task: Path, local_ablation: AblationRun, tmp_path: Path
+) -> None:
+    """The command joins the session's cluster (one worker) and writes the local run's per-head numbers."""
+    result = CliRunner().invoke(
+        app,
+        [
+            *("ablate", str(classifier_run), "--task", str(ablation_task), "--prune", "0"),
+            *("-o", str(tmp_path), "--ray", "local", "--workers", "1"),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    expected = {"ablation.csv": local_ablation.ablation, "importance.csv": local_ablation.importance}
+    for name, measure in expected.items():
+        pd.testing.assert_frame_equal(pd.read_csv(tmp_path / name), measure.to_frame(), rtol=1e-12)
