@@ -4,13 +4,14 @@ index size, peak memory, search recall and query latency through the API.
 1. Build: ``build_index`` over UD EWT train (``../shared/data/ud_ewt``, or its first ``--sentences``) at
    ``--layers``, in a fresh process (its peak RSS is the build's memory), against the plain forward pass
    (the same model, tokenizer and length-sorted batches, no hidden states or attentions kept) in this one.
-   Both use ``--threads`` torch threads; the HNSW graphs are built with as many.
+   Both use ``--threads`` torch threads (default: torch's own default, one per core, as a user runs
+   them); the HNSW graphs are built with as many.
 2. Size of the index folder; recall@10 of the last layer's index against exact search over the same stored
    vectors (300 random tokens).
 3. Query latency through the API (``POST /api/search/input`` with a token, k=10, in-process test client):
    200 queries over UD EWT dev sentences, p50 / p95 (the query's own forward pass included).
 
-Run: ``.venv/bin/python benchmarks/bench_index.py [--sentences 0] [--layers 1,3,5] [--threads 1]``
+Run: ``.venv/bin/python benchmarks/bench_index.py [--sentences 0] [--layers 1,3,5] [--threads 0]``
 """
 
 from __future__ import annotations
@@ -103,8 +104,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sentences", type=int, default=0, help="First sentences of train (0: all).")
     parser.add_argument("--layers", default="1,3,5")
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--threads", type=int, default=0, help="Torch threads of both passes (0: torch's default, all cores)."
+    )
     args = parser.parse_args()
+    args.threads = args.threads or torch.get_num_threads()
     torch.set_num_threads(args.threads)
     loaded = bertology.load_model()
     with tempfile.TemporaryDirectory() as temp:

@@ -228,6 +228,8 @@ def test_ray_coreference_probe_equals_a_local_run_and_resumes(
     assert_same_coref(resumed, local_coref)
     assert progress[0][0] == 2 * COREF_SHARD  # the first shard came from the checkpoint
     assert progress[-1][0] == progress[-1][1] and progress[-1][0] >= local_coref.windows
+    # progress counts windows: no total until the corpus has been read (never the limit, which is documents)
+    assert {total for _, total in progress} <= {None, progress[-1][1]}
     assert (
         summary["mentions out of reach (every antecedent before the window)"]
         == local_coref.out_of_reach.sum()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -238,3 +239,30 @@ def test_real_run_on_two_gum_documents(default_model: LoadedModel, shared_data: 
     assert table.loc[ALL, "sieve"] > table.loc[ALL, "nearest"]
     assert table.loc[ALL, "sieve"] >= table.loc[ALL, "same_head"]
     assert probe.best().accuracy > table.loc[ALL, "nearest"]
+
+
+def test_window_search_with_an_estimate_gives_the_exact_windows() -> None:
+    """An estimate only guides the search: with a right one the windows come from two exact counts per
+    window; with a wrong one (here, one token short per sentence) they are still the exact search's."""
+    sentences = [f"sentence {i} has {'more ' * (i % 4)}words ." for i in range(30)]
+    spans = [(start, start + 1, "S") for start in make_document(sentences, []).sentence_starts]
+    document = make_document(sentences, spans)
+    exact = word_count(document)
+    calls: list[tuple[int, int]] = []
+
+    def counted(first: int, last: int) -> int:
+        calls.append((first, last))
+        return exact(first, last)
+
+    def short(first: int, last: int) -> int:
+        return exact(first, last) - (last - first + 1)
+
+    def bounds(estimate: Callable[[int, int], int] | None = None) -> list[tuple[int, int]]:
+        built = coref_windows(document, None, counted, 20, estimate)
+        return [(window.first_sentence, window.last_sentence) for window in built.windows]
+
+    expected = bounds()
+    searched, calls[:] = len(calls), []
+    assert bounds(exact) == expected and len(calls) < searched
+    assert bounds(short) == expected
+    assert any(first > 0 for first, _ in expected)  # the limit cuts windows

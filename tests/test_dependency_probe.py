@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bertology.capture import capture
 from bertology.errors import BertologyError
 from bertology.models import LoadedModel
 from bertology.probes import (
@@ -21,8 +22,9 @@ from bertology.probes import (
     iter_word_attention,
     predicted_heads,
 )
+from bertology.probes.data import predict_heads
 from bertology.readers.treebank import Sentence, read_treebank
-from bertology.words import WordAttention
+from bertology.words import WordAttention, word_attention
 
 
 def make_sentence(heads: Sequence[int], relations: Sequence[str], origin: str = "test:1") -> Sentence:
@@ -219,13 +221,19 @@ def test_errors() -> None:
         )
 
 
-def test_stream_skips_and_counts(default_model: LoadedModel) -> None:
-    sentences = [
+def sentences_to_skip() -> list[Sentence]:
+    """Four sentences for a 16-token limit: two to probe ("short", "last"), one too long, one with a word that
+    gives no token."""
+    return [
         make_sentence([1, -1], ["nsubj", "root"], "short"),
         Sentence(["word"] * 30, [-1] + [0] * 29, ["root"] + ["dep"] * 29, [False] * 30, "long"),
         Sentence(["a", "\x07", "b"], [-1, 0, 0], ["root", "dep", "dep"], [False] * 3, "control"),
         make_sentence([-1, 0, 0], ["root", "obj", "obj"], "last"),
     ]
+
+
+def test_stream_skips_and_counts(default_model: LoadedModel) -> None:
+    sentences = sentences_to_skip()
     stream = iter_word_attention(sentences, default_model, batch_size=3, max_length=16)
     kept = list(stream)
     assert [sentence.origin for sentence, _ in kept] == ["last", "short"]  # batched longest first
@@ -250,3 +258,32 @@ def test_real_treebank(default_model: LoadedModel, shared_data: Path) -> None:
     assert table["baseline_offset"].isin(OFFSETS).all()
     det = table.set_index("relation").loc["det"]
     assert det["accuracy"] > 0.5  # some head finds the noun of nearly every determiner
+
+
+def test_predict_heads_equals_each_sentence_alone(default_model: LoadedModel, shared_data: Path) -> None:
+    """One padded batch of 40 real sentences of different lengths: every head's predictions equal the
+    argmax of each sentence's own word attention (captured alone, no padding), and the kept examples'
+    word attention equals it."""
+    sentences = list(itertools.islice(read_treebank(shared_data / "ud_ewt" / "en_ewt-ud-dev.conllu"), 40))
+    keep = [index % 7 == 0 for index in range(len(sentences))]
+    scored, skipped = predict_heads(sentences, default_model, keep=keep)
+    assert skipped.total == 0 and [each.sentence for each in scored] == sentences
+    for each, kept in zip(scored, keep, strict=True):
+        alone = word_attention(capture(each.sentence.words, model=default_model))
+        between = alone.between_words().astype(np.float64)
+        n = between.shape[-1]
+        between[..., np.arange(n), np.arange(n)] = -np.inf
+        np.testing.assert_array_equal(each.predicted[0], between.argmax(-1))
+        np.testing.assert_array_equal(each.predicted[1], between.argmax(-2))
+        assert (each.words is not None) == kept
+        if each.words is not None:
+            np.testing.assert_allclose(each.words.probs, alone.probs, atol=1e-5)
+            assert each.words.labels == alone.labels
+
+
+def test_predict_heads_skips_and_counts(default_model: LoadedModel) -> None:
+    sentences = sentences_to_skip()
+    scored, skipped = predict_heads(sentences, default_model, max_length=16)
+    assert [each.sentence.origin for each in scored] == ["short", "last"]
+    assert (skipped.truncated, skipped.untokenized) == (1, 1)
+    assert scored[1].predicted.shape == (2, default_model.num_layers, default_model.num_heads, 3)

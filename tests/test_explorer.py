@@ -205,6 +205,7 @@ def test_the_analysis_overview(client: TestClient, analysed: tuple[CorpusAnalysi
     np.testing.assert_allclose(answer["statistics"]["score_broad"], analysis.patterns.scores["broad"])
     np.testing.assert_allclose(answer["map"], analysis.mds(), atol=1e-6)  # the report's map
     assert answer["examples_per_head"] == PER_HEAD
+    assert answer["summary"]["examples_per_head"] == PER_HEAD  # summary.json records --examples-per-head
     assert answer["related"] == {"dependency": "probes/deps", "coreference": "coref", "ablation": "ablation"}
 
 

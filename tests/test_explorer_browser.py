@@ -1,6 +1,7 @@
 """The explorer page in real headless Chromium against a live server: clicking a head on the map shows
 its statistics and draws its stored examples as head views, with the page's Content-Security-Policy
-intact and nothing loaded from outside."""
+intact and nothing loaded from outside; without a run chosen it lists the analysis runs beside the corpus
+search."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from bertology.analysis.examples import EXAMPLES_FILE, HeadExamples
 from bertology.models import LoadedModel
 from bertology.server import create_app
 from bertology.server.serve import bind, make_server, url_of
+from bertology.token_index import build_index
 
 pytestmark = pytest.mark.browser
 
@@ -30,8 +32,9 @@ def live(
 ) -> Iterator[tuple[str, Path]]:
     runs = tmp_path_factory.mktemp("explorer_browser")
     write_analysis(sample_corpus_head(12), default_model, runs / "my analysis")
+    index = build_index(sample_corpus_head(4), runs / "index", model=default_model, layers=[5], threads=1)
     sock = bind("127.0.0.1", 0)
-    server = make_server(create_app([default_model], runs=runs))
+    server = make_server(create_app([default_model], runs=runs, index=index.folder))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
@@ -86,4 +89,29 @@ def test_clicking_a_head_on_the_map_draws_its_examples(chromium_browser: Any, li
     assert "entropy" in page.inner_text("#legend")
     assert errors == []
     assert all(request.startswith((url, "about:", "data:")) for request in requests)
+    context.close()
+
+
+def test_without_a_run_the_page_lists_the_analysis_runs_beside_the_search(
+    chromium_browser: Any, live: tuple[str, Path]
+) -> None:
+    url, _ = live
+    context = chromium_browser.new_context()
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(f"page error: {error}"))
+    page.on("console", lambda msg: msg.type == "error" and errors.append(f"console: {msg.text}"))
+    page.goto(url + "/explore")
+    page.wait_for_selector("body[data-state=idle]", timeout=WAIT_MS)
+    page.wait_for_selector("#search:not([hidden])", timeout=WAIT_MS)
+    assert page.inner_text("#status") == ""
+    assert page.is_hidden("#analysis-view") and page.is_visible("#run-picker")
+    links = page.locator("#run-picker-list a")
+    assert [links.nth(rank).inner_text() for rank in range(links.count())] == ["my analysis"]
+    links.first.click()  # opens that run's explorer page
+    page.wait_for_selector("body[data-state=idle]", timeout=WAIT_MS)
+    assert page.url == url + "/explore?run=my%20analysis"
+    assert page.is_hidden("#run-picker")
+    assert page.evaluate("document.querySelectorAll('#map circle').length") == 6 * 12
+    assert errors == []
     context.close()

@@ -230,6 +230,7 @@ def test_conllu_skips_ranges_and_empty_nodes_and_maps_heads_to_word_indices(tmp_
         ["aux", "advmod", "root", "punct"],
         [False] * 3 + [True],
         "a.conllu:1",
+        ["AUX", "PART", "VERB", "PUNCT"],
     )
 
 

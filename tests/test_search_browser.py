@@ -1,6 +1,6 @@
 """Corpus search on the explorer page in real headless Chromium against a live server: type an input,
 click one of its tokens, and its nearest corpus tokens are listed with their contexts, which are the
-corpus's own sentences."""
+corpus's own sentences, and their parts of speech; a word search's hit, clicked, becomes the query."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any
 
 import conllu
 import pytest
+from playwright.sync_api import expect
 
 from bertology.models import LoadedModel
 from bertology.server import create_app
@@ -21,6 +22,21 @@ from bertology.token_index import build_index
 pytestmark = pytest.mark.browser
 
 WAIT_MS = 30_000
+UPOS = {
+    "ADJ",
+    "ADP",
+    "ADV",
+    "AUX",
+    "CCONJ",
+    "DET",
+    "INTJ",
+    "NOUN",
+    "NUM",
+    "PART",
+    "PRON",
+    "PROPN",
+    "PUNCT",
+} | {"SCONJ", "SYM", "VERB", "X"}
 SENTENCES = 150
 
 
@@ -76,6 +92,27 @@ def test_clicking_a_token_lists_corpus_neighbours_in_their_context(
     contexts = [items.nth(rank).locator(".context").inner_text() for rank in range(10)]
     assert all(text in sentences for text in contexts)  # each context is a corpus sentence, word for word
     assert page.locator("#relation-histogram tr").count() >= 1
+    tags = [page.locator("#pos-histogram tr").nth(rank).locator("td").first.inner_text() for rank in range(2)]
+    assert set(tags) <= UPOS | {"none"} and tags[0] != "none"
+    assert any(f" · {tag} · " in items.nth(rank).inner_text() for rank in range(10) for tag in UPOS)
+
+    # a word search's hit, clicked: its own nearest corpus tokens, itself among them at similarity 1
+    page.fill("#search-word", "weapons")
+    page.click("#word-form button[type=submit]")
+    expect(items.first).not_to_contain_text("similarity", timeout=WAIT_MS)
+    assert items.count() == 9  # its occurrences in the corpus
+    hit = items.nth(3)
+    hit_context, hit_word = hit.locator(".context").inner_text(), hit.locator("mark").inner_text()
+    assert hit_word.lower() == "weapons"
+    hit.locator(".corpus-token").click()
+    expect(items.first).to_contain_text("similarity", timeout=WAIT_MS)
+    assert "weapons" in page.inner_text("#search-query")
+    assert items.count() == 10
+    found = [
+        (items.nth(rank).locator(".context").inner_text(), items.nth(rank).locator("mark").inner_text())
+        for rank in range(10)
+    ]
+    assert (hit_context, hit_word) in found
     assert all(request.startswith(url) for request in requests), "the page loaded something from outside"
     assert not errors
     context.close()

@@ -6,18 +6,20 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import conllu
 import numpy as np
 import pytest
 import torch
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
+from bertology import token_index
 from bertology.cli import app
 from bertology.corpus import sample_corpus
 from bertology.errors import BertologyError
 from bertology.models import LoadedModel
 from bertology.server import create_app
-from bertology.token_index import TokenIndex, build_index, encode_segment, query_vectors
+from bertology.token_index import TokenIndex, build_index, encode_segment, histogram, query_vectors
 
 LAYERS = [1, 5]
 
@@ -59,6 +61,28 @@ def test_search_returns_the_exact_nearest_tokens(
         assert exact[found] == pytest.approx(best, abs=2e-3)
         assert found_similarity == pytest.approx(exact[found], abs=2e-3)
         assert found[0] == query or exact[found[0]] == pytest.approx(1.0, abs=2e-3)
+
+
+def test_both_insertion_layouts_build_the_same_index(
+    sample_index: TokenIndex,
+    default_model: LoadedModel,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The graphs grow beside the forward passes where torch leaves a core free, else between them; the
+    layout the fixture did not use gives the same vectors under the same keys, so the same neighbours."""
+    fixture_overlapped = torch.get_num_threads() < token_index._usable_cores()
+    other_cores = 1 if fixture_overlapped else torch.get_num_threads() + 1
+    monkeypatch.setattr(token_index, "_usable_cores", lambda: other_cores)
+    other = build_index(sample_corpus(), tmp_path, model=default_model, layers=LAYERS, threads=1)
+    rows = np.arange(len(sample_index))
+    assert len(other) == len(sample_index)
+    for layer in LAYERS:
+        stored = sample_index.vectors(rows, layer)
+        np.testing.assert_array_equal(other.vectors(rows, layer), stored)
+        assert other.search(stored[:50], layer, k=5)[0].tolist() == (
+            sample_index.search(stored[:50], layer, k=5)[0].tolist()
+        )
 
 
 def test_rows_describe_their_token_word_and_context(sample_index: TokenIndex) -> None:
@@ -128,6 +152,23 @@ def test_recall_at_10_on_ud_ewt_dev(shared_data: Path, default_model: LoadedMode
     assert recall >= 0.95
     relations = {index.describe(int(row), 4)["relation"] for row in rows[:20].ravel()}
     assert relations & {"det", "nsubj", "obj", "punct", "case", "amod", "root", "nmod"}
+    # Each token found carries its word's gold UPOS and relation, as the conllu package reads the file.
+    gold = [
+        [(token["upos"], token["deprel"]) for token in sentence if isinstance(token["id"], int)]
+        for sentence in conllu.parse(
+            (shared_data / "ud_ewt" / "en_ewt-ud-dev.conllu").read_text(encoding="utf-8")
+        )
+    ]
+    described = [index.describe(int(row), 4) for row in rows.ravel()]
+    words = [item for item in described if item["word"] >= 0]
+    assert len(words) > 1000
+    for item, row in zip(described, rows.ravel(), strict=True):
+        expected = (
+            gold[int(index.tables["segment"][row])][item["word"]] if item["word"] >= 0 else (None, None)
+        )
+        assert (item["pos"], item["relation"]) == expected
+    assert {item["pos"] for item in words} >= {"NOUN", "VERB", "DET", "ADP", "PUNCT"}
+    assert sum(count for _, count in histogram(described, "pos")) == len(described)
 
 
 def test_index_command_writes_a_reusable_index(
@@ -180,6 +221,31 @@ def test_api_lists_the_nearest_corpus_tokens_of_an_input_token(
     assert [item["row"] for item in answer["neighbours"]] == rows[0].tolist()
     assert [item["similarity"] for item in answer["neighbours"]] == pytest.approx(similarities[0], abs=1e-3)
     assert sum(count for _, count in answer["histogram"]) == 7
+    assert answer["pos_histogram"] == [["none", 7]]  # plain text: no parts of speech
+    assert all(item["pos"] is None for item in answer["neighbours"])
+
+
+def test_api_lists_the_nearest_corpus_tokens_of_a_corpus_token(
+    search_client: TestClient, sample_index: TokenIndex, default_model: LoadedModel
+) -> None:
+    """A corpus token as the query (a word search's hit, clicked): its exact nearest tokens by the model's
+    own vectors, itself at similarity 1."""
+    vectors = _model_vectors(default_model, sample_index, 5)
+    (row,) = search_client.post("/api/search/word", json={"word": "river", "layer": 5, "k": 1}).json()[
+        "neighbours"
+    ]
+    answer = search_client.post("/api/search/token", json={"row": row["row"], "layer": 5, "k": 8}).json()
+    found = [item["row"] for item in answer["neighbours"]]
+    exact = vectors @ vectors[row["row"]]
+    assert row["row"] in found
+    assert exact[found] == pytest.approx(np.sort(exact)[::-1][:8], abs=2e-3)
+    assert [item["similarity"] for item in answer["neighbours"]] == pytest.approx(exact[found], abs=2e-3)
+    past = search_client.post("/api/search/token", json={"row": len(sample_index), "layer": 5})
+    assert past.status_code == 422
+    assert (
+        past.json()["error"]
+        == f"The index has {len(sample_index)} tokens; there is no token {len(sample_index)}."
+    )
 
 
 def test_api_finds_a_word_and_refuses_what_is_not_there(search_client: TestClient) -> None:

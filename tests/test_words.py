@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from bertology.capture import Attention, capture
 from bertology.errors import BertologyError
 from bertology.models import LoadedModel
-from bertology.words import WORD_MODES, WordAttention, WordMode, word_attention
+from bertology.words import WORD_MODES, UnitMaps, Units, WordAttention, WordMode, padded_units, word_attention
 
 
 def make_attention(probs: np.ndarray, tokens: list[str], word_ids: list[int], words: list[str]) -> Attention:
@@ -177,3 +178,32 @@ def test_real_capture(default_model: LoadedModel) -> None:
         np.testing.assert_allclose(words.probs.sum(-1), 1.0, atol=1e-4)
         assert words.labels == ["[CLS]", *sentence, "[SEP]"]
         assert words.word_positions.tolist() == list(range(1, len(sentence) + 1))
+
+
+@pytest.mark.parametrize("mode", WORD_MODES)
+def test_padded_batch_with_selected_words_matches_brute_force(mode: WordMode) -> None:
+    """UnitMaps over a right-padded batch of inputs of different lengths, keeping only the words (as the
+    dependency probe does): each input's rows equal the brute force's, restricted to its words."""
+    rng = np.random.default_rng(11)
+    inputs = [random_attention(rng) for _ in range(5)]
+    width = max(len(attention.tokens) for attention in inputs) + 3  # padding past the longest too
+    probs = np.zeros((len(inputs), 3, width, width))  # one layer per input: [batch, heads, n, n]
+    for row, attention in enumerate(inputs):
+        n = len(attention.tokens)
+        probs[row, :, :n, :n] = attention.probs[1]
+        probs[row, :, n:, 0] = 1.0  # padding rows attend somewhere; they must not count
+    units = [Units.of(np.asarray(attention.word_ids)) for attention in inputs]
+    unit, most = padded_units(units, width)
+    positions = [
+        u.word_positions(np.asarray(a.word_ids), len(a.words)) for u, a in zip(units, inputs, strict=True)
+    ]
+    select = np.zeros((len(inputs), max(len(p) for p in positions)), dtype=np.int64)
+    for row, words in enumerate(positions):
+        select[row, : len(words)] = words
+    between = UnitMaps(unit, most, mode, select=torch.from_numpy(select))(torch.from_numpy(probs)).numpy()
+    for row, attention in enumerate(inputs):
+        expected, _ = brute_force(attention, mode)
+        words = positions[row]
+        np.testing.assert_allclose(
+            between[row, :, : len(words), : len(words)], expected[1][:, words][:, :, words], atol=1e-6
+        )

@@ -106,6 +106,7 @@ class CorpusAnalysis:
             "segments": self.segments,
             "truncated_segments": self.truncated_segments,
             "tokens_cut": self.tokens_cut,
+            "examples_per_head": self.examples_per_head,
             "seconds": round(self.seconds, 2),
         }
 

@@ -22,7 +22,7 @@ import torch
 
 from bertology.errors import BertologyError
 from bertology.hook import recording
-from bertology.inputs import EncodedBatch, Text, encode
+from bertology.inputs import EncodedBatch, InputDescription, Text, encode
 from bertology.long_capture import (
     CHUNK_BYTES,
     LONG_INPUT_TOKENS,
@@ -51,41 +51,27 @@ class HeadGrid:
         return self.probs.shape[1]
 
 
-@dataclass
-class Attention(HeadGrid):
-    """The attention of one input, padding removed.
+@dataclass(frozen=True)
+class Attention(InputDescription, HeadGrid):
+    """The attention of one input, padding removed; the input's tokens, segments and words are those of
+    its :class:`~bertology.inputs.InputDescription`.
 
     probs: [layers, heads, n, n] float32; row = attending (query) token, column = attended-to (key)
         token; each row sums to 1.
-    tokens: the n token strings. segment_ids: [n] 0 = text A, 1 = text B. special: [n] bool.
-    word_ids: [n] index into ``words`` or -1 for special tokens. word_segments: [len(words)].
     queries, keys: [layers, heads, n, head_dim] float32 (before scaling) or ``None``.
     scaling: [layers] the factor applied to q·k before softmax.
     value_norms: [layers, heads, n] float32 ``||f(x_j)||`` of each key token (norm-based weights captured
         with ``qk=True``), else ``None``.
-    truncated: tokens cut to fit the model. model_name: the model's label.
     weights: what ``probs`` holds: ``"attention"`` (the softmax output) or ``"norm"`` (norm-based
         weights, see :mod:`bertology.norms`).
     """
 
     probs: np.ndarray
-    tokens: list[str]
-    segment_ids: np.ndarray
-    special: np.ndarray
-    word_ids: np.ndarray
-    words: list[str]
-    word_segments: np.ndarray
     queries: np.ndarray | None
     keys: np.ndarray | None
     scaling: np.ndarray
-    truncated: int
-    model_name: str
     weights: Weights = "attention"
     value_norms: np.ndarray | None = None
-
-    @property
-    def is_pair(self) -> bool:
-        return bool(self.segment_ids.max(initial=0) > 0)
 
 
 @dataclass
@@ -128,7 +114,6 @@ class AttentionBatch:
 
     def __getitem__(self, index: int) -> Attention:
         n = int(self.lengths[index])
-        enc = self.encoded
         host = self._host
 
         def unpad(name: str) -> np.ndarray | None:
@@ -137,19 +122,14 @@ class AttentionBatch:
 
         probs = host["probs"]
         assert probs is not None
-        return Attention(
+        return Attention.of_input(
+            self.encoded,
+            index,
+            self.model_name,
             probs=probs[index, :, :, :n, :n],
-            tokens=enc.tokens[index],
-            segment_ids=enc.segment_ids[index],
-            special=enc.special[index],
-            word_ids=enc.word_ids[index],
-            words=enc.words[index],
-            word_segments=enc.word_segments[index],
             queries=unpad("queries"),
             keys=unpad("keys"),
             scaling=self.scaling,
-            truncated=enc.truncated[index],
-            model_name=self.model_name,
             weights=self.weights,
             value_norms=unpad("norms"),
         )

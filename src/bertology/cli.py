@@ -396,46 +396,28 @@ def analyze(
     check_output_folder(output)
     loaded = load_model(model, device=device, dtype=dtype)
     checkpoint = checkpoint_file(output, "analyze")
+    settings = {  # of the statistics: the local run takes them, a Ray run's job carries them to the workers
+        "max_length": max_len,
+        "seed": seed,
+        "js_tokens_per_segment": js_tokens or None,
+        "weights": weights,
+        "convention": convention,
+        "examples_per_head": examples_per_head,
+    }
     with _progress("Analysing segments", limit, rate="segments") as on_progress:
+        reading = {
+            "limit": limit,
+            "batch_size": batch_size,
+            "corpus_format": corpus_format,
+            "on_progress": on_progress,
+        }
         if cluster is None:
             keep_freed_memory()  # each batch reuses the buffers the last one freed (this process only)
-            analysis = analyze_corpus(
-                corpus,
-                loaded,
-                max_length=max_len,
-                limit=limit,
-                seed=seed,
-                batch_size=batch_size,
-                js_tokens_per_segment=js_tokens or None,
-                corpus_format=corpus_format,
-                weights=weights,
-                convention=convention,
-                on_progress=on_progress,
-                examples_per_head=examples_per_head,
-            )
+            analysis = analyze_corpus(corpus, loaded, **settings, **reading)
         else:
-            job = AnalysisJob(
-                model,
-                max_len,
-                seed,
-                js_tokens or None,
-                weights,
-                convention,
-                device=device,
-                dtype=dtype,
-                examples_per_head=examples_per_head,
-            )
+            job = AnalysisJob(model, **settings, device=device, dtype=dtype)
             analysis = analyze_on_ray(
-                corpus,
-                loaded,
-                job,
-                cluster,
-                limit=limit,
-                batch_size=batch_size,
-                corpus_format=corpus_format,
-                checkpoint=checkpoint,
-                resume=resume,
-                on_progress=on_progress,
+                corpus, loaded, job, cluster, **reading, checkpoint=checkpoint, resume=resume
             )
     if analysis.truncated_segments:
         err.print(
@@ -599,39 +581,23 @@ def compare(
     corpus = corpus or sample_corpus()
     loaded_a, loaded_b = (load_model(name, device=device, dtype=dtype) for name in (model_a, model_b))
     checkpoint = checkpoint_file(output, "compare")
+    settings = {  # of the statistics: the local run takes them, a Ray run's job carries them to the workers
+        "max_length": max_len,
+        "seed": seed,
+        "js_tokens_per_segment": js_tokens or None,
+        "level": level,
+        "weights": weights,
+        "convention": convention,
+    }
     with _progress("Comparing segments", limit, rate="segments") as on_progress:
+        reading = {"limit": limit, "batch_size": batch_size, "on_progress": on_progress}
         if cluster is None:
             keep_freed_memory()  # each batch reuses the buffers the last one freed (this process only)
-            comparison = compare_models(
-                loaded_a,
-                loaded_b,
-                corpus,
-                max_length=max_len,
-                limit=limit,
-                seed=seed,
-                batch_size=batch_size,
-                js_tokens_per_segment=js_tokens or None,
-                level=level,
-                weights=weights,
-                convention=convention,
-                on_progress=on_progress,
-            )
+            comparison = compare_models(loaded_a, loaded_b, corpus, **settings, **reading)
         else:
-            job = ComparisonJob(
-                model_a, model_b, max_len, seed, js_tokens or None, level, weights, convention,
-                device=device, dtype=dtype,
-            )  # fmt: skip
+            job = ComparisonJob(model_a, model_b, **settings, device=device, dtype=dtype)
             comparison = compare_on_ray(
-                corpus,
-                loaded_a,
-                loaded_b,
-                job,
-                cluster,
-                limit=limit,
-                batch_size=batch_size,
-                checkpoint=checkpoint,
-                resume=resume,
-                on_progress=on_progress,
+                corpus, loaded_a, loaded_b, job, cluster, **reading, checkpoint=checkpoint, resume=resume
             )
     segment = None if text is not None else first_segment(corpus, loaded_a, max_length=max_len)
     texts = (text, None) if segment is None else (segment.text_a, segment.text_b)
@@ -712,26 +678,13 @@ def probe_deps(
     loaded = load_model(model, device=device, dtype=dtype)
     checkpoint = checkpoint_file(output, "probe-deps")
     with _progress("Probing sentences", limit, rate="sentences") as on_progress:
+        reading = {"treebank_format": treebank_format, "limit": limit, "on_progress": on_progress}
         if cluster is None:
-            run = probe_dependencies(
-                treebank,
-                loaded,
-                treebank_format=treebank_format,
-                mode=word_mode,
-                limit=limit,
-                on_progress=on_progress,
-            )
+            run = probe_dependencies(treebank, loaded, mode=word_mode, **reading)
         else:
+            job = DependencyJob(model, word_mode, device=device, dtype=dtype)
             run = probe_dependencies_on_ray(
-                treebank,
-                loaded,
-                DependencyJob(model, word_mode, device=device, dtype=dtype),
-                cluster,
-                treebank_format=treebank_format,
-                limit=limit,
-                checkpoint=checkpoint,
-                resume=resume,
-                on_progress=on_progress,
+                treebank, loaded, job, cluster, **reading, checkpoint=checkpoint, resume=resume
             )
     with output_folder(output) as folder:
         report = output / write_dependency_report(run, folder).name
@@ -827,15 +780,15 @@ def probe_coref(
     check_output_folder(output)
     loaded = load_model(model, device=device, dtype=dtype)
     checkpoint = checkpoint_file(output, "probe-coref")
-    common = {"treebank": treebank, "coref_format": coref_format, "limit": limit}
+    reading = {"treebank": treebank, "coref_format": coref_format, "limit": limit}
     if cluster is None:
         err.print("Probing coreference, one document window at a time...")
-        probe, summary = run_coreference(corpus, loaded, **common)
+        probe, summary = run_coreference(corpus, loaded, **reading)
     else:
         with _progress("Probing coreference windows", None, rate="windows") as on_progress:
             probe, summary = probe_coreference_on_ray(
                 corpus, loaded, CorefJob(model, device=device, dtype=dtype), cluster,
-                checkpoint=checkpoint, resume=resume, on_progress=on_progress, **common,
+                checkpoint=checkpoint, resume=resume, on_progress=on_progress, **reading,
             )  # fmt: skip
     explanation = (
         "A head is right on a coreferent mention when the mention's head word attends most, among the head "
@@ -1109,24 +1062,15 @@ def ablate(
     with output_folder(output) as folder:
         pruned_dir = folder / "pruned" if prune else None
         with _stage_progress() as on_progress:
+            study = {"prune_fraction": prune, "pruned_dir": pruned_dir, "progress": on_progress}
             if cluster is None:
-                run = run_ablation(
-                    loaded,
-                    task_dir,
-                    max_dev=max_dev or None,
-                    batch_size=batch_size,
-                    prune_fraction=prune,
-                    pruned_dir=pruned_dir,
-                    progress=on_progress,
-                )
+                run = run_ablation(loaded, task_dir, max_dev=max_dev or None, batch_size=batch_size, **study)
             else:
                 # workers start elsewhere: folders by their absolute paths
                 classifier = str(Path(model).resolve()) if Path(model).exists() else model
                 task = str(task_dir.resolve())
                 job = AblationJob(classifier, task, max_dev or None, batch_size, device=device, dtype=dtype)
-                run = ablate_on_ray(
-                    loaded, job, cluster, prune_fraction=prune, pruned_dir=pruned_dir, progress=on_progress
-                )
+                run = ablate_on_ray(loaded, job, cluster, **study)
         run = replace(run, pruned_dir=None if run.pruned_dir is None else output / run.pruned_dir.name)
         report = output / write_ablation_report(run, folder).name
     pruning = run.pruning

@@ -64,7 +64,8 @@ class AttentionOverride(Protocol):
         mask function of its ``AttentionMaskInterface`` (``batch_size``, ``q_length``, ``kv_length``,
         ``mask_function``, ``attention_mask``, ...) and returns the mask the attention calls then get.
     attend: one attention call, as :func:`capture_attention` takes it; returns (output [batch, tokens,
-        heads, head_dim], probabilities or ``None``).
+        heads, head_dim], probabilities or ``None``). ``last``: the recording's ``stop_after`` ends the pass
+        right after this call, so the output is never read (any tensor of its shape will do).
     """
 
     def mask(self, **kwargs: Any) -> torch.Tensor | None: ...
@@ -79,6 +80,7 @@ class AttentionOverride(Protocol):
         *,
         scaling: float,
         dropout: float,
+        last: bool,
         **kwargs: Any,
     ) -> tuple[torch.Tensor, torch.Tensor | None]: ...
 
@@ -383,8 +385,17 @@ def capture_attention(
     effective_scaling = query.size(-1) ** -0.5 if scaling is None else scaling
     recorder = _active.get()
     if recorder is not None and recorder.override is not None:
+        last = recorder.seen + 1 == recorder.stop_after
         result = recorder.override.attend(
-            module, query, key, value, attention_mask, scaling=effective_scaling, dropout=dropout, **kwargs
+            module,
+            query,
+            key,
+            value,
+            attention_mask,
+            scaling=effective_scaling,
+            dropout=dropout,
+            last=last,
+            **kwargs,
         )
         recorder.count_call()
         return result

@@ -11,6 +11,7 @@ import re
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, Self
 
 import numpy as np
 import torch
@@ -87,6 +88,51 @@ class EncodedBatch:
 
     def __len__(self) -> int:
         return len(self.tokens)
+
+
+@dataclass(frozen=True)
+class TokenRoles:
+    """One input's tokens and their roles, padding removed, as a view shows them.
+
+    tokens: the n token strings. segment_ids: [n] 0 = text A, 1 = text B. special: [n] bool.
+    word_ids: [n] index into ``words`` or -1 for special tokens. word_segments: [len(words)].
+    """
+
+    tokens: list[str]
+    segment_ids: np.ndarray
+    special: np.ndarray
+    word_ids: np.ndarray
+    words: list[str]
+    word_segments: np.ndarray
+
+    @property
+    def is_pair(self) -> bool:
+        return bool(self.segment_ids.max(initial=0) > 0)
+
+
+@dataclass(frozen=True)
+class InputDescription(TokenRoles):
+    """One encoded input as the views and statistics read it: its :class:`TokenRoles`, the tokens cut to
+    fit the model (``truncated``) and the model's label (``model_name``); what a capture of its attention
+    (:class:`~bertology.capture.Attention`, :class:`~bertology.long_capture.LongAttention`) extends."""
+
+    truncated: int
+    model_name: str
+
+    @classmethod
+    def of_input(cls, encoded: EncodedBatch, index: int, model_name: str, **fields: Any) -> Self:
+        """Input ``index`` of ``encoded`` described, with the subclass's own ``fields``."""
+        return cls(
+            tokens=encoded.tokens[index],
+            segment_ids=encoded.segment_ids[index],
+            special=encoded.special[index],
+            word_ids=encoded.word_ids[index],
+            words=encoded.words[index],
+            word_segments=encoded.word_segments[index],
+            truncated=encoded.truncated[index],
+            model_name=model_name,
+            **fields,
+        )
 
 
 def _sequence_array(sequence_ids: list[int | None]) -> np.ndarray:

@@ -32,7 +32,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import and_masks, padding_mask_function, sdpa_mask
 
 from bertology.errors import BertologyError
-from bertology.inputs import EncodedBatch
+from bertology.inputs import EncodedBatch, InputDescription
 from bertology.model_types import ModelType
 
 #: ``capture(mode="auto")`` and ``analyze_corpus`` use queries and keys for inputs longer than this many
@@ -257,13 +257,18 @@ class QueryKeyRecording:
         *,
         scaling: float,
         dropout: float,
+        last: bool,
         **kwargs: Any,
     ) -> tuple[torch.Tensor, None]:
-        """sdpa attention for the forward pass; the layer's queries and keys to ``consume``."""
+        """sdpa attention for the forward pass (none for the ``last`` call, whose output nothing reads);
+        the layer's queries and keys to ``consume``."""
         rule = self._rule(attention_mask)
-        output, _ = sdpa_attention_forward(
-            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
-        )
+        if last:
+            output = query.transpose(1, 2)  # [batch, tokens, heads, head_dim], never read
+        else:
+            output, _ = sdpa_attention_forward(
+                module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+            )
         dtype = self.dtype or query.dtype
         batch = torch.arange(query.shape[0], device=query.device)
         self.consume(
@@ -296,28 +301,18 @@ def pool_rows(into: torch.Tensor, start: int, block: torch.Tensor, bins: torch.T
     into.scatter_reduce_(1, row_bins[None, :, None].expand_as(keys), keys, "amax")
 
 
-@dataclass
-class LongAttention:
+@dataclass(frozen=True)
+class LongAttention(InputDescription):
     """The attention of one long input, kept as its queries and keys (padding removed); the same
-    description of the input as :class:`~bertology.capture.Attention` (tokens, segment ids, words, ...),
-    with probabilities computed on demand.
+    description of the input as :class:`~bertology.capture.Attention` (its
+    :class:`~bertology.inputs.InputDescription`: tokens, segment ids, words, ...), with probabilities
+    computed on demand.
 
     layers: per layer, its :class:`LayerQueriesKeys` for this input (B = 1, n tokens).
-    tokens: the n token strings. segment_ids: [n] 0 = text A, 1 = text B. special: [n] bool.
-    word_ids: [n] index into ``words`` or -1 for special tokens. word_segments: [len(words)].
-    truncated: tokens cut to fit the model. model_name: the model's label.
     chunk_bytes: the memory bound of one chunk of computed rows (float32 ``[heads, rows, n]``).
     """
 
     layers: list[LayerQueriesKeys]
-    tokens: list[str]
-    segment_ids: np.ndarray
-    special: np.ndarray
-    word_ids: np.ndarray
-    words: list[str]
-    word_segments: np.ndarray
-    truncated: int
-    model_name: str
     chunk_bytes: int = CHUNK_BYTES
     weights: str = field(default="attention", init=False)
 
@@ -332,10 +327,6 @@ class LongAttention:
     @property
     def head_dim(self) -> int:
         return self.layers[0].query.shape[-1]
-
-    @property
-    def is_pair(self) -> bool:
-        return bool(self.segment_ids.max(initial=0) > 0)
 
     @property
     def scaling(self) -> np.ndarray:
@@ -428,17 +419,11 @@ class LongAttentionBatch:
 
     def __getitem__(self, index: int) -> LongAttention:
         n = int(self.lengths[index])
-        enc = self.encoded
-        return LongAttention(
+        return LongAttention.of_input(
+            self.encoded,
+            index,
+            self.model_name,
             layers=[layer.input(index, n) for layer in self.layers],
-            tokens=enc.tokens[index],
-            segment_ids=enc.segment_ids[index],
-            special=enc.special[index],
-            word_ids=enc.word_ids[index],
-            words=enc.words[index],
-            word_segments=enc.word_segments[index],
-            truncated=enc.truncated[index],
-            model_name=self.model_name,
             chunk_bytes=self.chunk_bytes,
         )
 

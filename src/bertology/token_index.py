@@ -10,10 +10,11 @@ vector of every token (L2-normalised, float16) in an on-disk HNSW index of `usea
   keys are token rows;
 * ``tokens.npz``: one entry per token row: ``segment``, ``position`` (in the model input), ``token_id``,
   ``word`` (index into the segment's words, -1 for a special token) and ``attends_<L>`` (the input
-  position the layer's heads, averaged, attend to most from this token);
-* ``segments.jsonl``: one line per segment, in corpus order: ``words``, ``split`` (where text B starts,
-  or null), ``relations`` (dependency relation per word, CoNLL-U/CoNLL-X only, else null), ``origin``,
+  position the layer's heads, averaged, attend to most from this token); and one entry per segment:
   ``start`` (the row of its first token);
+* ``segments.jsonl``: one line per segment, in corpus order: ``words``, ``split`` (where text B starts,
+  or null), ``relations`` and ``tags`` (dependency relation and coarse part-of-speech tag per word, UPOS
+  in CoNLL-U; treebanks only, else null), ``origin``;
 * ``tokenizer/``: the model's tokenizer, so a search needs no model.
 
 Inputs stream through :func:`bertology.batching.length_sorted_batches`; only one window of segments and
@@ -24,11 +25,13 @@ so it is reused across sessions at no cost.
 from __future__ import annotations
 
 import json
+import os
 from array import array
 from collections import Counter, deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from itertools import count
 from pathlib import Path
 from typing import Any
 
@@ -41,16 +44,19 @@ from usearch.index import Index
 from bertology.batching import PAD_MULTIPLE, length_sorted_batches
 from bertology.corpus import detect_format, iter_segments
 from bertology.errors import BertologyError
+from bertology.hook import recording
 from bertology.models import LoadedModel, load_model, require_encoder
 from bertology.readers.treebank import read_treebank
 
-INDEX_FORMAT = 1
+INDEX_FORMAT = 2
 MANIFEST = "manifest.json"
 SEGMENTS = "segments.jsonl"
 TOKENS = "tokens.npz"
 TOKENIZER = "tokenizer"
-#: HNSW settings: edges per node, candidates while adding and while searching (recall@10 >= 0.95 on UD EWT).
-CONNECTIVITY, EXPANSION_ADD, EXPANSION_SEARCH = 16, 64, 256
+#: HNSW settings: edges per node, candidates while adding and while searching. A narrow build (insertion
+#: keeps pace with the forward pass on a spare core) and a wide search make up for each other: recall@10
+#: 0.975 on UD EWT train at under 2 ms a query (benchmarks/RESULTS.md, "Corpus search index").
+CONNECTIVITY, EXPANSION_ADD, EXPANSION_SEARCH = 16, 32, 2048
 #: Batches whose vectors may wait for the indexing thread (bounds the memory they hold).
 PENDING_BATCHES = 2
 _TREEBANK_SUFFIXES = {".conllu", ".conll", ".conllx", ".conll10", ".dep"}
@@ -58,12 +64,13 @@ _TREEBANK_SUFFIXES = {".conllu", ".conll", ".conllx", ".conll10", ".dep"}
 
 @dataclass(frozen=True)
 class IndexedSegment:
-    """One model input of the index: its words (text A, then text B from ``split``), and the dependency
-    relation of each word where the corpus is a treebank."""
+    """One model input of the index: its words (text A, then text B from ``split``), and where the corpus
+    is a treebank the dependency relation and coarse part-of-speech tag (UPOS in CoNLL-U) of each word."""
 
     words: list[str]
     split: int | None
     relations: list[str] | None
+    tags: list[str] | None
     origin: str
 
 
@@ -79,7 +86,7 @@ def read_indexed_segments(
     corpus as :func:`bertology.corpus.iter_segments` packs it (words split as BERT pre-tokenises)."""
     if path.suffix.lower() in _TREEBANK_SUFFIXES or path.is_dir():
         for sentence in read_treebank(path):
-            yield IndexedSegment(sentence.words, None, sentence.relations, sentence.origin)
+            yield IndexedSegment(sentence.words, None, sentence.relations, sentence.tags, sentence.origin)
         return
     pre_tokenizer = BertPreTokenizer()
 
@@ -90,7 +97,8 @@ def read_indexed_segments(
 
     for segment in iter_segments(path, tokenizer, max_length=max_length, format=detect_format(path)):
         first, second = words(segment.text_a), words(segment.text_b)
-        yield IndexedSegment(first + second, len(first) if segment.is_pair else None, None, segment.origin)
+        split = len(first) if segment.is_pair else None
+        yield IndexedSegment(first + second, split, None, None, segment.origin)
 
 
 def encode_segment(
@@ -109,13 +117,47 @@ def encode_segment(
     return dict(encoding), word_of
 
 
-def _forward(loaded: LoadedModel, inputs: list[dict[str, list[int]]]) -> tuple[Any, torch.Tensor]:
-    """The model's outputs (hidden states and attentions) for padded ``inputs``, and their mask [B, T]."""
+@dataclass(frozen=True)
+class ForwardVectors:
+    """What indexing keeps of one padded batch's forward pass.
+
+    vectors: per layer, the L2-normalised output vectors [N, d] (float16) of the batch's N real tokens,
+        batch-major.
+    attends: per layer, for each of those tokens, the key position [N] its layer's heads, averaged,
+        attend to most (empty where not asked for).
+    """
+
+    vectors: dict[int, np.ndarray]
+    attends: dict[int, np.ndarray]
+
+
+def forward_vectors(
+    loaded: LoadedModel, inputs: list[dict[str, list[int]]], layers: Sequence[int], with_attends: bool
+) -> ForwardVectors:
+    """One forward pass over padded ``inputs``, reduced at once to what the index keeps at ``layers``.
+
+    The attention of each layer streams through a recording and only the head-averaged argmax of the
+    wanted layers is kept, so no ``[B, heads, T, T]`` tensor outlives its layer (asking transformers for
+    ``output_attentions`` would hold every layer's until the batch ends).
+    """
     padded = loaded.tokenizer.pad(inputs, return_tensors="pt", pad_to_multiple_of=PAD_MULTIPLE)
     padded = {name: tensor.to(loaded.device) for name, tensor in padded.items()}
-    with torch.inference_mode():
-        outputs = loaded.model(**padded, output_hidden_states=True, output_attentions=True)
-    return outputs, padded["attention_mask"].bool()
+    mask = padded["attention_mask"].bool()
+    wanted = set(layers) if with_attends else set()
+    tops: dict[int, torch.Tensor] = {}
+    calls = count()  # the layer of each attention call: one call per layer, in order
+
+    def consume(probs: torch.Tensor) -> None:  # [B, heads, T, T]
+        layer = next(calls)
+        if layer in wanted:
+            tops[layer] = probs.mean(dim=1).argmax(dim=-1)  # [B, T] key position
+
+    with torch.inference_mode(), recording(consume=consume):
+        hidden_states = loaded.model(**padded, output_hidden_states=True).hidden_states
+    return ForwardVectors(
+        vectors={layer: token_vectors(hidden_states[layer + 1], mask) for layer in layers},
+        attends={layer: top[mask].cpu().numpy().astype(np.int16) for layer, top in tops.items()},
+    )
 
 
 def token_vectors(hidden: torch.Tensor, mask: torch.Tensor) -> np.ndarray:
@@ -138,8 +180,10 @@ def build_index(
     """Index every token of ``corpus`` at ``layers`` (0-based; default :func:`default_layers`) into the
     folder ``out`` (created; an existing index there is replaced), and open it.
 
-    threads: threads of each vector addition to an HNSW graph (0: all cores); the additions run in one
-        thread beside the model's forward passes.
+    threads: threads of each vector addition to an HNSW graph (0: all cores). Where torch leaves a core
+        free, the additions run in one thread beside the model's forward passes; where torch's threads take
+        every core, between them (a thread beside would only preempt torch's, which wait for each other:
+        1.6x the plain forward pass instead of 2.0x on 2 cores, benchmarks/RESULTS.md).
 
     Raises:
         BertologyError: an unreadable corpus, a model that is not a BERT-family encoder, or a layer the
@@ -157,15 +201,17 @@ def build_index(
     width = loaded.model.config.hidden_size
     indexes = {layer: _new_index(width) for layer in chosen}
     columns = {name: array("l") for name in ("segment", "position", "token_id", "word")}
-    attends = {layer: array("h") for layer in chosen}
+    attends: dict[int, list[np.ndarray]] = {layer: [] for layer in chosen}
     starts: list[int] = []
     pending: deque[Future[None]] = deque()
+    overlap = torch.get_num_threads() < _usable_cores()
 
     def add(keys: np.ndarray, vectors: dict[int, np.ndarray]) -> None:
         for layer, layer_vectors in vectors.items():
             indexes[layer].add(keys, layer_vectors, threads=threads)
 
-    # the HNSW graphs grow in a thread beside the model (usearch releases the GIL while adding)
+    # where torch leaves a core free, the HNSW graphs grow in a thread beside the model (usearch releases
+    # the GIL while adding)
     with (folder / SEGMENTS).open("w", encoding="utf-8") as segments_file, ThreadPoolExecutor(1) as adder:
 
         def numbered() -> Iterator[tuple[int, IndexedSegment]]:
@@ -178,7 +224,7 @@ def build_index(
         batches = length_sorted_batches(numbered(), lambda item: len(item[1].words), batch_size=batch_size)
         for batch in batches:
             encoded = [encode_segment(loaded.tokenizer, segment, max_length) for _, segment in batch]
-            outputs, mask = _forward(loaded, [inputs for inputs, _ in encoded])
+            computed = forward_vectors(loaded, [inputs for inputs, _ in encoded], chosen, with_attends=True)
             row = len(columns["segment"])
             for (number, _), (inputs, word_of) in zip(batch, encoded, strict=True):
                 starts[number] = len(columns["segment"])
@@ -188,11 +234,12 @@ def build_index(
                 columns["token_id"].extend(inputs["input_ids"])
                 columns["word"].extend(word_of)
             keys = np.arange(row, len(columns["segment"]), dtype=np.uint64)
-            vectors = {layer: token_vectors(outputs.hidden_states[layer + 1], mask) for layer in chosen}
-            pending.append(adder.submit(add, keys, vectors))
+            if overlap:
+                pending.append(adder.submit(add, keys, computed.vectors))
+            else:
+                add(keys, computed.vectors)
             for layer in chosen:
-                top = outputs.attentions[layer].float().mean(dim=1).argmax(dim=-1)  # [B, T] key position
-                attends[layer].extend(top[mask].tolist())
+                attends[layer].append(computed.attends[layer])
             while len(pending) > PENDING_BATCHES or (pending and pending[0].done()):
                 pending.popleft().result()
         while pending:
@@ -201,6 +248,11 @@ def build_index(
         raise BertologyError(f"The corpus '{corpus}' has no text to index.")
     _write(folder, loaded, chosen, indexes, columns, attends, starts)
     return TokenIndex.open(folder)
+
+
+def _usable_cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _new_index(width: int) -> Index:
@@ -220,13 +272,13 @@ def _write(
     layers: list[int],
     indexes: dict[int, Index],
     columns: dict[str, array],
-    attends: dict[int, array],
+    attends: dict[int, list[np.ndarray]],
     starts: list[int],
 ) -> None:
     for layer, index in indexes.items():
         index.save(str(folder / f"layer_{layer}.usearch"))
     tables = {name: np.asarray(values, dtype=np.int32) for name, values in columns.items()}
-    tables |= {f"attends_{layer}": np.asarray(values, dtype=np.int16) for layer, values in attends.items()}
+    tables |= {f"attends_{layer}": np.concatenate(parts) for layer, parts in attends.items()}
     np.savez(folder / TOKENS, start=np.asarray(starts, dtype=np.int64), **tables)
     loaded.tokenizer.save_pretrained(str(folder / TOKENIZER))
     manifest = {
@@ -311,7 +363,8 @@ class TokenIndex:
 
     def describe(self, row: int, layer: int) -> dict[str, Any]:
         """Token ``row``: its token and word, its segment's words (``context``, the word at ``word``),
-        relation, origin, and the token the heads of ``layer`` attend to most (averaged over heads)."""
+        its word's relation and part of speech (``pos``; treebanks only, else ``None``), origin, and the
+        token the heads of ``layer`` attend to most (averaged over heads)."""
         segment_number = int(self.tables["segment"][row])
         segment = self.segments[segment_number]
         word = int(self.tables["word"][row])
@@ -323,6 +376,7 @@ class TokenIndex:
             "word": word,
             "context": segment.words,
             "relation": segment.relations[word] if segment.relations and word >= 0 else None,
+            "pos": segment.tags[word] if segment.tags and word >= 0 else None,
             "origin": segment.origin,
             "attends": self._token(target),
         }
@@ -331,10 +385,10 @@ class TokenIndex:
         return str(self.tokenizer.convert_ids_to_tokens(int(self.tables["token_id"][row])))
 
 
-def relation_histogram(described: Sequence[dict[str, Any]]) -> list[tuple[str, int]]:
-    """How many of ``described`` tokens have each relation (``"none"`` for a special token or a corpus
-    without relations), most frequent first."""
-    return Counter(item["relation"] or "none" for item in described).most_common()
+def histogram(described: Sequence[dict[str, Any]], field: str) -> list[tuple[str, int]]:
+    """How many of ``described`` tokens have each value of ``field`` (``"relation"`` or ``"pos"``;
+    ``"none"`` for a special token or a corpus without it), most frequent first."""
+    return Counter(item[field] or "none" for item in described).most_common()
 
 
 def query_vectors(
@@ -343,6 +397,6 @@ def query_vectors(
     """The tokens of ``text`` as ``loaded`` reads it and their vectors [T, d] at ``layer`` (as indexed)."""
     limit = min(max_length, loaded.max_length)
     inputs = dict(loaded.tokenizer(text, truncation=True, max_length=limit))
-    outputs, mask = _forward(loaded, [inputs])
+    computed = forward_vectors(loaded, [inputs], [layer], with_attends=False)
     tokens = loaded.tokenizer.convert_ids_to_tokens(inputs["input_ids"])
-    return list(tokens), token_vectors(outputs.hidden_states[layer + 1], mask)
+    return list(tokens), computed.vectors[layer]

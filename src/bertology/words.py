@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 from bertology.capture import Attention, HeadGrid
 from bertology.errors import BertologyError
@@ -70,8 +71,8 @@ class WordAttention(HeadGrid):
 
 
 @dataclass(frozen=True)
-class _Units:
-    """How the n tokens of an input group into m units.
+class Units:
+    """How the n tokens of an input group into m units (words and special tokens, in text order).
 
     unit: [n] unit of each token. first_token: [m] first token of each unit (ascending).
     """
@@ -80,7 +81,7 @@ class _Units:
     first_token: np.ndarray
 
     @classmethod
-    def of(cls, word_ids: np.ndarray) -> _Units:
+    def of(cls, word_ids: np.ndarray) -> Units:
         """Units from ``Attention.word_ids`` ([n], -1 for special tokens, each its own unit)."""
         keys = np.where(word_ids >= 0, word_ids, -1 - np.arange(len(word_ids)))
         _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
@@ -89,23 +90,103 @@ class _Units:
         rank[order] = np.arange(len(order))
         return cls(unit=rank[inverse.reshape(-1)], first_token=first[order])
 
-    def assignment(self) -> np.ndarray:
-        """[n, m] float64 token-to-unit assignment matrix."""
-        matrix = np.zeros((len(self.unit), len(self.first_token)))
-        matrix[np.arange(len(self.unit)), self.unit] = 1.0
-        return matrix
+    def __len__(self) -> int:
+        return len(self.first_token)
+
+    def word_positions(self, word_ids: np.ndarray, num_words: int) -> np.ndarray:
+        """[num_words] int: each word's unit, -1 for a word without tokens (see :class:`WordAttention`)."""
+        unit_words = word_ids[self.first_token]
+        positions = np.full(num_words, -1, dtype=np.int64)
+        is_word = unit_words >= 0
+        positions[unit_words[is_word]] = np.flatnonzero(is_word)
+        return positions
+
+    def labels(self, word_ids: np.ndarray, words: list[str], tokens: list[str]) -> list[str]:
+        """The m unit labels: the word, or the special token's string."""
+        firsts = self.first_token.tolist()
+        return [
+            words[word] if word >= 0 else tokens[token]
+            for word, token in zip(word_ids[self.first_token].tolist(), firsts, strict=True)
+        ]
 
 
-def _combine_rows(to_units: np.ndarray, units: _Units, assignment: np.ndarray, mode: WordMode) -> np.ndarray:
-    """[.., m, m] unit rows from the token rows ``to_units`` [.., n, m] (see the module docstring)."""
-    if mode == "mean":
-        return (assignment / assignment.sum(0)).T @ to_units
-    if mode == "first":
-        return to_units[..., units.first_token, :]
-    order = np.argsort(units.unit, kind="stable")
-    starts = np.searchsorted(units.unit[order], np.arange(len(units.first_token)))
-    maxima = np.maximum.reduceat(to_units[..., order, :], starts, axis=-2)
-    return maxima / maxima.sum(-1, keepdims=True)
+def padded_units(units: list[Units], width: int) -> tuple[torch.Tensor, int]:
+    """The units of a right-padded batch of ``width`` tokens: ([batch, width] int64 unit of each token, m)
+    with m the most units of an input; padding tokens get unit m, which :class:`UnitMaps` drops."""
+    most = max(len(each) for each in units)
+    padded = np.full((len(units), width), most, dtype=np.int64)
+    for row, each in enumerate(units):
+        padded[row, : len(each.unit)] = each.unit
+    return torch.from_numpy(padded), most
+
+
+class UnitMaps:
+    """Turns a batch's token attention into unit attention, a layer at a time (see the module docstring).
+
+    Built once per batch: the ``[batch, n, k]`` matrix that sums the columns of each unit's tokens and the
+    ``[batch, k, n]`` one that combines the rows (mean or first token), for the ``k`` units kept.
+    unit: [batch, n] int64 unit of each token, ``units`` for a padding token (:func:`padded_units`; for
+    the layers of one input, its ``Units.unit`` per layer). select: [batch, k] the units to keep, in
+    order (default: all ``units``). dtype: the precision of the products.
+    """
+
+    def __init__(
+        self,
+        unit: torch.Tensor,
+        units: int,
+        mode: WordMode,
+        *,
+        select: torch.Tensor | None = None,
+        dtype: torch.dtype = torch.float64,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        batch, tokens = unit.shape
+        self.mode, self.dtype, self.units = mode, dtype, units
+        self.unit = unit.to(device)
+        self.select = None if select is None else select.to(device)
+        assignment = torch.zeros(batch, tokens, units + 1, dtype=dtype, device=device)
+        assignment.scatter_(2, self.unit[..., None], 1.0)
+        assignment = assignment[..., :units]  # [batch, n, m]: padding belongs to no unit
+        if mode == "mean":
+            rows = (assignment / assignment.sum(1, keepdim=True).clamp(min=1.0)).transpose(1, 2)
+        elif mode == "first":
+            positions = torch.arange(tokens, device=device).expand(batch, tokens)
+            first = torch.full((batch, units + 1), tokens, device=device)
+            # each unit's first token
+            first = first.scatter_reduce(1, self.unit, positions, "amin")[:, :units]
+            rows = torch.zeros(batch, units, tokens + 1, dtype=dtype, device=device)
+            rows.scatter_(2, first[..., None], 1.0)
+            rows = rows[..., :tokens]
+        if mode != "max" and self.select is not None:  # keep only the selected units' rows and columns
+            assignment = assignment.gather(2, self.select[:, None, :].expand(batch, tokens, -1))
+            rows = rows.gather(1, self.select[:, :, None].expand(-1, -1, tokens))
+        self.columns = assignment.contiguous()  # [batch, n, k]
+        self.rows = None if mode == "max" else rows.contiguous()  # [batch, k, n]
+
+    def __call__(self, probs: torch.Tensor) -> torch.Tensor:
+        """probs: [batch, heads, n, n] token attention -> [batch, heads, k, k] unit attention (``dtype``);
+        rows and columns past an input's own units are zero (``"max"``: NaN rows)."""
+        batch, heads, tokens, _ = probs.shape
+        summed = torch.bmm(probs.to(self.dtype).reshape(batch, heads * tokens, tokens), self.columns)
+        to_units = summed.reshape(batch, heads, tokens, -1)  # [batch, heads, n, k]: the columns summed
+        if self.rows is not None:
+            return self.rows[:, None] @ to_units
+        index = self.unit[:, None, :, None].expand_as(to_units)
+        shape = (batch, heads, self.units + 1, self.units)
+        empty = torch.full(shape, float("-inf"), dtype=self.dtype, device=probs.device)
+        maxima = empty.scatter_reduce(2, index, to_units, "amax")[:, :, : self.units]
+        combined = maxima / maxima.sum(-1, keepdim=True)
+        if self.select is None:
+            return combined
+        rows = combined.gather(2, self.select[:, None, :, None].expand(-1, heads, -1, self.units))
+        return rows.gather(3, self.select[:, None, None, :].expand(-1, heads, self.select.shape[1], -1))
+
+
+def check_word_mode(mode: str) -> None:
+    """Raises:
+    BertologyError: an unknown ``mode``."""
+    if mode not in WORD_MODES:
+        raise BertologyError(f"Unknown word mode '{mode}'; use one of: {', '.join(WORD_MODES)}.")
 
 
 def word_attention(attention: Attention, mode: WordMode = "mean") -> WordAttention:
@@ -114,19 +195,13 @@ def word_attention(attention: Attention, mode: WordMode = "mean") -> WordAttenti
     Raises:
         BertologyError: an unknown ``mode``.
     """
-    if mode not in WORD_MODES:
-        raise BertologyError(f"Unknown word mode '{mode}'; use one of: {', '.join(WORD_MODES)}.")
+    check_word_mode(mode)
     word_ids = np.asarray(attention.word_ids)
-    units = _Units.of(word_ids)
-    assignment = units.assignment()
-    to_units = attention.probs.astype(np.float64) @ assignment
-    probs = _combine_rows(to_units, units, assignment, mode).astype(np.float32)
-    unit_words = word_ids[units.first_token]
-    labels = [
-        attention.words[word] if word >= 0 else attention.tokens[token]
-        for word, token in zip(unit_words.tolist(), units.first_token.tolist(), strict=True)
-    ]
-    word_positions = np.full(len(attention.words), -1, dtype=np.int64)
-    is_word = unit_words >= 0
-    word_positions[unit_words[is_word]] = np.flatnonzero(is_word)
-    return WordAttention(probs=probs, labels=labels, word_positions=word_positions)
+    units = Units.of(word_ids)
+    probs = torch.from_numpy(np.asarray(attention.probs))  # the layers are the batch of UnitMaps
+    unit = torch.from_numpy(units.unit).expand(probs.shape[0], -1)
+    return WordAttention(
+        probs=UnitMaps(unit, len(units), mode)(probs).float().numpy(),
+        labels=units.labels(word_ids, attention.words, attention.tokens),
+        word_positions=units.word_positions(word_ids, len(attention.words)),
+    )

@@ -32,6 +32,7 @@ import numpy as np
 from bertology.analysis.patterns import PATTERNS, HeadPatterns
 from bertology.capture import capture_batch
 from bertology.errors import BertologyError
+from bertology.inputs import TokenRoles
 
 if TYPE_CHECKING:
     from bertology.corpus import Segment
@@ -62,17 +63,11 @@ def example_patterns(patterns: HeadPatterns) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class SegmentTokens:
-    """What a view of one example segment shows: its tokens and their roles (as
-    :class:`~bertology.capture.Attention` holds them). segment_ids / special / word_ids: [n] each;
-    word_segments: [len(words)]; origin: where the segment comes from (file name and lines)."""
+class SegmentTokens(TokenRoles):
+    """What a view of one example segment shows: its tokens and their roles (:class:`TokenRoles`, as
+    :class:`~bertology.capture.Attention` holds them); origin: where the segment comes from (file name
+    and lines)."""
 
-    tokens: list[str]
-    segment_ids: np.ndarray
-    special: np.ndarray
-    word_ids: np.ndarray
-    words: list[str]
-    word_segments: np.ndarray
     origin: str
 
     def to_dict(self) -> dict[str, Any]:

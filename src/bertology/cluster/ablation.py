@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bertology.cluster.driver import merge_shards, run_identity
-from bertology.cluster.shards import Shard, shards_of
+from bertology.cluster.driver import run_on_shards
+from bertology.cluster.shards import Shard
 from bertology.cluster.workers import ClusterOptions, WorkerPool, ray_session
 from bertology.interventions.ablation import AblationResult, single_head_accuracies
 from bertology.interventions.curves import Head
@@ -147,11 +147,14 @@ def ablate_on_pool(
 
     def sweep(data: LabelledTexts, report: Callable[[int], None]) -> AblationResult:
         every_head = [[(layer, head)] for layer, head in np.ndindex(layers, heads)]
-        tally = merge_shards(
+        tally, _ = run_on_shards(
             pool,
-            shards_of(every_head, -(-len(every_head) // shards)),
+            "ablate-sweep",
+            job.task,
+            every_head,
             SweepTally(),
-            run=run_identity("ablate-sweep", job, job.task),
+            per_shard=-(-len(every_head) // shards),
+            batch_size=job.batch_size,
             on_progress=lambda done, _: report(done * len(data)),
         )
         return tally.result(layers, heads, len(data))
@@ -159,11 +162,14 @@ def ablate_on_pool(
     def importance(data: LabelledTexts, report: Callable[[int], None]) -> HeadImportance:
         rows = range(len(data))
         batches = [list(rows[start : start + IMPORTANCE_BATCH]) for start in rows[::IMPORTANCE_BATCH]]
-        tally = merge_shards(
+        tally, _ = run_on_shards(
             pool,
-            shards_of(batches, max(1, -(-len(data) // shards))),
+            "ablate-importance",
+            job.task,
+            batches,
             ImportanceTally(),
-            run=run_identity("ablate-importance", job, job.task),
+            per_shard=max(1, -(-len(data) // shards)),
+            batch_size=IMPORTANCE_BATCH,
             on_progress=lambda done, _: report(done),
         )
         return tally.result(layers, heads)

@@ -4,21 +4,20 @@ The driver reads and segments the corpus exactly as :func:`bertology.analyze.ana
 cuts the batches into shards (:mod:`bertology.cluster.shards`); each worker loads the model once
 (:class:`AnalysisJob`) and folds a shard into fresh :class:`~bertology.analyze.CorpusAccumulators`
 numbered from the shard's first segment; the driver merges the returned accumulators in shard order
-(:func:`~bertology.cluster.driver.merge_shards`). The JS divergences sample query tokens by
+(:func:`~bertology.cluster.driver.run_on_shards`). The JS divergences sample query tokens by
 ``[seed, segment number]`` and a pattern's best segment is kept by number, so the result equals a local
 run's (sums in another order: about 1e-16 relative).
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from bertology.analyze import CorpusAccumulators, CorpusAnalysis, corpus_batches
 from bertology.cluster.checkpoint import CHECKPOINT_SECONDS
-from bertology.cluster.driver import Progress, merge_shards, run_identity
-from bertology.cluster.shards import SHARD_SEGMENTS, Shard, shards_of
+from bertology.cluster.driver import Progress, run_on_shards
+from bertology.cluster.shards import SHARD_SEGMENTS, Shard
 from bertology.cluster.workers import ClusterOptions, WorkerPool, ray_session
 from bertology.models import LoadedModel, load_model
 from bertology.norms import Weights
@@ -107,7 +106,6 @@ def analyze_on_pool(
         BertologyError: as :func:`~bertology.analyze.analyze_corpus`, a checkpoint of another run, or a
             worker that failed.
     """
-    start = time.perf_counter()
     job = pool.spec
     batches = corpus_batches(
         corpus,
@@ -118,19 +116,21 @@ def analyze_on_pool(
         corpus_format=corpus_format,
         pairs=loaded.kind == "encoder",
     )
-    options = {"format": corpus_format, "limit": limit, "batch_size": batch_size, "shard": segments_per_shard}
-    merged = merge_shards(
+    merged, seconds = run_on_shards(
         pool,
-        shards_of(batches, segments_per_shard),
+        "analyze",
+        corpus,
+        batches,
         job.accumulators(loaded),
-        run=run_identity("analyze", job, corpus, **options),
+        per_shard=segments_per_shard,
+        source_format=corpus_format,
         limit=limit,
+        batch_size=batch_size,
         checkpoint=checkpoint,
         resume=resume,
         checkpoint_seconds=checkpoint_seconds,
         on_progress=on_progress,
     )
-    seconds = time.perf_counter() - start
     return merged.result(corpus, corpus_format=corpus_format, max_length=job.max_length, seconds=seconds)
 
 

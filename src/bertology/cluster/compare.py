@@ -3,19 +3,18 @@ many workers, equal to one machine's.
 
 Each worker loads both models once (:class:`ComparisonJob`) and folds a shard into fresh
 :class:`~bertology.comparison.ComparisonAccumulators` numbered from the shard's first segment; the
-driver merges them in shard order (:func:`~bertology.cluster.driver.merge_shards`), as
+driver merges them in shard order (:func:`~bertology.cluster.driver.run_on_shards`), as
 :mod:`bertology.cluster.analyze` does for one model.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from bertology.cluster.checkpoint import CHECKPOINT_SECONDS
-from bertology.cluster.driver import Progress, merge_shards, run_identity
-from bertology.cluster.shards import SHARD_SEGMENTS, Shard, shards_of
+from bertology.cluster.driver import Progress, run_on_shards
+from bertology.cluster.shards import SHARD_SEGMENTS, Shard
 from bertology.cluster.workers import ClusterOptions, WorkerPool, ray_session
 from bertology.comparison import ComparisonAccumulators, ModelComparison, comparison_batches
 from bertology.models import LoadedModel, load_model
@@ -103,7 +102,6 @@ def compare_on_pool(
         BertologyError: as :func:`~bertology.comparison.compare_models`, a checkpoint of another run, or a
             worker that failed.
     """
-    start = time.perf_counter()
     job = pool.spec
     batches = comparison_batches(
         corpus,
@@ -114,19 +112,21 @@ def compare_on_pool(
         batch_size=batch_size,
         corpus_format=corpus_format,
     )
-    options = {"format": corpus_format, "limit": limit, "batch_size": batch_size, "shard": segments_per_shard}
-    merged = merge_shards(
+    merged, seconds = run_on_shards(
         pool,
-        shards_of(batches, segments_per_shard),
+        "compare",
+        corpus,
+        batches,
         job.accumulators(model_a, model_b),
-        run=run_identity("compare", job, corpus, **options),
+        per_shard=segments_per_shard,
+        source_format=corpus_format,
         limit=limit,
+        batch_size=batch_size,
         checkpoint=checkpoint,
         resume=resume,
         checkpoint_seconds=checkpoint_seconds,
         on_progress=on_progress,
     )
-    seconds = time.perf_counter() - start
     return merged.result(corpus, corpus_format=corpus_format, max_length=job.max_length, seconds=seconds)
 
 

@@ -2,19 +2,21 @@
 shard order, keep a checkpoint, report progress.
 
 Every distributed command (``analyze``, ``compare``, ``probe deps``/``coref``, ``ablate``) runs through
-:func:`merge_shards` with its own accumulators; what differs is only the job its workers start and the
-accumulators it merges.
+:func:`run_on_shards` (its batches cut into shards, identified for its checkpoint, timed) and
+:func:`merge_shards` with its own accumulators; what differs is only the job its workers start, the
+batches it reads and the accumulators it merges.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any, Protocol, Self, TypeVar
 
 from bertology.cluster.checkpoint import CHECKPOINT_SECONDS, Checkpointer, corpus_identity
-from bertology.cluster.shards import Shard
+from bertology.cluster.shards import ItemT, Shard, shards_of
 from bertology.cluster.workers import WorkerPool
 from bertology.errors import BertologyError
 
@@ -109,3 +111,52 @@ def merge_shards(
         raise
     saver.save(done, merged.segments, merged, force=True)
     return merged
+
+
+def run_on_shards(
+    pool: WorkerPool[Any],
+    kind: str,
+    source: str | Path,
+    batches: Iterable[list[ItemT]],
+    merged: MergeableT,
+    *,
+    per_shard: int,
+    source_format: str | None = None,
+    limit: int | None = None,
+    batch_size: int | None = None,
+    limit_counts_items: bool = True,
+    checkpoint: Path | None = None,
+    resume: bool = False,
+    checkpoint_seconds: float = CHECKPOINT_SECONDS,
+    on_progress: Progress | None = None,
+    **settings: object,
+) -> tuple[MergeableT, float]:
+    """Run ``batches`` (a run's batches, in the local run's order) on the pool's workers, in shards of at
+    least ``per_shard`` items (:func:`~bertology.cluster.shards.shards_of`), merged into ``merged`` by
+    :func:`merge_shards`; returns ``merged`` and the run's seconds (from the first shard, not the
+    workers' start-up).
+
+    kind, source: what the run is (``"analyze"``, ``"probe-deps"``, ...) and the file or folder it reads.
+    With the pool's job, ``source_format``, ``limit``, ``batch_size``, ``per_shard`` and any further
+    ``settings`` they identify the run (:func:`run_identity`) for its checkpoint. limit: the most items the
+    run reads, also the progress total until the source has been read, unless ``limit_counts_items`` is
+    false (a limit on documents of a run whose items are windows). checkpoint, resume, checkpoint_seconds,
+    on_progress: as in :func:`merge_shards`.
+
+    Raises:
+        BertologyError: as :func:`merge_shards`, or ``per_shard`` below 1.
+    """
+    start = time.perf_counter()
+    identity = {"format": source_format, "limit": limit, "batch_size": batch_size, "shard": per_shard}
+    merged = merge_shards(
+        pool,
+        shards_of(batches, per_shard),
+        merged,
+        run=run_identity(kind, pool.spec, source, **identity, **settings),
+        limit=limit if limit_counts_items else None,
+        checkpoint=checkpoint,
+        resume=resume,
+        checkpoint_seconds=checkpoint_seconds,
+        on_progress=on_progress,
+    )
+    return merged, time.perf_counter() - start

@@ -5,7 +5,7 @@ The driver reads the treebank and forms the batches a local run forms
 (:func:`~bertology.probes.run.dependency_batches`, each sentence numbered by its place in the treebank),
 cut into shards of consecutive batches (:mod:`bertology.cluster.shards`); each worker loads the model
 once (:class:`DependencyJob`) and folds a shard into a fresh :class:`~bertology.probes.run.DependencyTally`;
-the driver merges the tallies in shard order (:func:`~bertology.cluster.driver.merge_shards`). The
+the driver merges the tallies in shard order (:func:`~bertology.cluster.driver.run_on_shards`). The
 counts are integers and every batch is the local run's, so the table equals a local run's exactly.
 
 The coreference probe runs the same way: the driver reads the documents and forms the local run's
@@ -16,14 +16,13 @@ shards into a fresh :class:`~bertology.probes.coreference.CorefAccumulator`, and
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from bertology.cluster.checkpoint import CHECKPOINT_SECONDS
-from bertology.cluster.driver import Progress, merge_shards, run_identity
-from bertology.cluster.shards import Shard, shards_of
+from bertology.cluster.driver import Progress, run_on_shards
+from bertology.cluster.shards import Shard
 from bertology.cluster.workers import ClusterOptions, WorkerPool, ray_session
 from bertology.models import LoadedModel, load_model, require_encoder
 from bertology.options import DEFAULT_DEVICE, DEFAULT_DTYPE, Dtype
@@ -102,27 +101,26 @@ def probe_dependencies_on_pool(
             run, or a worker that failed.
     """
     require_encoder(loaded, "Dependency probing")
-    start = time.perf_counter()
     job = pool.spec
-    batches = dependency_batches(path, treebank_format=treebank_format, limit=limit, batch_size=batch_size)
-    options = {
-        "format": treebank_format,
-        "limit": limit,
-        "batch_size": batch_size,
-        "shard": sentences_per_shard,
-    }
-    merged = merge_shards(
+    batches = dependency_batches(
+        path, loaded, treebank_format=treebank_format, limit=limit, batch_size=batch_size
+    )
+    merged, seconds = run_on_shards(
         pool,
-        shards_of(batches, sentences_per_shard),
+        "probe-deps",
+        path,
+        batches,
         DependencyTally(job.keep_examples),
-        run=run_identity("probe-deps", job, path, **options),
+        per_shard=sentences_per_shard,
+        source_format=treebank_format,
         limit=limit,
+        batch_size=batch_size,
         checkpoint=checkpoint,
         resume=resume,
         checkpoint_seconds=checkpoint_seconds,
         on_progress=on_progress,
     )
-    return merged.result(path, loaded.name, job.mode, time.perf_counter() - start)
+    return merged.result(path, loaded.name, job.mode, seconds)
 
 
 def probe_dependencies_on_ray(
@@ -205,25 +203,26 @@ def probe_coreference_on_pool(
         BertologyError: as :func:`~bertology.probes.run.run_coreference`, or a checkpoint of another run,
             or a worker that failed.
     """
-    options = {
-        "treebank": None if treebank is None else str(Path(treebank).resolve()),
-        "format": coref_format,
-        "limit": limit,
-        "batch_size": batch_size,
-        "shard": windows_per_shard,
-    }
 
     def score(batches: Iterator[list[CorefItem]]) -> CorefAccumulator:
-        return merge_shards(
+        merged, _ = run_on_shards(
             pool,
-            shards_of(batches, windows_per_shard),
+            "probe-coref",
+            path,
+            batches,
             CorefAccumulator(),
-            run=run_identity("probe-coref", pool.spec, path, **options),
+            per_shard=windows_per_shard,
+            source_format=coref_format,
+            limit=limit,
+            batch_size=batch_size,
+            limit_counts_items=False,  # documents; the shards hold windows
             checkpoint=checkpoint,
             resume=resume,
             checkpoint_seconds=checkpoint_seconds,
             on_progress=on_progress,
+            treebank=None if treebank is None else str(Path(treebank).resolve()),
         )
+        return merged
 
     return run_coreference(
         path,

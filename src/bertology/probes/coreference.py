@@ -233,18 +233,34 @@ class DocumentWindows:
     skipped: np.ndarray  # [types] int
 
 
-def _first_fitting(last: int, count_tokens: Callable[[int, int], int], max_length: int) -> int:
+def _first_fitting(
+    last: int,
+    count_tokens: Callable[[int, int], int],
+    max_length: int,
+    estimate: Callable[[int, int], int] | None = None,
+) -> int:
     """The first sentence of the longest window ending at sentence ``last`` that fits ``max_length`` tokens
     (``last`` alone fits). Adding a sentence never removes tokens, so a binary search finds it with few
-    token counts."""
-    low, high = 0, last
-    while low < high:
-        middle = (low + high) // 2
-        if count_tokens(middle, last) <= max_length:
-            high = middle
-        else:
-            low = middle + 1
-    return low
+    token counts; with an ``estimate`` of the counts (cheap: sums of per-sentence counts), the search runs
+    on it and two exact counts confirm the answer (it fits, one more sentence does not), falling back to
+    the exact search where they do not."""
+
+    def search(count: Callable[[int, int], int]) -> int:
+        low, high = 0, last
+        while low < high:
+            middle = (low + high) // 2
+            if count(middle, last) <= max_length:
+                high = middle
+            else:
+                low = middle + 1
+        return low
+
+    if estimate is not None:
+        guess = search(estimate)
+        fits = count_tokens(guess, last) <= max_length
+        if fits and (guess == 0 or count_tokens(guess - 1, last) > max_length):
+            return guess
+    return search(count_tokens)
 
 
 def coref_windows(
@@ -252,12 +268,14 @@ def coref_windows(
     heads: Sequence[int] | None,
     count_tokens: Callable[[int, int], int],
     max_length: int,
+    estimate: Callable[[int, int], int] | None = None,
 ) -> DocumentWindows:
     """The windows of a document (see the module docstring).
 
     heads: document-level dependency heads (-1 root), or None (head word = last word).
     count_tokens: ``(first_sentence, last_sentence) -> tokens`` of those sentences' words joined by
         spaces, special tokens included. max_length: the most tokens a window may have.
+    estimate: a cheap guess of ``count_tokens`` that speeds up the search (the windows do not depend on it).
     """
     if heads is not None and len(heads) != len(document.words):
         raise BertologyError(
@@ -290,7 +308,7 @@ def coref_windows(
             for info, _ in targets:
                 skipped[info.kind] += 1
             continue
-        first = _first_fitting(sentence, count_tokens, max_length)
+        first = _first_fitting(sentence, count_tokens, max_length, estimate)
         start, end = starts[first], starts[sentence + 1]
         scored, out = [], np.zeros(len(TYPES), dtype=np.int64)
         for info, candidates in targets:
@@ -587,17 +605,33 @@ class NoMentionScored(BertologyError):
         super().__init__(message)
 
 
-def _token_counter(document: CorefDocument, model: LoadedModel) -> Callable[[int, int], int]:
+def _token_counter(
+    document: CorefDocument, model: LoadedModel
+) -> tuple[Callable[[int, int], int], Callable[[int, int], int]]:
+    """``(count, estimate)`` for :func:`coref_windows`: the exact token count of a run of the document's
+    sentences (its words joined by spaces, tokenized, cached), and the sum of its sentences' own counts
+    plus the special tokens (exact for tokenizers that split at spaces, such as WordPiece)."""
     starts = [*document.sentence_starts, len(document.words)]
     cache: dict[tuple[int, int], int] = {}
 
+    def text(first: int, last: int) -> str:
+        return " ".join(document.words[starts[first] : starts[last + 1]])
+
     def count(first: int, last: int) -> int:
         if (first, last) not in cache:
-            text = " ".join(document.words[starts[first] : starts[last + 1]])
-            cache[first, last] = len(model.tokenizer(text, verbose=False)["input_ids"])
+            cache[first, last] = len(model.tokenizer(text(first, last), verbose=False)["input_ids"])
         return cache[first, last]
 
-    return count
+    sentences = [text(index, index) for index in range(len(starts) - 1)]
+    encoded = model.tokenizer(sentences, add_special_tokens=False, verbose=False) if sentences else None
+    lengths = [] if encoded is None else [len(ids) for ids in encoded["input_ids"]]
+    before = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
+    special = model.tokenizer.num_special_tokens_to_add(pair=False)
+
+    def estimate(first: int, last: int) -> int:
+        return int(before[last + 1] - before[first]) + special
+
+    return count, estimate
 
 
 @dataclass
@@ -650,7 +684,8 @@ def _coref_items(
     read = DocumentsRead()
     for item in documents:
         document, heads = item if isinstance(item, tuple) else (item, None)
-        built = coref_windows(document, heads, _token_counter(document, model), limit)
+        count, estimate = _token_counter(document, model)
+        built = coref_windows(document, heads, count, limit, estimate)
         read.documents += 1
         read.mentions += len(document.mentions)
         read.skipped += built.skipped

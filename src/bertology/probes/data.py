@@ -5,24 +5,41 @@ unit per treebank word (plus the special tokens). A sentence the probes cannot s
 counted, not warned about: one cut to fit the model's token limit, or one with a word the tokenizer
 drops entirely (e.g. a lone control character), since neither has attention for all of its words.
 
-Sentences are batched by length within windows (:func:`~bertology.batching.length_sorted_batches`, the
-helper corpus analysis uses; length = characters of the words plus one per word, a close proxy for
-tokens), padded to a multiple of :data:`~bertology.batching.PAD_MULTIPLE` tokens, so batches pad little
-and memory holds one window of sentences; they come out in that order, not in the treebank's.
+Sentences are batched by their token counts within windows (:func:`~bertology.batching.length_sorted_batches`,
+the helper corpus analysis uses), each batch padded to its longest sentence only, so batches pad little
+(3.8% more tokens than the sentences have on GUM, against 42% for a character-count order padded to a
+multiple of 8) and memory holds one window of sentences; they come out in that order, not in the treebank's.
+
+:func:`predict_heads` is the dependency probe's lean path: the word attention of each layer is computed
+for the whole batch while the model runs (:class:`~bertology.words.UnitMaps`) and only each head's
+predicted head words are kept (plus the word attention of the few sentences kept as examples).
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from bertology.batching import PAD_MULTIPLE, length_sorted_batches
-from bertology.capture import capture_batch
+import numpy as np
+import torch
+
+from bertology.batching import length_sorted_batches
+from bertology.capture import capture_batch, stream_batch
 from bertology.errors import TruncationWarning
+from bertology.inputs import EncodedBatch
 from bertology.models import LoadedModel
+from bertology.probes.dependency import predictions
 from bertology.readers.treebank import Sentence
-from bertology.words import WordAttention, WordMode, word_attention
+from bertology.words import (
+    UnitMaps,
+    Units,
+    WordAttention,
+    WordMode,
+    check_word_mode,
+    padded_units,
+    word_attention,
+)
 
 
 @dataclass
@@ -39,6 +56,17 @@ class SkippedSentences:
     @property
     def total(self) -> int:
         return self.truncated + self.untokenized
+
+    def counts(self, truncated: int, word_positions: np.ndarray) -> bool:
+        """Count a captured sentence if it is to be left out (``truncated`` tokens cut, or a word without
+        tokens: a -1 in ``word_positions``); True when it is."""
+        if truncated:
+            self.truncated += 1
+        elif (word_positions < 0).any():
+            self.untokenized += 1
+        else:
+            return False
+        return True
 
 
 class WordAttentionStream(Iterator[tuple[Sentence, WordAttention]]):
@@ -71,30 +99,117 @@ class WordAttentionStream(Iterator[tuple[Sentence, WordAttention]]):
         batch_size: int,
         max_length: int | None,
     ) -> Iterator[tuple[Sentence, WordAttention]]:
-        for batch in length_sorted_batches(sentences, sentence_length, batch_size=batch_size):
+        count = token_counter(model)
+        for batch in length_sorted_batches(sentences, lambda s: count(s.words), batch_size=batch_size):
             self.seen += len(batch)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", TruncationWarning)  # counted in ``skipped`` instead
-                captured = capture_batch(
-                    [s.words for s in batch],
-                    model=model,
-                    max_length=max_length,
-                    pad_to_multiple_of=PAD_MULTIPLE,
-                )
+                captured = capture_batch([s.words for s in batch], model=model, max_length=max_length)
             for sentence, attention in zip(batch, captured, strict=True):
-                if attention.truncated:
-                    self.skipped.truncated += 1
-                    continue
                 words = word_attention(attention, mode)
-                if not words.covers_all_words:
-                    self.skipped.untokenized += 1
-                    continue
-                yield sentence, words
+                if not self.skipped.counts(attention.truncated, words.word_positions):
+                    yield sentence, words
 
 
-def sentence_length(sentence: Sentence) -> int:
-    """The batching length of a sentence: its characters plus one per word (a proxy for its tokens)."""
-    return sum(len(word) for word in sentence.words) + len(sentence.words)
+def token_counter(model: LoadedModel) -> Callable[[Sequence[str]], int]:
+    """``words -> tokens``: how many tokens ``model``'s tokenizer gives a pre-split word list, special
+    tokens included, untruncated (the batching length of a sentence)."""
+    tokenizer = model.tokenizer
+    return lambda words: len(
+        tokenizer(list(words), is_split_into_words=True, truncation=False, padding=False, verbose=False)[
+            "input_ids"
+        ]
+    )
+
+
+@dataclass(frozen=True)
+class PredictedHeads:
+    """What a dependency probe keeps of one sentence.
+
+    predicted: [2, layers, heads, n_words] int64 the head word each head predicts for each word in both
+        directions (:func:`~bertology.probes.dependency.predictions`).
+    words: the sentence's word attention where it was asked for (examples), else ``None``.
+    """
+
+    sentence: Sentence
+    predicted: np.ndarray
+    words: WordAttention | None
+
+
+class _HeadPredictor:
+    """Receives a batch's layers; keeps each head's predicted head words and the examples' word attention."""
+
+    def __init__(self, mode: WordMode, keep: Sequence[bool], device: torch.device) -> None:
+        self.mode, self.device = mode, device
+        self.kept_rows = torch.tensor([row for row, kept in enumerate(keep) if kept], dtype=torch.int64)
+
+    def __call__(self, encoded: EncodedBatch) -> Callable[[torch.Tensor], None]:
+        """Prepare the batch's maps from tokens to words (and to units, for the examples)."""
+        width = int(encoded.model_inputs["input_ids"].shape[1])
+        word_ids = [np.asarray(ids) for ids in encoded.word_ids]
+        self.units = [Units.of(ids) for ids in word_ids]
+        unit, most = padded_units(self.units, width)
+        self.positions = [
+            units.word_positions(ids, len(words))
+            for units, ids, words in zip(self.units, word_ids, encoded.words, strict=True)
+        ]
+        select = np.zeros((len(word_ids), max(len(words) for words in encoded.words)), dtype=np.int64)
+        for row, positions in enumerate(self.positions):
+            select[row, : len(positions)] = np.maximum(positions, 0)
+        # float32 products: each word's row and column sums differ from float64 ones by rounding only
+        self.between = UnitMaps(
+            unit, most, self.mode, select=torch.from_numpy(select), dtype=torch.float32, device=self.device
+        )
+        self.examples = UnitMaps(unit[self.kept_rows], most, self.mode, device=self.device)
+        self.lengths = torch.tensor([len(words) for words in encoded.words])
+        self.layers: list[torch.Tensor] = []
+        self.kept: list[torch.Tensor] = []
+        return self.add
+
+    def add(self, probs: torch.Tensor) -> None:
+        """One layer's probs [batch, heads, n, n]: each head's predictions, the examples' word attention."""
+        self.layers.append(predictions(self.between(probs), self.lengths))  # [2, batch, heads, w]
+        if len(self.kept_rows):
+            self.kept.append(self.examples(probs[self.kept_rows.to(probs.device)]).float().cpu())
+
+
+def predict_heads(
+    sentences: Sequence[Sentence],
+    model: LoadedModel,
+    *,
+    mode: WordMode = "mean",
+    keep: Sequence[bool] | None = None,
+    max_length: int | None = None,
+) -> tuple[list[PredictedHeads], SkippedSentences]:
+    """One forward pass over ``sentences`` (padded to the longest): each sentence's predicted head words
+    from every head, the sentences left out counted as in :class:`WordAttentionStream`.
+
+    keep: per sentence, whether to keep its word attention too (the report's examples).
+    mode, max_length: as :func:`iter_word_attention`.
+    """
+    check_word_mode(mode)
+    predictor = _HeadPredictor(mode, [False] * len(sentences) if keep is None else keep, model.device)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TruncationWarning)  # counted in ``skipped`` instead
+        texts = [sentence.words for sentence in sentences]
+        encoded = stream_batch(texts, None, predictor, model=model, max_length=max_length)
+    predicted = torch.stack(predictor.layers, dim=2).cpu().numpy()  # [2, batch, layers, heads, w]
+    examples = torch.stack(predictor.kept, dim=1).numpy() if predictor.kept else None  # [kept, layers, ...]
+    example_of = {row: index for index, row in enumerate(predictor.kept_rows.tolist())}
+    scored, skipped = [], SkippedSentences()
+    for row, sentence in enumerate(sentences):
+        if skipped.counts(int(encoded.truncated[row]), predictor.positions[row]):
+            continue
+        words = None
+        if examples is not None and row in example_of:
+            units, ids = predictor.units[row], np.asarray(encoded.word_ids[row])
+            words = WordAttention(
+                probs=examples[example_of[row], :, :, : len(units), : len(units)],
+                labels=units.labels(ids, encoded.words[row], encoded.tokens[row]),
+                word_positions=predictor.positions[row],
+            )
+        scored.append(PredictedHeads(sentence, predicted[:, row, :, :, : len(sentence.words)], words))
+    return scored, skipped
 
 
 def iter_word_attention(

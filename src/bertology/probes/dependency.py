@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import torch
 
 from bertology.errors import BertologyError
 from bertology.readers.treebank import Sentence, base_relation
@@ -46,21 +47,30 @@ OFFSETS = np.array([-5, -4, -3, -2, -1, 1, 2, 3, 4, 5])
 ALL = "all"
 
 
-def predictions(between_words: np.ndarray) -> np.ndarray:
-    """[2, ..., n_words] int: each word's predicted head in both directions (see the module docstring).
+def predictions(between_words: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+    """[2, ..., n_words] int64: each word's predicted head in both directions (see the module docstring).
 
-    between_words: [..., n_words, n_words] attention among the words (``WordAttention.between_words``).
-    A one-word sentence predicts the word itself (there is no other candidate).
+    between_words: [..., n_words, n_words] attention among the words (``WordAttention.between_words``), or
+    a batch [batch, ..., w, w] padded to ``w`` words with ``lengths`` [batch] the words of each sentence
+    (padding is never a candidate; its predictions mean nothing). A one-word sentence predicts the word
+    itself (there is no other candidate).
     """
     n = between_words.shape[-1]
-    candidates = np.where(np.eye(n, dtype=bool), -np.inf, between_words)
-    return np.stack([candidates.argmax(-1), candidates.argmax(-2)])
+    candidate = ~torch.eye(n, dtype=torch.bool, device=between_words.device)
+    if lengths is not None:
+        word = torch.arange(n, device=between_words.device) < lengths.to(between_words.device)[:, None]
+        word = word.reshape(word.shape[:1] + (1,) * (between_words.dim() - 3) + word.shape[1:])
+        candidate = candidate & word[..., :, None] & word[..., None, :]
+    candidates = between_words.masked_fill(~candidate, float("-inf"))
+    # max(...).indices: the first maximum, as argmax, and faster along a strided dimension
+    return torch.stack([candidates.max(-1).indices, candidates.max(-2).indices])
 
 
 def predicted_heads(word_attention: WordAttention, layer: int, head: int, direction: int) -> np.ndarray:
     """[n_words] int: the head word one head ``(layer, head)`` predicts for every word, in ``direction``
     (0 dependent -> head, 1 head -> dependent); 0-based word indices, for drawing predicted arcs."""
-    return predictions(word_attention.between_words()[layer, head])[direction]
+    between = torch.from_numpy(word_attention.between_words()[layer, head])
+    return predictions(between)[direction].numpy()
 
 
 @dataclass(frozen=True)
@@ -274,13 +284,24 @@ class DependencyAccumulator:
             BertologyError: the word attention is not over the sentence's words, or is for another
                 model than earlier updates.
         """
-        heads = np.asarray(sentence.heads, dtype=np.int64)
-        if len(word_attention.word_positions) != len(heads):
+        if len(word_attention.word_positions) != len(sentence.heads):
             raise BertologyError(
-                f"Sentence {sentence.origin} has {len(heads)} words but its attention has "
+                f"Sentence {sentence.origin} has {len(sentence.heads)} words but its attention has "
                 f"{len(word_attention.word_positions)}; capture the sentence's word list."
             )
-        shape = (word_attention.num_layers, word_attention.num_heads)
+        between = torch.from_numpy(word_attention.between_words())
+        self.add_predictions(sentence, predictions(between).numpy())
+
+    def add_predictions(self, sentence: Sentence, predicted: np.ndarray) -> None:
+        """Score every head on one sentence from the head words its heads predict.
+
+        predicted: [2, layers, heads, n_words] int (:func:`predictions` of the sentence's word attention).
+
+        Raises:
+            BertologyError: predictions for another model than earlier updates.
+        """
+        heads = np.asarray(sentence.heads, dtype=np.int64)
+        shape = predicted.shape[1:3]
         check_same_shape(self._shape, shape, "This accumulator")
         self._shape = shape
         self.sentences += 1
@@ -292,7 +313,7 @@ class DependencyAccumulator:
         if len(dependents) == 0:
             return
         gold = heads[dependents]
-        hits = predictions(word_attention.between_words())[..., dependents] == gold  # [2, L, H, d]
+        hits = predicted[..., dependents] == gold  # [2, L, H, d]
         offset_hits = (gold - dependents)[:, None] == OFFSETS  # [d, offsets]
         names, relation_of = np.unique(labels[dependents], return_inverse=True)
         one_hot = np.eye(len(names), dtype=np.int64)[relation_of.reshape(-1)]  # [d, relations]

@@ -114,7 +114,7 @@ def single_head_predictions(features: np.ndarray) -> np.ndarray:
     """``[2, K, n]`` every head's argmax prediction in both directions (directions as in
     :data:`DIRECTIONS`; :func:`bertology.probes.dependency.predictions`: ROOT, ``[SEP]`` and the word
     itself are never chosen). features: ``[n + 1, n + 1, K]`` from :func:`arc_features`."""
-    return predictions(features[1:, 1:].transpose(2, 0, 1))
+    return predictions(torch.from_numpy(np.ascontiguousarray(features[1:, 1:].transpose(2, 0, 1)))).numpy()
 
 
 def right_branching(n: int) -> np.ndarray:

@@ -21,7 +21,7 @@ from bertology.probes.coreference import (
     score_coref_batches,
     with_heads,
 )
-from bertology.probes.data import SkippedSentences, iter_word_attention, sentence_length
+from bertology.probes.data import SkippedSentences, iter_word_attention, predict_heads, token_counter
 from bertology.probes.dependency import DependencyAccumulator, DependencyProbe
 from bertology.probes.gap import GapProbe, probe_gap
 from bertology.probes.parser import AttentionParser, Decode, ParserReport, check_decode, evaluate_parser
@@ -65,12 +65,18 @@ NumberedSentence = tuple[int, Sentence]
 
 
 def dependency_batches(
-    path: str | Path, *, treebank_format: str | None = None, limit: int | None = None, batch_size: int = 16
+    path: str | Path,
+    loaded: LoadedModel,
+    *,
+    treebank_format: str | None = None,
+    limit: int | None = None,
+    batch_size: int = 16,
 ) -> Iterator[list[NumberedSentence]]:
-    """The treebank's first ``limit`` sentences, numbered, in the batches a dependency probe runs
-    (:mod:`bertology.probes.data`: sorted by length within windows)."""
+    """The treebank's first ``limit`` sentences, numbered, in the batches a dependency probe of ``loaded``
+    runs (:mod:`bertology.probes.data`: sorted by token count within windows)."""
     sentences = enumerate(itertools.islice(read_treebank(path, treebank_format), limit))
-    return length_sorted_batches(sentences, lambda item: sentence_length(item[1]), batch_size=batch_size)
+    count = token_counter(loaded)
+    return length_sorted_batches(sentences, lambda item: count(item[1].words), batch_size=batch_size)
 
 
 class DependencyTally:
@@ -91,19 +97,18 @@ class DependencyTally:
         self.examples: list[tuple[int, Sentence, WordAttention]] = []
 
     def add(self, batch: list[NumberedSentence], loaded: LoadedModel, mode: WordMode) -> None:
-        """Run one batch (one forward pass; a batch of :func:`dependency_batches` keeps its order)."""
+        """Run one batch (one forward pass, :func:`~bertology.probes.data.predict_heads`)."""
         number = {id(sentence): index for index, sentence in batch}
-        stream = iter_word_attention(
-            [sentence for _, sentence in batch], loaded, mode=mode, batch_size=len(batch)
-        )
-        for sentence, words in stream:
-            self.accumulator.update(sentence, words)
-            if number[id(sentence)] < self.keep_examples:
-                self.examples.append((number[id(sentence)], sentence, words))
-            self.segments += 1
-        self.seen += stream.seen
-        self.skipped.truncated += stream.skipped.truncated
-        self.skipped.untokenized += stream.skipped.untokenized
+        keep = [index < self.keep_examples for index, _ in batch]
+        scored, skipped = predict_heads([sentence for _, sentence in batch], loaded, mode=mode, keep=keep)
+        for each in scored:
+            self.accumulator.add_predictions(each.sentence, each.predicted)
+            if each.words is not None:
+                self.examples.append((number[id(each.sentence)], each.sentence, each.words))
+        self.segments += len(scored)
+        self.seen += len(batch)
+        self.skipped.truncated += skipped.truncated
+        self.skipped.untokenized += skipped.untokenized
 
     def merge(self, other: DependencyTally) -> DependencyTally:
         """Fold in ``other`` (a later shard of the same run) and return ``self``."""
@@ -163,7 +168,7 @@ def probe_dependencies(
     start = time.perf_counter()
     tally = DependencyTally(keep_examples)
     for batch in dependency_batches(
-        path, treebank_format=treebank_format, limit=limit, batch_size=batch_size
+        path, loaded, treebank_format=treebank_format, limit=limit, batch_size=batch_size
     ):
         tally.add(batch, loaded, mode)
         if on_progress is not None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, get_args
 
@@ -57,6 +57,8 @@ class Sentence:
         :func:`base_relation` to drop a UD subtype).
     punct: whether each word is punctuation (the rule depends on the format; see the module docstring).
     origin: where it came from, e.g. ``"<file name>:<first line>"``.
+    tags: the coarse part-of-speech tag of each word (CoNLL-U: UPOS; CoNLL-X: its coarse tag column),
+        empty where the source has none.
     """
 
     words: list[str]
@@ -64,6 +66,7 @@ class Sentence:
     relations: list[str]
     punct: list[bool]
     origin: str
+    tags: list[str] = field(default_factory=list)
 
 
 def base_relation(label: str) -> str:
@@ -132,6 +135,7 @@ def block_sentence(first_line: int, tokens: TokenLines, path: Path, format: str)
     heads: list[int] = []
     relations: list[str] = []
     punct: list[bool] = []
+    tags: list[str] = []
     lines: list[int] = []
     for number, columns in tokens:
         if len(columns) != _COLUMNS:
@@ -148,6 +152,7 @@ def block_sentence(first_line: int, tokens: TokenLines, path: Path, format: str)
             raise _invalid(path, number, format, f"the head '{columns[_HEAD]}' is not an integer") from None
         words.append(columns[_FORM])
         relations.append(columns[_DEPREL])
+        tags.append(columns[_CPOS])
         punct.append(
             columns[_CPOS] == "PUNCT"
             if format == "conllu"
@@ -157,7 +162,7 @@ def block_sentence(first_line: int, tokens: TokenLines, path: Path, format: str)
     if not words:
         return None
     _check_tree(heads, lines, path, format)
-    return Sentence(words, heads, relations, punct, f"{path.name}:{first_line}")
+    return Sentence(words, heads, relations, punct, f"{path.name}:{first_line}", tags)
 
 
 def _check_tree(heads: list[int], lines: list[int], path: Path, format: str) -> None:

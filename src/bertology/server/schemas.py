@@ -279,12 +279,23 @@ class SearchWordRequest(BaseModel):
     k: int = Field(20, ge=1, le=100, description="How many occurrences at most, in corpus order.")
 
 
+class SearchTokenRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    row: int = Field(ge=0, le=2**40, description="A corpus token: its row in the index (as answers give it).")
+    layer: int = Field(ge=0, le=1000, description="An indexed layer (0-based).")
+    k: int = Field(10, ge=1, le=100, description="How many nearest corpus tokens.")
+
+
 class CorpusToken(BaseModel):
     row: int = Field(description="The token's row in the index.")
     token: str
     word: int = Field(description="Index of its word in context, -1 for a special token.")
     context: list[str] = Field(description="The words of its segment.")
     relation: str | None = Field(description="Its word's dependency relation (treebank corpora), or null.")
+    pos: str | None = Field(
+        description="Its word's part-of-speech tag (UPOS in CoNLL-U; treebank corpora), or null."
+    )
     origin: str = Field(description="Where its segment comes from: file and line.")
     attends: str = Field(description="The token its layer's heads, averaged, attend to most.")
     similarity: float | None = Field(
@@ -296,3 +307,6 @@ class SearchAnswer(BaseModel):
     tokens: list[str] = Field(description="The input's tokens (empty for a word search).")
     neighbours: list[CorpusToken]
     histogram: list[tuple[str, int]] = Field(description="The neighbours' relations and counts, most first.")
+    pos_histogram: list[tuple[str, int]] = Field(
+        description="The neighbours' part-of-speech tags and counts, most first."
+    )

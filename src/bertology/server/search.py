@@ -4,9 +4,10 @@ token of the current input, from an index folder that ``bertology index`` wrote
 
 - ``POST /api/search/info``: whether there is an index, and its model, layers and size;
 - ``POST /api/search/input``: the tokens of a typed input and, for one of them, its nearest corpus tokens at
-  a layer, each with its context, relation and the token its layer attends to most, and a histogram of the
-  neighbours' relations;
-- ``POST /api/search/word``: corpus tokens whose word is the given text.
+  a layer, each with its context, relation, part of speech and the token its layer attends to most, and
+  histograms of the neighbours' relations and parts of speech (exBERT's summary);
+- ``POST /api/search/word``: corpus tokens whose word is the given text;
+- ``POST /api/search/token``: the nearest corpus tokens of a corpus token (e.g. one a word search found).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import numpy as np
 from fastapi import APIRouter, Request
 
 from bertology.errors import BertologyError
@@ -24,10 +26,18 @@ from bertology.server.schemas import (
     SearchAnswer,
     SearchInfo,
     SearchInputRequest,
+    SearchTokenRequest,
     SearchWordRequest,
 )
 from bertology.server.workers import ModelWorkers
-from bertology.token_index import TokenIndex, query_vectors, relation_histogram
+from bertology.token_index import TokenIndex, histogram, query_vectors
+
+
+def _neighbours(index: TokenIndex, vector: np.ndarray, layer: int, k: int) -> dict[str, Any]:
+    """The answer for the ``k`` corpus tokens nearest to ``vector`` [d] at ``layer``."""
+    rows, similarities = index.search(vector, layer, k)
+    keep = rows[0] < len(index)  # fewer indexed tokens than k
+    return _answer(index, rows[0][keep].tolist(), similarities[0][keep].round(4).tolist(), layer)
 
 
 def _answer(
@@ -37,7 +47,11 @@ def _answer(
         index.describe(row, layer) | {"similarity": similarity}
         for row, similarity in zip(rows, similarities, strict=True)
     ]
-    return {"neighbours": described, "histogram": relation_histogram(described)}
+    return {
+        "neighbours": described,
+        "histogram": histogram(described, "relation"),
+        "pos_histogram": histogram(described, "pos"),
+    }
 
 
 def search_routes(
@@ -84,16 +98,12 @@ def search_routes(
         def job(model: LoadedModel) -> dict[str, Any]:
             tokens, vectors = query_vectors(model, body.text, body.layer, max_tokens)
             if body.token is None:
-                return {"tokens": tokens, "neighbours": [], "histogram": []}
+                return {"tokens": tokens} | _answer(found, [], [], body.layer)
             if body.token >= len(tokens):
                 raise RequestError(
                     422, f"The input has {len(tokens)} tokens; there is no token {body.token}."
                 )
-            rows, similarities = found.search(vectors[body.token], body.layer, body.k)
-            keep = rows[0] < len(found)  # fewer indexed tokens than k
-            return {"tokens": tokens} | _answer(
-                found, rows[0][keep].tolist(), similarities[0][keep].round(4).tolist(), body.layer
-            )
+            return {"tokens": tokens} | _neighbours(found, vectors[body.token], body.layer, body.k)
 
         return SearchAnswer.model_validate(await workers.run(found.model, job, request))
 
@@ -105,6 +115,20 @@ def search_routes(
         def job() -> dict[str, Any]:
             rows = found.find_word(body.word, body.k)
             return {"tokens": []} | _answer(found, rows, [None] * len(rows), body.layer)
+
+        return SearchAnswer.model_validate(await anyio.to_thread.run_sync(job))
+
+    @router.post("/api/search/token")
+    async def search_token(body: SearchTokenRequest) -> SearchAnswer:
+        """The corpus tokens nearest to corpus token ``row`` at ``layer``, by its stored vector (so itself
+        among them, at similarity 1)."""
+        found = opened(body.layer)
+        if body.row >= len(found):
+            raise RequestError(422, f"The index has {len(found)} tokens; there is no token {body.row}.")
+
+        def job() -> dict[str, Any]:
+            vector = found.vectors(np.array([body.row]), body.layer)[0]
+            return {"tokens": []} | _neighbours(found, vector, body.layer, body.k)
 
         return SearchAnswer.model_validate(await anyio.to_thread.run_sync(job))
 

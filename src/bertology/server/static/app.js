@@ -2,35 +2,11 @@
 // textContent (never as markup); views arrive as whole pages shown in a sandboxed srcdoc iframe.
 "use strict";
 
-const $ = (id) => document.getElementById(id);
+// $, setState and callApi come from common.js.
 let models = [];
 let shown = null; // the input whose view and statistics are on the page
 let viewRequest = 0; // number of the latest view request; older answers are dropped
 let statistics = null;
-
-function setState(state, message) {
-  document.body.dataset.state = state;
-  $("status").textContent = message || "";
-  $("status").classList.toggle("error", state === "error");
-}
-
-async function callApi(path, body, expect) {
-  const response = await fetch(path, {
-    method: body === undefined ? "GET" : "POST",
-    headers: body === undefined ? {} : { "Content-Type": "application/json" },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  if (!response.ok) {
-    let message = `${response.status} ${response.statusText}`;
-    try {
-      message = (await response.json()).error || message;
-    } catch (ignored) {
-      // not JSON: keep the status line
-    }
-    throw new Error(message);
-  }
-  return expect === "text" ? response.text() : response.json();
-}
 
 function fillNumbers(select, count, keep) {
   select.replaceChildren();

@@ -1,11 +1,11 @@
-// The explorer page of an analysis folder (/explore?run=PATH). Every text from the server (token
-// origins, labels, paths) is inserted with textContent, never as markup; example views arrive as whole
-// pages shown in sandboxed srcdoc iframes, as on the main page.
+// The explorer page of an analysis folder (/explore?run=PATH; without ?run= it lists the analysis runs to
+// open). Every text from the server (token origins, labels, paths) is inserted with textContent, never as
+// markup; example views arrive as whole pages shown in sandboxed srcdoc iframes, as on the main page.
 "use strict";
 
-const $ = (id) => document.getElementById(id);
+// $, setState and callApi come from common.js.
 const SVG = "http://www.w3.org/2000/svg";
-const run = new URLSearchParams(location.search).get("run") || "";
+const run = new URLSearchParams(location.search).get("run"); // null: no run chosen
 const LABEL_COLOURS = {
   word_pieces: "#9467bd", other_sentence: "#8c564b", same_word: "#e377c2", next: "#ff7f0e",
   previous: "#2ca02c", delimiters: "#d62728", broad: "#1f77b4", none: "#9aa0a6",
@@ -14,28 +14,6 @@ let analysis = null;
 let selected = null; // [layer, head]
 let nearest = [];
 let headRequest = 0; // number of the latest head request; older answers are dropped
-
-function setState(state, message) {
-  document.body.dataset.state = state;
-  $("status").textContent = message || "";
-  $("status").classList.toggle("error", state === "error");
-}
-
-async function post(path, body, expect) {
-  const response = await fetch(path, {
-    method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
-  });
-  if (!response.ok) {
-    let message = `${response.status} ${response.statusText}`;
-    try {
-      message = (await response.json()).error || message;
-    } catch (ignored) {
-      // not JSON: keep the status line
-    }
-    throw new Error(message);
-  }
-  return expect === "text" ? response.text() : response.json();
-}
 
 const number = (value, digits = 3) => (typeof value === "number" ? value.toFixed(digits) : "–");
 
@@ -232,7 +210,7 @@ async function showExamples(detail, request) {
   const theme = matchMedia("(prefers-color-scheme: dark)").matches ? "dark" : "light";
   for (const frame of box.querySelectorAll("iframe")) {
     const body = { run, layer: detail.layer, head: detail.head, rank: Number(frame.dataset.rank), theme };
-    const html = await post("/api/explore/example", body, "text");
+    const html = await callApi("/api/explore/example", body, "text");
     if (request !== headRequest) return;
     frame.srcdoc = html;
   }
@@ -243,7 +221,7 @@ async function selectHead(layer, head) {
   selected = [layer, head];
   setState("busy", `Loading head ${headName(layer, head)}…`);
   try {
-    const detail = await post("/api/explore/head", { run, layer, head });
+    const detail = await callApi("/api/explore/head", { run, layer, head });
     if (request !== headRequest) return;
     nearest = detail.nearest;
     markSelection();
@@ -289,12 +267,43 @@ function showSummary() {
   }
 }
 
+/** No run chosen: the analysis runs of the runs folder, each a link to its explorer page. */
+async function listAnalysisRuns() {
+  $("analysis-view").hidden = true;
+  $("run-picker").hidden = false;
+  $("report-link").hidden = true;
+  try {
+    const answer = await callApi("/api/runs");
+    const analyses = answer.runs.filter((entry) => entry.explore);
+    $("run-picker-root").textContent = !answer.root
+      ? "No runs folder (start the server with --runs DIR to explore `bertology analyze` outputs)."
+      : analyses.length
+        ? `Analysis runs in ${answer.root}; open one to explore its heads:`
+        : `No analysis runs in ${answer.root} yet (bertology analyze CORPUS -o ${answer.root}/NAME).`;
+    $("run-picker-list").replaceChildren(...analyses.map((entry) => {
+      const item = document.createElement("li");
+      const link = document.createElement("a");
+      link.href = entry.explore;
+      link.textContent = entry.path || "(the runs folder itself)";
+      item.append(link);
+      return item;
+    }));
+    setState("idle", "");
+  } catch (error) {
+    setState("error", `Could not list the runs: ${error.message}`);
+  }
+}
+
 async function start() {
+  if (run === null) {
+    await listAnalysisRuns();
+    return;
+  }
   addEventListener("message", sizeFrames);
   $("colour").addEventListener("change", redraw);
   $("report-link").href = `/runs/${run.split("/").map(encodeURIComponent).join("/")}${run ? "/" : ""}report.html`;
   try {
-    analysis = await post("/api/explore/analysis", { run });
+    analysis = await callApi("/api/explore/analysis", { run });
     document.title = `bertology explorer: ${analysis.summary.model || run}`;
     showSummary();
     redraw();

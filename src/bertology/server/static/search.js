@@ -1,19 +1,11 @@
 // Corpus search on the explorer page (bertology serve --index DIR): the tokens of a typed input, and for
-// a clicked token its nearest corpus tokens. Every text from the server goes in with textContent.
+// a clicked token its nearest corpus tokens; any corpus token listed (a word search's hit, a neighbour)
+// can be clicked to become the query in turn. Every text from the server goes in with textContent.
 "use strict";
 
 (() => {
-  const byId = (id) => document.getElementById(id);
+  const byId = (id) => document.getElementById(id);  // callApi comes from common.js
   let tokens = [];
-
-  async function ask(path, body) {
-    const response = await fetch(path, {
-      method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
-    });
-    const answer = await response.json().catch(() => ({}));
-    if (!response.ok) throw new Error(answer.error || `${response.status} ${response.statusText}`);
-    return answer;
-  }
 
   const layer = () => Number(byId("search-layer").value);
   const status = (text) => { byId("search-status").textContent = text; };
@@ -26,7 +18,13 @@
       entry.className = "neighbour";
       const head = document.createElement("div");
       const similarity = typeof item.similarity === "number" ? ` · similarity ${item.similarity.toFixed(3)}` : "";
-      head.textContent = `${item.token} · ${item.relation || "no relation"} · attends to ${item.attends}${similarity}`;
+      const token = document.createElement("button");
+      token.type = "button";
+      token.className = "corpus-token";
+      token.title = "Search the corpus tokens nearest to this one";
+      token.textContent = item.token;
+      token.addEventListener("click", () => searchCorpusToken(item));
+      head.append(token, ` · ${item.pos || "no POS"} · ${item.relation || "no relation"} · attends to ${item.attends}${similarity}`);
       const context = document.createElement("div");
       context.className = "context";
       item.context.forEach((word, position) => {
@@ -45,23 +43,45 @@
       entry.append(head, context, origin);
       list.append(entry);
     }
-    const table = byId("relation-histogram");
+    fillHistogram(byId("relation-histogram"), answer.histogram);
+    fillHistogram(byId("pos-histogram"), answer.pos_histogram);
+    status(`${answer.neighbours.length} corpus tokens.`);
+  }
+
+  function fillHistogram(table, counts) {
     table.replaceChildren();
-    for (const [relation, count] of answer.histogram) {
+    for (const [value, count] of counts) {
       const row = table.insertRow();
-      row.insertCell().textContent = relation;
+      row.insertCell().textContent = value;
       row.insertCell().textContent = String(count);
     }
-    status(`${answer.neighbours.length} corpus tokens.`);
+  }
+
+  function selectInputToken(position) {
+    for (const [index, button] of [...byId("search-tokens").children].entries()) {
+      button.classList.toggle("selected", index === position);
+    }
+  }
+
+  /** A listed corpus token becomes the query: its nearest corpus tokens, by its stored vector. */
+  async function searchCorpusToken(item) {
+    status("Searching…");
+    selectInputToken(-1);
+    byId("search-query").textContent =
+      `Query: corpus token “${item.token}” in “${item.context.join(" ")}” (${item.origin}).`;
+    try {
+      showFound(await callApi("/api/search/token", { row: item.row, layer: layer() }));
+    } catch (error) {
+      status(`Search failed: ${error.message}`);
+    }
   }
 
   async function search(position) {
     status("Searching…");
-    for (const [index, button] of [...byId("search-tokens").children].entries()) {
-      button.classList.toggle("selected", index === position);
-    }
+    selectInputToken(position);
+    byId("search-query").textContent = `Query: input token “${tokens[position]}”.`;
     try {
-      showFound(await ask("/api/search/input", { text: byId("search-text").value, layer: layer(), token: position }));
+      showFound(await callApi("/api/search/input", { text: byId("search-text").value, layer: layer(), token: position }));
     } catch (error) {
       status(`Search failed: ${error.message}`);
     }
@@ -70,7 +90,7 @@
   async function showTokens(event) {
     event.preventDefault();
     try {
-      tokens = (await ask("/api/search/input", { text: byId("search-text").value, layer: layer() })).tokens;
+      tokens = (await callApi("/api/search/input", { text: byId("search-text").value, layer: layer() })).tokens;
     } catch (error) {
       status(`Could not read the input: ${error.message}`);
       return;
@@ -88,8 +108,10 @@
 
   async function findWord(event) {
     event.preventDefault();
+    selectInputToken(-1);
+    byId("search-query").textContent = `Occurrences of “${byId("search-word").value}” (click one for its neighbours).`;
     try {
-      showFound(await ask("/api/search/word", { word: byId("search-word").value, layer: layer() }));
+      showFound(await callApi("/api/search/word", { word: byId("search-word").value, layer: layer() }));
     } catch (error) {
       status(`Search failed: ${error.message}`);
     }
@@ -98,7 +120,7 @@
   async function start() {
     let info;
     try {
-      info = await ask("/api/search/info", {});
+      info = await callApi("/api/search/info", {});
     } catch (error) {
       return;
     }
