@@ -291,3 +291,31 @@ def test_relative_depth_lines_up_models_of_different_depth() -> None:
     np.testing.assert_allclose(relative_depth(2), [0.25, 0.75])
     np.testing.assert_allclose(relative_depth(4)[[0, 3]], [0.125, 0.875])
     np.testing.assert_allclose(relative_depth(6)[2] * 2, relative_depth(12)[4] + relative_depth(12)[5])
+
+
+@pytest.mark.filterwarnings("ignore::bertology.errors.TruncationWarning")  # the tiny model takes 64 tokens
+def test_two_decoders_compare_token_by_token(corpus: Path, tmp_path: Path) -> None:
+    """Two causal decoders with one tokenizer (a tiny Llama and a perturbed copy): every head pair's distance
+    equals an independent per-row JS divergence of their captured causal attention."""
+    first = load_model(save_tiny_model("llama", tmp_path))
+    perturbed = copy.deepcopy(first.model)
+    torch.manual_seed(3)
+    with torch.no_grad():
+        for parameter in perturbed.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.2)
+    second = wrap_model(perturbed, first.tokenizer, "llama-perturbed")
+    comparison = compare_models(first, second, corpus, limit=2, js_tokens_per_segment=None)
+    assert comparison.level == "token"
+    heads = first.num_layers * first.num_heads
+    total, tokens = np.zeros((heads, heads)), 0
+    for segment in list(iter_segments(corpus, first.tokenizer))[:2]:
+        rows = []
+        for model in (first, second):
+            probs = capture(segment.text_a, segment.text_b, model=model).probs  # [layers, heads, n, n]
+            assert np.allclose(np.triu(probs, 1), 0.0)  # causal: no weight on later tokens
+            rows.append(probs.reshape(heads, *probs.shape[-2:]))
+        total += np.array([[js_divergence_rows(a, b).sum() for b in rows[1]] for a in rows[0]])
+        tokens += rows[0].shape[-1]
+    np.testing.assert_allclose(comparison.matching.distance, total / tokens, atol=2e-5)
+    assert comparison.query_units == tokens
+    assert np.diag(comparison.matching.distance).min() > 1e-4  # the perturbed copy attends differently

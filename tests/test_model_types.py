@@ -23,7 +23,8 @@ from bertology.models import LoadedModel
 from bertology.views.build import view_data
 
 TEXTS = ["Unbelievably, the quick brown fox jumps over the lazy dog.", "I went to the store."]
-SECOND = "At the store, I bought fresh strawberries."
+#: Short enough that the pair (TEXTS[0], SECOND) fits the tiny models' 62-64 positions untruncated.
+SECOND = "I bought figs."
 #: A text short enough for the 8-token sliding windows of the tiny Mistral and Gemma 2 / 3.
 SHORT = "The cat sat."
 
