@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Self
 
 import numpy as np
@@ -109,6 +109,10 @@ class TokenRoles:
     def is_pair(self) -> bool:
         return bool(self.segment_ids.max(initial=0) > 0)
 
+    def roles(self) -> dict[str, Any]:
+        """These fields by name (to describe the same input in another :class:`TokenRoles` subclass)."""
+        return {field.name: getattr(self, field.name) for field in fields(TokenRoles)}
+
 
 @dataclass(frozen=True)
 class InputDescription(TokenRoles):
@@ -120,8 +124,8 @@ class InputDescription(TokenRoles):
     model_name: str
 
     @classmethod
-    def of_input(cls, encoded: EncodedBatch, index: int, model_name: str, **fields: Any) -> Self:
-        """Input ``index`` of ``encoded`` described, with the subclass's own ``fields``."""
+    def of_input(cls, encoded: EncodedBatch, index: int, model_name: str, **own: Any) -> Self:
+        """Input ``index`` of ``encoded`` described, with the subclass's ``own`` fields."""
         return cls(
             tokens=encoded.tokens[index],
             segment_ids=encoded.segment_ids[index],
@@ -131,7 +135,7 @@ class InputDescription(TokenRoles):
             word_segments=encoded.word_segments[index],
             truncated=encoded.truncated[index],
             model_name=model_name,
-            **fields,
+            **own,
         )
 
 

@@ -262,13 +262,8 @@ class AnalysisRun:
         example = examples[rank]
         tokens = example.tokens
         attention = Attention(
+            **tokens.roles(),
             probs=example.probs[None, None],
-            tokens=tokens.tokens,
-            segment_ids=tokens.segment_ids,
-            special=tokens.special,
-            word_ids=tokens.word_ids,
-            words=tokens.words,
-            word_segments=tokens.word_segments,
             queries=None,
             keys=None,
             scaling=np.full(1, np.nan),
