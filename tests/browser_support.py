@@ -4,13 +4,39 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bertology.server.serve import bind, make_server, url_of
 from bertology.views.page import render_page
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+@contextmanager
+def serving(app: Any) -> Iterator[str]:
+    """The web ``app`` served on a free loopback port in a thread for the block: yields its base URL once
+    the server has started, and stops it afterwards."""
+    sock = bind("127.0.0.1", 0)
+    server = make_server(app)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started:
+            assert time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.05)
+        yield url_of(sock)
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
 READY = "() => window.bertology && (window.bertology.ready || window.bertology.error !== null)"
 
 # Pixels that differ from the canvas's most common pixel (its background: transparent for the line and

@@ -64,6 +64,19 @@ def tiny_model_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]
 
 
 @pytest.fixture(scope="session")
+def loaded_types(tiny_model_dirs: dict[str, Path]) -> Callable[[str], LoadedModel]:
+    """``load(model_type)``: the tiny model of that type, loaded once per session."""
+    cache: dict[str, LoadedModel] = {}
+
+    def load(model_type: str) -> LoadedModel:
+        if model_type not in cache:
+            cache[model_type] = bertology.load_model(tiny_model_dirs[model_type])
+        return cache[model_type]
+
+    return load
+
+
+@pytest.fixture(scope="session")
 def sample_corpus_head(tmp_path_factory: pytest.TempPathFactory) -> Callable[[int], Path]:
     """``head(count)``: a corpus file holding the sample corpus's first ``count`` lines."""
 

@@ -5,20 +5,17 @@ search."""
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from browser_support import ViewPage
+from browser_support import ViewPage, serving
 from test_explorer import PER_HEAD, write_analysis
 
 from bertology.analysis.examples import EXAMPLES_FILE, HeadExamples
 from bertology.models import LoadedModel
 from bertology.server import create_app
-from bertology.server.serve import bind, make_server, url_of
 from bertology.token_index import build_index
 
 pytestmark = pytest.mark.browser
@@ -33,17 +30,8 @@ def live(
     runs = tmp_path_factory.mktemp("explorer_browser")
     write_analysis(sample_corpus_head(12), default_model, runs / "my analysis")
     index = build_index(sample_corpus_head(4), runs / "index", model=default_model, layers=[5], threads=1)
-    sock = bind("127.0.0.1", 0)
-    server = make_server(create_app([default_model], runs=runs, index=index.folder))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.05)
-    yield url_of(sock), runs / "my analysis"
-    server.should_exit = True
-    thread.join(10)
+    with serving(create_app([default_model], runs=runs, index=index.folder)) as url:
+        yield url, runs / "my analysis"
 
 
 def test_clicking_a_head_on_the_map_draws_its_examples(chromium_browser: Any, live: tuple[str, Path]) -> None:

@@ -16,6 +16,7 @@ from tiny_models import SINGLE_STACK_TYPES
 from transformers import AutoModel
 
 import bertology
+from bertology import long_capture
 from bertology.analyze import analyze_corpus
 from bertology.capture import accepted_inputs, capture, capture_long_batch
 from bertology.errors import BertologyError
@@ -39,18 +40,6 @@ QK_TYPES = [
     for name in SINGLE_STACK_TYPES
     if MODEL_TYPES[name].route == "interface" and not MODEL_TYPES[name].no_neuron_view
 ]
-
-
-@pytest.fixture(scope="module")
-def loaded_types(tiny_model_dirs: dict[str, Path]) -> Callable[[str], LoadedModel]:
-    cache: dict[str, LoadedModel] = {}
-
-    def load(model_type: str) -> LoadedModel:
-        if model_type not in cache:
-            cache[model_type] = bertology.load_model(tiny_model_dirs[model_type])
-        return cache[model_type]
-
-    return load
 
 
 def _eager_attentions(directory: Path, loaded: LoadedModel, encoded: object) -> np.ndarray:
@@ -193,3 +182,28 @@ def test_statistics_are_equal_between_the_chunked_and_the_full_path(
         np.testing.assert_allclose(chunked.patterns.scores[name], values, rtol=1e-5, atol=1e-6, err_msg=name)
     assert chunked.distances.tokens == full.distances.tokens
     np.testing.assert_allclose(chunked.distances.js_sum, full.distances.js_sum, rtol=1e-4, atol=1e-5)
+
+
+def test_the_last_layer_runs_no_fused_attention(
+    tiny_model_dirs: dict[str, Path],
+    loaded_types: Callable[[str], LoadedModel],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The pass ends at the last layer's attention, so only the layers before it run the fused kernel; the
+    last layer's rows, computed from its queries and keys, are still the model's own."""
+    loaded = loaded_types("bert")
+    calls: list[int] = []
+    fused = long_capture.sdpa_attention_forward
+
+    def counted(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        return fused(*args, **kwargs)
+
+    monkeypatch.setattr(long_capture, "sdpa_attention_forward", counted)
+    batch = capture_long_batch(TEXTS, SECOND, model=loaded)
+    assert len(calls) == loaded.num_layers - 1
+    expected = _eager_attentions(tiny_model_dirs["bert"], loaded, batch.encoded)
+    last = loaded.num_layers - 1
+    for index, attention in enumerate(batch):
+        n = len(attention.tokens)
+        np.testing.assert_allclose(attention.block(last), expected[index, last, :, :n, :n], atol=1e-5)

@@ -29,18 +29,6 @@ SECOND = "I bought figs."
 SHORT = "The cat sat."
 
 
-@pytest.fixture(scope="module")
-def loaded_types(tiny_model_dirs: dict[str, Path]) -> Callable[[str], LoadedModel]:
-    cache: dict[str, LoadedModel] = {}
-
-    def load(model_type: str) -> LoadedModel:
-        if model_type not in cache:
-            cache[model_type] = bertology.load_model(tiny_model_dirs[model_type])
-        return cache[model_type]
-
-    return load
-
-
 def test_the_table_covers_every_tiny_model_and_says_why_a_neuron_view_is_refused() -> None:
     assert set(MODEL_TYPES) == {*SINGLE_STACK_TYPES, "bart", "t5"}
     assert set(GENERATIVE_ARCHITECTURES) <= set(MODEL_TYPES)

@@ -4,19 +4,17 @@ corpus's own sentences, and their parts of speech; a word search's hit, clicked,
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import conllu
 import pytest
+from browser_support import serving
 from playwright.sync_api import expect
 
 from bertology.models import LoadedModel
 from bertology.server import create_app
-from bertology.server.serve import bind, make_server, url_of
 from bertology.token_index import build_index
 
 pytestmark = pytest.mark.browser
@@ -49,17 +47,8 @@ def live(
     corpus = folder / "ewt-head.conllu"
     corpus.write_text("\n\n".join(text.split("\n\n")[:SENTENCES]) + "\n\n", encoding="utf-8")
     build_index(corpus, folder / "index", model=default_model, layers=[2, 5], threads=1)
-    sock = bind("127.0.0.1", 0)
-    server = make_server(create_app([default_model], index=folder / "index"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.05)
-    yield url_of(sock), corpus
-    server.should_exit = True
-    thread.join(10)
+    with serving(create_app([default_model], index=folder / "index")) as url:
+        yield url, corpus
 
 
 def test_clicking_a_token_lists_corpus_neighbours_in_their_context(

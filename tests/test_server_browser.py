@@ -4,18 +4,15 @@ text, and the page breaks no rule of its Content-Security-Policy."""
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from browser_support import ViewPage
+from browser_support import ViewPage, serving
 from playwright.sync_api import Error as PlaywrightError
 
 from bertology.models import LoadedModel
 from bertology.server import create_app
-from bertology.server.serve import bind, make_server, url_of
 
 pytestmark = pytest.mark.browser
 
@@ -28,17 +25,8 @@ def live_url(default_model: LoadedModel, tmp_path_factory: pytest.TempPathFactor
     runs = tmp_path_factory.mktemp("browser_runs")
     (runs / "deps").mkdir()
     (runs / "deps" / "report.html").write_text("<!DOCTYPE html><title>Dependency probe</title><h1>Deps</h1>")
-    sock = bind("127.0.0.1", 0)
-    server = make_server(create_app([default_model], runs=runs))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.05)
-    yield url_of(sock)
-    server.should_exit = True
-    thread.join(10)
+    with serving(create_app([default_model], runs=runs)) as url:
+        yield url
 
 
 class AppPage:

@@ -6,8 +6,6 @@ full-resolution block arrives from ``POST /api/attention`` whenever the window o
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from browser_support import ViewPage, open_view
+from browser_support import ViewPage, open_view, serving
 from transformers import AutoTokenizer, BertConfig, BertModel
 
 import bertology
@@ -195,60 +193,51 @@ def test_the_web_app_draws_the_windows_full_resolution_block(
 ) -> None:
     from bertology.server import create_app
     from bertology.server.limits import Limits
-    from bertology.server.serve import bind, make_server, url_of
 
-    sock = bind("127.0.0.1", 0)
-    server = make_server(create_app([long_model], limits=Limits(max_tokens=TOKENS)))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
+    app = create_app([long_model], limits=Limits(max_tokens=TOKENS))
     context = chromium_browser.new_context(viewport={"width": 1280, "height": 900})
-    try:
-        deadline = time.monotonic() + 30
-        while not server.started:
-            assert time.monotonic() < deadline, "the server did not start"
-            time.sleep(0.05)
-        page = context.new_page()
-        asked: list[str] = []
-        page.on("request", lambda request: asked.append(request.url))
-        page.goto(url_of(sock) + "/")
-        page.wait_for_selector("body[data-state=idle]", timeout=30_000)
-        page.fill("#text", LONG_TEXT)
-        page.click("#show")
-        frame = page.locator("#view-frame").element_handle().content_frame()
-        view = ViewPage(page=frame, url="about:srcdoc")
+    with serving(app) as url:
+        try:
+            page = context.new_page()
+            asked: list[str] = []
+            page.on("request", lambda request: asked.append(request.url))
+            page.goto(url + "/")
+            page.wait_for_selector("body[data-state=idle]", timeout=30_000)
+            page.fill("#text", LONG_TEXT)
+            page.click("#show")
+            frame = page.locator("#view-frame").element_handle().content_frame()
+            view = ViewPage(page=frame, url="about:srcdoc")
 
-        def wait_for_block(layer: int) -> None:
-            """Until the window's full-resolution block of ``layer`` is drawn (polled: the frame may be
-            out of view, where a browser gives no animation frames)."""
-            full = f"s.full && s.full.start === s.window.start && s.full.layer === {layer}"
-            state = "const b = window.bertology; const s = b && b.ready && b.state()"
-            check = f"() => {{ {state}; return s && {full}; }}"
-            frame.wait_for_function(check, timeout=60_000, polling=100)
+            def wait_for_block(layer: int) -> None:
+                """Until the window's full-resolution block of ``layer`` is drawn (polled: the frame may be
+                out of view, where a browser gives no animation frames)."""
+                full = f"s.full && s.full.start === s.window.start && s.full.layer === {layer}"
+                state = "const b = window.bertology; const s = b && b.ready && b.state()"
+                check = f"() => {{ {state}; return s && {full}; }}"
+                frame.wait_for_function(check, timeout=60_000, polling=100)
 
-        wait_for_block(0)
-        frame.select_option("#bt-layer", "1")  # another layer gets its own block
-        wait_for_block(1)
-        assert view.state()["window"]["start"] == 0
-        # A row whose window holds more drawable weights (code >= 1) than its top-16 over all keys has:
-        # the page alone draws only those, the full block every one.
-        whole = long_attention.block(1, slice(0, 256))  # [heads, 256, n]
-        drawable = np.round(whole[:, :, :256] * 255) > 0
-        top = np.argsort(whole, -1)[..., -16:]
-        more = drawable.sum(-1) - (top < 256).sum(-1)
-        head, row = np.unravel_index(int(more.argmax()), more.shape)
-        assert more[head, row] > 0
-        drawn = _drawn_row(view, int(head), int(row))
-        np.testing.assert_allclose(drawn, whole[head, row, :256], atol=CODE_ERROR)
-        assert (drawn > 0).sum() == drawable[head, row].sum()
-        frame.click("#bt-window-on")  # the moved window gets its own block
-        wait_for_block(1)
-        start, stop = view.state()["window"]["start"], view.state()["window"]["stop"]
-        assert start == 128 and sum("/api/attention" in url for url in asked) >= 3
-        rows = long_attention.block(1, slice(start, stop), slice(start, stop), heads=[2])[0]
-        row = int(rows.max(-1).argmax())
-        np.testing.assert_allclose(_drawn_row(view, 2, row), rows[row], atol=CODE_ERROR)
-        page.wait_for_selector("#stats:not([hidden])", timeout=60_000)  # no computation left running
-    finally:
-        context.close()
-        server.should_exit = True
-        thread.join(10)
+            wait_for_block(0)
+            frame.select_option("#bt-layer", "1")  # another layer gets its own block
+            wait_for_block(1)
+            assert view.state()["window"]["start"] == 0
+            # A row whose window holds more drawable weights (code >= 1) than its top-16 over all keys has:
+            # the page alone draws only those, the full block every one.
+            whole = long_attention.block(1, slice(0, 256))  # [heads, 256, n]
+            drawable = np.round(whole[:, :, :256] * 255) > 0
+            top = np.argsort(whole, -1)[..., -16:]
+            more = drawable.sum(-1) - (top < 256).sum(-1)
+            head, row = np.unravel_index(int(more.argmax()), more.shape)
+            assert more[head, row] > 0
+            drawn = _drawn_row(view, int(head), int(row))
+            np.testing.assert_allclose(drawn, whole[head, row, :256], atol=CODE_ERROR)
+            assert (drawn > 0).sum() == drawable[head, row].sum()
+            frame.click("#bt-window-on")  # the moved window gets its own block
+            wait_for_block(1)
+            start, stop = view.state()["window"]["start"], view.state()["window"]["stop"]
+            assert start == 128 and sum("/api/attention" in url for url in asked) >= 3
+            rows = long_attention.block(1, slice(start, stop), slice(start, stop), heads=[2])[0]
+            row = int(rows.max(-1).argmax())
+            np.testing.assert_allclose(_drawn_row(view, 2, row), rows[row], atol=CODE_ERROR)
+            page.wait_for_selector("#stats:not([hidden])", timeout=60_000)  # no computation left running
+        finally:
+            context.close()

@@ -160,7 +160,8 @@ class _HeadPredictor:
         self.between = UnitMaps(
             unit, most, self.mode, select=torch.from_numpy(select), dtype=torch.float32, device=self.device
         )
-        self.examples = UnitMaps(unit[self.kept_rows], most, self.mode, device=self.device)
+        kept = unit[self.kept_rows]
+        self.examples = UnitMaps(kept, most, self.mode, device=self.device) if len(kept) else None
         self.lengths = torch.tensor([len(words) for words in encoded.words])
         self.layers: list[torch.Tensor] = []
         self.kept: list[torch.Tensor] = []
@@ -169,7 +170,7 @@ class _HeadPredictor:
     def add(self, probs: torch.Tensor) -> None:
         """One layer's probs [batch, heads, n, n]: each head's predictions, the examples' word attention."""
         self.layers.append(predictions(self.between(probs), self.lengths))  # [2, batch, heads, w]
-        if len(self.kept_rows):
+        if self.examples is not None:
             self.kept.append(self.examples(probs[self.kept_rows.to(probs.device)]).float().cpu())
 
 
