@@ -15,9 +15,18 @@ import pytest
 REPOSITORY = Path(__file__).resolve().parents[1]
 
 
+#: Values of $CI that mean "not CI" (as CI services and shells write false); anything else set means CI.
+NOT_CI = frozenset({"", "0", "false", "no", "off"})
+
+
+def under_ci() -> bool:
+    """Whether $CI says this run is CI: set to anything but a value of :data:`NOT_CI` (any case)."""
+    return os.environ.get("CI", "").strip().lower() not in NOT_CI
+
+
 def missing(what: str) -> None:
     """Fail under $CI (a real-data test that skips in CI is a defect), skip elsewhere."""
-    if os.environ.get("CI"):
+    if under_ci():
         pytest.fail(f"{what} (CI must run every real-data test)")
     pytest.skip(what)
 
@@ -42,8 +51,20 @@ def ewt_dev(shared_data: Path) -> Path:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     """Under $CI no test may skip: a skip is reported as a failure that gives the skip's reason."""
     outcome = yield
-    report = outcome.get_result()
-    if os.environ.get("CI") and report.skipped and not hasattr(report, "wasxfail"):
+    _fail_a_skip_under_ci(outcome.get_result())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Iterator[None]:
+    """Under $CI no module may skip at collection either (a module-level ``pytest.importorskip`` or
+    ``pytest.skip(allow_module_level=True)``): reported as a collection error that gives the reason."""
+    outcome = yield
+    _fail_a_skip_under_ci(outcome.get_result())
+
+
+def _fail_a_skip_under_ci(report: pytest.TestReport | pytest.CollectReport) -> None:
+    """Turn ``report`` into a failure giving the skip's reason, when it is a skip (not an xfail) under $CI."""
+    if under_ci() and report.skipped and not hasattr(report, "wasxfail"):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome = "failed"
         report.longrepr = f"skipped in CI, which must run every test: {reason}"

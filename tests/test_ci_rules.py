@@ -18,15 +18,31 @@ def test_skips():
 """
 
 
+#: A module that skips itself while it is collected, beside a test that passes.
+SKIPPED_MODULE = """
+import pytest
+
+pytest.importorskip("no_such_module")
+
+def test_never_collected():
+    pass
+"""
+
+
 def _run(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, ci: bool, data: Path
+    pytester: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    ci: bool | str,
+    data: Path,
+    suite: str = SUITE,
 ) -> pytest.RunResult:
-    if ci:
-        monkeypatch.setenv("CI", "true")
-    else:
+    """Run ``suite`` under the plugin with $CI set to ``ci`` (True: "true", False: unset)."""
+    if ci is False:
         monkeypatch.delenv("CI", raising=False)
+    else:
+        monkeypatch.setenv("CI", "true" if ci is True else ci)
     monkeypatch.setenv("BERTOLOGY_DATA", str(data))
-    pytester.makepyfile(test_suite=SUITE)
+    pytester.makepyfile(test_suite=suite, test_passing="def test_passes():\n    pass\n")
     return pytester.runpytest("-p", "ci_rules", "-q")
 
 
@@ -34,18 +50,45 @@ def test_under_ci_a_skip_and_missing_data_fail(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     result = _run(pytester, monkeypatch, ci=True, data=pytester.path / "absent")
-    result.assert_outcomes(failed=1, errors=1)
+    result.assert_outcomes(passed=1, failed=1, errors=1)
     result.stdout.fnmatch_lines(["*skipped in CI, which must run every test*no reason to run*"])
     result.stdout.fnmatch_lines(["*shared data folder*absent*CI must run every real-data test*"])
 
 
 def test_outside_ci_they_skip(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    _run(pytester, monkeypatch, ci=False, data=pytester.path / "absent").assert_outcomes(skipped=2)
+    absent = pytester.path / "absent"
+    _run(pytester, monkeypatch, ci=False, data=absent).assert_outcomes(passed=1, skipped=2)
+
+
+@pytest.mark.parametrize("value", ["false", "False", "0", "no", "off", ""])
+def test_ci_values_that_mean_false_are_not_ci(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    absent = pytester.path / "absent"
+    _run(pytester, monkeypatch, ci=value, data=absent).assert_outcomes(passed=1, skipped=2)
+
+
+@pytest.mark.parametrize("value", ["true", "1", "yes", "github-actions"])
+def test_a_module_skipped_at_collection_fails_under_ci(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    result = _run(pytester, monkeypatch, ci=value, data=pytester.path, suite=SKIPPED_MODULE)
+    result.assert_outcomes(errors=1)  # a collection error stops the run before any test
+    assert result.ret != 0
+    result.stdout.fnmatch_lines(["*skipped in CI, which must run every test*no_such_module*"])
+
+
+def test_a_module_skipped_at_collection_skips_outside_ci(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = _run(pytester, monkeypatch, ci=False, data=pytester.path, suite=SKIPPED_MODULE)
+    result.assert_outcomes(passed=1, skipped=1)
+    assert result.ret == 0
 
 
 def test_bertology_data_names_the_folder(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     data = pytester.mkdir("data")
-    _run(pytester, monkeypatch, ci=True, data=data).assert_outcomes(passed=1, failed=1)
+    _run(pytester, monkeypatch, ci=True, data=data).assert_outcomes(passed=2, failed=1)
 
 
 #: A string literal naming the data folder by one machine's absolute path to a ``shared/data``.
