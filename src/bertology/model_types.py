@@ -1,12 +1,22 @@
-"""The one table of model types bertology supports: what each is, how its attention is captured, and
-which features it has.
+"""The one table of model types bertology supports, :data:`MODEL_TYPES`: one record per type saying what
+it is, how its attention is captured, where its layers and attention projections are, and which features
+it has.
 
 Keyed by ``config.model_type``. Each :class:`ModelType` gives a display name, the kind (encoder,
 decoder, encoder-decoder), the capture route (``"interface"``: transformers' ``AttentionInterface``,
 recorded by :mod:`bertology.hook`; ``"module"``: models that compute attention in their own code,
-recorded by :mod:`bertology.module_capture`) and, where the neuron view cannot be shown honestly, why.
-The other features follow from the kind and from :mod:`bertology.anatomy` (:func:`features`).
-Types bertology knows and refuses on purpose are in :data:`REFUSED`, each with its reason.
+recorded by :mod:`bertology.module_capture`), where the neuron view cannot be shown honestly, why, and,
+for the encoders whose heads can be gated, removed and weighed, the :class:`Layout` of their modules
+(read by :mod:`bertology.anatomy`). The other features follow from the kind and the layout
+(:func:`features`). Types bertology knows and refuses on purpose are in :data:`REFUSED`, each with its
+reason.
+
+Every ``nn.Linear`` stores its weight as ``[out_features, in_features]``. A layer's query, key and value
+features are ``head_dim`` output rows per head of a projection: their own ``Linear`` (head ``h`` owns rows
+``h * head_dim .. (h + 1) * head_dim``), or one fused ``Linear`` (:class:`Fused`) with q, k and v stacked
+(ModernBERT's ``Wqkv``: all heads' q rows, then k, then v) or interleaved per head (DeBERTa's
+``in_proj``: head ``h``'s q, k and v rows together). The output projection takes the heads' outputs,
+concatenated, as input: head ``h`` owns columns ``h * head_dim .. (h + 1) * head_dim``.
 """
 
 from __future__ import annotations
@@ -16,7 +26,6 @@ from typing import Literal
 
 from transformers import PretrainedConfig
 
-from bertology.anatomy import describes
 from bertology.errors import BertologyError
 from bertology.module_capture import ModuleRoute, bert_style_queries_keys, rotary_queries_keys
 
@@ -32,6 +41,61 @@ KIND_PHRASES: dict[ModelKind, str] = {
 
 _RELATIVE = "adds relative-position terms to q·k, so q·k alone does not give its attention"
 
+#: How a fused projection orders its rows: ``"stacked"`` (q of every head, then k, then v) or
+#: ``"interleaved"`` (q, k, v of head 0, then of head 1, ...).
+FusedOrder = Literal["stacked", "interleaved"]
+
+
+@dataclass(frozen=True)
+class Fused:
+    """One ``Linear`` computing q, k and v (path from the layer), in ``order``; ``biases``: names of
+    separate ``[heads * head_dim]`` parameters of the attention module added to q, k, v (or ``None``)."""
+
+    path: str
+    order: FusedOrder
+    biases: tuple[str | None, str | None, str | None] = (None, None, None)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where one encoder type keeps its layers and attention projections, as module paths.
+
+    layers: from the base model to the ``ModuleList`` of layers (ALBERT: its layer groups).
+    attention: from a layer to its self-attention module (holds the head size; its head count is kept
+        up to date by pruning). qkv: from a layer to the query, key and value ``Linear``\\ s, or one
+        fused one. output: from a layer to the output projection.
+    per_head: from a layer to further projections with ``head_dim`` rows per head, present or not
+        depending on the config (DeBERTa's relative-position projections); pruning slices them too.
+    head_argument: index of a positional argument of the attention module holding per-head values
+        ``[batch, heads, query, key]`` computed once for all layers (MPNet's relative position bias).
+    """
+
+    layers: str
+    attention: str
+    qkv: tuple[str, str, str] | Fused
+    output: str
+    per_head: tuple[str, ...] = ()
+    head_argument: int | None = None
+
+
+def _separate(
+    attention: str, names: tuple[str, str, str] = ("query", "key", "value")
+) -> tuple[str, str, str]:
+    """Paths of the query, key and value ``Linear``\\ s named ``names`` inside ``attention``."""
+    query, key, value = (f"{attention}.{name}" for name in names)
+    return query, key, value
+
+
+def _projections_layout(attention: str, names: tuple[str, str, str, str], layers: str = "layers") -> Layout:
+    """The layout of a type whose four projections are children ``names`` of its attention module."""
+    query, key, value, output = names
+    return Layout(layers, attention, _separate(attention, (query, key, value)), f"{attention}.{output}")
+
+
+#: BERT's layout: ``encoder.layer[i].attention.self.{query,key,value}`` and ``.attention.output.dense``.
+_BERT = Layout("encoder.layer", "attention.self", _separate("attention.self"), "attention.output.dense")
+_SELF_ATTN = _projections_layout("self_attn", ("q_proj", "k_proj", "v_proj", "o_proj"))
+
 
 @dataclass(frozen=True)
 class ModelType:
@@ -41,45 +105,78 @@ class ModelType:
     ``"encoder-decoder"``. module_route: for models that compute attention in their own code, how to
     read it (:class:`~bertology.module_capture.ModuleRoute`); ``None`` for the ``AttentionInterface``.
     no_neuron_view: why the neuron view (q, k and q·k) would not show this type's attention honestly
-    (a phrase after the model's name), or ``""`` where it does.
+    (a phrase after the model's name), or ``""`` where it does. layout: where its layers and attention
+    projections are, for the types with head gates, ablation, importance, pruning and norm-based
+    weights; ``None`` for the others.
     """
 
     name: str
     kind: ModelKind = "encoder"
     module_route: ModuleRoute | None = None
     no_neuron_view: str = ""
+    layout: Layout | None = None
 
     @property
     def route(self) -> Route:
         return "interface" if self.module_route is None else "module"
 
 
-def _encoders(**names: str) -> dict[str, ModelType]:
-    return {model_type.replace("_", "-"): ModelType(name) for model_type, name in names.items()}
+def _bert_layout(**names: str) -> dict[str, ModelType]:
+    """Encoders with BERT's layout whose attention goes through the ``AttentionInterface``, by type."""
+    return {model_type.replace("_", "-"): ModelType(name, layout=_BERT) for model_type, name in names.items()}
 
 
 MODEL_TYPES: dict[str, ModelType] = {
     # Encoders whose attention goes through the AttentionInterface.
-    **_encoders(bert="BERT", roberta="RoBERTa", xlm_roberta="XLM-RoBERTa", albert="ALBERT"),
-    **_encoders(distilbert="DistilBERT", electra="ELECTRA", camembert="CamemBERT", ernie="ERNIE"),
-    **_encoders(data2vec_text="Data2Vec-Text", xmod="X-MOD", xlm_roberta_xl="XLM-RoBERTa-XL"),
-    "roc_bert": ModelType("RoCBert"),
-    "modernbert": ModelType("ModernBERT"),
-    "nomic_bert": ModelType("Nomic BERT"),
-    "gte": ModelType("GTE"),
-    "mobilebert": ModelType("MobileBERT"),
+    **_bert_layout(bert="BERT", roberta="RoBERTa", xlm_roberta="XLM-RoBERTa", electra="ELECTRA"),
+    **_bert_layout(camembert="CamemBERT", ernie="ERNIE", data2vec_text="Data2Vec-Text", xmod="X-MOD"),
+    **_bert_layout(xlm_roberta_xl="XLM-RoBERTa-XL"),
+    "roc_bert": ModelType("RoCBert", layout=_BERT),
+    "mobilebert": ModelType("MobileBERT", layout=_BERT),
+    "albert": ModelType("ALBERT", layout=Layout(
+        "encoder.albert_layer_groups", "albert_layers.0.attention",
+        _separate("albert_layers.0.attention"), "albert_layers.0.attention.dense",
+    )),
+    "distilbert": ModelType("DistilBERT", layout=_projections_layout(
+        "attention", ("q_lin", "k_lin", "v_lin", "out_lin"), layers="transformer.layer"
+    )),
+    "modernbert": ModelType(
+        "ModernBERT", layout=Layout("layers", "attn", Fused("attn.Wqkv", "stacked"), "attn.Wo")
+    ),
+    "nomic_bert": ModelType("Nomic BERT", layout=_SELF_ATTN),
+    "gte": ModelType("GTE", layout=_SELF_ATTN),
     # Encoders that compute attention in their own code.
     "deberta": ModelType(
-        "DeBERTa", module_route=ModuleRoute("DisentangledSelfAttention"), no_neuron_view=_RELATIVE
+        "DeBERTa", module_route=ModuleRoute("DisentangledSelfAttention"), no_neuron_view=_RELATIVE,
+        layout=Layout(
+            "encoder.layer", "attention.self",
+            Fused("attention.self.in_proj", "interleaved", biases=("q_bias", None, "v_bias")),
+            "attention.output.dense", per_head=("attention.self.pos_proj", "attention.self.pos_q_proj"),
+        ),
     ),
     "deberta-v2": ModelType(
-        "DeBERTa-v2/v3", module_route=ModuleRoute("DisentangledSelfAttention"), no_neuron_view=_RELATIVE
+        "DeBERTa-v2/v3", module_route=ModuleRoute("DisentangledSelfAttention"), no_neuron_view=_RELATIVE,
+        layout=Layout(
+            "encoder.layer", "attention.self",
+            _separate("attention.self", ("query_proj", "key_proj", "value_proj")),
+            "attention.output.dense",
+            per_head=("attention.self.pos_key_proj", "attention.self.pos_query_proj"),
+        ),
     ),
-    "mpnet": ModelType("MPNet", module_route=ModuleRoute("MPNetSelfAttention"), no_neuron_view=_RELATIVE),
+    "mpnet": ModelType(
+        "MPNet", module_route=ModuleRoute("MPNetSelfAttention"), no_neuron_view=_RELATIVE,
+        layout=Layout(
+            "encoder.layer", "attention.attn", _separate("attention.attn", ("q", "k", "v")),
+            "attention.attn.o", head_argument=2,
+        ),
+    ),
     "megatron-bert": ModelType(
-        "Megatron-BERT", module_route=ModuleRoute("MegatronBertSelfAttention", bert_style_queries_keys)
+        "Megatron-BERT", module_route=ModuleRoute("MegatronBertSelfAttention", bert_style_queries_keys),
+        layout=_BERT,
     ),
-    "roformer": ModelType("RoFormer", module_route=ModuleRoute("RoFormerSelfAttention", rotary_queries_keys)),
+    "roformer": ModelType(
+        "RoFormer", module_route=ModuleRoute("RoFormerSelfAttention", rotary_queries_keys), layout=_BERT
+    ),
     # Decoders (causal self-attention).
     "gpt2": ModelType("GPT-2", "decoder"),
     "llama": ModelType("Llama", "decoder"),
@@ -116,10 +213,10 @@ FEATURES = ("views", "neuron view", "analysis", "probes", "interventions", "norm
 def features(model_type: str) -> dict[str, bool]:
     """Which of :data:`FEATURES` a supported ``model_type`` has: every type has the head and model views;
     corpus analysis works on encoders and decoders (single texts, future keys skipped); probes on
-    encoders; interventions (head gates, ablation, importance, pruning) and norm-based weights where
-    :mod:`bertology.anatomy` describes the layers and projections."""
+    encoders; interventions (head gates, ablation, importance, pruning) and norm-based weights where the
+    record has a :class:`Layout`."""
     entry = MODEL_TYPES[model_type]
-    described = entry.kind != "encoder-decoder" and describes(model_type)
+    described = entry.layout is not None
     return {
         "views": True,
         "neuron view": entry.kind != "encoder-decoder" and not entry.no_neuron_view,
