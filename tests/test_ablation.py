@@ -14,7 +14,6 @@ from torch.nn.functional import cross_entropy
 from transformers import BertForMaskedLM
 from typer.testing import CliRunner
 
-from bertology.capture import accepted_inputs
 from bertology.cli import app
 from bertology.inputs import encode
 from bertology.interventions.ablation import _sweep_full_passes, _sweep_reusing, ablation_sweep
@@ -65,7 +64,7 @@ def labelled(loaded: LoadedModel, texts: list[str]) -> LabelledTexts:
     """``texts`` labelled with the model's own predictions with every head (baseline accuracy 1)."""
     encoded = encode(loaded.tokenizer, texts, max_length=loaded.max_length)
     with torch.inference_mode():
-        logits = loaded.model(**accepted_inputs(loaded, encoded)).logits
+        logits = loaded.model(**loaded.model_inputs(encoded)).logits
     return LabelledTexts(texts, None, logits.argmax(-1).numpy())
 
 
@@ -107,7 +106,7 @@ def test_importance_equals_finite_differences(tiny_model_dirs: dict[str, Path]) 
     layers, heads, step = loaded.num_layers, loaded.num_heads, 1e-5
     expected = np.zeros((layers, heads))
     for text, label in zip(data.texts, data.labels, strict=True):
-        inputs = accepted_inputs(loaded, encode(loaded.tokenizer, [text], max_length=64))
+        inputs = loaded.model_inputs(encode(loaded.tokenizer, [text], max_length=64))
 
         def loss(gates: torch.Tensor, inputs: dict[str, torch.Tensor] = inputs, label: int = label) -> float:
             with torch.inference_mode(), head_gates(loaded, gates):
@@ -147,7 +146,7 @@ def _category_means(loaded: LoadedModel, texts: list[str], labels: np.ndarray) -
     """[layers, heads, 3] mean |dL/dA| to [SEP], punctuation and other keys, from the attentions that
     transformers returns with ``output_attentions=True``."""
     encoded = encode(loaded.tokenizer, texts, max_length=loaded.max_length)
-    outputs = loaded.model(**accepted_inputs(loaded, encoded), output_attentions=True)
+    outputs = loaded.model(**loaded.model_inputs(encoded), output_attentions=True)
     loss = cross_entropy(outputs.logits, torch.as_tensor(labels), reduction="sum")
     gradients = torch.stack(torch.autograd.grad(loss, outputs.attentions), dim=1).abs()  # [B, L, H, N, N]
     sums, counts = np.zeros((loaded.num_layers, loaded.num_heads, 3)), np.zeros(3)

@@ -19,7 +19,6 @@ from transformers import AutoModel, DebertaConfig, DebertaModel, FunnelConfig, F
 
 import bertology
 from bertology.anatomy import attention_parts, described_types, describes
-from bertology.capture import accepted_inputs
 from bertology.classify import predict_logits
 from bertology.errors import BertologyError
 from bertology.inputs import encode
@@ -64,7 +63,7 @@ def layer_module(model: nn.Module, model_type: str, layer: int, path: str) -> nn
 
 
 def model_inputs(loaded: LoadedModel, texts: list[str]) -> dict[str, torch.Tensor]:
-    return accepted_inputs(loaded, encode(loaded.tokenizer, texts, max_length=loaded.max_length))
+    return loaded.model_inputs(encode(loaded.tokenizer, texts, max_length=loaded.max_length))
 
 
 def hidden_states(loaded: LoadedModel) -> torch.Tensor:

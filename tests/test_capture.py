@@ -13,7 +13,6 @@ from tiny_models import ARCHITECTURES
 from transformers import AutoModel
 
 import bertology
-from bertology.capture import accepted_inputs
 from bertology.models import LoadedModel
 
 PAIRS = [
@@ -80,7 +79,7 @@ def test_capture_stops_the_pass_after_the_last_attention(
     captured = len(calls)
     calls.clear()
     with torch.no_grad():
-        loaded.model(**accepted_inputs(loaded, batch.encoded))
+        loaded.model(**loaded.model_inputs(batch.encoded))
     assert batch.probs.shape[1] == loaded.num_layers
     assert len(calls) % loaded.num_layers == 0 and len(calls) > 0
     assert captured == len(calls) // loaded.num_layers * (loaded.num_layers - 1)

@@ -12,7 +12,6 @@ import pytest
 import torch
 from torch import nn
 
-from bertology.capture import accepted_inputs
 from bertology.errors import BertologyError
 from bertology.inputs import encode
 from bertology.interventions.gates import gate_values, head_gates
@@ -36,7 +35,7 @@ def hidden_states(loaded: LoadedModel) -> torch.Tensor:
     """[batch, tokens, hidden] last hidden states of :data:`TEXTS`."""
     encoded = encode(loaded.tokenizer, TEXTS, max_length=loaded.max_length)
     with torch.inference_mode():
-        return loaded.model(**accepted_inputs(loaded, encoded)).last_hidden_state
+        return loaded.model(**loaded.model_inputs(encoded)).last_hidden_state
 
 
 def zeroed_copy(loaded: LoadedModel, layers: list[int], head: int) -> LoadedModel:
@@ -113,7 +112,7 @@ def test_gates_are_differentiable(tiny_model_dirs: dict[str, Path]) -> None:
     gates = torch.ones(loaded.num_layers, loaded.num_heads, requires_grad=True)
     encoded = encode(loaded.tokenizer, TEXTS, max_length=loaded.max_length)
     with head_gates(loaded, gates):
-        output = loaded.model(**accepted_inputs(loaded, encoded)).last_hidden_state
+        output = loaded.model(**loaded.model_inputs(encoded)).last_hidden_state
     (gradient,) = torch.autograd.grad(output.square().sum(), gates)
     assert gradient.shape == (loaded.num_layers, loaded.num_heads)
     assert bool((gradient != 0).all())

@@ -18,7 +18,7 @@ from transformers import AutoModel
 import bertology
 from bertology import long_capture
 from bertology.analyze import analyze_corpus
-from bertology.capture import accepted_inputs, capture, capture_long_batch
+from bertology.capture import capture, capture_long_batch
 from bertology.errors import BertologyError
 from bertology.long_capture import LongAttention
 from bertology.model_types import MODEL_TYPES
@@ -46,7 +46,7 @@ def _eager_attentions(directory: Path, loaded: LoadedModel, encoded: object) -> 
     """[batch, layers, heads, N, N]: the model's own eager ``output_attentions``, loaded afresh."""
     reference = AutoModel.from_pretrained(directory, attn_implementation="eager").eval()
     with torch.no_grad():
-        outputs = reference(**accepted_inputs(loaded, encoded), output_attentions=True)
+        outputs = reference(**loaded.model_inputs(encoded), output_attentions=True)
     return torch.stack(outputs.attentions, dim=1).numpy()
 
 

@@ -17,7 +17,7 @@ from transformers import AutoConfig, AutoModel
 
 import bertology
 from bertology.analyze import analyze_corpus
-from bertology.capture import accepted_inputs, stream_batch
+from bertology.capture import stream_batch
 from bertology.model_types import FEATURES, MODEL_TYPES, REFUSED, features
 from bertology.models import LoadedModel
 from bertology.views.build import view_data
@@ -63,7 +63,7 @@ def test_capture_equals_output_attentions_and_streams_views_and_analyses(
 
     reference = AutoModel.from_pretrained(tiny_model_dirs[model_type], attn_implementation="eager").eval()
     with torch.no_grad():
-        outputs = reference(**accepted_inputs(loaded, batch.encoded), output_attentions=True)
+        outputs = reference(**loaded.model_inputs(batch.encoded), output_attentions=True)
     expected = torch.stack(outputs.attentions, dim=1)
     assert batch.probs.shape == expected.shape
     assert batch.probs.shape[1:3] == (loaded.num_layers, loaded.num_heads)

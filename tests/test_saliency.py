@@ -11,7 +11,6 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from bertology.capture import accepted_inputs
 from bertology.cli import app
 from bertology.errors import BertologyError
 from bertology.inputs import encode
@@ -60,7 +59,7 @@ def test_gradient_and_gradient_x_input(sst2_classifier: LoadedModel) -> None:
     loaded = wrap_model(copy.deepcopy(sst2_classifier.model).double(), sst2_classifier.tokenizer, "float64")
     explanation = explain(loaded, text, steps=4)
     target = list(loaded.model.config.id2label.values()).index(explanation.label)
-    inputs = accepted_inputs(loaded, encode(loaded.tokenizer, [text], max_length=64))
+    inputs = loaded.model_inputs(encode(loaded.tokenizer, [text], max_length=64))
     with torch.no_grad():
         x = loaded.model.get_input_embeddings()(inputs["input_ids"])
     assert target_logit(loaded, x, inputs, target) == pytest.approx(explanation.logit, abs=1e-5)

@@ -15,7 +15,7 @@ import torch
 from transformers import AutoModel
 
 import bertology
-from bertology.capture import _encode, accepted_inputs, capture
+from bertology.capture import _encode, capture
 from bertology.errors import BertologyError
 from bertology.long_capture import LongAttention
 from bertology.views import head_view, model_view, neuron_view
@@ -31,7 +31,7 @@ def _eager(directory: Path, attention: LongAttention, loaded: bertology.LoadedMo
     encoded = _encode(loaded, [TEXT], None, None, None)
     reference = AutoModel.from_pretrained(directory, attn_implementation="eager").eval()
     with torch.no_grad():
-        outputs = reference(**accepted_inputs(loaded, encoded), output_attentions=True)
+        outputs = reference(**loaded.model_inputs(encoded), output_attentions=True)
     n = len(attention.tokens)
     return torch.stack(outputs.attentions, dim=1)[0, :, :, :n, :n].numpy()
 

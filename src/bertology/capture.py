@@ -10,7 +10,6 @@ statistics) that also yields one :class:`Attention` per input, ``capture_long_ba
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -138,18 +137,6 @@ class AttentionBatch:
         return (self[index] for index in range(len(self)))
 
 
-def accepted_inputs(loaded: LoadedModel, encoded: EncodedBatch) -> dict[str, torch.Tensor]:
-    """The encoded tensors the model's forward takes (DistilBERT takes no token_type_ids; a model with one
-    token type or none, such as GTE, gets none either: the tokenizer's pair token types would overflow its
-    embedding, and without them the model uses its only type)."""
-    parameters = inspect.signature(loaded.model.forward).parameters
-    if getattr(loaded.model.config, "type_vocab_size", 2) < 2:
-        parameters = {name: value for name, value in parameters.items() if name != "token_type_ids"}
-    return {
-        name: tensor.to(loaded.device) for name, tensor in encoded.model_inputs.items() if name in parameters
-    }
-
-
 def _encode(
     loaded: LoadedModel,
     texts: Sequence[Text],
@@ -226,7 +213,7 @@ def _capture_probs(loaded: LoadedModel, encoded: EncodedBatch, qk: bool, weights
         torch.inference_mode(),
         recording(keep_qk=qk, weighting=weighting, stop_after=loaded.num_layers) as recorder,
     ):
-        loaded.model(**accepted_inputs(loaded, encoded))
+        loaded.model(**loaded.model_inputs(encoded))
     calls = recorder.calls
     return AttentionBatch(
         probs=torch.stack([call.probs for call in calls], dim=1),
@@ -264,7 +251,7 @@ def stream_batch(
         torch.inference_mode(),
         recording(consume=consumer(encoded), weighting=weighting, stop_after=model.num_layers),
     ):
-        model.model(**accepted_inputs(model, encoded))
+        model.model(**model.model_inputs(encoded))
     return encoded
 
 
@@ -310,7 +297,7 @@ def _record_queries_keys(
         torch.inference_mode(),
         recording(override=QueryKeyRecording(consume, qk_dtype), stop_after=loaded.num_layers),
     ):
-        loaded.model(**accepted_inputs(loaded, encoded))
+        loaded.model(**loaded.model_inputs(encoded))
 
 
 def capture_long_batch(

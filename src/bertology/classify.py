@@ -11,7 +11,6 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from bertology.capture import accepted_inputs
 from bertology.inputs import encode
 from bertology.models import LoadedModel
 
@@ -44,7 +43,7 @@ def predict_logits(
                     None if texts_b is None else texts_b[start:stop],
                     max_length=limit,
                 )
-                logits = loaded.model(**accepted_inputs(loaded, encoded)).logits
+                logits = loaded.model(**loaded.model_inputs(encoded)).logits
                 chunks.append(logits.float().cpu().numpy())
                 if progress is not None:
                     progress(len(encoded))

@@ -8,6 +8,7 @@ Face hub name or a local directory and goes to transformers with ``attn_implemen
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 import threading
@@ -31,6 +32,7 @@ from transformers.utils import logging as transformers_logging
 from bertology.devices import resolve_device, resolve_dtype
 from bertology.errors import BertologyError
 from bertology.hook import route_attention_through_capture
+from bertology.inputs import EncodedBatch
 from bertology.model_store import PACKAGED_MODELS, packaged_model_path
 from bertology.model_types import KIND_PHRASES, MODEL_TYPES, ModelKind, ModelType, supported_type
 from bertology.module_capture import hook_attention_modules
@@ -109,6 +111,19 @@ class LoadedModel:
     def dtype(self) -> torch.dtype:
         """The precision of the model's weights and forward pass (its first parameter's)."""
         return next(self.model.parameters()).dtype
+
+    def model_inputs(self, encoded: EncodedBatch) -> dict[str, torch.Tensor]:
+        """The tensors of ``encoded`` that the model's forward takes, on the model's device (DistilBERT
+        takes no token_type_ids; a model with one token type or none, such as GTE, gets none either: the
+        tokenizer's pair token types would overflow its embedding, and without them the model uses its
+        only type). Each: ``[batch, tokens]``."""
+        parameters = set(inspect.signature(self.model.forward).parameters)
+        if getattr(self.model.config, "type_vocab_size", 2) < 2:
+            parameters.discard("token_type_ids")
+        device = self.device
+        return {
+            name: tensor.to(device) for name, tensor in encoded.model_inputs.items() if name in parameters
+        }
 
 
 def _input_limit(config: object, tokenizer: PreTrainedTokenizerFast) -> int:

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from bertology.capture import accepted_inputs
 from bertology.errors import BertologyError
 from bertology.inputs import EncodedBatch, encode
 from bertology.models import LoadedModel
@@ -98,7 +97,7 @@ def batches(
             max_length=limit,
         )
         labels = torch.as_tensor(data.labels[rows], device=loaded.device)
-        yield Batch(accepted_inputs(loaded, encoded), encoded, labels, rows)
+        yield Batch(loaded.model_inputs(encoded), encoded, labels, rows)
 
 
 @contextmanager

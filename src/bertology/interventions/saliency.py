@@ -26,7 +26,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from bertology.capture import accepted_inputs
 from bertology.errors import BertologyError
 from bertology.inputs import Text, encode
 from bertology.interventions.data import eval_mode
@@ -117,7 +116,7 @@ def explain(
     encoded = encode(
         loaded.tokenizer, [text], None if text_b is None else [text_b], max_length=loaded.max_length
     )
-    inputs = accepted_inputs(loaded, encoded)
+    inputs = loaded.model_inputs(encoded)
     special = np.asarray(encoded.special[0], dtype=bool)
     embed = loaded.model.get_input_embeddings()
     with eval_mode(loaded), torch.enable_grad():

@@ -40,7 +40,6 @@ import numpy as np
 import torch
 from transformers import get_linear_schedule_with_warmup
 
-from bertology.capture import accepted_inputs
 from bertology.classify import accuracy, predict_logits
 from bertology.devices import resolve_dtype
 from bertology.errors import BertologyError, TruncationWarning
@@ -267,7 +266,7 @@ def _train_step(
         encoded = encode(loaded.tokenizer, texts, texts_b, max_length=max_length)
     targets = torch.tensor(labels, device=loaded.device)
     with precision.forward():
-        loss = loaded.model(**accepted_inputs(loaded, encoded), labels=targets).loss
+        loss = loaded.model(**loaded.model_inputs(encoded), labels=targets).loss
     scaler = precision.scaler
     scaler.scale(loss).backward()
     scaler.unscale_(optimizer)
