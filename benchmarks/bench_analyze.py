@@ -45,8 +45,8 @@ from bertology.analyze import (
     batch_texts,
     corpus_batches,
 )
+from bertology.attention import stream_batch
 from bertology.batching import iter_batches
-from bertology.capture import stream_batch
 from bertology.corpus import Segment, iter_segments
 from bertology.inputs import encode
 from bertology.models import default_model_path

@@ -140,7 +140,7 @@ def views_one(attention: object, tokens: int) -> dict[str, float | int | str]:
 
 def one(mode: str, tokens: int) -> dict[str, float | int | str]:
     """One measurement in this process (see the module docstring)."""
-    from bertology.capture import capture
+    from bertology.attention import capture
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
     loaded = _model()

@@ -24,7 +24,7 @@ import torch
 from transformers import BertConfig, BertModel
 
 import bertology
-from bertology.capture import Attention
+from bertology.attention import Attention
 from bertology.models import default_model_path, wrap_model
 
 OUT = Path(__file__).parent / "out"

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from bertology.capture import AttentionBatch
+from bertology.attention import AttentionBatch
 from bertology.inputs import EncodedBatch
 
 Word = str | Sequence[str]

@@ -23,7 +23,7 @@ from bertology.analyze import (
     corpus_batches,
     example_segments,
 )
-from bertology.capture import capture_batch
+from bertology.attention import capture_batch
 from bertology.corpus import Segment, iter_segments, sample_corpus
 from bertology.models import LoadedModel
 from bertology.report import save_analysis

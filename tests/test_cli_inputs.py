@@ -196,9 +196,10 @@ def test_importing_the_command_line_does_not_import_torch() -> None:
 
 def test_library_names_still_resolve_after_lazy_import() -> None:
     import bertology
-    import bertology.capture  # the submodule of the same name must not replace the function
+    import bertology.attention  # importing the submodule keeps the package's names
 
     assert callable(bertology.capture) and bertology.capture.__name__ == "capture"
+    assert bertology.capture is bertology.attention.capture
     assert bertology.load_model is load_model
 
 

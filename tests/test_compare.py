@@ -18,7 +18,7 @@ from transformers import BertConfig, BertModel
 from typer.testing import CliRunner
 
 from bertology.analysis.distances import js_cross_sums
-from bertology.capture import capture
+from bertology.attention import capture
 from bertology.cli import app
 from bertology.comparison import HeadMatching, compare_models, first_segment, word_rows
 from bertology.corpus import iter_segments

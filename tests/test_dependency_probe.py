@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bertology.capture import capture
+from bertology.attention import capture
 from bertology.errors import BertologyError
 from bertology.models import LoadedModel
 from bertology.probes import (

@@ -13,7 +13,7 @@ from synthetic_batches import attention_batch, from_targets, layout, random_atte
 
 import bertology
 from bertology.analysis import DistanceAccumulator, js_divergence_sums, mds_embedding
-from bertology.capture import AttentionBatch
+from bertology.attention import AttentionBatch
 from bertology.errors import BertologyError
 from bertology.models import LoadedModel
 

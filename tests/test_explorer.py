@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 from bertology.analysis.examples import EXAMPLES_FILE, HeadExamples, example_patterns
 from bertology.analysis.patterns import PATTERNS, PatternAccumulator
 from bertology.analyze import CorpusAnalysis, analyze_corpus, corpus_batches
-from bertology.capture import capture_batch
+from bertology.attention import capture_batch
 from bertology.errors import BertologyError, TruncationWarning
 from bertology.models import LoadedModel
 from bertology.report.analysis import save_analysis

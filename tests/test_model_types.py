@@ -17,7 +17,7 @@ from transformers import AutoConfig, AutoModel
 
 import bertology
 from bertology.analyze import analyze_corpus
-from bertology.capture import stream_batch
+from bertology.attention import stream_batch
 from bertology.model_types import FEATURES, MODEL_TYPES, REFUSED, features
 from bertology.models import LoadedModel
 from bertology.views.build import view_data

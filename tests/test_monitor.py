@@ -16,7 +16,7 @@ import torch
 import zarr
 from test_finetune import write_tiny_task
 
-from bertology.capture import capture_batch
+from bertology.attention import capture_batch
 from bertology.errors import BertologyError
 from bertology.models import LoadedModel, load_model
 from bertology.stats.surface import SURFACE_STATISTICS

@@ -28,7 +28,7 @@ from bertology.analysis import (
     PatternThresholds,
     label_heads,
 )
-from bertology.capture import Attention, AttentionBatch
+from bertology.attention import Attention, AttentionBatch
 from bertology.errors import BertologyError
 from bertology.models import LoadedModel
 from bertology.stats import SpecialTokens

@@ -19,7 +19,7 @@ from synthetic_batches import (
 )
 
 import bertology
-from bertology.capture import Attention, AttentionBatch
+from bertology.attention import Attention, AttentionBatch
 from bertology.errors import BertologyError
 from bertology.models import LoadedModel
 from bertology.stats import SURFACE_STATISTICS, SpecialTokens, SurfaceAccumulator, TokenRoles

@@ -18,7 +18,7 @@ from browser_support import ViewPage, open_view, write_page
 from tiny_models import save_tiny_model
 
 import bertology
-from bertology.capture import capture
+from bertology.attention import capture
 from bertology.capture_seq2seq import capture_seq2seq
 from bertology.models import LoadedModel
 from bertology.views import PageHTML, View, seq2seq_view

@@ -15,7 +15,7 @@ import torch
 from transformers import AutoModel
 
 import bertology
-from bertology.capture import _encode, capture
+from bertology.attention import _encode, capture
 from bertology.errors import BertologyError
 from bertology.long_capture import LongAttention
 from bertology.views import head_view, model_view, neuron_view
@@ -148,7 +148,7 @@ def test_the_reports_example_pages_build_from_long_captures(
     from bertology.report.analysis import save_analysis
 
     # The tiny model's segments of up to 64 tokens count as long, so the report captures them so.
-    monkeypatch.setattr(importlib.import_module("bertology.capture"), "LONG_INPUT_TOKENS", 8)
+    monkeypatch.setattr(importlib.import_module("bertology.attention"), "LONG_INPUT_TOKENS", 8)
     loaded = bertology.load_model(tiny_model_dirs["modernbert"])
     analysis = analyze_corpus(sample_corpus_head(6), loaded, limit=6, batch_size=3, max_length=64)
     report = save_analysis(analysis, loaded, tmp_path)
@@ -167,7 +167,7 @@ def test_view_command_reads_max_tokens_and_draws_the_long_view(
 
     from bertology.cli import app
 
-    monkeypatch.setattr(importlib.import_module("bertology.capture"), "LONG_INPUT_TOKENS", 8)
+    monkeypatch.setattr(importlib.import_module("bertology.attention"), "LONG_INPUT_TOKENS", 8)
     output = tmp_path / "view.html"
     arguments = ["view", TEXT, "--model", str(tiny_model_dirs["modernbert"]), "--max-tokens", "20"]
     result = CliRunner().invoke(app, [*arguments, "--query", "15", "-o", str(output)])
@@ -183,7 +183,7 @@ def test_the_api_answers_a_block_of_a_long_input(long_case: tuple, monkeypatch: 
 
     attention, eager, loaded = long_case
     n = len(attention.tokens)
-    monkeypatch.setattr(importlib.import_module("bertology.capture"), "LONG_INPUT_TOKENS", 8)
+    monkeypatch.setattr(importlib.import_module("bertology.attention"), "LONG_INPUT_TOKENS", 8)
     with TestClient(create_app([loaded])) as client:
         body = {"text": TEXT, "layer": 1, "rows": [n - 6, n - 1], "keys": [2, n]}
         answer = client.post("/api/attention", json=body)

@@ -17,7 +17,7 @@ from browser_support import ViewPage, open_view, serving
 from transformers import AutoTokenizer, BertConfig, BertModel
 
 import bertology
-from bertology.capture import capture
+from bertology.attention import capture
 from bertology.long_capture import LongAttention
 from bertology.models import default_model_path
 from bertology.views import head_view, model_view, neuron_view

@@ -19,7 +19,7 @@ from browser_support import ViewPage, open_view, write_page
 from tiny_models import ARCHITECTURES, save_tiny_model
 
 import bertology
-from bertology.capture import Attention
+from bertology.attention import Attention
 from bertology.capture_seq2seq import ATTENTION_SETS, capture_seq2seq
 from bertology.models import LoadedModel
 from bertology.views import seq2seq_view

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertology.capture import Attention, capture
+from bertology.attention import Attention, capture
 from bertology.errors import BertologyError
 from bertology.models import LoadedModel
 from bertology.words import WORD_MODES, UnitMaps, Units, WordAttention, WordMode, padded_units, word_attention

@@ -12,17 +12,17 @@ from bertology.errors import BertologyError, TruncationWarning
 from bertology.lazy_exports import export_lazily
 
 if TYPE_CHECKING:
-    from bertology.capture import Attention, AttentionBatch, capture, capture_batch, capture_long_batch
+    from bertology.attention import Attention, AttentionBatch, capture, capture_batch, capture_long_batch
     from bertology.long_capture import LongAttention, LongAttentionBatch
     from bertology.models import LoadedModel, load_model
     from bertology.views import View, head_view, model_view, neuron_view
 
 _HOMES = {
-    "Attention": "capture",
-    "AttentionBatch": "capture",
-    "capture": "capture",
-    "capture_batch": "capture",
-    "capture_long_batch": "capture",
+    "Attention": "attention",
+    "AttentionBatch": "attention",
+    "capture": "attention",
+    "capture_batch": "attention",
+    "capture_long_batch": "attention",
     "LongAttention": "long_capture",
     "LongAttentionBatch": "long_capture",
     "LoadedModel": "models",

@@ -29,8 +29,7 @@ from bertology.analysis.distances import (
     mds_embedding,
 )
 from bertology.analysis.patterns import HeadPatterns, PatternAccumulator
-from bertology.batching import PAD_MULTIPLE, SORT_WINDOW, length_sorted_batches
-from bertology.capture import (
+from bertology.attention import (
     AttentionBatch,
     CaptureMode,
     capture_batch,
@@ -38,6 +37,7 @@ from bertology.capture import (
     stream_long_batch,
     uses_queries_keys,
 )
+from bertology.batching import PAD_MULTIPLE, SORT_WINDOW, length_sorted_batches
 from bertology.corpus import Segment, iter_segments
 from bertology.errors import BertologyError, TruncationWarning
 from bertology.inputs import EncodedBatch, Text
@@ -147,7 +147,7 @@ def batch_texts(batch: list[Segment]) -> tuple[list[Text], list[Text | None]]:
     return [segment.text_a for segment in batch], [segment.text_b for segment in batch]
 
 
-#: On the query/key path (:func:`~bertology.capture.uses_queries_keys`), batches hold at most this many
+#: On the query/key path (:func:`~bertology.attention.uses_queries_keys`), batches hold at most this many
 #: tokens (``--batch-size`` is lowered to fit): the forward pass's boolean masks grow as batch x N².
 LONG_BATCH_TOKENS = 16_384
 
@@ -209,7 +209,7 @@ class CorpusAccumulators:
     :func:`bertology.allocator.keep_freed_memory`, as ``bertology analyze`` does. mode: ``"auto"``
     computes the statistics of segments over :data:`~bertology.long_capture.LONG_INPUT_TOKENS` tokens
     (the ``max_length`` of :meth:`add`) from queries and keys, block by block of at most ``chunk_bytes``
-    (:func:`~bertology.capture.uses_queries_keys`: peak memory linear in the tokens beyond one block);
+    (:func:`~bertology.attention.uses_queries_keys`: peak memory linear in the tokens beyond one block);
     ``"qk"`` always, ``"probs"`` never. Both paths give the same statistics. examples_per_head: the
     best segments kept per pattern and head for the stored examples (:mod:`bertology.analysis.examples`;
     0: none stored, the best one still kept for the report).

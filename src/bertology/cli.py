@@ -312,7 +312,7 @@ def relevance(
     beside the page: {model, tokens, formula, attention, rollout, flow}, each matrix [layers][n][n]
     (row: token at that layer's output, column: input token; flow rows not normalised)."""
     from bertology.analysis.relevance import RELEVANCE_METHODS, flow_pair_count
-    from bertology.capture import capture
+    from bertology.attention import capture
     from bertology.models import load_model
     from bertology.outputs import check_output_file
     from bertology.views.relevance import relevance_view

@@ -118,7 +118,7 @@ class TokenRoles:
 class InputDescription(TokenRoles):
     """One encoded input as the views and statistics read it: its :class:`TokenRoles`, the tokens cut to
     fit the model (``truncated``) and the model's label (``model_name``); what a capture of its attention
-    (:class:`~bertology.capture.Attention`, :class:`~bertology.long_capture.LongAttention`) extends."""
+    (:class:`~bertology.attention.Attention`, :class:`~bertology.long_capture.LongAttention`) extends."""
 
     truncated: int
     model_name: str

@@ -304,7 +304,7 @@ def pool_rows(into: torch.Tensor, start: int, block: torch.Tensor, bins: torch.T
 @dataclass(frozen=True)
 class LongAttention(InputDescription):
     """The attention of one long input, kept as its queries and keys (padding removed); the same
-    description of the input as :class:`~bertology.capture.Attention` (its
+    description of the input as :class:`~bertology.attention.Attention` (its
     :class:`~bertology.inputs.InputDescription`: tokens, segment ids, words, ...), with probabilities
     computed on demand.
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from bertology.capture import Attention, HeadGrid
+from bertology.attention import Attention, HeadGrid
 from bertology.errors import BertologyError
 from bertology.options import WordMode
 

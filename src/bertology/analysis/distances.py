@@ -26,7 +26,7 @@ from bertology.stats.base import SegmentCounter, check_same_shape
 if TYPE_CHECKING:
     import pandas as pd
 
-    from bertology.capture import AttentionBatch
+    from bertology.attention import AttentionBatch
 
 #: Probabilities are raised to at least this before taking logs; ``x ln x`` there is ~1e-28, i.e. 0.
 _TINY = 1e-30

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from bertology.analysis.patterns import PATTERNS, HeadPatterns
-from bertology.capture import capture_batch
+from bertology.attention import capture_batch
 from bertology.errors import BertologyError
 from bertology.inputs import TokenRoles
 
@@ -65,7 +65,7 @@ def example_patterns(patterns: HeadPatterns) -> np.ndarray:
 @dataclass(frozen=True)
 class SegmentTokens(TokenRoles):
     """What a view of one example segment shows: its tokens and their roles (:class:`TokenRoles`, as
-    :class:`~bertology.capture.Attention` holds them); origin: where the segment comes from (file name
+    :class:`~bertology.attention.Attention` holds them); origin: where the segment comes from (file name
     and lines)."""
 
     origin: str

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
     import pandas as pd
 
-    from bertology.capture import AttentionBatch
+    from bertology.attention import AttentionBatch
 
 #: Labels of heads that focus on particular keys, most specific first (this order breaks ties).
 FOCUSED_PATTERNS = ("word_pieces", "other_sentence", "same_word", "next", "previous", "delimiters")

@@ -60,7 +60,7 @@ from bertology.errors import BertologyError
 from bertology.options import FLOW_MAX_TOKENS
 
 if TYPE_CHECKING:
-    from bertology.capture import Attention
+    from bertology.attention import Attention
 
 RelevanceMethod = Literal["rollout", "flow"]
 RELEVANCE_METHODS: tuple[RelevanceMethod, ...] = ("rollout", "flow")

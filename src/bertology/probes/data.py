@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from bertology.attention import capture_batch, stream_batch
 from bertology.batching import length_sorted_batches
-from bertology.capture import capture_batch, stream_batch
 from bertology.errors import TruncationWarning
 from bertology.inputs import EncodedBatch
 from bertology.models import LoadedModel

@@ -7,7 +7,7 @@ of their attention rows, summed over the tokens of key word ``w`` (mean mode, as
 runs and keeps nothing else: where the model's attention is ``softmax(q·k * scaling + mask)``
 (:func:`~bertology.long_capture.long_input_refusal` is ``None``), the forward pass uses the fused kernel and
 the rows are recomputed from each layer's queries and keys (:meth:`LayerQueriesKeys.rows_at`); otherwise
-each layer's probabilities are streamed (:func:`~bertology.capture.stream_batch`) and dropped after the
+each layer's probabilities are streamed (:func:`~bertology.attention.stream_batch`) and dropped after the
 rows are taken from them. Either way, no ``[layers, heads, n, n]`` map is held.
 """
 
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from bertology.attention import stream_batch, stream_long_batch
 from bertology.batching import PAD_MULTIPLE
-from bertology.capture import stream_batch, stream_long_batch
 from bertology.errors import TruncationWarning
 from bertology.inputs import EncodedBatch
 from bertology.long_capture import LayerQueriesKeys, long_input_refusal

@@ -30,7 +30,7 @@ from bertology.analysis import patterns as patterns_module
 from bertology.analysis.examples import EXAMPLE_MAX_TOKENS, EXAMPLES_FILE, chosen_examples, collect_examples
 from bertology.analysis.patterns import PATTERN_DESCRIPTIONS, HeadPatterns, label_heads
 from bertology.analyze import CorpusAnalysis, example_segments
-from bertology.capture import capture
+from bertology.attention import capture
 from bertology.errors import BertologyError, TruncationWarning
 from bertology.norms import WEIGHT_DESCRIPTIONS
 from bertology.report import page, plots

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from bertology.analysis.patterns import PatternAccumulator
-from bertology.capture import capture, capture_batch
+from bertology.attention import capture, capture_batch
 from bertology.long_capture import LongAttention
 from bertology.models import LoadedModel
 from bertology.server.errors import RequestError

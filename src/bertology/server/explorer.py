@@ -32,7 +32,7 @@ import pandas as pd
 from bertology.analysis.distances import mds_embedding
 from bertology.analysis.examples import EXAMPLES_FILE, HeadExamples
 from bertology.analysis.patterns import PATTERN_DESCRIPTIONS
-from bertology.capture import Attention
+from bertology.attention import Attention
 from bertology.errors import BertologyError
 from bertology.server.errors import RequestError, shown
 from bertology.server.runs import ANALYSIS_FILE, RunsFolder

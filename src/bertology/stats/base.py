@@ -1,7 +1,7 @@
 """The streaming accumulator contract and the running sums the accumulators are built from.
 
 Every corpus statistic is an :class:`Accumulator`: ``update(batch)`` folds in one
-:class:`~bertology.capture.AttentionBatch`, ``merge(other)`` folds in another accumulator of the same
+:class:`~bertology.attention.AttentionBatch`, ``merge(other)`` folds in another accumulator of the same
 kind (e.g. from another worker), and ``result()`` gives the statistic. State is a few float64 arrays
 whose size depends on the model (layers x heads), never on the corpus, and merging the accumulators of
 two halves of a corpus gives the result of one pass over all of it.
@@ -25,7 +25,7 @@ from bertology.errors import BertologyError
 if TYPE_CHECKING:
     import pandas as pd
 
-    from bertology.capture import AttentionBatch
+    from bertology.attention import AttentionBatch
 
 ResultT = TypeVar("ResultT", covariant=True)
 

@@ -20,7 +20,7 @@ from torch.nn.functional import pad
 from bertology.errors import BertologyError
 
 if TYPE_CHECKING:
-    from bertology.capture import AttentionBatch
+    from bertology.attention import AttentionBatch
     from bertology.inputs import EncodedBatch
     from bertology.models import LoadedModel
 

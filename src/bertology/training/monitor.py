@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bertology.capture import AttentionBatch, capture_batch
+from bertology.attention import AttentionBatch, capture_batch
 from bertology.errors import BertologyError, TruncationWarning
 from bertology.models import LoadedModel
 from bertology.readers.glue import Split

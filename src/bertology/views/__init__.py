@@ -10,7 +10,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from bertology.capture import Attention, capture
+from bertology.attention import Attention, capture
 from bertology.capture_seq2seq import AttentionSetName, Seq2SeqAttention, capture_seq2seq
 from bertology.errors import BertologyError
 from bertology.inputs import Text

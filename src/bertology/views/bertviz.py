@@ -3,7 +3,7 @@
 BertViz draws ``head_view(attention=outputs.attentions, tokens=tokens)``: one ``[batch, heads, q, k]``
 tensor per layer, as every transformers model returns them with ``output_attentions=True``, and the
 token strings. This module checks such tensors (torch or numpy, per layer or stacked) and turns them
-into the :class:`~bertology.capture.Attention` a capture gives (so every view draws them as it draws a
+into the :class:`~bertology.attention.Attention` a capture gives (so every view draws them as it draws a
 capture, causal attention included), or, for an encoder-decoder's ``encoder_attention``,
 ``decoder_attention`` and ``cross_attention``, into the page data of the attention-set views.
 Nothing here depends on which model produced the tensors.
@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bertology.capture import Attention
+from bertology.attention import Attention
 from bertology.errors import BertologyError
 from bertology.options import AttentionSetName, Theme, ViewKind
 from bertology.views.build import (

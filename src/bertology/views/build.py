@@ -1,4 +1,4 @@
-"""Turn a captured :class:`~bertology.capture.Attention` (or an encoder-decoder's
+"""Turn a captured :class:`~bertology.attention.Attention` (or an encoder-decoder's
 :class:`~bertology.capture_seq2seq.Seq2SeqAttention`) into the data a view page draws."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from bertology.capture import Attention
+from bertology.attention import Attention
 from bertology.capture_seq2seq import AttentionSetName, Seq2SeqAttention
 from bertology.errors import BertologyError
 from bertology.options import Theme, ViewKind

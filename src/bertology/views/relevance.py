@@ -16,7 +16,7 @@ from bertology.analysis.relevance import (
     normalise_rows,
     relevance,
 )
-from bertology.capture import Attention
+from bertology.attention import Attention
 from bertology.views import View
 from bertology.views.build import Theme, view_data
 
