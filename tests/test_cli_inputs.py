@@ -115,11 +115,11 @@ def test_bad_input_is_one_sentence_naming_the_file(
 def test_coref_probe_on_gum_without_treebank_says_what_is_missing(
     shared_data: Path, default_model: LoadedModel
 ) -> None:
-    from bertology.probes.run import run_coreference
+    from bertology.probes.run import probe_coreference
 
     gum = shared_data / "gum_v5.1_sd" / "coref_conll"
     with pytest.raises(BertologyError) as caught:
-        run_coreference(gum, default_model, limit=1)
+        probe_coreference(gum, default_model, limit=1)
     message = str(caught.value)
     assert "without sentence breaks" in message and "--treebank" in message and "dep_stanford" in message
     assert "update it first" not in message
@@ -128,18 +128,18 @@ def test_coref_probe_on_gum_without_treebank_says_what_is_missing(
 def test_coref_file_without_documents_and_gap_file_without_examples(
     tmp_path: Path, default_model: LoadedModel
 ) -> None:
-    from bertology.probes.run import run_coreference, run_gap
+    from bertology.probes.run import probe_coreference, probe_gap
 
     comments = tmp_path / "comments.conll"
     comments.write_text("# only a comment\n", encoding="utf-8")
     with pytest.raises(BertologyError, match=r"comments\.conll has no coreference documents"):
-        run_coreference(comments, default_model)
+        probe_coreference(comments, default_model)
     header = tmp_path / "gap.tsv"
     columns = ["ID", "Text", "Pronoun", "Pronoun-offset", "A", "A-offset", "A-coref", "B", "B-offset"]
     columns += ["B-coref", "URL"]
     header.write_text("\t".join(columns) + "\n", encoding="utf-8")
     with pytest.raises(BertologyError, match=r"gap\.tsv has no GAP examples"):
-        run_gap(header, default_model)
+        probe_gap(header, default_model)
 
 
 # --- Choices, ranges and text: usage errors (exit 2) before anything is loaded -----------------
@@ -261,3 +261,140 @@ def test_analyze_into_a_folder_whose_plots_is_a_file_writes_nothing(
     assert f"{output / 'plots'} is a file where bertology writes a folder" in stderr
     assert sorted(path.name for path in output.iterdir()) == ["plots"]
     assert (output / "plots").read_text(encoding="utf-8") == "the user's file"
+
+
+# --- Option ranges and forms: usage errors answered before torch is imported ---------------------
+
+#: Values out of an option's range or of no form the option takes, and what the usage error says.
+OUT_OF_RANGE = [
+    (["explain", "run", "hi", "--steps", "100000000"], "less than or equal to 1000"),
+    (["analyze", "c.txt", "-o", "o", "--seed", "-1"], "greater than or equal to 0"),
+    (["analyze", "c.txt", "-o", "o", "--seed", "1" * 23], "less than or equal to 4294967295"),
+    (["compare", "a", "b", "-o", "o", "--seed", "4294967296"], "less than or equal to 4294967295"),
+    (["analyze", "c.txt", "-o", "o", "--limit", "1" * 38], "less than or equal to 9223372036854775807"),
+    (["analyze", "c.txt", "-o", "o", "--ray", "nonsense::x"], "'nonsense::x' is not a Ray address"),
+    (["probe", "deps", "t", "-o", "o", "--ray", "host:99999"], "'host:99999' is not a Ray address"),
+    (["analyze", "c.txt", "-o", "o", "--workers", "2"], "apply only with --ray"),
+    (["compare", "a", "b", "-o", "o", "--resume"], "apply only with --ray"),
+    (["index", "c.txt", "-o", "o", "--layers", "x"], "--layers takes layer numbers separated by commas"),
+    (["finetune", "t", "-o", "o", "--threads", "100000"], "less than or equal to 1024"),
+    (["finetune", "t", "-o", "o", "--lr", "inf"], "inf is not a finite number above 0"),
+    (["finetune", "t", "-o", "o", "--lr", "0"], "0.0 is not a finite number above 0"),
+    (["finetune", "t", "-o", "o", "--epochs", "0"], "greater than or equal to 1"),
+    (["ablate", "r", "--task", "t", "-o", "o", "--prune", "1"], "1.0 is not below 1"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), OUT_OF_RANGE)
+def test_out_of_range_values_are_usage_errors_before_torch(args: list[str], message: str) -> None:
+    code = (
+        "import sys\nfrom bertology import cli\nsys.argv = ['bertology', *sys.argv[1:]]\ntry:\n"
+        "    cli.main()\nexcept SystemExit as exit_:\n"
+        "    print(exit_.code, sorted({'torch', 'transformers'} & set(sys.modules)))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
+    assert result.stdout.strip().splitlines()[-1] == "2 []", result.stdout + result.stderr
+    stderr = " ".join(result.stderr.split())
+    assert message in stderr and "Usage:" in stderr, stderr
+    assert "Unexpected error" not in stderr and "Traceback" not in stderr
+
+
+# --- Input files that are not regular files, models without tokenizers, lengths over the model's ------
+
+
+@pytest.fixture(scope="module")
+def special_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A FIFO, the null device, a loop of symbolic links and a link to nothing, each also as a task
+    folder's train.tsv."""
+    root = tmp_path_factory.mktemp("special_files")
+    os.mkfifo(root / "pipe.txt")
+    (root / "loop_a.txt").symlink_to(root / "loop_b.txt")
+    (root / "loop_b.txt").symlink_to(root / "loop_a.txt")
+    (root / "dangling.txt").symlink_to(root / "nowhere.txt")
+    files = {"fifo": root / "pipe.txt", "device": Path(os.devnull)}
+    files |= {"loop": root / "loop_a.txt", "dangling": root / "dangling.txt"}
+    for kind, path in list(files.items()):
+        task = root / f"task_{kind}"
+        task.mkdir()
+        (task / "train.tsv").symlink_to(path)
+        (task / "dev.tsv").write_text("sentence\tlabel\na\t0\n", encoding="utf-8")
+        files[f"task_{kind}"] = task
+    return files
+
+
+#: What the error line says for each special file.
+SAYS = {
+    "fifo": "is a named pipe (FIFO), not a regular file",
+    "device": "is a character device, not a regular file",
+    "loop": "is a loop of symbolic links",
+    "dangling": "is a symbolic link to a missing file",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(SAYS))
+@pytest.mark.parametrize("command", ["analyze", "probe deps", "finetune", "watch"])
+def test_an_input_that_is_not_a_regular_file_says_what_it_is(
+    command: str,
+    kind: str,
+    special_files: dict[str, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    given = special_files[f"task_{kind}" if command == "finetune" else kind]
+    args = [*command.split(), str(given)] + ([] if command == "watch" else ["-o", str(tmp_path / "out")])
+    code, stderr = run_in_process(args, capsys)
+    assert code == 1, stderr
+    errors = [line for line in stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and SAYS[kind] in errors[0], stderr
+    assert "Traceback" not in stderr and "Unexpected error" not in stderr
+
+
+def test_a_model_folder_without_tokenizer_files_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bertology.models import default_model_path
+
+    folder = tmp_path / "weights_only"
+    folder.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (folder / name).symlink_to(default_model_path() / name)
+    code, stderr = run_in_process(
+        ["view", "hi", "--model", str(folder), "-o", str(tmp_path / "v.html")], capsys
+    )
+    assert code == 1
+    assert f"The model folder '{folder}' has no tokenizer files" in stderr and "hub" not in stderr
+    assert not (tmp_path / "v.html").exists()
+
+
+@pytest.mark.parametrize("command", ["analyze", "index"])
+def test_a_max_len_over_the_models_limit_is_one_sentence_before_the_work(
+    command: str, sample_corpus_head: object, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    corpus = sample_corpus_head(4)  # type: ignore[operator]
+    args = [command, str(corpus), "--max-len", "100000", "-o", str(tmp_path / "out")]
+    code, stderr = run_in_process(args, capsys)
+    assert code == 1, stderr
+    assert (
+        "A length of 100000 tokens is more than 'all-MiniLM-L6-v2' takes; give --max-len 512 or less."
+        in stderr
+    )
+    assert "Traceback" not in stderr and "Unexpected error" not in stderr
+
+
+def test_ctrl_c_in_a_local_run_exits_130_with_a_message(
+    sample_corpus_head: object,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import bertology.analyze
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bertology.analyze, "analyze_corpus", interrupted)
+    corpus = sample_corpus_head(4)  # type: ignore[operator]
+    code, stderr = run_in_process(["analyze", str(corpus), "-o", str(tmp_path / "out")], capsys)
+    assert code == 130
+    assert "Interrupted: stopped by Ctrl-C" in stderr and "Unexpected error" not in stderr
+    assert not (tmp_path / "out").exists()

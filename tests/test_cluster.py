@@ -10,7 +10,9 @@ import json
 import os
 import pickle
 import signal
+import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -259,3 +261,31 @@ def test_a_missing_ray_or_an_unreachable_cluster_is_one_sentence(monkeypatch: py
 def test_a_worker_that_cannot_load_the_model_says_why(ray_cluster: None, tmp_path: Path) -> None:
     with pytest.raises(BertologyError, match="There is no model directory at"):
         WorkerPool(AnalysisJob(str(tmp_path / "missing")), ClusterOptions(workers=1))
+
+
+def test_ctrl_c_on_a_ray_run_exits_130_and_says_that_resume_continues_it(tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT to the process group, as a terminal sends it) once `bertology analyze --ray local`
+    has written its first checkpoint: exit code 130 and a message naming the checkpoint and --resume
+    (before, the driver stopped silently with exit code 0)."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(sample_corpus().read_text(encoding="utf-8") * 4, encoding="utf-8")
+    output = tmp_path / "out"
+    checkpoint = checkpoint_file(output, "analyze")
+    command = [sys.executable, "-m", "bertology", "analyze", str(corpus), "--ray", "local", "--workers", "1"]
+    command += ["--batch-size", "2", "-o", str(output)]
+    with subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
+    ) as driver:
+        deadline = time.monotonic() + 240
+        while not checkpoint.exists() and driver.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if driver.poll() is not None or not checkpoint.exists():
+            driver.kill()
+            pytest.fail(f"no checkpoint while the run went on: {driver.communicate(timeout=60)[1]}")
+        os.killpg(driver.pid, signal.SIGINT)
+        _, stderr = driver.communicate(timeout=120)
+    assert driver.returncode == 130, stderr
+    message = " ".join(stderr.split())
+    assert f"Interrupted: stopped by Ctrl-C; the work done is kept in {checkpoint}" in message
+    assert "the same command with --resume continues it." in message
+    assert checkpoint.exists()

@@ -32,7 +32,7 @@ from bertology.corpus import sample_corpus
 from bertology.interventions.run import AblationRun, run_ablation
 from bertology.models import LoadedModel, load_model
 from bertology.probes.coreference import CorefProbe
-from bertology.probes.run import probe_dependencies, run_coreference
+from bertology.probes.run import probe_coreference, probe_dependencies
 
 MAX_LENGTH, BATCH, SHARD = 64, 8, 16
 #: Sentences of GUM's Stanford-dependency treebank probed: a few documents, several shards.
@@ -63,14 +63,13 @@ def gum_coref(shared_data: Path) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def local_coref(default_model: LoadedModel, gum_coref: dict[str, Path]) -> CorefProbe:
-    probe, _ = run_coreference(
+    return probe_coreference(
         gum_coref["path"],
         default_model,
         treebank=gum_coref["treebank"],
         limit=GUM_DOCUMENTS,
         batch_size=COREF_BATCH,
-    )
-    return probe
+    ).probe
 
 
 def assert_same_coref(mine: CorefProbe, expected: CorefProbe) -> None:
@@ -217,7 +216,7 @@ def test_ray_coreference_probe_equals_a_local_run_and_resumes(
             probe_coreference_on_pool(
                 pool, gum_coref["path"], default_model, on_progress=stop_after_one_shard, **run
             )
-        resumed, summary = probe_coreference_on_pool(
+        result = probe_coreference_on_pool(
             pool,
             gum_coref["path"],
             default_model,
@@ -225,6 +224,7 @@ def test_ray_coreference_probe_equals_a_local_run_and_resumes(
             on_progress=lambda done, total: progress.append((done, total)),
             **run,
         )
+    resumed, summary = result.probe, result.summary()
     assert_same_coref(resumed, local_coref)
     assert progress[0][0] == 2 * COREF_SHARD  # the first shard came from the checkpoint
     assert progress[-1][0] == progress[-1][1] and progress[-1][0] >= local_coref.windows

@@ -22,7 +22,7 @@ from bertology.probes.coreference import (
     coref_windows,
     head_word,
     mention_type,
-    probe_coreference,
+    score_coreference,
     with_heads,
 )
 from bertology.probes.rows import query_word_rows
@@ -69,7 +69,7 @@ def test_a_head_pointing_at_antecedents_scores_one() -> None:
     assert probe.accuracy.shape == (len(TYPES) + 1, 2, 3)
     assert probe.heatmap()[1, 2] == 1.0 and probe.heatmap()[0, 0] == 0.0
     best = probe.best()
-    assert (best.layer, best.head, best.accuracy, best.label) == (1, 2, 1.0, "1-2")
+    assert (best.layer, best.head, best.score, best.label) == (1, 2, 1.0, "1-2")
     assert probe.count("pronoun") == 2 and probe.count(ALL) == 2
     assert math.isnan(probe.heatmap("proper")[0, 0])
     table = probe.table()
@@ -227,7 +227,7 @@ def test_query_word_rows_match_the_models_own_attention(
 def test_real_run_on_two_gum_documents(default_model: LoadedModel, shared_data: Path) -> None:
     gum = shared_data / "gum_v5.1_sd"
     documents = with_heads(read_coref(gum / "coref_conll"), read_treebank(gum / "dep_stanford"))
-    probe = probe_coreference(documents, default_model, limit_documents=2)
+    probe = score_coreference(documents, default_model, limit_documents=2)
     assert probe.documents == 2 and probe.count() > 100
     assert probe.accuracy.shape == (len(TYPES) + 1, default_model.num_layers, default_model.num_heads)
     overall = probe.heatmap()
@@ -238,7 +238,7 @@ def test_real_run_on_two_gum_documents(default_model: LoadedModel, shared_data: 
     # Measured on these two documents: sieve 0.78, nearest 0.12 (GUM annotates singletons too).
     assert table.loc[ALL, "sieve"] > table.loc[ALL, "nearest"]
     assert table.loc[ALL, "sieve"] >= table.loc[ALL, "same_head"]
-    assert probe.best().accuracy > table.loc[ALL, "nearest"]
+    assert probe.best().score > table.loc[ALL, "nearest"]
 
 
 def test_window_search_with_an_estimate_gives_the_exact_windows() -> None:

@@ -11,8 +11,8 @@ import pytest
 
 from bertology.errors import BertologyError
 from bertology.models import LoadedModel
-from bertology.probes.coreference import probe_coreference, with_heads
-from bertology.probes.run import run_coreference
+from bertology.probes.coreference import score_coreference, with_heads
+from bertology.probes.run import probe_coreference
 from bertology.readers.coref import CorefDocument, Mention, read_coref, with_sentences
 from bertology.readers.corefud import read_corefud
 from bertology.readers.treebank import Sentence, read_treebank
@@ -100,9 +100,9 @@ def test_a_file_without_mentions_is_named(tmp_path: Path, default_model: LoadedM
     path = tmp_path / "plain.conllu"
     path.write_text("1\tHi\thi\tINTJ\tUH\t_\t0\troot\t_\t_\n", encoding="utf-8")
     with pytest.raises(BertologyError, match=r"plain.conllu has no coreference mentions\.$"):
-        run_coreference(path, default_model)
+        probe_coreference(path, default_model)
     with pytest.raises(BertologyError, match="carries its own dependency trees"):
-        run_coreference(path, default_model, treebank=path)
+        probe_coreference(path, default_model, treebank=path)
 
 
 def _entity_column(mentions: Iterable[Mention], word: int) -> str:
@@ -154,8 +154,9 @@ def test_gum_as_corefud_gives_the_bracket_format_probe_table(
     brackets = with_heads(
         (document for document, _ in pairs), (sentence for _, sentences in pairs for sentence in sentences)
     )
-    expected = probe_coreference(brackets, default_model)
-    probe, summary = run_coreference(path, default_model)
+    expected = score_coreference(brackets, default_model)
+    result = probe_coreference(path, default_model)
+    probe, summary = result.probe, result.summary()
     pd.testing.assert_frame_equal(probe.table(), expected.table())
     assert (probe.correct == expected.correct).all() and probe.count() == expected.count() > 100
     assert summary["head words from"] == "the file's own dependency trees (CorefUD)"

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
 import re
+import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
@@ -464,7 +467,7 @@ def test_an_endless_corpus_streams(
     """The text reader's line source is swapped for an endless generator: only a lazy pipeline returns."""
     pulled = 0
 
-    def endless_lines(path: Path) -> Iterator[tuple[int, str]]:
+    def endless_lines(path: Path, *, piece_bytes: int | None = None) -> Iterator[tuple[int, str]]:
         nonlocal pulled
         for number in itertools.count(1):
             pulled = number
@@ -478,3 +481,48 @@ def test_an_endless_corpus_streams(
     )
     assert segments[-1].origin == "endless.txt:197-199"
     assert pulled == 201  # one line into document 51, which ends document 50
+
+
+class _CountingFile(io.FileIO):
+    """A file that counts the bytes read from it (under the buffer, however the reader asks for them)."""
+
+    bytes_read = 0
+
+    def readinto(self, buffer: Any) -> int | None:
+        count = super().readinto(buffer)
+        _CountingFile.bytes_read += count or 0
+        return count
+
+
+def test_a_one_line_corpus_streams_in_pieces_and_stops_at_the_limit(
+    tmp_path: Path, tokenizer: PreTrainedTokenizerFast, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """10 MB of words on one line: with a limit of 3 segments only the first few pieces are read, and the
+    segments equal those of the same text cut into lines by hand (textwrap: the longest run of whole
+    words of at most PIECE_BYTES, as the reader promises)."""
+    from bertology.analyze import corpus_batches
+    from bertology.readers.text import PIECE_BYTES
+
+    words = [f"word{number % 997} is here." for number in range(600_000)]
+    text = " ".join(words)
+    assert len(text) > 10_000_000
+    one_line = tmp_path / "one_line.txt"
+    one_line.write_text(text + "\n", encoding="utf-8")
+    by_hand = tmp_path / "by_hand.txt"
+    by_hand.write_text("\n".join(textwrap.wrap(text[: 8 * PIECE_BYTES], width=PIECE_BYTES)), encoding="utf-8")
+
+    def counting_open(path: Path, mode: str = "r", *args: object, **kwargs: object) -> object:
+        assert mode == "rb"
+        return io.BufferedReader(_CountingFile(path, "r"))
+
+    monkeypatch.setattr(Path, "open", counting_open)
+    batches = corpus_batches(one_line, tokenizer, max_length=128, limit=3, batch_size=8)
+    segments = [segment for batch in batches for segment in batch]
+    # the 3 pieces, the one looked ahead and the buffer's read-ahead: not the 10 MB
+    assert 0 < _CountingFile.bytes_read <= 5 * PIECE_BYTES + io.DEFAULT_BUFFER_SIZE
+    monkeypatch.undo()
+    expected = list(itertools.islice(iter_segments(by_hand, tokenizer, max_length=128), 3))
+    key = sorted((segment.text_a, segment.text_b, segment.tokens) for segment in segments)
+    assert key == sorted((segment.text_a, segment.text_b, segment.tokens) for segment in expected)
+    assert all(segment.origin == "one_line.txt:1" for segment in segments)
+    assert all(len(str(segment.text_a).encode()) <= PIECE_BYTES for segment in segments)

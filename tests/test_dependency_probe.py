@@ -79,7 +79,7 @@ def test_tree_in_one_head_each_direction() -> None:
         assert accuracy[0, 0, 0] == 1.0  # dependent -> head, head (0, 0)
         assert accuracy[1, 0, 1] == 1.0  # head -> dependent, head (0, 1)
         assert ((accuracy >= 0) & (accuracy <= 1)).all()
-        assert probe.best(relation) == BestHead(layer=0, head=0, direction=0, accuracy=1.0)
+        assert probe.best(relation) == BestHead(layer=0, head=0, direction=0, score=1.0)
         assert probe.heatmap(relation, 1)[0, 1] == 1.0
     assert probe.count("all") == 6
     assert probe.count("det") == 2

@@ -17,7 +17,7 @@ from bertology.probes.gap import (
     GapWords,
     baseline_answers,
     gap_words,
-    probe_gap,
+    score_gap,
     syntactic_choices,
     token_distance,
     tree_distance,
@@ -114,7 +114,7 @@ def test_syntactic_distance_and_parallelism_on_a_constructed_parse() -> None:
 
 
 def test_gap_development_with_heads_and_every_baseline(default_model: LoadedModel, shared_data: Path) -> None:
-    probe = probe_gap(read_gap(shared_data / "gap" / "gap-development.tsv"), default_model, limit=40)
+    probe = score_gap(read_gap(shared_data / "gap" / "gap-development.tsv"), default_model, limit=40)
     assert probe.examples == 40 and probe.skipped == 0 and probe.syntax_note is None
     assert probe.baseline_names == BASELINES
     assert probe.heads.counts.shape == (2, 4, default_model.num_layers, default_model.num_heads)

@@ -156,3 +156,14 @@ def test_trainer_callback_records_like_the_plain_loop(tiny_classifier: LoadedMod
         expected = now[example].probs
         np.testing.assert_allclose(attention[-1], expected, atol=1e-3)
         assert np.abs(attention[0] - expected).max() > 1e-3  # training changed the attention
+
+
+@pytest.mark.parametrize("recorded", [-3, 5])
+def test_a_record_count_the_archive_cannot_hold_is_damaged_metadata(tmp_path: Path, recorded: int) -> None:
+    probe = ProbeTokens(["a b"], None, ["1"], [["[CLS]", "a", "b", "[SEP]"]], [[0, 0, 0, 0]], [0])
+    path = tmp_path / ARCHIVE_FOLDER
+    writer = ArchiveWriter.create(path, model="m", layers=1, heads=2, probe=probe, statistics=["s"], every=1)
+    writer.append(0, np.full((1, 1, 2, 4, 4), 0.25), np.zeros((1, 1, 2)))
+    zarr.open_group(str(path), mode="r+").attrs["recorded"] = recorded
+    with pytest.raises(BertologyError, match=rf"{recorded} records, of 1 stored\); its metadata is damaged"):
+        read_archive(tmp_path)

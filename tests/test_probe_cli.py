@@ -99,8 +99,8 @@ def test_probe_gap_reports_the_best_head(tmp_path: Path, shared_data: Path) -> N
 
 def test_unknown_decode_is_refused_before_any_treebank_is_read(default_model: LoadedModel) -> None:
     from bertology.errors import BertologyError
-    from bertology.probes.run import train_and_evaluate_parser
+    from bertology.probes.run import probe_parser
 
     # The treebanks do not exist: reaching them would raise "Could not open" instead.
     with pytest.raises(BertologyError, match="Unknown decode 'foo'"):
-        train_and_evaluate_parser("/no/train.conllu", "/no/eval.conllu", default_model, decode="foo")  # type: ignore[arg-type]
+        probe_parser("/no/train.conllu", "/no/eval.conllu", default_model, decode="foo")  # type: ignore[arg-type]

@@ -362,9 +362,11 @@ def test_hostile_text_is_escaped_in_the_other_reports(tmp_path: Path) -> None:
     from types import SimpleNamespace
 
     from bertology.interventions.saliency import METHODS, Explanation
+    from bertology.probes.coreference import CorefProbe
+    from bertology.probes.results import CoreferenceResult
     from bertology.report.comparison import views_page
     from bertology.report.interventions import write_explanation
-    from bertology.report.probes import write_head_accuracy_report
+    from bertology.report.probes import write_probe_report
 
     tokens = ["[CLS]", HOSTILE, "[SEP]"]
     explanation = Explanation(
@@ -382,15 +384,20 @@ def test_hostile_text_is_escaped_in_the_other_reports(tmp_path: Path) -> None:
     written, _ = write_explanation(explanation, tmp_path / "why.html")
     assert_inert(written.read_text(encoding="utf-8"))
 
-    report = write_head_accuracy_report(
-        tmp_path / "probe",
-        title=HOSTILE,
-        summary={HOSTILE: HOSTILE},
-        explanation=HOSTILE,
-        heatmap=np.full((2, 3), 0.5),
-        table=pd.DataFrame({HOSTILE: [HOSTILE]}),
-        dpi=DPI,
+    counts = np.ones(3, dtype=np.int64)
+    probe = CorefProbe(
+        correct=np.ones((3, 2, 3), dtype=np.int64),
+        counts=2 * counts,
+        baselines=np.ones((3, 3), dtype=np.int64),
+        out_of_reach=counts,
+        skipped=counts,
+        documents=1,
+        windows=1,
     )
+    result = CoreferenceResult(
+        probe, corpus=HOSTILE, model_name=HOSTILE, head_words=HOSTILE, seconds=0.0, left_out={HOSTILE: 1}
+    )
+    report = write_probe_report(result, tmp_path / "probe", dpi=DPI)
     assert_inert(report.read_text(encoding="utf-8"))
 
     view = SimpleNamespace(data={"model": HOSTILE}, html=f"<p>{HOSTILE}</p>")

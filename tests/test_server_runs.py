@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -23,6 +24,7 @@ import zarr
 from fastapi.testclient import TestClient
 from test_watch import write_synthetic_run
 
+from bertology.beneath import OpenFolder
 from bertology.errors import BertologyError
 from bertology.models import LoadedModel
 from bertology.server import Limits, create_app, watch_pages
@@ -60,7 +62,7 @@ def make_runs(base: Path) -> Path:
     (root / ".hidden" / "report.html").write_text("hidden")
     (root / "link_out").symlink_to(outside, target_is_directory=True)
     (root / "secret_link.txt").symlink_to(outside / "secret.txt")
-    (root / "report_link").symlink_to(analysis, target_is_directory=True)  # inside: allowed
+    (root / "report_link").symlink_to(analysis, target_is_directory=True)  # inside, yet not followed
     return root
 
 
@@ -76,14 +78,14 @@ def client(default_model: LoadedModel, runs_root: Path) -> Iterator[TestClient]:
 
 
 @pytest.fixture
-def watch_stub(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+def watch_stub(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Stand in for building a watch page (``bertology.training.watch.watch_html``, tested in
-    test_watch.py); records its calls."""
-    calls: list[Path] = []
+    test_watch.py); records the opened run folders it is called with, by their paths in the runs folder."""
+    calls: list[str] = []
 
-    def build(run_dir: Path) -> str:
-        calls.append(Path(run_dir))
-        return f"<!DOCTYPE html><title>watch</title><input type=range id=step> {Path(run_dir).name}"
+    def build(run: OpenFolder) -> str:
+        calls.append(run.label)
+        return f"<!DOCTYPE html><title>watch</title><input type=range id=step> {run.label.split('/')[-1]}"
 
     monkeypatch.setattr(watch_pages, "_build", build)
     return calls
@@ -127,7 +129,7 @@ def test_files_are_served_with_their_content_types(client: TestClient) -> None:
     image = client.get("/runs/analysis/plots/heads.png")
     assert (image.headers["content-type"], image.content) == ("image/png", PNG)
     assert client.get("/runs/analysis/heads.csv").headers["content-type"].startswith("text/csv")
-    assert client.get("/runs/report_link/heads.csv").status_code == 200  # a symlink that stays inside
+    assert client.get("/runs/report_link/heads.csv").status_code == 403  # links are not followed at all
 
 
 def test_a_report_folder_leads_to_its_report(client: TestClient) -> None:
@@ -136,14 +138,12 @@ def test_a_report_folder_leads_to_its_report(client: TestClient) -> None:
     assert "Dependency probe" in client.get("/runs/probes/deps/").text
 
 
-def test_a_training_run_is_shown_by_its_watch_page(
-    client: TestClient, runs_root: Path, watch_stub: list[Path]
-) -> None:
+def test_a_training_run_is_shown_by_its_watch_page(client: TestClient, watch_stub: list[str]) -> None:
     response = client.get("/runs/training/run%201/")
     assert response.status_code == 200
     assert response.headers["content-type"] == "text/html; charset=utf-8"
     assert "<input type=range id=step> run 1" in response.text
-    assert watch_stub == [(runs_root / "training" / "run 1").resolve()]
+    assert watch_stub == ["training/run 1"]
 
 
 def test_missing_things_are_404(client: TestClient) -> None:
@@ -183,18 +183,20 @@ def test_paths_out_of_the_folder_are_refused(client: TestClient, path: str) -> N
     ["../outside/secret.txt", "analysis/../../outside/secret.txt", "/etc/passwd", "C:/Windows", "a\\..\\b",
      "a\x00b", "%2e%2e/x", "link_out/secret.txt", "secret_link.txt"],
 )  # fmt: skip
-def test_resolve_refuses_escapes(runs_root: Path, relative: str) -> None:
+def test_open_refuses_escapes(runs_root: Path, relative: str) -> None:
     with pytest.raises(RequestError) as refused:
-        RunsFolder(runs_root).resolve(relative)
+        RunsFolder(runs_root).open(relative)
     assert refused.value.status == 403
 
 
-def test_resolve_finds_what_is_inside(runs_root: Path) -> None:
+def test_open_finds_what_is_inside(runs_root: Path) -> None:
     folder = RunsFolder(runs_root)
-    assert folder.resolve("analysis/plots/heads.png") == (runs_root / "analysis/plots/heads.png").resolve()
-    assert folder.resolve("") == runs_root.resolve()
+    with folder.open("analysis/plots/heads.png") as image:
+        assert not isinstance(image, OpenFolder) and image.read() == PNG
+    with folder.open("") as root:
+        assert isinstance(root, OpenFolder) and os.path.samestat(os.fstat(root.fd), os.stat(runs_root))
     with pytest.raises(RequestError) as missing:
-        folder.resolve("analysis/missing.csv")
+        folder.open("analysis/missing.csv")
     assert missing.value.status == 404
 
 
@@ -254,14 +256,14 @@ def test_watch_pages_are_built_within_the_timeout_and_the_parallel_limit(
         (runs / f"run{index}" / "run.json").write_text("{}")
     lock, building, most = threading.Lock(), [0], [0]
 
-    def slow_build(run_dir: Path) -> str:
+    def slow_build(run: OpenFolder) -> str:
         with lock:
             building[0] += 1
             most[0] = max(most[0], building[0])
-        time.sleep(0.4 if run_dir.name != "run2" else 2.0)
+        time.sleep(0.4 if run.label != "run2" else 2.0)
         with lock:
             building[0] -= 1
-        return f"<title>{run_dir.name}</title>"
+        return f"<title>{run.label}</title>"
 
     monkeypatch.setattr(watch_pages, "_build", slow_build)
     app = create_app([default_model], runs=runs, limits=Limits(parallel=1, timeout_s=1.5))
@@ -280,7 +282,7 @@ def test_watch_pages_are_built_within_the_timeout_and_the_parallel_limit(
 
 
 def test_watch_pages_are_cached_until_the_archive_changes(
-    default_model: LoadedModel, tmp_path: Path, watch_stub: list[Path]
+    default_model: LoadedModel, tmp_path: Path, watch_stub: list[str]
 ) -> None:
     runs = tmp_path / "runs"
     for index in range(6):
@@ -296,7 +298,7 @@ def test_watch_pages_are_cached_until_the_archive_changes(
         )
         for index in range(6):
             browsing.get(f"/runs/run{index}/")
-    assert [path.name for path in watch_stub[6:]] == ["run3"]  # a new record: that page only is rebuilt
+    assert watch_stub[6:] == ["run3"]  # a new record: that page only is rebuilt
 
 
 def _cut(path: Path) -> None:

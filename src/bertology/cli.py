@@ -6,6 +6,7 @@ imports what it runs, so ``bertology --help`` and usage errors answer without lo
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import warnings
@@ -27,6 +28,10 @@ from bertology.options import (
     EXAMPLES_PER_HEAD,
     FLOW_MAX_TOKENS,
     JS_TOKENS_PER_SEGMENT,
+    MAX_COUNT,
+    MAX_IG_STEPS,
+    MAX_SEED,
+    MAX_THREADS,
     AttentionSetName,
     Convention,
     CorpusFormat,
@@ -38,6 +43,7 @@ from bertology.options import (
     Weights,
     WordMode,
     is_device_name,
+    ray_address_problem,
 )
 from bertology.readers.coref import CorefFormat
 from bertology.readers.treebank import TreebankFormat
@@ -73,11 +79,36 @@ WeightsOption = Annotated[
         help="attention (softmax weights) or norm (norm-based weights ||a f(x)||, Kobayashi et al. 2020).",
     ),
 ]
+
+
+def _ray_address(address: str | None) -> str | None:
+    """``--ray`` as given, or a usage error for an address of no form Ray takes."""
+    if address is not None and (problem := ray_address_problem(address)):
+        raise typer.BadParameter(problem)
+    return address
+
+
+def _positive_finite(value: float) -> float:
+    """A float option as given, or a usage error unless it is a finite number above 0."""
+    if not (math.isfinite(value) and value > 0):
+        raise typer.BadParameter(f"{value} is not a finite number above 0.")
+    return value
+
+
+def _share_below_one(value: float) -> float:
+    """``--prune`` as given (already checked to lie in 0..1), or a usage error for 1: the share of heads
+    pruned must be below 1 (:func:`bertology.interventions.run.run_ablation`)."""
+    if value >= 1.0:
+        raise typer.BadParameter(f"{value} is not below 1; give a share of the heads from 0 up to below 1.")
+    return value
+
+
 RayOption = Annotated[
     str | None,
     typer.Option(
         "--ray",
         metavar="ADDRESS|local",
+        callback=_ray_address,
         help="Run on a Ray cluster (pip install bertology[ray]): 'local' (one on this machine), 'auto', or "
         "the HOST:PORT (or ray://HOST:PORT) of a cluster started with 'ray start --head'.",
     ),
@@ -87,11 +118,15 @@ WorkersOption = Annotated[
     typer.Option(
         "--workers",
         min=1,
+        max=MAX_THREADS,
         help="With --ray: workers, each with its own copy of the model (default: CPUs / threads per worker).",
     ),
 ]
 ThreadsPerWorkerOption = Annotated[
-    int, typer.Option("--threads-per-worker", min=1, help="With --ray: torch threads of each worker.")
+    int,
+    typer.Option(
+        "--threads-per-worker", min=1, max=MAX_THREADS, help="With --ray: torch threads of each worker."
+    ),
 ]
 ResumeOption = Annotated[
     bool,
@@ -160,6 +195,29 @@ TextBArgument = Annotated[
 
 class _State:
     debug = False
+
+
+#: The exit code of a run stopped by Ctrl-C (SIGINT), as shells report it (128 + 2).
+INTERRUPTED_EXIT = 130
+
+
+class _Interrupted(Exception):
+    """A run stopped by Ctrl-C; the message says what was kept (exit code :data:`INTERRUPTED_EXIT`)."""
+
+
+@contextmanager
+def _resumable(checkpoint: Path) -> Iterator[None]:
+    """Ctrl-C during the block (a Ray run keeping ``checkpoint``) becomes :class:`_Interrupted`, saying
+    that ``--resume`` continues from the checkpoint the run saved as it stopped."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        if not checkpoint.is_file():
+            raise _Interrupted("stopped by Ctrl-C before any work was saved.") from None
+        raise _Interrupted(
+            f"stopped by Ctrl-C; the work done is kept in {checkpoint}, and the same command with --resume "
+            "continues it."
+        ) from None
 
 
 @app.callback()
@@ -311,14 +369,14 @@ def relevance(
     """Attention rollout and flow (Abnar and Zuidema 2020) of TEXT as a model view, plus a JSON file
     beside the page: {model, tokens, formula, attention, rollout, flow}, each matrix [layers][n][n]
     (row: token at that layer's output, column: input token; flow rows not normalised)."""
-    from bertology.analysis.relevance import RELEVANCE_METHODS, flow_pair_count
+    from bertology.analysis.relevance import JSON_MARKS, RELEVANCE_METHODS, flow_pair_count
     from bertology.attention import capture
     from bertology.models import load_model
     from bertology.outputs import check_output_file
     from bertology.views.relevance import relevance_view
 
     methods = RELEVANCE_METHODS if method == "both" else (method,)
-    check_output_file(output, beside=(".json",))
+    check_output_file(output, beside=(".json",), marks=JSON_MARKS)
     loaded = load_model(model, device=device, dtype=dtype)
     attention = capture(text, text_b, model=loaded, weights=weights)
     n = len(attention.tokens)
@@ -348,9 +406,12 @@ def analyze(
         ),
     ] = 128,
     limit: Annotated[
-        int | None, typer.Option("--limit", min=1, help="Analyse at most this many segments.")
+        int | None,
+        typer.Option("--limit", min=1, max=MAX_COUNT, help="Analyse at most this many segments."),
     ] = None,
-    seed: Annotated[int, typer.Option("--seed", help="Seed for token sampling and the head map.")] = 0,
+    seed: Annotated[
+        int, typer.Option("--seed", min=0, max=MAX_SEED, help="Seed for token sampling and the head map.")
+    ] = 0,
     batch_size: SegmentBatchOption = BATCH_SIZE,
     corpus_format: Annotated[
         CorpusFormat | None,
@@ -384,17 +445,18 @@ def analyze(
     dtype: DtypeOption = DEFAULT_DTYPE,
 ) -> None:
     """Per-head statistics, pattern labels and head clustering over CORPUS, written as an HTML report."""
+    cluster = _cluster_options(ray, workers, threads_per_worker, resume)  # a usage error before torch loads
     from bertology.allocator import keep_freed_memory
     from bertology.analyze import analyze_corpus
     from bertology.cluster.analyze import AnalysisJob, analyze_on_ray
     from bertology.cluster.checkpoint import checkpoint_file
-    from bertology.models import load_model
+    from bertology.models import load_model, require_max_length
     from bertology.outputs import check_output_folder, output_folder
     from bertology.report.analysis import JS_DIVERGENCE_FILE, save_analysis
 
-    cluster = _cluster_options(ray, workers, threads_per_worker, resume)
     check_output_folder(output)
     loaded = load_model(model, device=device, dtype=dtype)
+    require_max_length(loaded, max_len)
     checkpoint = checkpoint_file(output, "analyze")
     settings = {  # of the statistics: the local run takes them, a Ray run's job carries them to the workers
         "max_length": max_len,
@@ -416,9 +478,10 @@ def analyze(
             analysis = analyze_corpus(corpus, loaded, **settings, **reading)
         else:
             job = AnalysisJob(model, **settings, device=device, dtype=dtype)
-            analysis = analyze_on_ray(
-                corpus, loaded, job, cluster, **reading, checkpoint=checkpoint, resume=resume
-            )
+            with _resumable(checkpoint):
+                analysis = analyze_on_ray(
+                    corpus, loaded, job, cluster, **reading, checkpoint=checkpoint, resume=resume
+                )
     if analysis.truncated_segments:
         err.print(
             f"[yellow]Warning:[/yellow] {analysis.truncated_segments} segments were longer than "
@@ -440,7 +503,12 @@ def index(
     corpus: Annotated[
         Path, typer.Argument(help="A treebank (.conllu, .conll: relations kept), plain text or .jsonl file.")
     ],
-    output: Annotated[Path, typer.Option("-o", "--output", help="Folder of the token index (replaced).")],
+    output: Annotated[
+        Path,
+        typer.Option(
+            "-o", "--output", help="Folder of the token index: new, empty, or an index to replace whole."
+        ),
+    ],
     model: ModelOption = "default",
     layers: Annotated[
         str | None,
@@ -456,14 +524,17 @@ def index(
 ) -> None:
     """Index every token's contextual vector of CORPUS at a few layers, for corpus search in `bertology serve
     --index DIR` (exBERT's idea)."""
-    from bertology.models import load_model
-    from bertology.token_index import build_index
-
-    try:
+    try:  # a usage error before torch loads
         chosen = None if layers is None else [int(layer) for layer in layers.split(",") if layer.strip()]
     except ValueError as error:
         raise typer.BadParameter("--layers takes layer numbers separated by commas, e.g. 1,3,5.") from error
+    from bertology.index_store import check_index_folder
+    from bertology.models import load_model, require_max_length
+    from bertology.token_index import build_index
+
+    check_index_folder(output)
     loaded = load_model(model, device=device, dtype=dtype)
+    require_max_length(loaded, max_len)
     with _progress("Indexing the corpus", None):
         built = build_index(
             corpus, output, model=loaded, layers=chosen, batch_size=batch_size, max_length=max_len
@@ -529,15 +600,18 @@ def compare(
         ),
     ] = None,
     limit: Annotated[
-        int | None, typer.Option("--limit", min=1, help="Compare at most this many segments.")
+        int | None,
+        typer.Option("--limit", min=1, max=MAX_COUNT, help="Compare at most this many segments."),
     ] = None,
     max_dev: Annotated[
-        int, typer.Option("--max-dev", min=0, help="Dev examples scored for --task (0: all).")
+        int, typer.Option("--max-dev", min=0, max=MAX_COUNT, help="Dev examples scored for --task (0: all).")
     ] = 100,
     max_len: Annotated[
-        int, typer.Option("--max-len", help="Tokens per segment, special tokens included.")
+        int, typer.Option("--max-len", min=1, help="Tokens per segment, special tokens included.")
     ] = 128,
-    seed: Annotated[int, typer.Option("--seed", help="Seed for the sampled query tokens.")] = 0,
+    seed: Annotated[
+        int, typer.Option("--seed", min=0, max=MAX_SEED, help="Seed for the sampled query tokens.")
+    ] = 0,
     batch_size: SegmentBatchOption = BATCH_SIZE,
     js_tokens: Annotated[
         int,
@@ -563,23 +637,25 @@ def compare(
 ) -> None:
     """Compare two models head by head: statistics, labels and confidence side by side, heads matched by mean
     JS divergence, both models' head views of one input and, with --task, both ablation pictures."""
+    cluster = _cluster_options(ray, workers, threads_per_worker, resume)  # a usage error before torch loads
     from bertology.allocator import keep_freed_memory
     from bertology.cluster.checkpoint import checkpoint_file
     from bertology.cluster.compare import ComparisonJob, compare_on_ray
     from bertology.comparison import compare_models, first_segment
     from bertology.corpus import sample_corpus
-    from bertology.models import load_model
+    from bertology.models import load_model, require_max_length
     from bertology.outputs import check_output_folder, output_folder
     from bertology.readers.glue import read_glue
     from bertology.report.comparison import write_comparison_report
     from bertology.views import head_view
 
-    cluster = _cluster_options(ray, workers, threads_per_worker, resume)
     check_output_folder(output)
     if task_dir is not None:
         read_glue(task_dir, max_dev=max_dev or None)  # a bad task folder is reported before the work
     corpus = corpus or sample_corpus()
     loaded_a, loaded_b = (load_model(name, device=device, dtype=dtype) for name in (model_a, model_b))
+    for loaded in (loaded_a, loaded_b):
+        require_max_length(loaded, max_len)
     checkpoint = checkpoint_file(output, "compare")
     settings = {  # of the statistics: the local run takes them, a Ray run's job carries them to the workers
         "max_length": max_len,
@@ -596,9 +672,10 @@ def compare(
             comparison = compare_models(loaded_a, loaded_b, corpus, **settings, **reading)
         else:
             job = ComparisonJob(model_a, model_b, **settings, device=device, dtype=dtype)
-            comparison = compare_on_ray(
-                corpus, loaded_a, loaded_b, job, cluster, **reading, checkpoint=checkpoint, resume=resume
-            )
+            with _resumable(checkpoint):
+                comparison = compare_on_ray(
+                    corpus, loaded_a, loaded_b, job, cluster, **reading, checkpoint=checkpoint, resume=resume
+                )
     segment = None if text is not None else first_segment(corpus, loaded_a, max_length=max_len)
     texts = (text, None) if segment is None else (segment.text_a, segment.text_b)
     views = (
@@ -656,7 +733,8 @@ def probe_deps(
     treebank_format: TreebankFormatOption = None,
     word_mode: WordModeOption = "mean",
     limit: Annotated[
-        int | None, typer.Option("--limit", min=1, help="Probe at most this many sentences.")
+        int | None,
+        typer.Option("--limit", min=1, max=MAX_COUNT, help="Probe at most this many sentences."),
     ] = None,
     device: DeviceOption = DEFAULT_DEVICE,
     dtype: DtypeOption = DEFAULT_DTYPE,
@@ -666,14 +744,14 @@ def probe_deps(
     resume: ResumeOption = False,
 ) -> None:
     """Which heads track which dependency relations, against fixed-offset baselines (Clark et al. 2019)."""
+    cluster = _cluster_options(ray, workers, threads_per_worker, resume)  # a usage error before torch loads
     from bertology.cluster.checkpoint import checkpoint_file
     from bertology.cluster.probes import DependencyJob, probe_dependencies_on_ray
     from bertology.models import load_model
     from bertology.outputs import check_output_folder, output_folder
     from bertology.probes.run import probe_dependencies
-    from bertology.report.probes import write_dependency_report
+    from bertology.report.probes import write_probe_report
 
-    cluster = _cluster_options(ray, workers, threads_per_worker, resume)
     check_output_folder(output)
     loaded = load_model(model, device=device, dtype=dtype)
     checkpoint = checkpoint_file(output, "probe-deps")
@@ -683,11 +761,12 @@ def probe_deps(
             run = probe_dependencies(treebank, loaded, mode=word_mode, **reading)
         else:
             job = DependencyJob(model, word_mode, device=device, dtype=dtype)
-            run = probe_dependencies_on_ray(
-                treebank, loaded, job, cluster, **reading, checkpoint=checkpoint, resume=resume
-            )
+            with _resumable(checkpoint):
+                run = probe_dependencies_on_ray(
+                    treebank, loaded, job, cluster, **reading, checkpoint=checkpoint, resume=resume
+                )
     with output_folder(output) as folder:
-        report = output / write_dependency_report(run, folder).name
+        report = output / write_probe_report(run, folder).name
     checkpoint.unlink(missing_ok=True)  # the run is written; nothing is left to resume
     out.print(
         f"Probed {run.sentences} sentences in {run.seconds:.1f} s. Wrote {report}, {output / 'table.csv'} "
@@ -697,7 +776,7 @@ def probe_deps(
 
 
 @probe_app.command("parser")
-def probe_parser(
+def probe_parser_command(
     train: Annotated[Path, typer.Option("--train", help="Treebank to train on (file or folder).")],
     evaluation: Annotated[Path, typer.Option("--eval", help="Treebank to score UAS on (file or folder).")],
     output: Annotated[Path, typer.Option("-o", "--output", help="Folder for report.html and CSV.")],
@@ -705,9 +784,11 @@ def probe_parser(
     treebank_format: TreebankFormatOption = None,
     word_mode: WordModeOption = "mean",
     limit_train: Annotated[
-        int | None, typer.Option("--limit-train", min=1, help="Train on the first N.")
+        int | None, typer.Option("--limit-train", min=1, max=MAX_COUNT, help="Train on the first N.")
     ] = None,
-    limit_eval: Annotated[int | None, typer.Option("--limit-eval", min=1, help="Score the first N.")] = None,
+    limit_eval: Annotated[
+        int | None, typer.Option("--limit-eval", min=1, max=MAX_COUNT, help="Score the first N.")
+    ] = None,
     decode: Annotated[
         Decode, typer.Option(help="argmax (per word) or mst (Chu-Liu/Edmonds tree).")
     ] = "argmax",
@@ -717,13 +798,13 @@ def probe_parser(
     """Clark et al.'s attention-only parser: train on one treebank, UAS without punctuation on another."""
     from bertology.models import load_model
     from bertology.outputs import check_output_folder, output_folder
-    from bertology.probes.run import train_and_evaluate_parser
-    from bertology.report.probes import write_parser_report
+    from bertology.probes.run import probe_parser
+    from bertology.report.probes import write_probe_report
 
     check_output_folder(output)
     loaded = load_model(model, device=device, dtype=dtype)
     err.print("Training the parser and scoring it (this reads both treebanks once)...")
-    run = train_and_evaluate_parser(
+    run = probe_parser(
         train,
         evaluation,
         loaded,
@@ -734,7 +815,7 @@ def probe_parser(
         decode=decode,
     )
     with output_folder(output) as folder:
-        report = output / write_parser_report(run, folder).name
+        report = output / write_probe_report(run, folder).name
     scores = run.report
     out.print(
         f"UAS {scores.uas:.3f} (right-branching {scores.right_branching_uas:.3f}, best single head "
@@ -759,7 +840,8 @@ def probe_coref(
         typer.Option("--format", help="gum, conll2012 or corefud (default: corefud for .conllu files)."),
     ] = None,
     limit: Annotated[
-        int | None, typer.Option("--limit", min=1, help="Probe at most this many documents.")
+        int | None,
+        typer.Option("--limit", min=1, max=MAX_COUNT, help="Probe at most this many documents."),
     ] = None,
     device: DeviceOption = DEFAULT_DEVICE,
     dtype: DtypeOption = DEFAULT_DTYPE,
@@ -769,41 +851,35 @@ def probe_coref(
     resume: ResumeOption = False,
 ) -> None:
     """Antecedent selection per head, by mention type, against nearest, same-head and sieve baselines."""
+    cluster = _cluster_options(ray, workers, threads_per_worker, resume)  # a usage error before torch loads
     from bertology.cluster.checkpoint import checkpoint_file
     from bertology.cluster.probes import CorefJob, probe_coreference_on_ray
     from bertology.models import load_model
     from bertology.outputs import check_output_folder, output_folder
-    from bertology.probes.run import run_coreference
-    from bertology.report.probes import write_head_accuracy_report
+    from bertology.probes.run import probe_coreference
+    from bertology.report.probes import write_probe_report
 
-    cluster = _cluster_options(ray, workers, threads_per_worker, resume)
     check_output_folder(output)
     loaded = load_model(model, device=device, dtype=dtype)
     checkpoint = checkpoint_file(output, "probe-coref")
     reading = {"treebank": treebank, "coref_format": coref_format, "limit": limit}
     if cluster is None:
         err.print("Probing coreference, one document window at a time...")
-        probe, summary = run_coreference(corpus, loaded, **reading)
+        run = probe_coreference(corpus, loaded, **reading)
     else:
-        with _progress("Probing coreference windows", None, rate="windows") as on_progress:
-            probe, summary = probe_coreference_on_ray(
+        with (
+            _progress("Probing coreference windows", None, rate="windows") as on_progress,
+            _resumable(checkpoint),
+        ):
+            run = probe_coreference_on_ray(
                 corpus, loaded, CorefJob(model, device=device, dtype=dtype), cluster,
                 checkpoint=checkpoint, resume=resume, on_progress=on_progress, **reading,
             )  # fmt: skip
-    explanation = (
-        "A head is right on a coreferent mention when the mention's head word attends most, among the head "
-        "words of earlier mentions in the window, to an antecedent's head word (Clark et al. 2019). "
-        "Baselines: the nearest earlier mention, the nearest with the same head word, and a rule-based sieve."
-    )
     with output_folder(output) as folder:
-        written = write_head_accuracy_report(
-            folder, title=f"Coreference probe: {loaded.name}", summary=summary, explanation=explanation,
-            heatmap=probe.heatmap(), table=probe.table(), accuracies=probe.to_frame(),
-        )  # fmt: skip
-    report = output / written.name
+        report = output / write_probe_report(run, folder).name
     checkpoint.unlink(missing_ok=True)  # the run is written; nothing is left to resume
-    best = probe.best()
-    out.print(f"Best head {best.label}: {best.accuracy:.3f}. Wrote {report}.", highlight=False)
+    best = run.best()
+    out.print(f"Best head {best.label}: {best.score:.3f}. Wrote {report}.", highlight=False)
 
 
 @probe_app.command("gap")
@@ -811,7 +887,9 @@ def probe_gap_command(
     gap_file: Annotated[Path, typer.Argument(help="GAP tsv (development, validation or test).")],
     output: Annotated[Path, typer.Option("-o", "--output", help="Folder for report.html and CSV.")],
     model: ModelOption = "default",
-    limit: Annotated[int | None, typer.Option("--limit", min=1, help="At most this many examples.")] = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=1, max=MAX_COUNT, help="At most this many examples.")
+    ] = None,
     syntax: Annotated[
         bool, typer.Option("--syntax/--no-syntax", help="Syntactic baselines from spaCy parses, if any.")
     ] = True,
@@ -821,20 +899,19 @@ def probe_gap_command(
     """GAP's scorecard (P/R/F1 overall, masculine, feminine, bias F/M) for every head and GAP's baselines."""
     from bertology.models import load_model
     from bertology.outputs import check_output_folder, output_folder
-    from bertology.probes.run import run_gap
-    from bertology.report.probes import write_gap_report
+    from bertology.probes.run import probe_gap
+    from bertology.report.probes import write_probe_report
 
     check_output_folder(output)
     loaded = load_model(model, device=device, dtype=dtype)
-    probe, summary = run_gap(gap_file, loaded, limit=limit, syntax=syntax)
+    run = probe_gap(gap_file, loaded, limit=limit, syntax=syntax)
     with output_folder(output) as folder:
-        written = write_gap_report(probe, folder, title=f"GAP probe: {loaded.name}", summary=summary)
-    report = output / written.name
-    best = probe.table().iloc[0]
+        report = output / write_probe_report(run, folder).name
+    best = run.table().iloc[0]
     out.print(
         f"Best head {best['system'].removeprefix('head ')}: F1 {best['overall_f1']:.3f} (masculine "
         f"{best['masculine_f1']:.3f}, feminine {best['feminine_f1']:.3f}, bias F/M {best['bias_f_m']:.2f}) "
-        f"over {probe.examples} examples. Wrote {report} and {output / 'table.csv'}.",
+        f"over {run.probe.examples} examples. Wrote {report} and {output / 'table.csv'}.",
         highlight=False,
     )
 
@@ -911,29 +988,59 @@ def finetune(
     output: Annotated[Path, typer.Option("-o", "--output", help="Run folder to write.")],
     model: ModelOption = _FINETUNE.model,
     max_train: Annotated[
-        int, typer.Option("--max-train", help="Train on a seeded random sample of this many (0: all).")
+        int,
+        typer.Option(
+            "--max-train", min=0, max=MAX_COUNT, help="Train on a seeded random sample of this many (0: all)."
+        ),
     ] = _FINETUNE.max_train or 0,
-    max_dev: Annotated[int, typer.Option("--max-dev", help="Evaluate on the first N dev (0: all).")] = 0,
-    epochs: Annotated[int, typer.Option("--epochs", help="Passes over the sample.")] = _FINETUNE.epochs,
+    max_dev: Annotated[
+        int, typer.Option("--max-dev", min=0, max=MAX_COUNT, help="Evaluate on the first N dev (0: all).")
+    ] = 0,
+    epochs: Annotated[
+        int, typer.Option("--epochs", min=1, max=MAX_COUNT, help="Passes over the sample.")
+    ] = _FINETUNE.epochs,
     max_len: Annotated[
-        int, typer.Option("--max-len", help="Tokens per input, special tokens included.")
+        int, typer.Option("--max-len", min=1, help="Tokens per input, special tokens included.")
     ] = _FINETUNE.max_length,
-    batch_size: Annotated[int, typer.Option("--batch-size")] = _FINETUNE.batch_size,
+    batch_size: Annotated[
+        int, typer.Option("--batch-size", min=1, max=MAX_COUNT, help="Examples per optimizer step.")
+    ] = _FINETUNE.batch_size,
     learning_rate: Annotated[
-        float, typer.Option("--lr", help="Peak learning rate.")
+        float, typer.Option("--lr", callback=_positive_finite, help="Peak learning rate (above 0).")
     ] = _FINETUNE.learning_rate,
     eval_every: Annotated[
-        int, typer.Option("--eval-every", help="Also evaluate every N steps (0: at each epoch's end only).")
+        int,
+        typer.Option(
+            "--eval-every",
+            min=0,
+            max=MAX_COUNT,
+            help="Also evaluate every N steps (0: at each epoch's end only).",
+        ),
     ] = _FINETUNE.eval_every or 0,
     watch_every: Annotated[
-        int, typer.Option("--watch-every", help="Record the probe set's attention every S steps (0: never).")
+        int,
+        typer.Option(
+            "--watch-every",
+            min=0,
+            max=MAX_COUNT,
+            help="Record the probe set's attention every S steps (0: never).",
+        ),
     ] = _FINETUNE.watch_every,
     probe_set: Annotated[
-        int, typer.Option("--probe-set", help="Dev examples whose attention is recorded.")
+        int,
+        typer.Option("--probe-set", min=1, max=MAX_COUNT, help="Dev examples whose attention is recorded."),
     ] = _FINETUNE.probe_set,
-    seed: Annotated[int, typer.Option("--seed", help="Seeds the sample, new head, batches, dropout.")] = 0,
+    seed: Annotated[
+        int, typer.Option("--seed", min=0, max=MAX_SEED, help="Seeds the sample, new head, batches, dropout.")
+    ] = 0,
     threads: Annotated[
-        int, typer.Option("--threads", help="Torch threads (0: one per core; 1 is faster on a busy machine).")
+        int,
+        typer.Option(
+            "--threads",
+            min=0,
+            max=MAX_THREADS,
+            help="Torch threads (0: one per core; 1 is faster on a busy machine).",
+        ),
     ] = 0,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace a run in the folder.")] = False,
     device: DeviceOption = DEFAULT_DEVICE,
@@ -983,10 +1090,11 @@ def watch(
     """Write a page showing the probe examples' attention at every recorded step and what changed."""
     from bertology.errors import BertologyError
     from bertology.outputs import check_output_file
+    from bertology.readers import file_problem
     from bertology.training.watch import write_watch
 
     if not run_dir.is_dir():
-        what = "is a file" if run_dir.exists() else "does not exist"
+        what = file_problem(run_dir) or "is a file"
         raise BertologyError(
             f"{run_dir} {what}; give a run folder of 'bertology finetune' or its monitor.zarr archive."
         )
@@ -1028,7 +1136,7 @@ def ablate(
         Path, typer.Option("-o", "--output", help="Folder for report.html, CSV, JSON and plots.")
     ],
     max_dev: Annotated[
-        int, typer.Option("--max-dev", min=0, help="Score the first N dev examples (0: all).")
+        int, typer.Option("--max-dev", min=0, max=MAX_COUNT, help="Score the first N dev examples (0: all).")
     ] = 0,
     prune: Annotated[
         float,
@@ -1036,7 +1144,8 @@ def ablate(
             "--prune",
             min=0.0,
             max=1.0,
-            help="Share of heads to remove structurally, least important first (0: none).",
+            callback=_share_below_one,
+            help="Share of heads to remove structurally, least important first (0: none; below 1).",
         ),
     ] = 0.5,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Examples per forward pass.")] = 32,
@@ -1048,6 +1157,7 @@ def ablate(
 ) -> None:
     """Remove heads: each one alone, by importance and by ablation rank, and for real (a smaller model).
     With --ray the single-head sweep (split by heads) and the importance (by examples) run on the cluster."""
+    cluster = _cluster_options(ray, workers, threads_per_worker, False)  # a usage error before torch loads
     from dataclasses import replace
 
     from bertology.cluster.ablation import AblationJob, ablate_on_ray
@@ -1056,7 +1166,6 @@ def ablate(
     from bertology.outputs import check_output_folder, output_folder
     from bertology.report.interventions import write_ablation_report
 
-    cluster = _cluster_options(ray, workers, threads_per_worker, False)
     check_output_folder(output)
     loaded = load_model(model, classifier=True, device=device, dtype=dtype)
     with output_folder(output) as folder:
@@ -1096,18 +1205,20 @@ def explain(
         Path, typer.Option("-o", "--output", help="HTML file to write; the JSON goes beside it.")
     ] = Path("explanation.html"),
     steps: Annotated[
-        int, typer.Option("--steps", min=1, help="Integration points of integrated gradients.")
+        int,
+        typer.Option("--steps", min=1, max=MAX_IG_STEPS, help="Integration points of integrated gradients."),
     ] = 50,
     device: DeviceOption = DEFAULT_DEVICE,
     dtype: DtypeOption = DEFAULT_DTYPE,
 ) -> None:
     """Which tokens the prediction rests on: gradient, gradient x input and integrated gradients."""
+    from bertology.interventions.saliency import JSON_MARKS
     from bertology.interventions.saliency import explain as explain_prediction
     from bertology.models import load_model
     from bertology.outputs import check_output_file
     from bertology.report.interventions import write_explanation
 
-    check_output_file(output, beside=(".json",))
+    check_output_file(output, beside=(".json",), marks=JSON_MARKS)
     loaded = load_model(model, classifier=True, device=device, dtype=dtype)
     explanation = explain_prediction(loaded, text, text_b, steps=steps)
     page_path, json_path = write_explanation(explanation, output)
@@ -1150,7 +1261,10 @@ def main() -> None:
 
     _quiet_libraries()
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)
+    except _Interrupted as error:
+        err.print(f"[red]Interrupted:[/red] {error}", highlight=False)
+        sys.exit(INTERRUPTED_EXIT)
     except BertologyError as error:
         if _State.debug:
             raise
@@ -1172,6 +1286,11 @@ def main() -> None:
         else:
             show()
         sys.exit(error.exit_code)
+    except MemoryError:
+        if _State.debug:
+            raise
+        err.print("[red]Error:[/red] Out of memory; give smaller inputs or a smaller --batch-size.")
+        sys.exit(1)
     except Exception as error:  # anything unexpected
         if _State.debug:
             raise
@@ -1179,3 +1298,6 @@ def main() -> None:
             f"[red]Unexpected error:[/red] {type(error).__name__}: {error} (run with --debug for details)"
         )
         sys.exit(2)
+    if code == INTERRUPTED_EXIT:  # typer's answer to Ctrl-C (KeyboardInterrupt) outside a Ray run
+        err.print("[red]Interrupted:[/red] stopped by Ctrl-C; nothing more was written.", highlight=False)
+        sys.exit(INTERRUPTED_EXIT)

@@ -36,7 +36,7 @@ from transformers import PreTrainedTokenizerFast
 
 from bertology.errors import BertologyError
 from bertology.options import FORMATS
-from bertology.readers import Passage
+from bertology.readers import Passage, file_problem
 from bertology.readers.conllu import read_sentences
 from bertology.readers.jsonl import read_records
 from bertology.readers.text import read_paragraphs
@@ -106,15 +106,14 @@ def iter_segments(
     the segments before them have been produced.
 
     Raises:
-        BertologyError: no such file, an unknown format, a ``max_length`` too small for any text, and
-            while iterating: a line that is not UTF-8, malformed JSON or CoNLL-U (naming the line), or
-            a corpus without any text.
+        BertologyError: no such file or not a regular file, an unknown format, a ``max_length`` too small
+            for any text, and while iterating: a line that is not UTF-8, malformed JSON or CoNLL-U (naming
+            the line), or a corpus without any text.
     """
     path = Path(path)
     chosen = detect_format(path, format)
-    if not path.is_file():
-        what = "a directory, not a file" if path.is_dir() else "missing"
-        raise BertologyError(f"The corpus file '{path}' is {what}.")
+    if problem := file_problem(path):
+        raise BertologyError(f"The corpus file '{path}' {problem}.")
     special = tokenizer.num_special_tokens_to_add(pair=False)
     if max_length <= special:
         raise BertologyError(

@@ -146,6 +146,29 @@ def _check_findable(source: str) -> None:
         raise BertologyError(f"There is no model directory at '{source}', and it is not a hub model name.")
 
 
+#: Files of which a model folder holds at least one when it has its tokenizer (transformers would
+#: otherwise build an empty one that reads every word as [UNK]).
+_TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "vocab.txt",
+    "vocab.json",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "tokenizer.model",
+)
+
+
+def _check_tokenizer_files(source: str) -> None:
+    """Fail at once for a model folder without any tokenizer file."""
+    folder = Path(source)
+    if folder.is_dir() and not any((folder / name).is_file() for name in _TOKENIZER_FILES):
+        raise BertologyError(
+            f"The model folder '{source}' has no tokenizer files ({', '.join(_TOKENIZER_FILES[:3])}, ...); "
+            "save the model's tokenizer there too (tokenizer.save_pretrained)."
+        )
+
+
 def _describe_load_failure(source: str, error: Exception) -> str:
     text = str(error)
     offline = os.environ.get("HF_HUB_OFFLINE") == "1" or "offline" in text.lower()
@@ -229,8 +252,9 @@ def load_model(
         a fine-tuned classifier.
 
     Raises:
-        BertologyError: unknown name, missing weights, no network, an unsupported architecture, a
-            classifier asked of a model that has none, or a device this machine does not have.
+        BertologyError: unknown name, missing weights or tokenizer files, no network, an unsupported
+            architecture, a classifier asked of a model that has none, or a device this machine does not
+            have.
     """
     target, precision = resolve_device(device), resolve_dtype(dtype)
     source, label = _source_of(name_or_path)
@@ -258,6 +282,7 @@ def load_model(
             )
     except (OSError, ValueError) as error:
         raise BertologyError(_describe_load_failure(source, error)) from error
+    _check_tokenizer_files(source)  # after the weights: a folder without those says that first
     if not tokenizer.is_fast:
         raise BertologyError(f"'{label}' has no fast tokenizer, which bertology needs for word alignment.")
     model.to(device=target, dtype=precision)
@@ -307,6 +332,19 @@ def require_pair_template(loaded: LoadedModel) -> None:
         raise BertologyError(
             f"'{loaded.name}' has no template for a pair of texts ({KIND_PHRASES[loaded.kind]} model reads "
             "one running text); give one text."
+        )
+
+
+def require_max_length(loaded: LoadedModel, max_length: int) -> None:
+    """Refuse segments of ``max_length`` tokens (special tokens included) that the model cannot take.
+
+    Raises:
+        BertologyError: ``max_length`` is over the model's limit (:attr:`LoadedModel.max_length`).
+    """
+    if max_length > loaded.max_length:
+        raise BertologyError(
+            f"A length of {max_length} tokens is more than '{loaded.name}' takes; give --max-len "
+            f"{loaded.max_length} or less."
         )
 
 

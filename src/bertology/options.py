@@ -60,3 +60,27 @@ JS_TOKENS_PER_SEGMENT = 4
 EXAMPLES_PER_HEAD = 5
 #: Longest input attention flow accepts by default (its time grows about as n^4).
 FLOW_MAX_TOKENS = 64
+
+#: Largest seed: numpy's and scikit-learn's generators take seeds of 32 bits.
+MAX_SEED = 2**32 - 1
+#: Largest count a ``--limit``-like option takes (a 64-bit integer, as indexing and ``islice`` need).
+MAX_COUNT = 2**63 - 1
+#: Most torch threads per process, and workers per Ray run (more threads than that abort OpenMP).
+MAX_THREADS = 1024
+#: Most quadrature points of integrated gradients (Gauss-Legendre nodes need ``steps**2`` floats).
+MAX_IG_STEPS = 1000
+
+#: The host of a Ray address: a name, an IPv4 address or an IPv6 address (its brackets taken off).
+RAY_HOST = re.compile(r"[\w.:-]+")
+
+
+def ray_address_problem(address: str) -> str | None:
+    """Why ``address`` is not a Ray address bertology takes (``local``, ``auto``, ``HOST:PORT`` or
+    ``ray://HOST:PORT`` with a port from 1 to 65535), or ``None`` when it is one."""
+    if address in ("local", "auto"):
+        return None
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if RAY_HOST.fullmatch(host.strip("[]")) and port.isdigit() and 1 <= int(port) <= 65535:
+        return None
+    return f"'{address}' is not a Ray address; use local, auto, HOST:PORT or ray://HOST:PORT."
+

@@ -3,9 +3,11 @@
 :func:`build_index` runs the model over a corpus once and stores, for each chosen layer, the output
 vector of every token (L2-normalised, float16) in an on-disk HNSW index of `usearch
 <https://github.com/unum-cloud/usearch>`_ (chosen by measurement over faiss-cpu and hnswlib: see
-``benchmarks/RESULTS.md``), with a table of token metadata. The folder holds:
+``benchmarks/RESULTS.md``), with a table of token metadata. The folder holds ``manifest.json`` (format
+version, model, layers, vector width, token and segment counts, and the name of the generation folder
+that holds the rest; a rebuild switches generations whole, :mod:`bertology.index_store`) and in that
+generation folder:
 
-* ``manifest.json``: format version, model, layers, vector width, token and segment counts;
 * ``layer_<L>.usearch``: the index of layer ``L`` (0-based; the layer's output, ``hidden_states[L + 1]``),
   keys are token rows;
 * ``tokens.npz``: one entry per token row: ``segment``, ``position`` (in the model input), ``token_id``,
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import zipfile
 from array import array
 from collections import Counter, deque
 from collections.abc import Iterator, Sequence
@@ -45,11 +48,16 @@ from bertology.batching import PAD_MULTIPLE, length_sorted_batches
 from bertology.corpus import detect_format, iter_segments
 from bertology.errors import BertologyError
 from bertology.hook import recording
-from bertology.models import LoadedModel, load_model, require_encoder
+from bertology.index_store import (
+    damaged,
+    generation_folder,
+    index_file,
+    new_generation,
+    read_manifest,
+)
+from bertology.models import LoadedModel, load_model, require_encoder, require_max_length
 from bertology.readers.treebank import read_treebank
 
-INDEX_FORMAT = 2
-MANIFEST = "manifest.json"
 SEGMENTS = "segments.jsonl"
 TOKENS = "tokens.npz"
 TOKENIZER = "tokenizer"
@@ -178,7 +186,8 @@ def build_index(
     threads: int = 0,
 ) -> TokenIndex:
     """Index every token of ``corpus`` at ``layers`` (0-based; default :func:`default_layers`) into the
-    folder ``out`` (created; an existing index there is replaced), and open it.
+    folder ``out`` and open it. ``out`` is new, empty or an index, which is replaced whole only once the
+    new index is written (:func:`bertology.index_store.new_generation`); its other files stay.
 
     threads: threads of each vector addition to an HNSW graph (0: all cores). Where torch leaves a core
         free, the additions run in one thread beside the model's forward passes; where torch's threads take
@@ -186,18 +195,19 @@ def build_index(
         1.6x the plain forward pass instead of 2.0x on 2 cores, benchmarks/RESULTS.md).
 
     Raises:
-        BertologyError: an unreadable corpus, a model that is not a BERT-family encoder, or a layer the
-            model does not have.
+        BertologyError: an unreadable corpus, a model that is not a BERT-family encoder, a layer the
+            model does not have, a ``max_length`` over the model's limit, or an ``out`` that holds files
+            but no index, is a file, or another build is writing.
     """
     loaded = model if isinstance(model, LoadedModel) else load_model(model)
     require_encoder(loaded, "Corpus indexing")
+    require_max_length(loaded, max_length)
     chosen = list(layers) if layers else default_layers(loaded.num_layers)
     if bad := [layer for layer in chosen if not 0 <= layer < loaded.num_layers]:
         raise BertologyError(
             f"Layer {bad[0]} does not exist: the model has layers 0-{loaded.num_layers - 1}."
         )
-    folder, corpus = Path(out), Path(corpus)
-    folder.mkdir(parents=True, exist_ok=True)
+    corpus = Path(corpus)
     width = loaded.model.config.hidden_size
     indexes = {layer: _new_index(width) for layer in chosen}
     columns = {name: array("l") for name in ("segment", "position", "token_id", "word")}
@@ -212,7 +222,11 @@ def build_index(
 
     # where torch leaves a core free, the HNSW graphs grow in a thread beside the model (usearch releases
     # the GIL while adding)
-    with (folder / SEGMENTS).open("w", encoding="utf-8") as segments_file, ThreadPoolExecutor(1) as adder:
+    with (
+        new_generation(out) as generation,
+        (generation.folder / SEGMENTS).open("w", encoding="utf-8") as segments_file,
+        ThreadPoolExecutor(1) as adder,
+    ):
 
         def numbered() -> Iterator[tuple[int, IndexedSegment]]:
             """The segments in corpus order, numbered; each is written to the segments file as it is read."""
@@ -244,10 +258,12 @@ def build_index(
                 pending.popleft().result()
         while pending:
             pending.popleft().result()
-    if not starts:
-        raise BertologyError(f"The corpus '{corpus}' has no text to index.")
-    _write(folder, loaded, chosen, indexes, columns, attends, starts)
-    return TokenIndex.open(folder)
+        if not starts:
+            raise BertologyError(f"The corpus '{corpus}' has no text to index.")
+        generation.manifest.update(
+            _write(generation.folder, loaded, chosen, indexes, columns, attends, starts)
+        )
+    return TokenIndex.open(out)
 
 
 def _usable_cores() -> int:
@@ -274,15 +290,15 @@ def _write(
     columns: dict[str, array],
     attends: dict[int, list[np.ndarray]],
     starts: list[int],
-) -> None:
+) -> dict[str, Any]:
+    """Write the index files into the generation folder ``folder``; return the manifest's fields."""
     for layer, index in indexes.items():
         index.save(str(folder / f"layer_{layer}.usearch"))
     tables = {name: np.asarray(values, dtype=np.int32) for name, values in columns.items()}
     tables |= {f"attends_{layer}": np.concatenate(parts) for layer, parts in attends.items()}
     np.savez(folder / TOKENS, start=np.asarray(starts, dtype=np.int64), **tables)
     loaded.tokenizer.save_pretrained(str(folder / TOKENIZER))
-    manifest = {
-        "format": INDEX_FORMAT,
+    return {
         "model": loaded.name,
         "layers": layers,
         "width": loaded.model.config.hidden_size,
@@ -290,52 +306,91 @@ def _write(
         "segments": len(starts),
         "vectors": "float16, L2-normalised; similarity: inner product (cosine)",
     }
-    (folder / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+
+
+def _read_tables(path: Path, manifest: dict[str, Any]) -> dict[str, np.ndarray]:
+    """The token and segment tables of ``path`` (``tokens.npz``), checked against ``manifest``: every
+    table there with its rows, segment numbers, segment starts and attended positions in range.
+
+    Raises:
+        BertologyError: the file is missing or damaged (named).
+    """
+    tokens, segments = manifest["tokens"], manifest["segments"]
+    rows = {name: tokens for name in ("segment", "position", "token_id", "word")}
+    rows |= {f"attends_{layer}": tokens for layer in manifest["layers"]} | {"start": segments}
+    with index_file(path):
+        if not zipfile.is_zipfile(path):  # else numpy tries it as a pickle and says so
+            raise damaged(path, "not a zip archive")
+        with np.load(path) as stored:
+            tables = {name: stored[name] for name in stored.files}
+    for name, size in rows.items():
+        if name not in tables or tables[name].shape != (size,):
+            raise damaged(path, f"no table '{name}' of {size} rows")
+    segment, start = tables["segment"], tables["start"]
+    if not ((segment >= 0) & (segment < segments)).all() or not ((start >= 0) & (start < tokens)).all():
+        raise damaged(path, "a segment number or start out of range")
+    for layer in manifest["layers"]:
+        attended = start[segment] + tables[f"attends_{layer}"]
+        if not ((start[segment] <= attended) & (attended < tokens)).all():
+            raise damaged(path, f"an attended position of layer {layer} out of range")
+    return tables
+
+
+def _restore(path: Path, manifest: dict[str, Any]) -> Index:
+    """The usearch index ``path``, memory-mapped, checked to hold ``manifest``'s tokens and width.
+
+    Raises:
+        BertologyError: the file is missing or damaged (named).
+    """
+    with index_file(path):
+        index = Index.restore(str(path), view=True)
+    if index is None or (len(index), index.ndim) != (manifest["tokens"], manifest["width"]):
+        found = "no index" if index is None else f"{len(index)} vectors of width {index.ndim}"
+        raise damaged(path, f"{found}, where the manifest says {manifest['tokens']} of {manifest['width']}")
+    index.expansion_search = EXPANSION_SEARCH
+    return index
 
 
 class TokenIndex:
     """An index folder written by :func:`build_index`, opened for search (indexes memory-mapped)."""
 
     def __init__(self, folder: Path, manifest: dict[str, Any]) -> None:
+        """Open the generation of ``folder`` that ``manifest`` (:func:`bertology.index_store.read_manifest`)
+        names; a missing or damaged file raises a :class:`BertologyError` that names it."""
         self.folder = folder
         self.model: str = manifest["model"]
         self.layers: list[int] = manifest["layers"]
         self.width: int = manifest["width"]
-        with np.load(folder / TOKENS) as tables:
-            self.tables = {name: tables[name] for name in tables.files}
-        self.segments = [
-            IndexedSegment(**json.loads(line)) for line in (folder / SEGMENTS).open(encoding="utf-8")
-        ]
-        self.tokenizer = AutoTokenizer.from_pretrained(str(folder / TOKENIZER))
-        self._indexes = {
-            layer: Index.restore(str(folder / f"layer_{layer}.usearch"), view=True) for layer in self.layers
-        }
-        for index in self._indexes.values():
-            index.expansion_search = EXPANSION_SEARCH
-        self._lower_words = np.array(
-            [
-                "" if word < 0 else self.segments[segment].words[word].lower()
-                for segment, word in zip(self.tables["segment"], self.tables["word"], strict=True)
-            ]
-        )
+        files = generation_folder(folder, manifest)
+        self.tables = _read_tables(files / TOKENS, manifest)
+        with index_file(files / SEGMENTS), (files / SEGMENTS).open(encoding="utf-8") as lines:
+            self.segments = [IndexedSegment(**json.loads(line)) for line in lines]
+        if len(self.segments) != manifest["segments"]:
+            raise damaged(
+                files / SEGMENTS,
+                f"{len(self.segments)} segments, where the manifest says {manifest['segments']}",
+            )
+        with index_file(files / TOKENIZER):
+            self.tokenizer = AutoTokenizer.from_pretrained(str(files / TOKENIZER))
+        self._indexes = {layer: _restore(files / f"layer_{layer}.usearch", manifest) for layer in self.layers}
+        with index_file(files / SEGMENTS):  # a word beyond its segment's words: the segments do not match
+            self._lower_words = np.array(
+                [
+                    "" if word < 0 else self.segments[segment].words[word].lower()
+                    for segment, word in zip(self.tables["segment"], self.tables["word"], strict=True)
+                ]
+            )
 
     @classmethod
     def open(cls, folder: str | Path) -> TokenIndex:
         """Open the index folder ``folder``.
 
         Raises:
-            BertologyError: no index there, or one written by another version of bertology.
+            BertologyError: no index there, one written by another version of bertology, or a missing or
+                damaged index file (named).
         """
         folder = Path(folder)
-        try:
-            manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as error:
-            raise BertologyError(f"'{folder}' is not a token index (run `bertology index` first).") from error
-        if manifest.get("format") != INDEX_FORMAT:
-            raise BertologyError(
-                f"The token index '{folder}' was written by another version; build it again."
-            )
-        return cls(folder, manifest)
+        return cls(folder, read_manifest(folder))
 
     def __len__(self) -> int:
         return len(self.tables["segment"])

@@ -25,7 +25,7 @@ import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 
@@ -167,14 +167,14 @@ class HeadExamples:
         return Path(path)
 
     @classmethod
-    def load(cls, path: str | Path) -> HeadExamples:
-        """Read a file written by :meth:`save`.
+    def load(cls, source: str | Path | BinaryIO) -> HeadExamples:
+        """Read a file written by :meth:`save`, by path or already opened (named by its ``name``).
 
         Raises:
             BertologyError: a file that is not one (named, with what is wrong).
         """
         try:
-            with np.load(path, allow_pickle=False) as data:
+            with np.load(source, allow_pickle=False) as data:
                 meta = json.loads(str(data["meta"]))
                 arrays = {name: data[name] for name in ("segments", "scores", "offsets", "attention")}
             examples = cls(
@@ -188,11 +188,11 @@ class HeadExamples:
                 texts={int(index): SegmentTokens.from_dict(value) for index, value in meta["texts"].items()},
             )
         except (OSError, EOFError, zipfile.BadZipFile, ValueError, KeyError, TypeError) as error:
-            raise BertologyError(f"{path} is not a readable examples file: {error}") from None
-        examples._check(path)
+            raise BertologyError(f"{_name(source)} is not a readable examples file: {error}") from None
+        examples._check(_name(source))
         return examples
 
-    def _check(self, path: str | Path) -> None:
+    def _check(self, path: str) -> None:
         """Refuse a file whose parts do not fit together (cut, or edited by hand)."""
         shape = self.segments.shape
         fits = len(shape) == 3 and self.scores.shape == shape == self.offsets.shape
@@ -206,6 +206,11 @@ class HeadExamples:
                     break
         if not fits:
             raise BertologyError(f"{path} is not a readable examples file: its arrays do not fit together.")
+
+
+def _name(source: str | Path | BinaryIO) -> str:
+    """How messages name a file given by path or opened."""
+    return str(source) if isinstance(source, str | Path) else str(source.name)
 
 
 def chosen_examples(patterns: HeadPatterns, per_head: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -64,6 +64,9 @@ if TYPE_CHECKING:
 
 RelevanceMethod = Literal["rollout", "flow"]
 RELEVANCE_METHODS: tuple[RelevanceMethod, ...] = ("rollout", "flow")
+#: Keys of the JSON object :meth:`Relevance.to_json` writes that mark a file as its output (so a later run
+#: may replace it).
+JSON_MARKS = ("model", "tokens", "formula", "attention")
 
 #: Integer scale of the capacities given to the max-flow solver (see the module docstring for the error).
 FLOW_SCALE = 2**30

@@ -26,14 +26,9 @@ from bertology.cluster.shards import Shard
 from bertology.cluster.workers import ClusterOptions, WorkerPool, ray_session
 from bertology.models import LoadedModel, load_model, require_encoder
 from bertology.options import DEFAULT_DEVICE, DEFAULT_DTYPE, Dtype
-from bertology.probes.coreference import CorefAccumulator, CorefItem, CorefProbe, score_coref_batches
-from bertology.probes.run import (
-    DependencyRun,
-    DependencyTally,
-    NumberedSentence,
-    dependency_batches,
-    run_coreference,
-)
+from bertology.probes.coreference import CorefAccumulator, CorefItem, score_coref_batches
+from bertology.probes.results import CoreferenceResult, DependencyResult
+from bertology.probes.run import DependencyTally, NumberedSentence, dependency_batches, probe_coreference
 from bertology.words import WordMode
 
 #: Sentences per shard by default: a few seconds of work for a small model on one core.
@@ -87,7 +82,7 @@ def probe_dependencies_on_pool(
     resume: bool = False,
     checkpoint_seconds: float = CHECKPOINT_SECONDS,
     on_progress: Progress | None = None,
-) -> DependencyRun:
+) -> DependencyResult:
     """The dependency probe of ``path`` on the pool's workers; equals
     ``probe_dependencies(path, loaded, ...)`` with the job's mode and examples.
 
@@ -135,7 +130,7 @@ def probe_dependencies_on_ray(
     checkpoint: Path | None = None,
     resume: bool = False,
     on_progress: Progress | None = None,
-) -> DependencyRun:
+) -> DependencyResult:
     """:func:`probe_dependencies_on_pool` in a Ray session and a pool of workers of its own."""
     with ray_session(options), WorkerPool(job, options) as pool:
         return probe_dependencies_on_pool(
@@ -190,17 +185,17 @@ def probe_coreference_on_pool(
     resume: bool = False,
     checkpoint_seconds: float = CHECKPOINT_SECONDS,
     on_progress: Progress | None = None,
-) -> tuple[CorefProbe, dict[str, str | int | float]]:
-    """The coreference probe of ``path`` on the pool's workers; equals ``run_coreference(path, loaded,
+) -> CoreferenceResult:
+    """The coreference probe of ``path`` on the pool's workers; equals ``probe_coreference(path, loaded,
     ...)``. Progress counts windows (the total is known once the corpus has been read).
 
     loaded: the job's model on the driver (its tokenizer cuts the windows). treebank, coref_format, limit
-    (documents), batch_size: as in :func:`~bertology.probes.run.run_coreference`. windows_per_shard: the
+    (documents), batch_size: as in :func:`~bertology.probes.run.probe_coreference`. windows_per_shard: the
     unit of work. checkpoint, resume, checkpoint_seconds, on_progress: see
     :func:`~bertology.cluster.driver.merge_shards`.
 
     Raises:
-        BertologyError: as :func:`~bertology.probes.run.run_coreference`, or a checkpoint of another run,
+        BertologyError: as :func:`~bertology.probes.run.probe_coreference`, or a checkpoint of another run,
             or a worker that failed.
     """
 
@@ -224,7 +219,7 @@ def probe_coreference_on_pool(
         )
         return merged
 
-    return run_coreference(
+    return probe_coreference(
         path,
         loaded,
         treebank=treebank,
@@ -247,7 +242,7 @@ def probe_coreference_on_ray(
     checkpoint: Path | None = None,
     resume: bool = False,
     on_progress: Progress | None = None,
-) -> tuple[CorefProbe, dict[str, str | int | float]]:
+) -> CoreferenceResult:
     """:func:`probe_coreference_on_pool` in a Ray session and a pool of workers of its own."""
     with ray_session(options), WorkerPool(job, options) as pool:
         return probe_coreference_on_pool(

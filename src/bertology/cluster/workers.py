@@ -21,6 +21,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from bertology.cluster.shards import Shard
 from bertology.errors import BertologyError
+from bertology.options import ray_address_problem
 
 #: Times Ray restarts a worker that died, and re-runs a shard whose worker died, before the run fails.
 MAX_RESTARTS = 4
@@ -129,8 +130,11 @@ def ray_session(options: ClusterOptions) -> Iterator[None]:
     existing cluster, is left running.
 
     Raises:
-        BertologyError: Ray is not installed, or the cluster cannot be reached.
+        BertologyError: an address of no form Ray takes, Ray is not installed, or the cluster cannot be
+            reached.
     """
+    if problem := ray_address_problem(options.address):
+        raise BertologyError(problem)
     ray = import_ray()
     if ray.is_initialized():
         yield

@@ -30,8 +30,12 @@ from bertology.errors import BertologyError
 from bertology.inputs import Text, encode
 from bertology.interventions.data import eval_mode
 from bertology.models import LoadedModel
+from bertology.options import MAX_IG_STEPS
 
 METHODS = ("gradient", "gradient_x_input", "integrated_gradients")
+#: Keys of the JSON object :meth:`Explanation.to_json` writes that mark a file as its output (so a later
+#: run may replace it).
+JSON_MARKS = ("text", "tokens", "label", "attributions")
 
 
 @dataclass
@@ -106,10 +110,13 @@ def explain(
     :data:`METHODS` (see the module docstring). batch_size: interpolated inputs per forward pass.
 
     Raises:
-        BertologyError: ``steps`` below 1, or a model without a [PAD] token.
+        BertologyError: ``steps`` outside 1 to :data:`~bertology.options.MAX_IG_STEPS`, or a model without
+            a [PAD] token.
     """
-    if steps < 1:
-        raise BertologyError(f"Integrated gradients needs at least one step, not {steps}.")
+    if not 1 <= steps <= MAX_IG_STEPS:
+        raise BertologyError(
+            f"Integrated gradients needs at least one step and at most {MAX_IG_STEPS}, not {steps}."
+        )
     pad_id = loaded.tokenizer.pad_token_id
     if pad_id is None:
         raise BertologyError(f"The tokenizer of '{loaded.name}' has no [PAD] token for the baseline.")

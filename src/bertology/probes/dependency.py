@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from bertology.errors import BertologyError
+from bertology.probes.result import BestHead
 from bertology.readers.treebank import Sentence, base_relation
 from bertology.stats.base import check_same_shape
 from bertology.words import WordAttention
@@ -71,21 +72,6 @@ def predicted_heads(word_attention: WordAttention, layer: int, head: int, direct
     (0 dependent -> head, 1 head -> dependent); 0-based word indices, for drawing predicted arcs."""
     between = torch.from_numpy(word_attention.between_words()[layer, head])
     return predictions(between)[direction].numpy()
-
-
-@dataclass(frozen=True)
-class BestHead:
-    """The best head for a relation: (layer, head) 0-based, the direction index, its accuracy."""
-
-    layer: int
-    head: int
-    direction: int
-    accuracy: float
-
-    @property
-    def label(self) -> str:
-        """``"layer-head"``, 0-based."""
-        return f"{self.layer}-{self.head}"
 
 
 @dataclass(frozen=True)
@@ -170,10 +156,11 @@ class DependencyProbe:
         return self.accuracy(relation)[direction]
 
     def best(self, relation: str) -> BestHead:
-        """The most accurate head and direction (ties: the first in direction, layer, head order)."""
+        """The most accurate head and direction (ties: the first in direction, layer, head order); its
+        ``score`` is the accuracy."""
         accuracy = self.accuracy(relation)
         direction, layer, head = np.unravel_index(accuracy.argmax(), accuracy.shape)
-        return BestHead(int(layer), int(head), int(direction), float(accuracy[direction, layer, head]))
+        return BestHead(int(layer), int(head), float(accuracy[direction, layer, head]), int(direction))
 
     def baseline(self, relation: str) -> Baseline:
         """The most accurate fixed offset (ties: the first in ``OFFSETS`` order)."""
@@ -201,7 +188,7 @@ class DependencyProbe:
                     "head": best.head,
                     "direction": best.direction,
                     "direction_name": DIRECTIONS[best.direction],
-                    "accuracy": best.accuracy,
+                    "accuracy": best.score,
                     "baseline_offset": baseline.offset,
                     "baseline_accuracy": baseline.accuracy,
                 }

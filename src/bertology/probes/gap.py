@@ -37,8 +37,8 @@ import numpy as np
 
 from bertology.batching import length_sorted_batches
 from bertology.errors import BertologyError
-from bertology.probes.coreference import BestCorefHead
 from bertology.probes.gap_scorer import GENDERS, GapCounts, decision_counts, pronoun_gender
+from bertology.probes.result import BestHead
 from bertology.probes.rows import query_word_rows
 from bertology.readers.gap import GapExample
 from bertology.readers.spacy_parse import ParsedText, parse_texts
@@ -198,18 +198,22 @@ class GapProbe:
     syntax_note: str | None = None
 
     def heatmap(self, gender: str = "overall") -> np.ndarray:
-        """[layers, heads] float64 F1 of every head, overall or for one gender (:data:`GENDERS`)."""
+        """[layers, heads] float64 F1 of every head, overall or for one gender (:data:`GENDERS`).
+
+        Raises:
+            BertologyError: a row GAP's scores do not have.
+        """
+        if gender not in GENDERS:
+            raise BertologyError(f"GAP has no '{gender}' scores; use one of: {', '.join(GENDERS)}.")
         return self.heads.f1()[GENDERS.index(gender)]
 
     def accuracy(self) -> np.ndarray:
         """[layers, heads] float64 Clark et al.'s accuracy (see the class docstring; NaN without examples)."""
         return self.correct / self.one_name if self.one_name else np.full(self.correct.shape, np.nan)
 
-    def best(self) -> BestCorefHead:
-        """The head with the best overall F1 (ties: the first in layer, head order); ``accuracy``: its F1."""
-        grid = self.heatmap()
-        layer, head = np.unravel_index(grid.argmax(), grid.shape)
-        return BestCorefHead(int(layer), int(head), float(grid[layer, head]))
+    def best(self) -> BestHead:
+        """The head with the best overall F1 (ties: the first in layer, head order); ``score``: its F1."""
+        return BestHead.of_grid(self.heatmap())
 
     @staticmethod
     def _scores(counts: GapCounts) -> dict[str, np.ndarray]:
@@ -324,7 +328,7 @@ class GapAccumulator:
         )
 
 
-def probe_gap(
+def score_gap(
     examples: Iterable[GapExample],
     model: LoadedModel,
     *,

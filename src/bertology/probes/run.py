@@ -1,11 +1,16 @@
-"""Run the probes over treebank files: stream sentences through the model into the accumulators."""
+"""The four probes, one verb each: files in, a :class:`~bertology.probes.result.ProbeResult` out.
+
+:func:`probe_dependencies` (which heads track which dependency relations), :func:`probe_parser` (the
+attention-only parser), :func:`probe_coreference` (antecedent selection) and :func:`probe_gap` (GAP's
+scorecard) stream their files through the model into the probes' accumulators and return a result of
+:mod:`bertology.probes.results`.
+"""
 
 from __future__ import annotations
 
 import itertools
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from bertology.batching import length_sorted_batches
@@ -14,7 +19,6 @@ from bertology.models import LoadedModel, require_encoder
 from bertology.probes.coreference import (
     CorefAccumulator,
     CorefItem,
-    CorefProbe,
     NoMentionScored,
     check_scored,
     coref_batches,
@@ -22,43 +26,15 @@ from bertology.probes.coreference import (
     with_heads,
 )
 from bertology.probes.data import SkippedSentences, iter_word_attention, predict_heads, token_counter
-from bertology.probes.dependency import DependencyAccumulator, DependencyProbe
-from bertology.probes.gap import GapProbe, probe_gap
-from bertology.probes.parser import AttentionParser, Decode, ParserReport, check_decode, evaluate_parser
+from bertology.probes.dependency import DependencyAccumulator
+from bertology.probes.gap import score_gap
+from bertology.probes.parser import AttentionParser, Decode, check_decode, evaluate_parser
+from bertology.probes.results import CoreferenceResult, DependencyResult, GapResult, ParserResult
 from bertology.readers.coref import CorefDocument, read_coref
 from bertology.readers.corefud import is_corefud, read_corefud
 from bertology.readers.gap import read_gap
 from bertology.readers.treebank import Sentence, read_treebank
 from bertology.words import WordAttention, WordMode
-
-
-@dataclass
-class DependencyRun:
-    """A dependency probe over one treebank, with a few example sentences kept for the report.
-
-    examples: the first ``keep_examples`` sentences with their word attention
-        (``probs: [layers, heads, m, m]`` each), for arc diagrams.
-    """
-
-    probe: DependencyProbe
-    treebank: str
-    model_name: str
-    mode: str
-    sentences: int
-    skipped: int
-    seconds: float
-    examples: list[tuple[Sentence, WordAttention]] = field(default_factory=list)
-
-    def summary(self) -> dict[str, str | int | float]:
-        return {
-            "model": self.model_name,
-            "treebank": self.treebank,
-            "sentences": self.sentences,
-            "skipped (too long, or a word with no token)": self.skipped,
-            "word mode": self.mode,
-            "seconds": round(self.seconds, 1),
-        }
-
 
 #: A sentence with its place in the treebank (0-based, among the sentences read).
 NumberedSentence = tuple[int, Sentence]
@@ -120,7 +96,7 @@ class DependencyTally:
         self.examples.extend(other.examples)
         return self
 
-    def result(self, path: str | Path, model_name: str, mode: str, seconds: float) -> DependencyRun:
+    def result(self, path: str | Path, model_name: str, mode: str, seconds: float) -> DependencyResult:
         """The run over everything added.
 
         Raises:
@@ -132,7 +108,7 @@ class DependencyTally:
                 f"{self.skipped.truncated} are longer than the model takes and {self.skipped.untokenized} "
                 "have a word that gives no token."
             )
-        return DependencyRun(
+        return DependencyResult(
             probe=self.accumulator.result(),
             treebank=str(path),
             model_name=model_name,
@@ -156,7 +132,7 @@ def probe_dependencies(
     batch_size: int = 16,
     keep_examples: int = 25,
     on_progress: Callable[[int], None] | None = None,
-) -> DependencyRun:
+) -> DependencyResult:
     """Clark et al.'s per-relation head accuracies (and fixed-offset baselines) over a treebank.
 
     limit: at most this many sentences (the first ones). on_progress: called with sentences done.
@@ -176,32 +152,7 @@ def probe_dependencies(
     return tally.result(path, loaded.name, mode, time.perf_counter() - start)
 
 
-@dataclass
-class ParserRun:
-    """Clark et al.'s attention-only parser trained on one treebank and scored on another."""
-
-    parser: AttentionParser
-    report: ParserReport
-    train: str
-    evaluation: str
-    model_name: str
-    mode: str
-    seconds: float
-
-    def summary(self) -> dict[str, str | int | float]:
-        return {
-            "model": self.model_name,
-            "trained on": f"{self.train} ({self.parser.train_sentences} sentences)",
-            "evaluated on": (
-                f"{self.evaluation} ({self.report.sentences} sentences, {self.report.words} scored words)"
-            ),
-            "word mode": self.mode,
-            "decoding": self.report.decode,
-            "seconds": round(self.seconds, 1),
-        }
-
-
-def train_and_evaluate_parser(
+def probe_parser(
     train: str | Path,
     evaluation: str | Path,
     loaded: LoadedModel,
@@ -212,7 +163,7 @@ def train_and_evaluate_parser(
     limit_eval: int | None = None,
     decode: Decode = "argmax",
     batch_size: int = 16,
-) -> ParserRun:
+) -> ParserResult:
     """Train the attention-only parser on ``train`` and report UAS (no punctuation) on ``evaluation``
     beside the right-branching and best-single-head baselines."""
     check_decode(decode)  # before the training, not after it
@@ -225,7 +176,7 @@ def train_and_evaluate_parser(
 
     parser = AttentionParser.fit(examples(train, limit_train))
     report = evaluate_parser(parser, examples(evaluation, limit_eval), decode=decode)
-    return ParserRun(
+    return ParserResult(
         parser=parser,
         report=report,
         train=str(train),
@@ -241,7 +192,7 @@ def train_and_evaluate_parser(
 CorefScorer = Callable[[Iterator[list[CorefItem]]], CorefAccumulator]
 
 
-def run_coreference(
+def probe_coreference(
     path: str | Path,
     loaded: LoadedModel,
     *,
@@ -250,8 +201,8 @@ def run_coreference(
     limit: int | None = None,
     batch_size: int = 8,
     score: CorefScorer | None = None,
-) -> tuple[CorefProbe, dict[str, str | int | float]]:
-    """Antecedent selection per head over a coreference corpus, with its summary for a report.
+) -> CoreferenceResult:
+    """Antecedent selection per head over a coreference corpus.
 
     treebank: the same documents' dependency trees (e.g. GUM's dep_stanford folder), giving sentence
         breaks and mention head words; without it each document is one sentence and a mention's head
@@ -292,40 +243,33 @@ def run_coreference(
                 "dep_stanford folder), which supplies the sentence breaks."
             ) from error
         raise BertologyError(f"{path}: {error}") from error
-    summary: dict[str, str | int | float] = {
-        "model": loaded.name,
-        "coreference corpus": str(path),
-        "head words from": (
+    return CoreferenceResult(
+        probe=probe,
+        corpus=str(path),
+        model_name=loaded.name,
+        head_words=(
             "the file's own dependency trees (CorefUD)"
             if reader is not None
             else str(treebank)
             if treebank is not None
             else "last word of each mention"
         ),
-        "mentions out of reach (every antecedent before the window)": int(probe.out_of_reach.sum()),
-        "mentions skipped (sentence longer than the model takes)": int(probe.skipped.sum()),
-    }
-    if reader is not None:
-        summary |= {f"left out: {name}": count for name, count in reader.skipped.items().items()}
-    summary["seconds"] = round(time.perf_counter() - start, 1)
-    return probe, summary
+        left_out={} if reader is None else reader.skipped.items(),
+        seconds=time.perf_counter() - start,
+    )
 
 
-def run_gap(
+def probe_gap(
     path: str | Path, loaded: LoadedModel, *, limit: int | None = None, syntax: bool = True
-) -> tuple[GapProbe, dict[str, str | int | float]]:
-    """Every head and GAP's baselines scored with GAP's own scorer (:mod:`bertology.probes.gap`), with the
-    summary for a report. syntax: run the syntactic baselines when spaCy is installed."""
+) -> GapResult:
+    """Every head and GAP's baselines on a GAP file, scored with GAP's own scorer
+    (:mod:`bertology.probes.gap`). limit: at most this many examples (the first ones). syntax: run the
+    syntactic baselines when spaCy is installed.
+
+    Raises:
+        BertologyError: an unreadable file, a pronoun GAP does not have, or no example fits the model.
+    """
     require_encoder(loaded, "The GAP probe")
     start = time.perf_counter()
-    probe = probe_gap(read_gap(path), loaded, limit=limit, syntax=syntax)
-    summary: dict[str, str | int | float] = {
-        "model": loaded.name,
-        "GAP file": str(path),
-        "examples": probe.examples,
-        "examples with exactly one coreferent name (Clark et al.'s accuracy)": probe.one_name,
-        "examples too long for the model (scored as missing answers)": probe.skipped,
-        "syntactic baselines": probe.syntax_note or "computed from spaCy parses",
-        "seconds": round(time.perf_counter() - start, 1),
-    }
-    return probe, summary
+    probe = score_gap(read_gap(path), loaded, limit=limit, syntax=syntax)
+    return GapResult(probe, str(path), loaded.name, time.perf_counter() - start)

@@ -8,14 +8,23 @@ file, a file of another kind) is reported as such, in the reader's terms (:func:
 
 from __future__ import annotations
 
+import errno
+import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import BinaryIO, TypeVar
 
 from bertology.errors import BertologyError
 
 _BOM = "\ufeff"
+#: What a file that is not a regular file is, by the type bits of its mode.
+_FILE_KINDS = {
+    stat.S_IFIFO: "a named pipe (FIFO)",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+}
 Record = TypeVar("Record")
 
 
@@ -35,23 +44,59 @@ class Passage:
     last_line: int
 
 
-def read_lines(path: Path) -> Iterator[tuple[int, str]]:
+def file_problem(path: Path) -> str | None:
+    """What keeps ``path`` from being read as an input file, as the end of a sentence that starts with
+    the path ("is missing", "is a directory, not a file", "is a named pipe (FIFO), not a regular file",
+    "is a loop of symbolic links", ...), or ``None`` for a regular file (which may still be unreadable or
+    empty)."""
+    try:
+        mode = path.stat().st_mode
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            return "is a loop of symbolic links"
+        if error.errno == errno.ENOENT:
+            return "is a symbolic link to a missing file" if path.is_symlink() else "is missing"
+        return f"cannot be read ({error.strerror or error})"
+    if stat.S_ISDIR(mode):
+        return "is a directory, not a file"
+    if not stat.S_ISREG(mode):
+        return f"is {_FILE_KINDS.get(stat.S_IFMT(mode), 'a special file')}, not a regular file"
+    return None
+
+
+def require_file(path: Path) -> None:
+    """Raise unless ``path`` is a regular file (:func:`file_problem`).
+
+    Raises:
+        BertologyError: "<path> <what is wrong>; give a text file."
+    """
+    if problem := file_problem(path):
+        raise BertologyError(f"{path} {problem}; give a text file.")
+
+
+def read_lines(path: Path, *, piece_bytes: int | None = None) -> Iterator[tuple[int, str]]:
     """Yield ``(line number, line)`` for each line of ``path``, lazily, without the line ending.
 
     Line numbers are 1-based. A UTF-8 byte order mark at the start of the file is dropped.
 
+    piece_bytes: read a line longer than this many bytes in pieces instead of whole (for a corpus that
+        is one huge line): each piece is the longest run of whole words of at most ``piece_bytes``
+        bytes, cut at a space or tab that is dropped (at ``piece_bytes``, on a character boundary, for
+        a word longer than that), yielded with the line's number; a piece of only whitespace inside
+        a line is left out. ``None``: every line whole.
+
     Raises:
-        BertologyError: the path is a folder or cannot be opened, the file is binary (a NUL byte), or a
-            line is not valid UTF-8 (naming the line).
+        BertologyError: the path is not a regular file (:func:`require_file`) or cannot be opened, the
+            file is binary (a NUL byte), or a line is not valid UTF-8 (naming the line).
     """
-    if path.is_dir():
-        raise BertologyError(f"{path} is a folder, where a file was expected.")
+    require_file(path)
     try:
         handle = path.open("rb")
     except OSError as error:
         raise BertologyError(f"Could not open {path}: {error.strerror}.") from error
     with handle:
-        for number, raw in enumerate(handle, start=1):
+        lines = ((number, 0, raw) for number, raw in enumerate(handle, start=1))
+        for number, start, raw in lines if piece_bytes is None else _pieces(handle, piece_bytes):
             if b"\0" in raw:
                 raise BertologyError(
                     f"{path.name} is a binary file, not text (line {number} has a NUL byte); "
@@ -61,12 +106,52 @@ def read_lines(path: Path) -> Iterator[tuple[int, str]]:
                 line = raw.decode("utf-8", errors="strict")
             except UnicodeDecodeError as error:
                 raise BertologyError(
-                    f"{path.name} line {number} is not valid UTF-8 (byte {error.start + 1} of the line); "
-                    "save the file as UTF-8 text."
+                    f"{path.name} line {number} is not valid UTF-8 (byte {start + error.start + 1} of the "
+                    "line); save the file as UTF-8 text."
                 ) from error
-            if number == 1:
+            if number == 1 and start == 0:
                 line = line.removeprefix(_BOM)
             yield number, line.rstrip("\r\n")
+
+
+def _pieces(handle: BinaryIO, piece_bytes: int) -> Iterator[tuple[int, int, bytes]]:
+    """``(line number, byte offset in the line, bytes)`` of each line of ``handle``, a line longer than
+    ``piece_bytes`` cut into pieces as :func:`read_lines` says; never more than ``2 * piece_bytes + 1``
+    bytes of a line held."""
+    number = 0
+    pending = b""  # the part of the current line read but not yet yielded
+    start = 0  # where ``pending`` starts in the line
+    cut = False  # whether the current line was cut into pieces
+    while chunk := handle.readline(piece_bytes + 1):
+        if not pending and not cut:
+            number, start = number + 1, 0  # a line starts
+        pending += chunk
+        # readline stops short of its size only at the end of a line or of the file
+        ends = chunk.endswith(b"\n") or len(chunk) <= piece_bytes
+        body = pending.rstrip(b"\r\n") if ends else pending
+        while len(body) > piece_bytes:
+            cut = True
+            space = max(body.rfind(b" ", 0, piece_bytes + 1), body.rfind(b"\t", 0, piece_bytes + 1))
+            end, skip = (space, 1) if space >= 0 else (_character_boundary(body, piece_bytes), 0)
+            if body[:end].strip():
+                yield number, start, body[:end]
+            body, start = body[end + skip :], start + end + skip
+        pending = body
+        if ends:
+            if not cut or pending.strip():
+                yield number, start, pending
+            pending, cut = b"", False
+    if pending.strip():  # the end of a cut last line, at the end of the file
+        yield number, start, pending
+
+
+def _character_boundary(data: bytes, limit: int) -> int:
+    """The largest position up to ``limit`` in UTF-8 ``data`` that does not split a character (at least
+    1, so a piece is never empty)."""
+    end = limit
+    while end > 1 and data[end] & 0xC0 == 0x80:  # a continuation byte: inside a character
+        end -= 1
+    return end
 
 
 def corpus_files(path: str | Path, suffixes: set[str]) -> list[Path]:

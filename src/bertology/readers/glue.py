@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bertology.errors import BertologyError
-from bertology.readers import read_lines
+from bertology.readers import file_problem, read_lines
 
 #: Header pairs naming text A and text B, tried in this order; then single-text columns.
 PAIR_COLUMNS = (
@@ -164,8 +164,9 @@ def read_glue(folder: str | Path, max_train: int | None = None, max_dev: int | N
     if not folder.is_dir():
         raise BertologyError(f"{folder} is not a folder; a task folder holds train.tsv and dev.tsv.")
     train_path = folder / "train.tsv"
-    if not train_path.is_file():
-        raise BertologyError(f"{folder} has no train.tsv.")
+    if problem := file_problem(train_path):
+        where = f"{folder} has no train.tsv" if problem == "is missing" else f"{train_path} {problem}"
+        raise BertologyError(f"{where}.")
     dev_path = next((folder / name for name in DEV_FILES if (folder / name).is_file()), None)
     if dev_path is None:
         raise BertologyError(f"{folder} has no dev file (looked for {', '.join(DEV_FILES)}).")

@@ -23,9 +23,9 @@ however many requests queue. With ``hosts`` set, requests with another ``Host`` 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import anyio.to_thread
 from fastapi import FastAPI, Request
@@ -34,6 +34,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from bertology.beneath import OpenFolder
 from bertology.models import LoadedModel, load_model
 from bertology.options import DEFAULT_DEVICE, DEFAULT_DTYPE, Dtype
 from bertology.server import compute
@@ -41,7 +42,16 @@ from bertology.server.errors import ErrorAnswer, RequestError, install_error_han
 from bertology.server.explorer import AnalysisRun, AnalysisRuns
 from bertology.server.hosts import HostCheck
 from bertology.server.limits import BodySizeLimit, Limits
-from bertology.server.page import explore_html, index_html, page_policy, static_folder
+from bertology.server.opened_file import OpenedFileResponse
+from bertology.server.page import (
+    DEFAULT_POLICY,
+    RUN_FILE_POLICY,
+    VIEW_POLICY,
+    explore_html,
+    index_html,
+    page_policy,
+    static_folder,
+)
 from bertology.server.runs import REPORT_FILE, TRAINING_FILE, RunsFolder, folder_url
 from bertology.server.schemas import (
     AttentionAnswer,
@@ -59,17 +69,12 @@ from bertology.server.schemas import (
     RunList,
     StatisticsAnswer,
     ViewRequest,
+    reading_body,
     request_models,
 )
 from bertology.server.search import search_routes
 from bertology.server.watch_pages import WatchPages
 from bertology.server.workers import ComputeSlots, ModelWorkers
-
-Endpoint = TypeVar("Endpoint", bound=Callable[..., Any])
-
-#: Served files of the runs folder run sandboxed: their scripts get an opaque origin, so a page found
-#: there cannot call this server's API as the page does.
-RUN_FILE_POLICY = "sandbox allow-scripts allow-downloads allow-popups; frame-ancestors 'self'"
 
 
 def _error_answers(descriptions: dict[int, str]) -> dict[int | str, dict[str, Any]]:
@@ -86,16 +91,21 @@ _ERRORS = _error_answers(
     {
         400: "The body could not be read as UTF-8 JSON.",
         413: "The request body is over the limit.",
-        422: "A bad request: the message says what is wrong.",
+        422: "A bad request: the message says what is wrong. Besides what the schema excludes, what "
+        "depends on the input or the model: more tokens than the server takes per input (max_tokens of "
+        "/api/models), a layer or head the chosen model does not have, a span (rows, keys) or query token "
+        "beyond the input's tokens, more attention values than one answer carries.",
         503: "The request took longer than the timeout.",
     }
 )
 
 
 class SecurityHeaders:
-    """ASGI middleware adding ``X-Content-Type-Options: nosniff`` and ``Referrer-Policy: no-referrer``."""
+    """ASGI middleware adding ``X-Content-Type-Options: nosniff``, ``Referrer-Policy: no-referrer`` and,
+    to an answer without a Content-Security-Policy of its own, :data:`DEFAULT_POLICY`."""
 
     HEADERS = ((b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"no-referrer"))
+    POLICY = (b"content-security-policy", DEFAULT_POLICY.encode("ascii"))
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -103,7 +113,10 @@ class SecurityHeaders:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         async def with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", []), *self.HEADERS]
+                headers = [*message.get("headers", []), *self.HEADERS]
+                if all(name.lower() != self.POLICY[0] for name, _ in headers):
+                    headers.append(self.POLICY)
+                message["headers"] = headers
             await send(message)
 
         await self.app(scope, receive, with_headers if scope["type"] == "http" else send)
@@ -116,13 +129,6 @@ def _loaded(models: Sequence[str | LoadedModel], device: str, dtype: Dtype) -> l
         ready = model if isinstance(model, LoadedModel) else load_model(model, device=device, dtype=dtype)
         loaded.setdefault(ready.name, ready)
     return list(loaded.values())
-
-
-def _reading_body(endpoint: Endpoint, body: type[BaseModel]) -> Endpoint:
-    """``endpoint`` with its ``body`` parameter read as ``body``: this app's request model, whose schema
-    names the app's models and limits."""
-    endpoint.__annotations__["body"] = body
-    return endpoint
 
 
 def _json(answer: BaseModel) -> Response:
@@ -239,20 +245,20 @@ def create_app(
         html = await workers.run(
             body.model, lambda model: compute.view_page(model, body, max_tokens=limits.max_tokens), request
         )
-        return HTMLResponse(html)
+        return HTMLResponse(html, headers={"Content-Security-Policy": VIEW_POLICY})
 
     app.post("/api/attention", tags=["attention"], response_model=AttentionAnswer, responses=_ERRORS)(
-        _reading_body(attention, bodies.attention)
+        reading_body(attention, bodies.attention)
     )
     app.post("/api/statistics", tags=["attention"], response_model=StatisticsAnswer, responses=_ERRORS)(
-        _reading_body(statistics, bodies.input)
+        reading_body(statistics, bodies.input)
     )
     app.post(
         "/api/view",
         tags=["attention"],
         response_class=HTMLResponse,
         responses={200: {"content": {"text/html": {"schema": {"type": "string"}}}}, **_ERRORS},
-    )(_reading_body(view, bodies.view))
+    )(reading_body(view, bodies.view))
 
     @app.get("/api/runs", tags=["runs"])
     def list_runs() -> RunList:
@@ -277,7 +283,8 @@ def create_app(
             413: "The request body is over the limit.",
             403: "A path that could reach outside the runs folder.",
             404: "No runs folder, no analysis folder there, or no such example.",
-            422: "A bad request, a head that does not exist, or a damaged analysis file.",
+            422: "A bad request, a layer or head beyond the chosen analysis's layers x heads (as "
+            "/api/explore/analysis gives them), or a damaged analysis file.",
         }
     )
 
@@ -317,14 +324,15 @@ def create_app(
         html = await anyio.to_thread.run_sync(
             lambda: analysis_of(body.run).example_page(body.layer, body.head, body.rank, body.theme)
         )
-        return HTMLResponse(html)
+        return HTMLResponse(html, headers={"Content-Security-Policy": VIEW_POLICY})
 
     search_errors = _error_answers(
         {
             400: "The body could not be read as UTF-8 JSON.",
             413: "The request body is over the limit.",
             404: "No corpus index (start the server with --index DIR).",
-            422: "A bad request, a layer that is not indexed, or a token the input does not have.",
+            422: "A bad request, or a token beyond the input's tokens (the one part of a request that "
+            "depends on the input).",
             503: "The search took longer than the timeout.",
         }
     )
@@ -351,13 +359,15 @@ def create_app(
         """A file inside the runs folder; a training run's folder gives its watch page (step slider)."""
         if folder is None or watch_pages is None:
             raise RequestError(404, "This server has no runs folder (start it with --runs DIR).")
-        found = folder.resolve(path)
+        opened = folder.open(path)
         headers = {"Content-Security-Policy": RUN_FILE_POLICY}
-        if found.is_file():
-            return FileResponse(found, headers=headers)
-        if (found / TRAINING_FILE).is_file():
-            return HTMLResponse(await watch_pages.page(found, request), headers=headers)
-        if (found / REPORT_FILE).is_file():
+        if not isinstance(opened, OpenFolder):
+            return OpenedFileResponse(opened, headers=headers)
+        with opened:  # a run.json that is a link is a training run's, refused when its page reads it
+            training, report = opened.stat(TRAINING_FILE) is not None, opened.is_file(REPORT_FILE)
+        if training:
+            return HTMLResponse(await watch_pages.page(path, request), headers=headers)
+        if report:
             return RedirectResponse(folder_url(path) + REPORT_FILE)
         raise RequestError(404, f"There is no report or training run at '{shown(path)}' in the runs folder.")
 

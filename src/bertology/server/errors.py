@@ -1,10 +1,11 @@
 """Every failed request gets a JSON answer ``{"error": "<one sentence>"}`` with a 4xx (or 503) status.
 
 Library errors (:class:`~bertology.errors.BertologyError`: empty text, a layer that does not exist)
-become 422; request-shape errors name the field and what is wrong with it; anything unexpected is
-logged and answered 500 with a generic sentence, so no request can take the server down. An answer
-echoes at most :data:`ECHO_CHARS` characters of any one thing the request sent, and names at most
-:data:`MAX_PROBLEMS` problems.
+become 422, a symbolic link met in the runs folder (:class:`~bertology.beneath.LinkRefused`) 403;
+request-shape errors name the field and what is wrong with it; anything unexpected is logged and
+answered 500 with a generic sentence, so no request can take the server down. An answer echoes at most
+:data:`ECHO_CHARS` characters of any one thing the request sent, and names at most :data:`MAX_PROBLEMS`
+problems.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
+from bertology.beneath import LinkRefused
 from bertology.errors import BertologyError
 
 log = logging.getLogger("bertology.server")
@@ -79,6 +81,14 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestError)
     async def refused(_: Request, error: RequestError) -> JSONResponse:
         return error_response(error.status, error.message, error.headers)
+
+    @app.exception_handler(LinkRefused)
+    async def link_refused(_: Request, error: LinkRefused) -> JSONResponse:
+        return error_response(
+            403,
+            f"'{shown(error.path)}' is a symbolic link; the server follows none, so nothing that leads "
+            "outside the runs folder is read.",
+        )
 
     @app.exception_handler(BertologyError)
     async def library_error(_: Request, error: BertologyError) -> JSONResponse:

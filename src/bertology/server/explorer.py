@@ -10,20 +10,19 @@ joined in when their layer x head grid is the analysis's: a dependency probe (``
 ``relation`` column and ``table.csv``), a coreference probe (``accuracies.csv`` with a ``type``
 column) and an ablation (``ablation.csv``, and ``importance.csv`` when there).
 
-Every file read goes through :meth:`RunsFolder.check_inside` (a symbolic link that leads outside the
-runs folder is refused, 403). A folder's data is kept, with the size and modification time of the files
-it was read from, and read again when they change.
+Every file is opened below the analysis folder's descriptor without following links
+(:mod:`bertology.beneath`; a symbolic link is refused, 403) and read from that descriptor, so no file
+outside the runs folder is ever read. A folder's data is kept, with the size and modification time of
+the files it was read from, and read again when they change.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -33,6 +32,7 @@ from bertology.analysis.distances import mds_embedding
 from bertology.analysis.examples import EXAMPLES_FILE, HeadExamples
 from bertology.analysis.patterns import PATTERN_DESCRIPTIONS
 from bertology.attention import Attention
+from bertology.beneath import LinkRefused, OpenFolder, path_parts
 from bertology.errors import BertologyError
 from bertology.server.errors import RequestError, shown
 from bertology.server.runs import ANALYSIS_FILE, RunsFolder
@@ -64,11 +64,17 @@ def _grid(values: np.ndarray) -> list[list[float | None]]:
     return [[_finite(value) for value in row] for row in values]
 
 
-def _read_csv(path: Path) -> pd.DataFrame:
+def _read_csv(folder: OpenFolder, name: str) -> pd.DataFrame:
+    """The CSV file ``name`` of ``folder``.
+
+    Raises:
+        BertologyError: it cannot be read (named); LinkRefused: it is a symbolic link.
+    """
     try:
-        return pd.read_csv(path)
+        with folder.file(name) as handle:
+            return pd.read_csv(handle)
     except (OSError, ValueError) as error:
-        raise BertologyError(f"{path.name} could not be read: {error}") from None
+        raise BertologyError(f"{name} could not be read: {error}") from None
 
 
 def _head_grid(frame: pd.DataFrame, column: str, layers: int, heads: int) -> np.ndarray | None:
@@ -275,92 +281,97 @@ class AnalysisRun:
         return View("head", {**data, "layerNames": [str(layer)], "headNames": [str(head)]}).html
 
 
-def _stamp(paths: list[Path]) -> tuple[tuple[int, int], ...]:
+#: The files whose size and modification time tell whether an analysis changed.
+STAMP_FILES = (ANALYSIS_FILE, JS_FILE, SUMMARY_FILE, EXAMPLES_FILE)
+
+
+def _stamp(analysis: OpenFolder) -> tuple[tuple[int, int], ...]:
     stamps = []
-    for path in paths:
-        try:
-            info = path.stat()
-        except OSError:
-            stamps.append((-1, -1))
-        else:
-            stamps.append((info.st_size, info.st_mtime_ns))
+    for name in STAMP_FILES:
+        info = analysis.stat(name)
+        stamps.append((-1, -1) if info is None else (info.st_size, info.st_mtime_ns))
     return tuple(stamps)
 
 
-def _related_folders(folder: RunsFolder, analysis: Path) -> list[Path]:
-    """The analysis folder and the folders below its parent (up to :data:`RELATED_DEPTH` levels), inside
-    the runs folder, not hidden, symbolic links not followed."""
-    base = analysis.parent if analysis != folder.root else analysis
-    found = [analysis]
-    for current, folders, _ in os.walk(base):
-        here = Path(current)
-        depth = len(here.relative_to(base).parts)
-        folders[:] = (
-            sorted(name for name in folders if not name.startswith(".")) if depth < RELATED_DEPTH else []
-        )
-        if here != analysis:
-            found.append(here)
-    return found
+def _folders_below(base: OpenFolder, depth: int = 0) -> Iterator[OpenFolder]:
+    """``base`` and the folders below it, up to :data:`RELATED_DEPTH` levels, sorted by name, not hidden,
+    symbolic links not followed; each open only while it is being looked at."""
+    yield base
+    if depth >= RELATED_DEPTH:
+        return
+    for entry in base.entries():
+        if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
+            continue
+        try:
+            below = base.folder(entry.name)
+        except (OSError, LinkRefused):
+            continue  # swapped for something else since it was listed
+        with below:
+            yield from _folders_below(below, depth + 1)
 
 
-def _find_related(folder: RunsFolder, analysis: Path, layers: int, heads: int) -> Related:
+def _related_folders(folder: RunsFolder, analysis: OpenFolder) -> Iterator[OpenFolder]:
+    """The analysis folder, then the folders below its parent (up to :data:`RELATED_DEPTH` levels)."""
+    yield analysis
+    parts = path_parts(analysis.label)
+    if not parts:
+        return
+    try:
+        base = folder.folder("/".join(parts[:-1]))
+    except RequestError:
+        return  # the parent was swapped for a link or removed
+    with base:
+        yield from (here for here in _folders_below(base) if here.label != analysis.label)
+
+
+def _find_related(folder: RunsFolder, analysis: OpenFolder, layers: int, heads: int) -> Related:
     """The first dependency probe, coreference probe and ablation next to ``analysis`` whose heads are a
     ``layers x heads`` grid (module docstring)."""
     related = Related()
-
-    def relative(path: Path) -> str:
-        return path.relative_to(folder.root).as_posix()
-
     for here in _related_folders(folder, analysis):
-        accuracies, table, ablation = here / "accuracies.csv", here / "table.csv", here / "ablation.csv"
         try:
-            if accuracies.is_file():
-                folder.check_inside(accuracies)
-                frame = _read_csv(accuracies)
+            if here.is_file("accuracies.csv"):
+                frame = _read_csv(here, "accuracies.csv")
                 fits = {"layer", "head", "accuracy", "count"} <= set(frame.columns) and len(frame) > 0
                 fits = (
                     fits and int(frame["layer"].max()) + 1 == layers and int(frame["head"].max()) + 1 == heads
                 )
-                if fits and related.dependency is None and "relation" in frame.columns and table.is_file():
-                    folder.check_inside(table)
-                    related.dependency = (relative(here), frame, _read_csv(table))
+                dependency = fits and related.dependency is None and "relation" in frame.columns
+                if dependency and here.is_file("table.csv"):
+                    related.dependency = (here.label, frame, _read_csv(here, "table.csv"))
                 elif fits and related.coreference is None and "type" in frame.columns:
-                    related.coreference = (relative(here), frame)
-            if ablation.is_file() and related.ablation is None:
-                folder.check_inside(ablation)
-                frame = _read_csv(ablation)
+                    related.coreference = (here.label, frame)
+            if here.is_file("ablation.csv") and related.ablation is None:
+                frame = _read_csv(here, "ablation.csv")
                 change = _head_grid(frame, "change", layers, heads)
                 accuracy = _head_grid(frame, "accuracy", layers, heads)
-                importance_file = here / "importance.csv"
                 importance = None
-                if importance_file.is_file():
-                    folder.check_inside(importance_file)
-                    importance = _head_grid(_read_csv(importance_file), "importance", layers, heads)
+                if here.is_file("importance.csv"):
+                    importance = _head_grid(_read_csv(here, "importance.csv"), "importance", layers, heads)
                 if change is not None and accuracy is not None:
-                    related.ablation = (relative(here), change, accuracy, importance)
-        except (BertologyError, RequestError, KeyError, ValueError, TypeError):
-            continue  # a damaged or foreign file beside the analysis is left out, not an error
+                    related.ablation = (here.label, change, accuracy, importance)
+        except (BertologyError, KeyError, ValueError, TypeError):
+            continue  # a damaged or foreign file (or a link) beside the analysis is left out, not an error
     return related
 
 
-def read_analysis(folder: RunsFolder, path: str, analysis: Path) -> AnalysisRun:
-    """Read the analysis folder ``analysis`` (resolved, inside the runs folder; ``path`` as requested).
+def read_analysis(folder: RunsFolder, analysis: OpenFolder) -> AnalysisRun:
+    """Read the opened analysis folder ``analysis`` (named by its path in the runs folder).
 
     Raises:
-        RequestError: 404 for a folder that is no analysis, 403 for a file that leads outside the folder.
+        RequestError: 404 for a folder that is no analysis.
+        LinkRefused: a file it reads is a symbolic link (403).
         BertologyError: a damaged file (named).
     """
-    files = {name: analysis / name for name in (ANALYSIS_FILE, JS_FILE, SUMMARY_FILE)}
-    if not all(file.is_file() for file in files.values()):
+    path = analysis.label
+    if not all(analysis.stat(name) is not None for name in (ANALYSIS_FILE, JS_FILE, SUMMARY_FILE)):
         raise RequestError(
             404,
             f"'{shown(path)}' is not an analysis folder (no {ANALYSIS_FILE}, {JS_FILE} or {SUMMARY_FILE}).",
         )
-    for file in [*files.values(), analysis / EXAMPLES_FILE]:
-        folder.check_inside(file)
-    heads = _read_csv(files[ANALYSIS_FILE])
+    heads = _read_csv(analysis, ANALYSIS_FILE)
     try:
-        summary = json.loads(files[SUMMARY_FILE].read_text(encoding="utf-8"))
+        summary = json.loads(analysis.read_bytes(SUMMARY_FILE).decode("utf-8"))
         layers, count = int(heads["layer"].max()) + 1, int(heads["head"].max()) + 1
         labels = np.full((layers, count), "none", dtype=object)
         labels[heads["layer"].to_numpy(), heads["head"].to_numpy()] = heads["label"].astype(str).to_numpy()
@@ -369,14 +380,20 @@ def read_analysis(folder: RunsFolder, path: str, analysis: Path) -> AnalysisRun:
             for name in heads.columns
             if name not in _NOT_STATISTICS and (grid := _head_grid(heads, name, layers, count)) is not None
         }
-        divergence = _read_csv(files[JS_FILE]).set_index("layer-head").to_numpy(dtype=np.float64)
-    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        divergence = _read_csv(analysis, JS_FILE).set_index("layer-head").to_numpy(dtype=np.float64)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
         raise BertologyError(f"The analysis '{path}' has a damaged file: {error}") from None
     if divergence.shape != (layers * count, layers * count) or len(statistics) == 0:
         raise BertologyError(f"The analysis '{path}' has a {JS_FILE} that does not fit its {ANALYSIS_FILE}.")
     seed = summary.get("seed", 0) if isinstance(summary, dict) else 0
-    examples_file = analysis / EXAMPLES_FILE
-    examples = HeadExamples.load(examples_file) if examples_file.is_file() else None
+    examples = None
+    if analysis.stat(EXAMPLES_FILE) is not None:
+        try:
+            handle = analysis.file(EXAMPLES_FILE)
+        except OSError as error:
+            raise BertologyError(f"The analysis '{path}' has a damaged file: {error}") from None
+        with handle:
+            examples = HeadExamples.load(handle)
     if examples is not None and examples.segments.shape[:2] != (layers, count):
         raise BertologyError(f"The analysis '{path}' has a {EXAMPLES_FILE} of another layer x head grid.")
     return AnalysisRun(
@@ -396,31 +413,34 @@ class AnalysisRuns:
     """The analysis folders of a runs folder, read on demand and kept while their files are unchanged."""
 
     def __init__(
-        self, folder: RunsFolder, reader: Callable[[RunsFolder, str, Path], AnalysisRun] = read_analysis
+        self, folder: RunsFolder, reader: Callable[[RunsFolder, OpenFolder], AnalysisRun] = read_analysis
     ):
         self.folder = folder
         self.reader = reader
-        self._runs: dict[Path, tuple[tuple[tuple[int, int], ...], AnalysisRun]] = {}
+        self._runs: dict[str, tuple[tuple[tuple[int, int], ...], AnalysisRun]] = {}
         self._lock = threading.Lock()
 
     def get(self, path: str) -> AnalysisRun:
         """The analysis at ``path`` (relative to the runs folder). Runs in a worker thread (it reads files).
 
         Raises:
-            RequestError: 403 / 404 for paths (:meth:`RunsFolder.resolve`) and non-analysis folders.
+            RequestError: 403 / 404 for paths (:meth:`RunsFolder.open`) and non-analysis folders.
+            LinkRefused: a file it reads is a symbolic link (403).
             BertologyError: a damaged analysis file.
         """
-        analysis = self.folder.resolve(path.rstrip("/"))
-        if not analysis.is_dir():
+        opened = self.folder.open(path)
+        if not isinstance(opened, OpenFolder):
+            opened.close()
             raise RequestError(404, f"'{shown(path)}' is not an analysis folder.")
-        stamp = _stamp([analysis / name for name in (ANALYSIS_FILE, JS_FILE, SUMMARY_FILE, EXAMPLES_FILE)])
+        with opened as analysis:  # the stamp and the files are read from the same opened folder
+            stamp = _stamp(analysis)
+            with self._lock:
+                cached = self._runs.get(analysis.label)
+            if cached is not None and cached[0] == stamp:
+                return cached[1]
+            run = self.reader(self.folder, analysis)
         with self._lock:
-            cached = self._runs.get(analysis)
-        if cached is not None and cached[0] == stamp:
-            return cached[1]
-        run = self.reader(self.folder, path.rstrip("/"), analysis)
-        with self._lock:
-            self._runs[analysis] = (stamp, run)
+            self._runs[analysis.label] = (stamp, run)
             while len(self._runs) > CACHE_RUNS:
                 self._runs.pop(next(iter(self._runs)))
         return run

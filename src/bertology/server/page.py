@@ -5,6 +5,10 @@ sandboxed ``<iframe srcdoc>``. A srcdoc document inherits its parent's policy on
 page's policy allows, by their SHA-256 hashes, exactly the view pages' inline script and style
 (``views.js`` and ``views.css``), and nothing else inline. Everything else the page runs comes from
 ``/static/``; it may connect only to this server.
+
+Every other answer has a policy too, each starting from ``default-src 'none'``: view pages
+(:data:`VIEW_POLICY`), the files of the runs folder (:data:`RUN_FILE_POLICY`) and everything else
+(:data:`DEFAULT_POLICY`).
 """
 
 from __future__ import annotations
@@ -12,7 +16,20 @@ from __future__ import annotations
 from functools import cache
 from importlib.resources import files
 
-from bertology.views.page import inline_code_hashes
+from bertology.views.page import CONTENT_SECURITY_POLICY, inline_code_hashes
+
+#: Answers without a policy of their own (JSON, static files, errors): nothing may load or run.
+DEFAULT_POLICY = "default-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+#: View pages (``/api/view``, an explorer example): their own inline code and data: images, nothing loaded.
+VIEW_POLICY = f"{CONTENT_SECURITY_POLICY}; frame-ancestors 'self'"
+#: Files of the runs folder (reports, watch pages, anything placed there) run sandboxed: their scripts get
+#: an opaque origin, so a page found there cannot call this server's API as the page does; they may run
+#: their own inline code and show data: images, and load or send nothing.
+RUN_FILE_POLICY = (
+    "sandbox allow-scripts allow-downloads allow-popups; default-src 'none'; script-src 'unsafe-inline'; "
+    "style-src 'unsafe-inline'; img-src data: blob:; font-src data:; media-src data: blob:; "
+    "base-uri 'none'; form-action 'none'; frame-ancestors 'self'"
+)
 
 
 @cache

@@ -1,25 +1,28 @@
-"""The runs folder: safe path resolution and the list of what lives there.
+"""The runs folder: opening what is inside it, and the list of what lives there.
 
-Only paths inside the runs folder are ever served. A request path is refused (403) when it holds a
+Only files inside the runs folder are ever read. A request path is refused (403) when it holds a
 ``..`` part, starts with ``/`` or a drive, has a backslash, a NUL or a ``%`` (the server already
-decoded it once, so a ``%`` left is an encoded variant such as ``%2e%2e``), or when it resolves,
-symbolic links followed, to a place outside the folder. Paths that do not exist give 404. What a page
-built by the server reads (a training run's files) is checked the same way, every file below a folder
-included (:meth:`RunsFolder.check_inside`).
+decoded it once, so a ``%`` left is an encoded variant such as ``%2e%2e``), or when a symbolic link
+lies on its way. Everything is opened below the runs folder's descriptor one component at a time,
+without following links, and read from the descriptor opened (:mod:`bertology.beneath`), so an entry
+swapped for a link between a check and a read cannot lead outside. Paths that do not exist give 404.
+What a page built by the server reads (a training run's files, an analysis's files) is opened the same
+way; a link met there is refused (403, :class:`bertology.beneath.LinkRefused`).
 
 A folder is listed when it holds ``run.json`` (a training run, shown by its watch page with the step
-slider), ``report.html`` and ``heads.csv`` (a corpus analysis) or ``report.html`` alone (a probe).
+slider), ``report.html`` and ``heads.csv`` (a corpus analysis) or ``report.html`` alone (a probe), as
+regular files.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import BinaryIO, Literal
 from urllib.parse import quote
 
+from bertology.beneath import LinkRefused, OpenFolder, path_parts
 from bertology.errors import BertologyError
 from bertology.server.errors import RequestError, shown
 
@@ -57,28 +60,36 @@ def folder_url(path: str) -> str:
     return f"/runs/{quote(inner)}/" if inner else "/runs/"
 
 
-def run_kind(folder: Path) -> RunKind | None:
-    """What ``folder`` holds, by the files in it (see the module docstring); ``None``: nothing shown."""
-    if (folder / TRAINING_FILE).is_file():
+def run_kind(folder: OpenFolder) -> RunKind | None:
+    """What ``folder`` holds, by the regular files in it (links are not counted; see the module docstring);
+    ``None``: nothing shown."""
+    if folder.is_file(TRAINING_FILE):
         return "training"
-    if (folder / REPORT_FILE).is_file():
-        return "analysis" if (folder / ANALYSIS_FILE).is_file() else "probe"
+    if folder.is_file(REPORT_FILE):
+        return "analysis" if folder.is_file(ANALYSIS_FILE) else "probe"
     return None
 
 
 class RunsFolder:
-    """The folder given with ``--runs``; every path the server serves from it goes through :meth:`resolve`."""
+    """The folder given with ``--runs``; everything the server reads from it is opened through
+    :meth:`open` or :meth:`folder` (:mod:`bertology.beneath`: no link followed, the opened descriptor
+    checked and read)."""
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root).resolve()
         if not self.root.is_dir():
             raise BertologyError(f"The runs folder '{root}' does not exist or is not a folder.")
 
-    def resolve(self, relative: str) -> Path:
-        """The existing file or folder at ``relative`` (a decoded URL path), inside the runs folder.
+    def opened(self) -> OpenFolder:
+        """The runs folder itself, opened (its messages name paths relative to it)."""
+        return OpenFolder.at(self.root, label="")
+
+    def open(self, relative: str) -> OpenFolder | BinaryIO:
+        """The folder or regular file at ``relative`` (a decoded URL path), opened inside the runs folder.
 
         Raises:
-            RequestError: 403 for a path that could reach outside the folder, 404 for a missing one.
+            RequestError: 403 for a path that could reach outside the folder (a symbolic link at any
+                step included), 404 for a missing one (or one that is no regular file or folder).
         """
         parts = relative.split("/")
         if (
@@ -89,51 +100,52 @@ class RunsFolder:
         ):
             raise RequestError(403, _REFUSED)
         try:
-            found = (self.root / relative).resolve(strict=True)
-        except (OSError, RuntimeError):
+            with self.opened() as root:
+                return root.open(relative)
+        except LinkRefused:
+            raise RequestError(403, _REFUSED) from None
+        except OSError:
             raise RequestError(404, f"There is nothing at '{shown(relative)}' in the runs folder.") from None
-        if not found.is_relative_to(self.root):
-            raise RequestError(403, _REFUSED)
-        return found
 
-    def check_inside(self, path: Path) -> None:
-        """Refuse (403) ``path`` unless it, and for a folder everything below it, resolves inside the runs
-        folder, symbolic links followed (a dangling link counts where it points). A missing ``path`` passes:
-        whoever reads it finds nothing.
+    def folder(self, relative: str) -> OpenFolder:
+        """The folder at ``relative`` (see :meth:`open`).
 
         Raises:
-            RequestError: 403 naming the first entry that leads outside.
+            RequestError: as :meth:`open`; 404 for a file.
         """
-        pending, seen = [path], set()
-        while pending:
-            entry = pending.pop()
-            if not (entry.exists() or entry.is_symlink()):
-                continue
-            real = entry.resolve()
-            if not real.is_relative_to(self.root):
-                inside = entry.relative_to(self.root) if entry.is_relative_to(self.root) else entry.name
-                raise RequestError(
-                    403, f"'{shown(str(inside))}' leads outside the runs folder; it is not read."
-                )
-            if real.is_dir() and real not in seen:
-                seen.add(real)
-                pending.extend(entry / name for name in os.listdir(real))
+        opened = self.open(relative)
+        if not isinstance(opened, OpenFolder):
+            opened.close()
+            raise RequestError(404, f"'{shown(relative)}' is not a folder of the runs folder.")
+        return opened
 
     def runs(self) -> list[Run]:
-        """Every run folder, sorted by path; symbolic links to folders are not followed."""
+        """Every run folder, sorted by path; symbolic links are not followed."""
         found: list[Run] = []
-        for current, folders, _ in os.walk(self.root):
-            here = Path(current)
-            relative = here.relative_to(self.root)
-            depth = len(relative.parts)
-            folders[:] = (
-                sorted(name for name in folders if not name.startswith(".")) if depth < MAX_DEPTH else []
-            )
-            kind = run_kind(here)
-            if kind is not None:
-                found.append(Run("" if depth == 0 else relative.as_posix(), kind))
-                if kind == "training":
-                    folders[:] = []  # a run's own subfolders (checkpoints, model) are part of it
-            if len(found) >= MAX_RUNS:
-                break
+        with self.opened() as root:
+            _collect(root, "", found)
         return sorted(found, key=lambda run: run.path)
+
+
+def _collect(here: OpenFolder, path: str, found: list[Run]) -> None:
+    """Add the runs in ``here`` (at ``path`` in the runs folder) and below it to ``found``, up to
+    :data:`MAX_DEPTH` levels and :data:`MAX_RUNS` runs; hidden folders and links are left out, and so are
+    a training run's own subfolders (checkpoints, model)."""
+    kind = run_kind(here)
+    if kind is not None:
+        found.append(Run(path, kind))
+        if kind == "training":
+            return
+    if len(path_parts(path)) >= MAX_DEPTH:
+        return
+    for entry in here.entries():
+        if len(found) >= MAX_RUNS:
+            return
+        if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
+            continue
+        try:
+            below = here.folder(entry.name)
+        except (OSError, LinkRefused):
+            continue  # swapped for something else since it was listed
+        with below:
+            _collect(below, f"{path}/{entry.name}" if path else entry.name, found)

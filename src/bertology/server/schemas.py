@@ -7,16 +7,49 @@ not defined for the input (e.g. [SEP]-to-[SEP] without a [SEP]).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
+from pydantic_core import PydanticCustomError
 
 from bertology.norms import WEIGHTS
 from bertology.views import VIEW_KINDS
 
 PerHead = list[list[float | None]]
+Endpoint = TypeVar("Endpoint", bound=Callable[..., Any])
+
+#: Most layers, and most heads per layer, of an analysis the explorer's requests can name (the largest
+#: models have well under 200 of either); a head beyond the chosen analysis's own grid gets 422.
+MOST_HEADS = 1024
+
+
+def _whole(value: object) -> object:
+    """A JSON number that is a whole number (``2.0``) as the ``int`` it equals, since JSON Schema counts
+    it an integer; ``true`` and ``false`` refused, since it counts them no number."""
+    if isinstance(value, bool):
+        raise PydanticCustomError("int_type", "Input should be a valid integer, not a boolean")
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def integer(most: int | None = None, *, least: int = 0) -> Any:
+    """The type of an integer field from ``least`` to ``most`` (``None``: no largest), as JSON Schema
+    defines an integer: ``2`` or ``2.0``, never ``"2"`` or ``true`` (the request models are strict)."""
+    return Annotated[int, Field(ge=least, le=most), BeforeValidator(_whole)]
+
+
+def integer_of(values: Sequence[int]) -> Any:
+    """The type of an integer field that takes one of ``values`` (an enum in the schema), as
+    :func:`integer` reads integers."""
+    return Annotated[Literal[tuple(values)], BeforeValidator(_whole)]
+
+
+def reading_body(endpoint: Endpoint, body: type[BaseModel]) -> Endpoint:
+    """``endpoint`` with its ``body`` parameter read as ``body``: a request model made for one server
+    (:func:`request_models`, :func:`search_request_models`), whose schema names its limits."""
+    endpoint.__annotations__["body"] = body
+    return endpoint
 
 
 class InputRequest(BaseModel):
@@ -38,24 +71,39 @@ class InputRequest(BaseModel):
 
 
 #: ``[start, stop]``: tokens ``start .. stop - 1``.
-Span = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=2, max_length=2)]
+Span = Annotated[list[integer()], Field(min_length=2, max_length=2)]
 
 
 class AttentionRequest(InputRequest):
-    layer: int | None = Field(None, ge=0, description="Only this layer (default: every layer).")
-    head: int | None = Field(None, ge=0, description="Only this head (default: every head).")
+    layer: integer() | None = Field(None, description="Only this layer (default: every layer).")
+    head: integer() | None = Field(None, description="Only this head (default: every head).")
     rows: Span | None = Field(
-        None, description="Only these query rows, [start, stop] (default: all); a block of a long input."
+        None,
+        description="Only these query rows, [start, stop] (default: all); a block of a long input. "
+        "422 unless 0 <= start < stop <= the input's token count.",
     )
-    keys: Span | None = Field(None, description="Only these keys, [start, stop] (default: all).")
+    keys: Span | None = Field(
+        None,
+        description="Only these keys, [start, stop] (default: all); 422 unless 0 <= start < stop <= the "
+        "input's token count.",
+    )
 
 
 class ViewRequest(InputRequest):
     view: Literal[VIEW_KINDS] = Field("head", description="head, model or neuron.")  # type: ignore[valid-type]
-    layer: int = Field(0, ge=0, description="Layer shown first.")
-    head: int = Field(0, ge=0, description="Head shown first (neuron view).")
-    query: int = Field(0, ge=0, description="Query token shown first (neuron view).")
+    layer: integer() = Field(0, description="Layer shown first.")
+    head: integer() = Field(0, description="Head shown first (neuron view).")
+    query: integer() = Field(
+        0, description="Query token shown first (neuron view); 422 beyond the input's tokens."
+    )
     theme: Literal["light", "dark"] = "light"
+
+
+def _retyped(base: type[BaseModel], name: str, kind: Any) -> tuple[object, object]:
+    """The field ``name`` of ``base`` with the type ``kind`` instead (its default and description kept),
+    for :func:`pydantic.create_model`."""
+    field = base.model_fields[name]
+    return kind, Field(field.default, description=field.description)
 
 
 @dataclass(frozen=True)
@@ -75,8 +123,8 @@ def request_models(names: Sequence[str], *, layers: int, heads: int, tokens: int
     most = {"layer": layers, "head": heads, "query": tokens}
 
     def bounded(base: type[BaseModel], name: str) -> tuple[object, object]:
-        field = base.model_fields[name]
-        return Annotated[field.annotation, Field(le=most[name] - 1)], field
+        kind = integer(most[name] - 1)
+        return _retyped(base, name, kind if base.model_fields[name].default is not None else kind | None)
 
     model = (Literal[tuple(names)] | None, InputRequest.model_fields["model"])  # type: ignore[valid-type]
     return RequestModels(
@@ -168,12 +216,19 @@ class ExploreRequest(BaseModel):
 
 
 class ExploreHeadRequest(ExploreRequest):
-    layer: int = Field(ge=0, description="The head's layer (0-based).")
-    head: int = Field(ge=0, description="The head (0-based).")
+    layer: integer(MOST_HEADS - 1) = Field(
+        description="The head's layer (0-based); 422 beyond the analysis's layers (/api/explore/analysis)."
+    )
+    head: integer(MOST_HEADS - 1) = Field(
+        description="The head (0-based); 422 beyond the analysis's heads (/api/explore/analysis)."
+    )
 
 
 class ExploreExampleRequest(ExploreHeadRequest):
-    rank: int = Field(ge=0, description="The example: 0 is the segment where the head's score was highest.")
+    rank: integer() = Field(
+        description="The example: 0 is the segment where the head's score was highest; 404 beyond the "
+        "examples stored (examples_per_head)."
+    )
     theme: Literal["light", "dark"] = "light"
 
 
@@ -265,26 +320,65 @@ class SearchInputRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    text: str = Field(min_length=1, max_length=2000, description="The input text.")
-    layer: int = Field(ge=0, le=1000, description="An indexed layer (0-based).")
-    token: int | None = Field(None, ge=0, le=10000, description="The input token (0 is [CLS]); null: none.")
-    k: int = Field(10, ge=1, le=100, description="How many nearest corpus tokens.")
+    text: str = Field(
+        min_length=1, max_length=2000, description="The input text (read up to the server's token limit)."
+    )
+    layer: integer() = Field(description="An indexed layer (0-based).")
+    token: integer() | None = Field(
+        None, description="The input token (0 is [CLS]); null: none; 422 beyond the input's tokens."
+    )
+    k: integer(100, least=1) = Field(10, description="How many nearest corpus tokens.")
 
 
 class SearchWordRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     word: str = Field(min_length=1, max_length=100, description="The word (case ignored).")
-    layer: int = Field(ge=0, le=1000, description="An indexed layer (0-based).")
-    k: int = Field(20, ge=1, le=100, description="How many occurrences at most, in corpus order.")
+    layer: integer() = Field(description="An indexed layer (0-based).")
+    k: integer(100, least=1) = Field(20, description="How many occurrences at most, in corpus order.")
 
 
 class SearchTokenRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    row: int = Field(ge=0, le=2**40, description="A corpus token: its row in the index (as answers give it).")
-    layer: int = Field(ge=0, le=1000, description="An indexed layer (0-based).")
-    k: int = Field(10, ge=1, le=100, description="How many nearest corpus tokens.")
+    row: integer() = Field(description="A corpus token: its row in the index (as answers give it).")
+    layer: integer() = Field(description="An indexed layer (0-based).")
+    k: integer(100, least=1) = Field(10, description="How many nearest corpus tokens.")
+
+
+@dataclass(frozen=True)
+class SearchModels:
+    """The search request bodies of one server, its index's limits in the schema (see
+    :func:`search_request_models`)."""
+
+    input: type[SearchInputRequest]
+    word: type[SearchWordRequest]
+    token: type[SearchTokenRequest]
+
+
+def search_request_models(layers: Sequence[int], *, rows: int, tokens: int) -> SearchModels:
+    """Search request bodies whose schema says what this server's index takes: ``layer`` one of
+    ``layers`` (the indexed ones), ``row`` below ``rows`` (the indexed tokens) and ``token`` below
+    ``tokens`` (the most tokens an input is read to)."""
+
+    layer = integer_of(layers)
+    return SearchModels(
+        input=create_model(
+            "SearchInputRequest",
+            __base__=SearchInputRequest,
+            layer=_retyped(SearchInputRequest, "layer", layer),
+            token=_retyped(SearchInputRequest, "token", integer(tokens - 1) | None),
+        ),
+        word=create_model(
+            "SearchWordRequest", __base__=SearchWordRequest, layer=_retyped(SearchWordRequest, "layer", layer)
+        ),
+        token=create_model(
+            "SearchTokenRequest",
+            __base__=SearchTokenRequest,
+            layer=_retyped(SearchTokenRequest, "layer", layer),
+            row=_retyped(SearchTokenRequest, "row", integer(rows - 1)),
+        ),
+    )
 
 
 class CorpusToken(BaseModel):

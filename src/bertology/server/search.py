@@ -26,8 +26,11 @@ from bertology.server.schemas import (
     SearchAnswer,
     SearchInfo,
     SearchInputRequest,
+    SearchModels,
     SearchTokenRequest,
     SearchWordRequest,
+    reading_body,
+    search_request_models,
 )
 from bertology.server.workers import ModelWorkers
 from bertology.token_index import TokenIndex, histogram, query_vectors
@@ -58,23 +61,35 @@ def search_routes(
     folder: str | Path | None, workers: ModelWorkers, max_tokens: int, errors: dict
 ) -> APIRouter:
     """The search routes over the index ``folder`` (``None``: they answer 404), computing query vectors
-    with the loaded model the index was built with.
+    with the loaded model the index was built with; their request schemas name the index's layers, its
+    token count and the most tokens an input is read to (``max_tokens``, or the model's own limit).
+
+    The index is opened, and each of its files checked, here: a missing or damaged file refuses the
+    server's start with one sentence that names it, rather than failing a search later.
 
     Raises:
-        BertologyError: ``folder`` is not an index, or its model is not one of the server's.
+        BertologyError: ``folder`` is not an index, an index file is missing or damaged, or the index's
+            model is not one of the server's.
     """
     index = None if folder is None else TokenIndex.open(folder)
     if index is not None and index.model not in workers.models:
         raise BertologyError(
             f"The index was built with model '{index.model}'; start the server with that model (--model)."
         )
+    bodies = (
+        SearchModels(SearchInputRequest, SearchWordRequest, SearchTokenRequest)
+        if index is None
+        else search_request_models(
+            index.layers,
+            rows=len(index),
+            tokens=min(max_tokens, workers.models[index.model].max_length),
+        )
+    )
     router = APIRouter(tags=["search"], responses=errors)
 
-    def opened(layer: int | None = None) -> TokenIndex:
+    def opened() -> TokenIndex:
         if index is None:
             raise RequestError(404, "This server has no corpus index (start it with --index DIR).")
-        if layer is not None and layer not in index.layers:
-            raise RequestError(422, f"Layer {layer} is not indexed; the index has layers {index.layers}.")
         return index
 
     @router.post("/api/search/info")
@@ -90,10 +105,9 @@ def search_routes(
             segments=len(index.segments),
         )
 
-    @router.post("/api/search/input")
     async def search_input(body: SearchInputRequest, request: Request) -> SearchAnswer:
         """The tokens of ``text``; with ``token``, the corpus tokens nearest to it at ``layer``."""
-        found = opened(body.layer)
+        found = opened()
 
         def job(model: LoadedModel) -> dict[str, Any]:
             tokens, vectors = query_vectors(model, body.text, body.layer, max_tokens)
@@ -107,10 +121,9 @@ def search_routes(
 
         return SearchAnswer.model_validate(await workers.run(found.model, job, request))
 
-    @router.post("/api/search/word")
     async def search_word(body: SearchWordRequest) -> SearchAnswer:
         """Corpus tokens whose word is ``word`` (ignoring case), the first ``k`` in corpus order."""
-        found = opened(body.layer)
+        found = opened()
 
         def job() -> dict[str, Any]:
             rows = found.find_word(body.word, body.k)
@@ -118,13 +131,10 @@ def search_routes(
 
         return SearchAnswer.model_validate(await anyio.to_thread.run_sync(job))
 
-    @router.post("/api/search/token")
     async def search_token(body: SearchTokenRequest) -> SearchAnswer:
         """The corpus tokens nearest to corpus token ``row`` at ``layer``, by its stored vector (so itself
         among them, at similarity 1)."""
-        found = opened(body.layer)
-        if body.row >= len(found):
-            raise RequestError(422, f"The index has {len(found)} tokens; there is no token {body.row}.")
+        found = opened()
 
         def job() -> dict[str, Any]:
             vector = found.vectors(np.array([body.row]), body.layer)[0]
@@ -132,4 +142,7 @@ def search_routes(
 
         return SearchAnswer.model_validate(await anyio.to_thread.run_sync(job))
 
+    router.post("/api/search/input")(reading_body(search_input, bodies.input))
+    router.post("/api/search/word")(reading_body(search_word, bodies.word))
+    router.post("/api/search/token")(reading_body(search_token, bodies.token))
     return router

@@ -21,6 +21,9 @@ from bertology.server.limits import Limits
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
+#: Connections the kernel queues before the server accepts them (capped by ``net.core.somaxconn``,
+#: 4096 on current Linux): enough that a burst of hundreds of clients connecting at once is never refused.
+BACKLOG = 2048
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -34,7 +37,7 @@ def bind(host: str, port: int) -> socket.socket:
         sock = socket.socket(family, kind, proto)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(address)
-        sock.listen(128)
+        sock.listen(BACKLOG)
     except OSError as error:
         raise BertologyError(f"Cannot listen on {host}:{port}: {error.strerror or error}.") from error
     return sock
@@ -54,7 +57,9 @@ def is_loopback(host: str) -> bool:
 
 def make_server(app: FastAPI) -> uvicorn.Server:
     """A uvicorn server for ``app`` that logs only warnings (the startup line is ours)."""
-    return uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off"))
+    return uvicorn.Server(
+        uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", backlog=BACKLOG)
+    )
 
 
 def computation_threads(parallel: int) -> int:

@@ -7,19 +7,19 @@ the server's ``parallel`` and ``timeout_s``. Pages are kept, most recently used 
 time of ``run.json``, ``metrics.jsonl`` and the archive's ``zarr.json``, which changes whenever training
 completes a record); a page is rebuilt only when its run's stamp has changed.
 
-Before anything is read, every file the page reads (:func:`bertology.training.watch.watch_inputs`, every
-file of the archive included) must resolve inside the runs folder: a run whose files are symbolic links
-leading outside is refused (403).
+Every file the page reads is opened below the runs folder without following links
+(:mod:`bertology.beneath`): a run whose files are symbolic links is refused (403), whatever they point
+to, and the files cannot be swapped for links while the page is built.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from pathlib import Path
 
 import anyio.to_thread
 from starlette.requests import Request
 
+from bertology.beneath import OpenFolder
 from bertology.server.runs import RunsFolder
 from bertology.server.workers import ComputeSlots
 
@@ -29,31 +29,22 @@ CACHE_BYTES = 256 * 1024 * 1024
 Stamp = tuple[tuple[int, int], ...]
 
 
-def _inputs(run_dir: Path) -> list[Path]:
-    from bertology.training.watch import watch_inputs
+def _stamp(run: OpenFolder) -> Stamp:
+    """(size, modification time in ns) of each file of :data:`bertology.training.watch.WATCH_STAMP_FILES`
+    in the opened run folder ``run``; (-1, -1) where missing."""
+    from bertology.training.watch import WATCH_STAMP_FILES
 
-    return watch_inputs(run_dir)
-
-
-def _stamp(inputs: list[Path]) -> Stamp:
-    """(size, modification time in ns) of each input file, of a folder its ``zarr.json``; (-1, -1) where
-    missing."""
     stamps = []
-    for path in inputs:
-        file = path / "zarr.json" if path.is_dir() else path
-        try:
-            info = file.stat()
-        except OSError:
-            stamps.append((-1, -1))
-        else:
-            stamps.append((info.st_size, info.st_mtime_ns))
+    for name in WATCH_STAMP_FILES:
+        info = run.stat(name)
+        stamps.append((-1, -1) if info is None else (info.st_size, info.st_mtime_ns))
     return tuple(stamps)
 
 
-def _build(run_dir: Path) -> str:
+def _build(run: OpenFolder) -> str:
     from bertology.training.watch import watch_html
 
-    return watch_html(run_dir)
+    return watch_html(run)
 
 
 class WatchPages:
@@ -63,30 +54,35 @@ class WatchPages:
         self.folder = folder
         self.slots = slots
         self.cache_bytes = cache_bytes
-        self._pages: OrderedDict[Path, tuple[Stamp, str]] = OrderedDict()
+        self._pages: OrderedDict[str, tuple[Stamp, str]] = OrderedDict()
 
-    def _checked_stamp(self, run_dir: Path) -> Stamp:
-        inputs = _inputs(run_dir)
-        for path in inputs:
-            self.folder.check_inside(path)
-        return _stamp(inputs)
+    def _key_and_stamp(self, path: str) -> tuple[str, Stamp]:
+        """The run folder at ``path`` as its pages are keyed (its path, normalised) and its stamp."""
+        with self.folder.folder(path) as run:
+            return run.label, _stamp(run)
 
-    async def page(self, run_dir: Path, request: Request | None = None) -> str:
-        """The watch page of the training run ``run_dir`` (resolved, inside the runs folder).
+    def _build_at(self, path: str) -> str:
+        """The watch page of the run folder at ``path``, opened and read in this (worker) thread."""
+        with self.folder.folder(path) as run:
+            return _build(run)
+
+    async def page(self, path: str, request: Request | None = None) -> str:
+        """The watch page of the training run at ``path`` (relative to the runs folder).
 
         Raises:
-            RequestError: 403 for a file that leads outside the runs folder; those of
+            RequestError: 403 / 404 for the path (:meth:`RunsFolder.open`); those of
                 :meth:`ComputeSlots.run` (503 past the timeout).
+            LinkRefused: a file of the run is a symbolic link (403).
             BertologyError: no archive, or a damaged file (named in the message).
         """
-        stamp = await anyio.to_thread.run_sync(self._checked_stamp, run_dir)
-        cached = self._pages.get(run_dir)
+        key, stamp = await anyio.to_thread.run_sync(self._key_and_stamp, path)
+        cached = self._pages.get(key)
         if cached is not None and cached[0] == stamp:
-            self._pages.move_to_end(run_dir)
+            self._pages.move_to_end(key)
             return cached[1]
-        html = await self.slots.run(lambda _: _build(run_dir), request)
-        self._pages[run_dir] = (stamp, html)
-        self._pages.move_to_end(run_dir)
+        html = await self.slots.run(lambda _: self._build_at(path), request)
+        self._pages[key] = (stamp, html)
+        self._pages.move_to_end(key)
         while len(self._pages) > 1 and sum(len(page) for _, page in self._pages.values()) > self.cache_bytes:
             self._pages.popitem(last=False)
         return html

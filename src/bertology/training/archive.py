@@ -18,19 +18,24 @@ written in this order: the arrays grow by one record (metadata), the record's ch
 ``recorded`` is raised. Zarr's local store writes every file to a temporary name and renames it, so each
 file is either old or new, never half-written. A reader that trusts only ``recorded`` therefore sees
 whole records only, during training and after the process is killed.
+
+Reading opens every file of the archive below the archive's folder descriptor without following links
+(:mod:`bertology.beneath`), so an archive in a folder others can write (the web server's runs folder)
+cannot be made to read a file elsewhere: a symbolic link inside it is refused.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Iterator, MutableMapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from bertology.beneath import OpenFolder
 from bertology.errors import BertologyError
 
 FORMAT = "bertology-monitor"
@@ -178,7 +183,7 @@ class MonitorArchive:
     probe: the probe examples' texts and tokens; model, layers, heads, every: as recorded.
     """
 
-    path: Path
+    path: str  # the archive's folder, as messages name it
     model: str
     layers: int
     heads: int
@@ -188,6 +193,7 @@ class MonitorArchive:
     statistics: list[str]
     lengths: np.ndarray
     probe: ProbeTokens
+    _files: ArchiveFiles
     _attention: Any
 
     def __len__(self) -> int:
@@ -201,7 +207,7 @@ class MonitorArchive:
         """
         n = int(self.lengths[example])
         records = [
-            _read_chunk(self.path, self._attention, (t, example), (t, example, ..., slice(n), slice(n)))
+            _read_chunk(self._files, self._attention, (t, example), (t, example, ..., slice(n), slice(n)))
             for t in range(len(self))
         ]
         shape = (0, self.layers, self.heads, n, n)
@@ -212,72 +218,138 @@ class MonitorArchive:
         return self.stats[:, self.statistics.index(name)]
 
 
-def archive_folder(path: str | Path) -> Path:
-    """The archive :func:`read_archive` opens for ``path``: ``path/monitor.zarr`` when that folder exists,
-    else ``path`` itself."""
-    folder = Path(path)
-    return folder / ARCHIVE_FOLDER if (folder / ARCHIVE_FOLDER).is_dir() else folder
+class ArchiveFiles(MutableMapping[str, Any]):
+    """The files of an opened archive folder as zarr's keys (``"attention/c/0/1/0/0/0/0"``) to their bytes
+    (zarr ``Buffer``), each read when asked for, without following links; read-only.
+
+    A key that is a symbolic link exists (``in``) but reading it raises
+    :class:`~bertology.beneath.LinkRefused`.
+    """
+
+    def __init__(self, folder: OpenFolder) -> None:
+        self.folder = folder
+
+    def __getitem__(self, key: str) -> Any:
+        from zarr.core.buffer.cpu import Buffer
+
+        try:
+            return Buffer.from_bytes(self.folder.read_bytes(key))
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            raise KeyError(key) from None
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self.folder.stat(key) is not None
+
+    def __iter__(self) -> Iterator[str]:
+        return self.folder.walk()
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self.folder.walk())
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        raise TypeError("An attention monitor archive is read-only here.")
+
+    def __delitem__(self, key: str) -> None:
+        raise TypeError("An attention monitor archive is read-only here.")
 
 
-def _chunk_file(folder: Path, array: Any, chunk: tuple[int, ...]) -> Path:
-    """The file of ``array``'s chunk at grid position ``chunk`` (padded with zeros).
+def open_run(path: str | Path | OpenFolder) -> OpenFolder:
+    """The run (or archive) folder at ``path``, opened; ``path`` itself when it is open already.
 
     Raises:
-        BertologyError: the file is missing (zarr would silently read the fill value instead).
+        BertologyError: no folder there.
+    """
+    if isinstance(path, OpenFolder):
+        return path
+    try:
+        return OpenFolder.at(path)
+    except OSError as error:
+        raise BertologyError(f"There is no attention monitor archive at {path}.") from error
+
+
+def archive_folder(run: OpenFolder) -> OpenFolder:
+    """The archive :func:`read_archive` opens in ``run``: its ``monitor.zarr`` folder when there is one,
+    else ``run`` itself.
+
+    Raises:
+        LinkRefused: ``monitor.zarr`` is a symbolic link.
+    """
+    try:
+        return run.folder(ARCHIVE_FOLDER)
+    except (FileNotFoundError, NotADirectoryError):
+        return run
+
+
+def _chunk_key(files: ArchiveFiles, array: Any, chunk: tuple[int, ...]) -> str:
+    """The key of ``array``'s chunk at grid position ``chunk`` (padded with zeros).
+
+    Raises:
+        BertologyError: its file is missing (zarr would silently read the fill value instead).
     """
     key = array.metadata.chunk_key_encoding.encode_chunk_key(chunk + (0,) * (array.ndim - len(chunk)))
-    file = folder / array.path / key
-    if not file.is_file():
+    key = f"{array.path}/{key}"
+    if key not in files:
         raise BertologyError(
-            f"The attention monitor archive {folder} is missing {file}: the archive is damaged or only "
-            "partly copied."
+            f"The attention monitor archive {files.folder.label} is missing {files.folder.name_of(key)}: "
+            "the archive is damaged or only partly copied."
         )
-    return file
+    return key
 
 
-def _read_chunk(folder: Path, array: Any, chunk: tuple[int, ...], selection: Any) -> np.ndarray:
+def _read_chunk(files: ArchiveFiles, array: Any, chunk: tuple[int, ...], selection: Any) -> np.ndarray:
     """``array[selection]``, which lies within the chunk at grid position ``chunk``, checked.
 
     Raises:
         BertologyError: the chunk's file is missing or damaged (named in the message).
+        LinkRefused: the chunk's file is a symbolic link.
     """
-    file = _chunk_file(folder, array, chunk)
+    key = _chunk_key(files, array, chunk)
     try:
         return np.asarray(array[selection])
     except (RuntimeError, ValueError, OSError) as error:  # e.g. Blosc's "error during decompression"
-        raise BertologyError(f"{file} in the attention monitor archive is damaged ({error}).") from error
+        raise BertologyError(
+            f"{files.folder.name_of(key)} in the attention monitor archive is damaged ({error})."
+        ) from error
 
 
-def _records(folder: Path, array: Any, count: int) -> np.ndarray:
+def _records(files: ArchiveFiles, array: Any, count: int) -> np.ndarray:
     """[count, ...] the first ``count`` records of ``array`` (one chunk per record), each chunk checked."""
-    return np.stack([_read_chunk(folder, array, (t,), t) for t in range(count)]) if count else array[:0]
+    return np.stack([_read_chunk(files, array, (t,), t) for t in range(count)]) if count else array[:0]
 
 
-def read_archive(path: str | Path) -> MonitorArchive:
-    """Open the archive at ``path`` (an archive folder or a run folder holding ``monitor.zarr``).
+def read_archive(path: str | Path | OpenFolder) -> MonitorArchive:
+    """Open the archive at ``path`` (an archive folder or a run folder holding ``monitor.zarr``; a path, or
+    a folder already opened, whose files are then read below it without following links).
 
     Only complete records are returned, so this is safe while training still writes and after a crash.
 
     Raises:
         BertologyError: no archive there, not a bertology monitor archive, or a file of it missing or
             damaged (named in the message).
+        LinkRefused: a file or folder of the archive is a symbolic link.
     """
     import zarr
+    from zarr.storage import MemoryStore
 
-    folder = archive_folder(path)
+    files = ArchiveFiles(archive_folder(open_run(path)))
+    folder = files.folder.label
     try:
-        group = zarr.open_group(str(folder), mode="r")
+        group = zarr.open_group(store=MemoryStore(files, read_only=True), mode="r")
         attrs = dict(group.attrs)
     except FileNotFoundError as error:
-        raise BertologyError(f"There is no attention monitor archive at {path}.") from error
+        raise BertologyError(f"There is no attention monitor archive at {folder}.") from error
     except (ValueError, KeyError, OSError) as error:
-        raise BertologyError(f"{folder / 'zarr.json'} cannot be read ({error}); it is damaged.") from error
+        raise BertologyError(
+            f"{files.folder.name_of('zarr.json')} cannot be read ({error}); it is damaged."
+        ) from error
     if attrs.get("format") != FORMAT:
         raise BertologyError(f"{folder} is not an attention monitor archive of bertology.")
     try:
         count = int(attrs["recorded"])
         probe = attrs["probe"]
         arrays = {name: group[name] for name in ("steps", "stats", "lengths", "attention")}
+        if not 0 <= count <= arrays["steps"].shape[0]:
+            raise ValueError(f"{count} records, of {arrays['steps'].shape[0]} stored")
         probe_tokens = ProbeTokens(
             texts=probe["texts"],
             texts_b=probe["texts_b"],
@@ -296,17 +368,18 @@ def read_archive(path: str | Path) -> MonitorArchive:
     archive = MonitorArchive(
         path=folder,
         model=model,
+        _files=files,
         layers=layers,
         heads=heads,
         every=every,
-        steps=_records(folder, arrays["steps"], count).astype(np.int64).reshape(count),
-        stats=_records(folder, arrays["stats"], count).astype(np.float32),
+        steps=_records(files, arrays["steps"], count).astype(np.int64).reshape(count),
+        stats=_records(files, arrays["stats"], count).astype(np.float32),
         statistics=statistics,
-        lengths=_read_chunk(folder, arrays["lengths"], (0,), slice(None)).astype(np.int64),
+        lengths=_read_chunk(files, arrays["lengths"], (0,), slice(None)).astype(np.int64),
         probe=probe_tokens,
         _attention=arrays["attention"],
     )
     for example in range(len(archive.lengths)):  # every attention chunk is there, before anything is read
         for record in range(count):
-            _chunk_file(folder, arrays["attention"], (record, example))
+            _chunk_key(files, arrays["attention"], (record, example))
     return archive

@@ -3,10 +3,11 @@ so the command line can show the defaults without loading torch."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from bertology.errors import BertologyError
-from bertology.options import DEFAULT_DEVICE, DEFAULT_DTYPE, Dtype
+from bertology.options import DEFAULT_DEVICE, DEFAULT_DTYPE, MAX_SEED, MAX_THREADS, Dtype
 
 
 @dataclass(frozen=True)
@@ -59,8 +60,14 @@ class FinetuneSettings:
                 raise BertologyError(f"{name.replace('_', '-')} must be at least 1, not {value}.")
         if self.watch_every < 0:
             raise BertologyError(f"watch-every must be 0 (no monitor) or more, not {self.watch_every}.")
-        if not (self.learning_rate > 0 and 0 <= self.warmup < 1):
-            raise BertologyError("The learning rate must be positive and the warm-up fraction in [0, 1).")
+        if not (math.isfinite(self.learning_rate) and self.learning_rate > 0 and 0 <= self.warmup < 1):
+            raise BertologyError(
+                "The learning rate must be finite and positive and the warm-up fraction in [0, 1)."
+            )
+        if not 0 <= self.seed <= MAX_SEED:
+            raise BertologyError(f"seed must be from 0 to {MAX_SEED}, not {self.seed}.")
+        if self.threads is not None and self.threads > MAX_THREADS:
+            raise BertologyError(f"threads must be at most {MAX_THREADS}, not {self.threads}.")
 
 
 @dataclass(frozen=True)

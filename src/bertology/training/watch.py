@@ -18,11 +18,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from bertology.beneath import OpenFolder
 from bertology.errors import BertologyError
 from bertology.report.plots import title_of, to_png, unit_of
 from bertology.stats.base import HeadTable
 from bertology.training import plots
-from bertology.training.archive import MonitorArchive, archive_folder, read_archive
+from bertology.training.archive import ARCHIVE_FOLDER, MonitorArchive, open_run, read_archive
 from bertology.training.compare import head_change
 from bertology.training.finetune import METRICS_JSONL, RUN_FILE, run_status
 from bertology.views.page import render_page
@@ -36,41 +37,43 @@ TOP_HEADS = 10
 CAPTION_CHARS = 70
 
 
-def watch_inputs(run_dir: str | Path) -> list[Path]:
-    """Every file and folder the watch page of ``run_dir`` reads (those that exist or not): the run's
-    ``run.json`` and ``metrics.jsonl``, and its monitor archive's folder."""
-    folder = Path(run_dir)
-    return [folder / RUN_FILE, folder / METRICS_JSONL, archive_folder(folder)]
+#: The files (relative to the run folder) whose size and modification time change whenever the run's
+#: watch page would: the archive's ``zarr.json`` (in ``monitor.zarr``, or in a bare archive folder)
+#: changes with every complete record.
+WATCH_STAMP_FILES = (RUN_FILE, METRICS_JSONL, f"{ARCHIVE_FOLDER}/zarr.json", "zarr.json")
 
 
-def _run_info(run_dir: Path) -> dict[str, Any]:
+def _run_info(run: OpenFolder) -> dict[str, Any]:
     """The run's ``run.json`` ({} when there is none).
 
     Raises:
         BertologyError: the file is not a JSON object (e.g. cut short), naming it.
     """
-    path = run_dir / RUN_FILE
-    if not path.is_file():
-        return {}
     try:
-        info = json.loads(path.read_text(encoding="utf-8"))
+        data = run.read_bytes(RUN_FILE)
+    except (FileNotFoundError, IsADirectoryError):
+        return {}
+    name = run.name_of(RUN_FILE)
+    try:
+        info = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise BertologyError(
-            f"{path} cannot be read as JSON ({error}); it is cut short or damaged."
+            f"{name} cannot be read as JSON ({error}); it is cut short or damaged."
         ) from error
     if not isinstance(info, dict):
-        raise BertologyError(f"{path} does not hold a JSON object; it is damaged.")
+        raise BertologyError(f"{name} does not hold a JSON object; it is damaged.")
     return info
 
 
-def _metrics(run_dir: Path) -> pd.DataFrame | None:
+def _metrics(run: OpenFolder) -> pd.DataFrame | None:
     """The rows of metrics.jsonl, or None; reading stops at the first line that is not a whole row
     (``step``, ``split``, ``loss``), such as a last line cut short by a killed run."""
-    path = run_dir / METRICS_JSONL
-    if not path.is_file():
+    try:
+        text = run.read_bytes(METRICS_JSONL).decode("utf-8", errors="replace")
+    except (FileNotFoundError, IsADirectoryError):
         return None
     rows = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+    for line in text.splitlines():
         try:
             row = json.loads(line)
         except json.JSONDecodeError:
@@ -204,19 +207,22 @@ def _sections(
     return sections
 
 
-def watch_data(run_dir: str | Path) -> dict[str, Any]:
+def watch_data(run_dir: str | Path | OpenFolder) -> dict[str, Any]:
     """The watch page's data (the ``"watch"`` contract of ``views/static/views.js``).
 
-    run_dir: a training run folder (``run.json``, ``metrics.jsonl``, ``monitor.zarr``) or an archive.
-    Only complete records are used, so a run still training (or killed) can be watched.
+    run_dir: a training run folder (``run.json``, ``metrics.jsonl``, ``monitor.zarr``) or an archive, as
+    a path or opened (every file is then read below it without following links,
+    :mod:`bertology.beneath`). Only complete records are used, so a run still training (or killed) can
+    be watched.
 
     Raises:
         BertologyError: no archive, or an archive without records yet.
+        LinkRefused: a file the page reads is a symbolic link.
     """
-    folder = Path(run_dir)
+    folder = open_run(run_dir)
     archive = read_archive(folder)
     if len(archive) == 0:
-        raise BertologyError(f"The attention monitor in {folder} has no complete record yet.")
+        raise BertologyError(f"The attention monitor in {folder.label} has no complete record yet.")
     run = _run_info(folder)
     examples, change = _examples(archive)
     task = run.get("task")
@@ -235,7 +241,7 @@ def watch_data(run_dir: str | Path) -> dict[str, Any]:
     }
 
 
-def watch_html(run_dir: str | Path) -> str:
+def watch_html(run_dir: str | Path | OpenFolder) -> str:
     """The whole watch page of ``run_dir`` (see :func:`watch_data`) as HTML text."""
     data = watch_data(run_dir)
     return render_page(data, f"Watch · {data['title']}")
