@@ -16,7 +16,7 @@ import errno
 import os
 import stat
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -182,6 +182,26 @@ class OpenFolder:
         ``is_file(follow_symlinks=False)`` tell what each is without following links."""
         with os.scandir(self.fd) as found:
             return sorted(found, key=lambda entry: entry.name)
+
+    def folders(
+        self, depth: int, *, stop: Callable[[OpenFolder], bool] | None = None
+    ) -> Iterator[OpenFolder]:
+        """This folder, then the folders below it down to ``depth`` levels, sorted by name, each open only
+        while it is being looked at: hidden folders (a leading dot) and links are left out, and nothing
+        below a folder that ``stop`` is true of; a folder swapped for something else since it was listed
+        is left out too."""
+        yield self
+        if depth <= 0 or (stop is not None and stop(self)):
+            return
+        for entry in self.entries():
+            if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
+                continue
+            try:
+                below = self.folder(entry.name)
+            except (OSError, LinkRefused):
+                continue
+            with below:
+                yield from below.folders(depth - 1, stop=stop)
 
     def walk(self, prefix: str = "") -> Iterator[str]:
         """The "/"-separated paths of every regular file below this folder, links and what they point to

@@ -1,7 +1,7 @@
 """Linguistic probes over word-level attention: which heads track dependency relations, parse, and find
 antecedents.
 
-One verb per probe (:mod:`bertology.probes.run`; files in, a :class:`~bertology.probes.result.ProbeResult`
+One verb per probe (:mod:`bertology.probes.run`; files in, a :class:`~bertology.probes.base.ProbeResult`
 out): :func:`probe_dependencies` (Clark et al. 2019's per-relation head accuracies), :func:`probe_parser`
 (their attention-only parser), :func:`probe_coreference` (antecedent selection) and :func:`probe_gap`
 (GAP's scorecard). Every result has the layer x head grid of its scores, ``best()``, tables, a summary and
@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from bertology.lazy_exports import export_lazily
 
 if TYPE_CHECKING:
+    from bertology.probes.base import BestHead, ProbeResult
     from bertology.probes.data import SkippedSentences, WordAttentionStream, iter_word_attention
     from bertology.probes.dependency import (
         DIRECTIONS,
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
         DependencyProbe,
         predicted_heads,
     )
-    from bertology.probes.result import BestHead, ProbeResult
     from bertology.probes.results import CoreferenceResult, DependencyResult, GapResult, ParserResult
     from bertology.probes.run import probe_coreference, probe_dependencies, probe_gap, probe_parser
 
@@ -42,8 +42,8 @@ _HOMES = {
     "DependencyAccumulator": "dependency",
     "DependencyProbe": "dependency",
     "predicted_heads": "dependency",
-    "BestHead": "result",
-    "ProbeResult": "result",
+    "BestHead": "base",
+    "ProbeResult": "base",
     "CoreferenceResult": "results",
     "DependencyResult": "results",
     "GapResult": "results",

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from bertology.errors import BertologyError
-from bertology.probes.result import BestHead
+from bertology.probes.base import BestHead
 from bertology.readers.treebank import Sentence, base_relation
 from bertology.stats.base import check_same_shape
 from bertology.words import WordAttention

@@ -37,8 +37,8 @@ import numpy as np
 
 from bertology.batching import length_sorted_batches
 from bertology.errors import BertologyError
+from bertology.probes.base import BestHead
 from bertology.probes.gap_scorer import GENDERS, GapCounts, decision_counts, pronoun_gender
-from bertology.probes.result import BestHead
 from bertology.probes.rows import query_word_rows
 from bertology.readers.gap import GapExample
 from bertology.readers.spacy_parse import ParsedText, parse_texts

@@ -1,4 +1,4 @@
-"""The four kinds of :class:`~bertology.probes.result.ProbeResult`, one per probe, each with the
+"""The four kinds of :class:`~bertology.probes.base.ProbeResult`, one per probe, each with the
 paragraph its report gives on what is measured: :class:`DependencyResult` (which heads track which
 dependency relations), :class:`ParserResult` (the attention-only parser), :class:`CoreferenceResult`
 (antecedent selection) and :class:`GapResult` (GAP's scorecard). The verbs of
@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from bertology.errors import BertologyError
+from bertology.probes.base import BestHead, ProbeResult
 from bertology.probes.coreference import CorefProbe
 from bertology.probes.dependency import ALL, DIRECTIONS, DependencyProbe
 from bertology.probes.gap import GapProbe
 from bertology.probes.parser import AttentionParser, ParserReport
-from bertology.probes.result import BestHead, ProbeResult
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -26,8 +26,31 @@ if TYPE_CHECKING:
     from bertology.words import WordAttention
 
 
+class CountsResult(ProbeResult):
+    """A result whose scores, tables and JSON are those of its count object ``probe``
+    (:class:`~bertology.probes.dependency.DependencyProbe`, :class:`~bertology.probes.coreference.CorefProbe`
+    or :class:`~bertology.probes.gap.GapProbe`): ``grid(key)`` is its ``heatmap(key)``."""
+
+    probe: DependencyProbe | CorefProbe | GapProbe
+
+    def grid(self, key: str | None = None) -> np.ndarray:
+        return self.probe.heatmap() if key is None else self.probe.heatmap(key)  # type: ignore[call-arg]
+
+    def table(self) -> pd.DataFrame:
+        """The probe's headline table (Clark et al.'s Table 1 or 2, GAP's scorecard)."""
+        return self.probe.table()
+
+    def to_frame(self) -> pd.DataFrame:
+        """Every key and head, in long form."""
+        return self.probe.to_frame()
+
+    def to_json(self) -> str:
+        """The plain counts every score is computed from."""
+        return self.probe.to_json()
+
+
 @dataclass
-class DependencyResult(ProbeResult):
+class DependencyResult(CountsResult):
     """A dependency probe over one treebank, with a few example sentences kept for the report.
 
     A head's score for a relation (:meth:`grid`, :meth:`best`) is its accuracy in the relation's best
@@ -64,17 +87,6 @@ class DependencyResult(ProbeResult):
     def best(self, key: str | None = None) -> BestHead:
         """The most accurate head and its direction (:meth:`DependencyProbe.best`)."""
         return self.probe.best(ALL if key is None else key)
-
-    def table(self) -> pd.DataFrame:
-        """Clark et al.'s Table 1 (:meth:`DependencyProbe.table`)."""
-        return self.probe.table()
-
-    def to_frame(self) -> pd.DataFrame:
-        """Every relation, direction and head (:meth:`DependencyProbe.to_frame`)."""
-        return self.probe.to_frame()
-
-    def to_json(self) -> str:
-        return self.probe.to_json()
 
     def summary(self) -> dict[str, str | int | float]:
         return {
@@ -165,7 +177,7 @@ class ParserResult(ProbeResult):
 
 
 @dataclass
-class CoreferenceResult(ProbeResult):
+class CoreferenceResult(CountsResult):
     """Antecedent selection per head over a coreference corpus (:class:`CorefProbe`), with what the run
     read. Keys of :meth:`grid` and :meth:`best`: a mention type (:data:`~bertology.probes.coreference.TYPES`)
     or ``"all"`` (None).
@@ -192,20 +204,6 @@ class CoreferenceResult(ProbeResult):
     seconds: float
     left_out: dict[str, int] = field(default_factory=dict)
 
-    def grid(self, key: str | None = None) -> np.ndarray:
-        return self.probe.heatmap() if key is None else self.probe.heatmap(key)
-
-    def table(self) -> pd.DataFrame:
-        """Clark et al.'s Table 2 (:meth:`CorefProbe.table`)."""
-        return self.probe.table()
-
-    def to_frame(self) -> pd.DataFrame:
-        """Every mention type and head (:meth:`CorefProbe.to_frame`)."""
-        return self.probe.to_frame()
-
-    def to_json(self) -> str:
-        return self.probe.to_json()
-
     def summary(self) -> dict[str, str | int | float]:
         return {
             "model": self.model_name,
@@ -219,7 +217,7 @@ class CoreferenceResult(ProbeResult):
 
 
 @dataclass
-class GapResult(ProbeResult):
+class GapResult(CountsResult):
     """Every head and GAP's baselines scored with GAP's own scorer (:class:`GapProbe`), with what the run
     read. Keys of :meth:`grid` and :meth:`best`: a gender row of GAP's scores
     (:data:`~bertology.probes.gap_scorer.GENDERS`; None: ``"overall"``); a score is an F1."""
@@ -243,21 +241,6 @@ class GapResult(ProbeResult):
     gap_file: str
     model_name: str
     seconds: float
-
-    def grid(self, key: str | None = None) -> np.ndarray:
-        return self.probe.heatmap() if key is None else self.probe.heatmap(key)
-
-    def table(self) -> pd.DataFrame:
-        """GAP's scorecard of the best head and the baselines (:meth:`GapProbe.table`)."""
-        return self.probe.table()
-
-    def to_frame(self) -> pd.DataFrame:
-        """Every head's scores (:meth:`GapProbe.to_frame`)."""
-        return self.probe.to_frame()
-
-    def to_json(self) -> str:
-        """The decision counts (:meth:`GapProbe.to_json`)."""
-        return self.probe.to_json()
 
     def summary(self) -> dict[str, str | int | float]:
         return {

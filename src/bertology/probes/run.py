@@ -1,4 +1,4 @@
-"""The four probes, one verb each: files in, a :class:`~bertology.probes.result.ProbeResult` out.
+"""The four probes, one verb each: files in, a :class:`~bertology.probes.base.ProbeResult` out.
 
 :func:`probe_dependencies` (which heads track which dependency relations), :func:`probe_parser` (the
 attention-only parser), :func:`probe_coreference` (antecedent selection) and :func:`probe_gap` (GAP's

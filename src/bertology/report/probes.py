@@ -1,5 +1,5 @@
 """HTML reports of the linguistic probes: :func:`write_probe_report` writes a probe result's data files
-(:meth:`~bertology.probes.result.ProbeResult.save`), its plots (PNG, under ``plots/``) and ``report.html``."""
+(:meth:`~bertology.probes.base.ProbeResult.save`), its plots (PNG, under ``plots/``) and ``report.html``."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from bertology.probes.base import ProbeResult
 from bertology.probes.dependency import ALL, DIRECTIONS, predicted_heads
-from bertology.probes.result import ProbeResult
 from bertology.probes.results import CoreferenceResult, DependencyResult, GapResult, ParserResult
 from bertology.report import page, plots
 from bertology.report.arcs import arc_diagram
@@ -179,7 +179,7 @@ def _sections(result: ProbeResult, target: Path, dpi: int) -> list[page.Section]
 
 
 def write_probe_report(result: ProbeResult, folder: str | Path, *, dpi: int = 110) -> Path:
-    """Write the result's data files (:attr:`~bertology.probes.result.ProbeResult.files`), its plots
+    """Write the result's data files (:attr:`~bertology.probes.base.ProbeResult.files`), its plots
     (``plots/*.png``) and ``report.html`` (the summary, what is measured, the table and the plots) into
     ``folder``; return the report."""
     target = Path(folder)

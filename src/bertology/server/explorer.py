@@ -32,7 +32,7 @@ from bertology.analysis.distances import mds_embedding
 from bertology.analysis.examples import EXAMPLES_FILE, HeadExamples
 from bertology.analysis.patterns import PATTERN_DESCRIPTIONS
 from bertology.attention import Attention
-from bertology.beneath import LinkRefused, OpenFolder, path_parts
+from bertology.beneath import OpenFolder, path_parts
 from bertology.errors import BertologyError
 from bertology.server.errors import RequestError, shown
 from bertology.server.runs import ANALYSIS_FILE, RunsFolder
@@ -293,23 +293,6 @@ def _stamp(analysis: OpenFolder) -> tuple[tuple[int, int], ...]:
     return tuple(stamps)
 
 
-def _folders_below(base: OpenFolder, depth: int = 0) -> Iterator[OpenFolder]:
-    """``base`` and the folders below it, up to :data:`RELATED_DEPTH` levels, sorted by name, not hidden,
-    symbolic links not followed; each open only while it is being looked at."""
-    yield base
-    if depth >= RELATED_DEPTH:
-        return
-    for entry in base.entries():
-        if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
-            continue
-        try:
-            below = base.folder(entry.name)
-        except (OSError, LinkRefused):
-            continue  # swapped for something else since it was listed
-        with below:
-            yield from _folders_below(below, depth + 1)
-
-
 def _related_folders(folder: RunsFolder, analysis: OpenFolder) -> Iterator[OpenFolder]:
     """The analysis folder, then the folders below its parent (up to :data:`RELATED_DEPTH` levels)."""
     yield analysis
@@ -321,7 +304,7 @@ def _related_folders(folder: RunsFolder, analysis: OpenFolder) -> Iterator[OpenF
     except RequestError:
         return  # the parent was swapped for a link or removed
     with base:
-        yield from (here for here in _folders_below(base) if here.label != analysis.label)
+        yield from (here for here in base.folders(RELATED_DEPTH) if here.label != analysis.label)
 
 
 def _find_related(folder: RunsFolder, analysis: OpenFolder, layers: int, heads: int) -> Related:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import BinaryIO, Literal
 from urllib.parse import quote
 
-from bertology.beneath import LinkRefused, OpenFolder, path_parts
+from bertology.beneath import LinkRefused, OpenFolder
 from bertology.errors import BertologyError
 from bertology.server.errors import RequestError, shown
 
@@ -120,32 +120,15 @@ class RunsFolder:
         return opened
 
     def runs(self) -> list[Run]:
-        """Every run folder, sorted by path; symbolic links are not followed."""
+        """Every run folder, sorted by path, up to :data:`MAX_DEPTH` levels down and :data:`MAX_RUNS` runs;
+        hidden folders and links are left out, and so are a training run's own subfolders (checkpoints,
+        model)."""
         found: list[Run] = []
         with self.opened() as root:
-            _collect(root, "", found)
+            for here in root.folders(MAX_DEPTH, stop=lambda folder: folder.is_file(TRAINING_FILE)):
+                kind = run_kind(here)
+                if kind is not None:
+                    found.append(Run(here.label, kind))
+                if len(found) >= MAX_RUNS:
+                    break
         return sorted(found, key=lambda run: run.path)
-
-
-def _collect(here: OpenFolder, path: str, found: list[Run]) -> None:
-    """Add the runs in ``here`` (at ``path`` in the runs folder) and below it to ``found``, up to
-    :data:`MAX_DEPTH` levels and :data:`MAX_RUNS` runs; hidden folders and links are left out, and so are
-    a training run's own subfolders (checkpoints, model)."""
-    kind = run_kind(here)
-    if kind is not None:
-        found.append(Run(path, kind))
-        if kind == "training":
-            return
-    if len(path_parts(path)) >= MAX_DEPTH:
-        return
-    for entry in here.entries():
-        if len(found) >= MAX_RUNS:
-            return
-        if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
-            continue
-        try:
-            below = here.folder(entry.name)
-        except (OSError, LinkRefused):
-            continue  # swapped for something else since it was listed
-        with below:
-            _collect(below, f"{path}/{entry.name}" if path else entry.name, found)

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from bertology.errors import BertologyError
+from bertology.probes.base import BestHead
 from bertology.probes.coreference.mentions import ALL, BASELINES, TYPES
 from bertology.probes.coreference.windows import CorefWindow
-from bertology.probes.result import BestHead
 from bertology.stats.base import check_same_shape
 
 if TYPE_CHECKING:
