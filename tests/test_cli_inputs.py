@@ -3,7 +3,9 @@ is wrong, exit code 1 (2 for usage errors), no traceback, nothing half-written; 
 
 from __future__ import annotations
 
+import importlib
 import os
+import pkgutil
 import re
 import subprocess
 import sys
@@ -201,6 +203,17 @@ def test_library_names_still_resolve_after_lazy_import() -> None:
     assert callable(bertology.capture) and bertology.capture.__name__ == "capture"
     assert bertology.capture is bertology.attention.capture
     assert bertology.load_model is load_model
+
+
+@pytest.mark.parametrize("package", ["bertology", "bertology.training", "bertology.probes"])
+def test_no_public_name_of_a_lazy_package_is_a_submodule_name(package: str) -> None:
+    """Importing a submodule sets the package's attribute of its name, which would hide a public name."""
+    module = importlib.import_module(package)
+    submodules = {info.name for info in pkgutil.iter_modules(module.__path__)}
+    homes = module.__dict__["_lazy_homes"]
+    assert homes and not set(homes) & submodules
+    for name, home in homes.items():  # each public name is its home module's object, not a module
+        assert getattr(module, name) is getattr(importlib.import_module(f"{package}.{home}"), name)
 
 
 # --- Output locations: checked before the work, nothing half-written ---------------------------

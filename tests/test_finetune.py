@@ -19,7 +19,7 @@ from bertology.errors import BertologyError, TruncationWarning
 from bertology.models import load_model
 from bertology.readers.glue import read_glue
 from bertology.training import FinetuneSettings, finetune, read_archive
-from bertology.training.finetune import length_batches
+from bertology.training.loop import length_batches
 
 BERTOLOGY = [sys.executable, "-m", "bertology"]
 
@@ -159,7 +159,7 @@ def test_model_and_settings_are_checked_before_an_earlier_run_is_replaced(
 
 
 def test_a_run_stopped_by_ctrl_c_says_interrupted(tiny_model_dirs: dict[str, Path], tmp_path: Path) -> None:
-    from bertology.training.finetune import run_status
+    from bertology.training.loop import run_status
 
     def stop(progress: object) -> None:
         if getattr(progress, "step", 0) == 2:
@@ -176,7 +176,7 @@ def test_a_run_stopped_by_ctrl_c_says_interrupted(tiny_model_dirs: dict[str, Pat
 def test_a_running_run_whose_process_is_gone_reads_as_interrupted() -> None:
     import socket
 
-    from bertology.training.finetune import run_status
+    from bertology.training.loop import run_status
 
     finished = subprocess.Popen([sys.executable, "-c", "pass"])
     finished.wait()

@@ -1048,7 +1048,7 @@ def finetune(
 ) -> None:
     """Fine-tune a classifier on a GLUE-style task, recording how its attention changes (see 'watch')."""
     from bertology.outputs import check_output_folder
-    from bertology.training.finetune import finetune as run_finetune
+    from bertology.training.loop import finetune as run_finetune
 
     check_output_folder(output)
     settings = FinetuneSettings(

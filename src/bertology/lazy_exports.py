@@ -12,11 +12,8 @@ from typing import Any
 
 class _LazyPackage(ModuleType):
     """A package whose public names (``_lazy_homes``: name -> submodule) and submodules are imported on
-    first use.
-
-    Importing a submodule sets the package attribute of its name (``bertology.capture``); where that
-    name is also a public name (the function ``capture``), the public name wins, as it did when the
-    package imported it eagerly."""
+    first use. No public name is also the name of a submodule (importing a submodule sets the package
+    attribute of its name, which would hide the public name; tests/test_cli_inputs.py checks)."""
 
     _lazy_homes: dict[str, str]
 
@@ -28,9 +25,6 @@ class _LazyPackage(ModuleType):
             return import_module(f"{self.__name__}.{name}")  # a submodule, as ``bertology.views``
         raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}")
 
-    def __setattr__(self, name: str, value: object) -> None:
-        if not (name in self.__dict__.get("_lazy_homes", {}) and isinstance(value, ModuleType)):
-            super().__setattr__(name, value)
 
 
 def export_lazily(package: str, homes: dict[str, str]) -> None:

@@ -16,18 +16,18 @@ from bertology.lazy_exports import export_lazily
 
 if TYPE_CHECKING:
     from bertology.training.archive import MonitorArchive, read_archive
-    from bertology.training.finetune import FinetuneResult, finetune
+    from bertology.training.loop import FinetuneResult, finetune
     from bertology.training.monitor import AttentionMonitor, ProbeSet
     from bertology.training.settings import FinetuneSettings, TrainingProgress
 
 _HOMES = {
     "AttentionMonitor": "monitor",
-    "FinetuneResult": "finetune",
+    "FinetuneResult": "loop",
     "FinetuneSettings": "settings",
     "MonitorArchive": "archive",
     "ProbeSet": "monitor",
     "TrainingProgress": "settings",
-    "finetune": "finetune",
+    "finetune": "loop",
     "read_archive": "archive",
 }
 __all__ = [
