@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_support import run_in_process
 
-from bertology import cli
 from bertology.errors import BertologyError
 from bertology.models import LoadedModel, load_model
 
@@ -22,20 +22,6 @@ BERTOLOGY = [sys.executable, "-m", "bertology"]
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*BERTOLOGY, *args], capture_output=True, text=True, timeout=300, env=os.environ)
-
-
-def run_in_process(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    """``bertology ARGS`` through the console entry point in this process: (exit code, stderr)."""
-    saved = sys.argv
-    sys.argv = ["bertology", *args]
-    try:
-        cli.main()
-        code = 0
-    except SystemExit as exit_:
-        code = int(exit_.code or 0)
-    finally:
-        sys.argv = saved
-    return code, capsys.readouterr().err
 
 
 # --- Every file-taking command x an empty, a binary, a non-UTF-8 file and a folder with no usable file

@@ -24,7 +24,7 @@ from bertology.corpus import sample_corpus
 from bertology.devices import float64_home, resolve_device, resolve_dtype
 from bertology.errors import BertologyError
 from bertology.models import LoadedModel, load_model
-from bertology.report.analysis import JS_DIVERGENCE_FILE
+from bertology.run_files import JS_DIVERGENCE_FILE
 from bertology.training import FinetuneSettings, finetune
 
 #: The README's documented tolerance ("Devices and precision"): the largest absolute difference from a

@@ -27,6 +27,7 @@ from test_watch import write_synthetic_run
 from bertology.beneath import OpenFolder
 from bertology.errors import BertologyError
 from bertology.models import LoadedModel
+from bertology.run_files import mark_run
 from bertology.server import Limits, create_app, watch_pages
 from bertology.server.errors import RequestError
 from bertology.server.runs import RunsFolder
@@ -48,10 +49,12 @@ def make_runs(base: Path) -> Path:
     (analysis / "plots").mkdir(parents=True)
     (analysis / "report.html").write_text("<!DOCTYPE html><title>Analysis</title><p>heads</p>")
     (analysis / "heads.csv").write_text("layer,head,previous\n0,0,0.5\n")
+    mark_run(analysis, "analysis")
     (analysis / "plots" / "heads.png").write_bytes(PNG)
     probe = root / "probes" / "deps"
     probe.mkdir(parents=True)
     (probe / "report.html").write_text("<!DOCTYPE html><title>Dependency probe</title>")
+    mark_run(probe, "probe", probe="dependency")
     run = root / "training" / "run 1"
     (run / "checkpoint" / "nested").mkdir(parents=True)
     (run / "run.json").write_text('{"steps": 3}')

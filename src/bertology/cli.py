@@ -452,7 +452,8 @@ def analyze(
     from bertology.cluster.checkpoint import checkpoint_file
     from bertology.models import load_model, require_max_length
     from bertology.outputs import check_output_folder, output_folder
-    from bertology.report.analysis import JS_DIVERGENCE_FILE, save_analysis
+    from bertology.report.analysis import save_analysis
+    from bertology.run_files import JS_DIVERGENCE_FILE
 
     check_output_folder(output)
     loaded = load_model(model, device=device, dtype=dtype)

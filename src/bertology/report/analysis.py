@@ -35,6 +35,13 @@ from bertology.errors import BertologyError, TruncationWarning
 from bertology.norms import WEIGHT_DESCRIPTIONS
 from bertology.report import page, plots
 from bertology.report.page import Markup, Section
+from bertology.run_files import (
+    HEADS_FILE,
+    JS_DIVERGENCE_FILE,
+    REPORT_FILE,
+    SUMMARY_FILE,
+    mark_run,
+)
 from bertology.stats import surface as surface_module
 from bertology.stats.surface import SURFACE_STATISTICS, Convention, statistics_of
 from bertology.views import head_view
@@ -55,7 +62,6 @@ ENTROPY_PANELS = (("entropy", "entropy_uniform"), ("cls_entropy", "cls_entropy_u
 CONFIDENCE = ("confidence", "voita_confidence", "confidence_without_delimiters")
 
 #: The file of the heads' mean Jensen-Shannon divergences, ``[heads, heads]`` with ``layer-head`` names.
-JS_DIVERGENCE_FILE = "head_js_divergence.csv"
 
 #: Column and caption name of the mean Jensen-Shannon divergence between two heads.
 JS_DIVERGENCE = "mean JS divergence (nats)"
@@ -407,7 +413,7 @@ def write_analysis_report(
         _formulas_section(surface, convention),
     ]
     title = f"Attention analysis: {meta['model']}" if "model" in meta else "Attention analysis"
-    report = Path(outdir) / "report.html"
+    report = Path(outdir) / REPORT_FILE
     report.write_text(page.render_page(title, sections, header=_header(surface, meta)), encoding="utf-8")
     return report
 
@@ -464,19 +470,21 @@ def save_analysis(analysis: CorpusAnalysis, loaded: LoadedModel, outdir: str | P
     """Write ``heads.csv`` (:meth:`~bertology.analyze.CorpusAnalysis.heads_frame`), :data:`JS_DIVERGENCE_FILE`
     (the mean Jensen-Shannon divergence in nats between every two heads, rows and columns named
     ``layer-head``), ``summary.json``, a head view of each labelled head's best segment in ``examples/``,
-    every head's top examples (:data:`EXAMPLES_FILE`, for ``bertology serve --runs``) and ``report.html``
-    with its plots into ``outdir``. ``loaded``: the model analysed, for the examples.
+    every head's top examples (:data:`EXAMPLES_FILE`, for ``bertology serve --runs``), ``report.html``
+    with its plots and the folder's mark (:func:`bertology.run_files.mark_run`) into ``outdir``.
+    ``loaded``: the model analysed, for the examples.
 
     Returns the path of ``report.html``.
     """
     target = Path(outdir)
     target.mkdir(parents=True, exist_ok=True)
-    analysis.heads_frame().to_csv(target / "heads.csv", index=False)
+    analysis.heads_frame().to_csv(target / HEADS_FILE, index=False)
     divergence = analysis.distances.to_frame()
     divergence.index = divergence.columns = [head_name(layer, head) for layer, head in divergence.index]
     divergence.rename_axis("layer-head").to_csv(target / JS_DIVERGENCE_FILE)
-    (target / "summary.json").write_text(json.dumps(analysis.summary(), indent=2), encoding="utf-8")
+    (target / SUMMARY_FILE).write_text(json.dumps(analysis.summary(), indent=2), encoding="utf-8")
     _head_examples(analysis, loaded, target)
+    mark_run(target, "analysis")
     return write_analysis_report(
         target,
         surface=analysis.surface,

@@ -30,6 +30,7 @@ from bertology.report.analysis import (
     head_name,
 )
 from bertology.report.page import Markup, Section
+from bertology.run_files import REPORT_FILE, mark_run
 from bertology.stats.base import HeadTable
 from bertology.views import View
 from bertology.views.page import inline_code_hashes
@@ -451,7 +452,8 @@ def write_comparison_report(
             class_="muted",
         ),
     ]
-    report = target / "report.html"
+    mark_run(target, "comparison")
+    report = target / REPORT_FILE
     title = f"Comparison: {comparison.a.model_name} and {comparison.b.model_name}"
     report.write_text(page.render_page(title, sections, header=header), encoding="utf-8")
     return report

@@ -15,6 +15,7 @@ from bertology.interventions.pruning import PruningOutcome
 from bertology.interventions.run import AblationRun
 from bertology.interventions.saliency import METHODS, Explanation
 from bertology.report import page, plots
+from bertology.run_files import REPORT_FILE, SUMMARY_FILE, mark_run
 from bertology.stats.base import HeadTable
 
 #: Display names of the saliency methods.
@@ -126,7 +127,8 @@ def write_ablation_report(run: AblationRun, outdir: str | Path, *, dpi: int = 11
         "pruning_curve": curve.to_dict(orient="list"),
         "pruning": None if run.pruning is None else run.pruning.to_dict(),
     }
-    (target / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    (target / SUMMARY_FILE).write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    mark_run(target, "ablation")
 
     ablation_png = plots.heatmap_png(
         target,
@@ -203,7 +205,7 @@ def write_ablation_report(run: AblationRun, outdir: str | Path, *, dpi: int = 11
     ]
     if run.pruning is not None:
         sections.append(_pruning_section(run.pruning, run.pruned_dir))
-    report = target / "report.html"
+    report = target / REPORT_FILE
     title = f"Head ablation: {run.model_name} on {run.task_name}"
     report.write_text(
         page.render_page(title, sections, header=[page.definitions(run.summary())]), encoding="utf-8"

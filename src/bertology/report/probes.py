@@ -13,6 +13,7 @@ from bertology.probes.dependency import ALL, DIRECTIONS, predicted_heads
 from bertology.probes.results import CoreferenceResult, DependencyResult, GapResult, ParserResult
 from bertology.report import page, plots
 from bertology.report.arcs import arc_diagram
+from bertology.run_files import REPORT_FILE, mark_run
 
 #: Relations shown as heatmaps and arc diagrams: the most frequent ones.
 MOST_RELATIONS = 12
@@ -184,9 +185,10 @@ def write_probe_report(result: ProbeResult, folder: str | Path, *, dpi: int = 11
     ``folder``; return the report."""
     target = Path(folder)
     result.save(target)
+    mark_run(target, "probe", probe=result.kind)
     sections = _sections(result, target, dpi)
     header = [page.definitions(result.summary())]
-    report = target / "report.html"
+    report = target / REPORT_FILE
     report.write_text(
         page.render_page(f"{result.title}: {result.model_name}", sections, header=header), encoding="utf-8"
     )

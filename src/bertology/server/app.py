@@ -37,6 +37,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from bertology.beneath import OpenFolder
 from bertology.models import LoadedModel, load_model
 from bertology.options import DEFAULT_DEVICE, DEFAULT_DTYPE, Dtype
+from bertology.run_files import REPORT_FILE, TRAINING_FILE
 from bertology.server import compute
 from bertology.server.errors import ErrorAnswer, RequestError, install_error_handlers, shown
 from bertology.server.explorer import AnalysisRun, AnalysisRuns
@@ -52,7 +53,7 @@ from bertology.server.page import (
     page_policy,
     static_folder,
 )
-from bertology.server.runs import REPORT_FILE, TRAINING_FILE, RunsFolder, folder_url
+from bertology.server.runs import RunsFolder, folder_url
 from bertology.server.schemas import (
     AttentionAnswer,
     AttentionRequest,

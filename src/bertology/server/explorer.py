@@ -34,13 +34,12 @@ from bertology.analysis.patterns import PATTERN_DESCRIPTIONS
 from bertology.attention import Attention
 from bertology.beneath import OpenFolder, path_parts
 from bertology.errors import BertologyError
+from bertology.run_files import HEADS_FILE, JS_DIVERGENCE_FILE, SUMMARY_FILE
 from bertology.server.errors import RequestError, shown
-from bertology.server.runs import ANALYSIS_FILE, RunsFolder
+from bertology.server.runs import RunsFolder
 from bertology.views import View
 from bertology.views.build import view_data
 
-JS_FILE = "head_js_divergence.csv"
-SUMMARY_FILE = "summary.json"
 #: How many nearest heads (by mean JS divergence) a head lists.
 NEAREST = 5
 #: How many relations (dependency probe) a head lists, its most accurate first.
@@ -282,7 +281,7 @@ class AnalysisRun:
 
 
 #: The files whose size and modification time tell whether an analysis changed.
-STAMP_FILES = (ANALYSIS_FILE, JS_FILE, SUMMARY_FILE, EXAMPLES_FILE)
+STAMP_FILES = (HEADS_FILE, JS_DIVERGENCE_FILE, SUMMARY_FILE, EXAMPLES_FILE)
 
 
 def _stamp(analysis: OpenFolder) -> tuple[tuple[int, int], ...]:
@@ -347,12 +346,11 @@ def read_analysis(folder: RunsFolder, analysis: OpenFolder) -> AnalysisRun:
         BertologyError: a damaged file (named).
     """
     path = analysis.label
-    if not all(analysis.stat(name) is not None for name in (ANALYSIS_FILE, JS_FILE, SUMMARY_FILE)):
-        raise RequestError(
-            404,
-            f"'{shown(path)}' is not an analysis folder (no {ANALYSIS_FILE}, {JS_FILE} or {SUMMARY_FILE}).",
-        )
-    heads = _read_csv(analysis, ANALYSIS_FILE)
+    needed = (HEADS_FILE, JS_DIVERGENCE_FILE, SUMMARY_FILE)
+    if not all(analysis.stat(name) is not None for name in needed):
+        missing = f"no {', '.join(needed[:2])} or {needed[2]}"
+        raise RequestError(404, f"'{shown(path)}' is not an analysis folder ({missing}).")
+    heads = _read_csv(analysis, HEADS_FILE)
     try:
         summary = json.loads(analysis.read_bytes(SUMMARY_FILE).decode("utf-8"))
         layers, count = int(heads["layer"].max()) + 1, int(heads["head"].max()) + 1
@@ -363,11 +361,14 @@ def read_analysis(folder: RunsFolder, analysis: OpenFolder) -> AnalysisRun:
             for name in heads.columns
             if name not in _NOT_STATISTICS and (grid := _head_grid(heads, name, layers, count)) is not None
         }
-        divergence = _read_csv(analysis, JS_FILE).set_index("layer-head").to_numpy(dtype=np.float64)
+        divergence = _read_csv(analysis, JS_DIVERGENCE_FILE).set_index("layer-head")
+        divergence = divergence.to_numpy(dtype=np.float64)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
         raise BertologyError(f"The analysis '{path}' has a damaged file: {error}") from None
     if divergence.shape != (layers * count, layers * count) or len(statistics) == 0:
-        raise BertologyError(f"The analysis '{path}' has a {JS_FILE} that does not fit its {ANALYSIS_FILE}.")
+        raise BertologyError(
+            f"The analysis '{path}' has a {JS_DIVERGENCE_FILE} that does not fit its {HEADS_FILE}."
+        )
     seed = summary.get("seed", 0) if isinstance(summary, dict) else 0
     examples = None
     if analysis.stat(EXAMPLES_FILE) is not None:

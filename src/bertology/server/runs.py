@@ -9,9 +9,10 @@ swapped for a link between a check and a read cannot lead outside. Paths that do
 What a page built by the server reads (a training run's files, an analysis's files) is opened the same
 way; a link met there is refused (403, :class:`bertology.beneath.LinkRefused`).
 
-A folder is listed when it holds ``run.json`` (a training run, shown by its watch page with the step
-slider), ``report.html`` and ``heads.csv`` (a corpus analysis) or ``report.html`` alone (a probe), as
-regular files.
+A folder is listed with the kind of run its writer marked it with (:mod:`bertology.run_files`: an
+analysis, a comparison, a probe, an ablation; a training run is the folder with ``run.json``, shown by its
+watch page with the step slider); a folder with a ``report.html`` and no mark (written by an older
+bertology, or by hand) is listed as a ``"report"``. Only analyses get the explorer.
 """
 
 from __future__ import annotations
@@ -24,13 +25,12 @@ from urllib.parse import quote
 
 from bertology.beneath import LinkRefused, OpenFolder
 from bertology.errors import BertologyError
+from bertology.run_files import KIND_FILE, REPORT_FILE, TRAINING_FILE, RunKind, read_kind
 from bertology.server.errors import RequestError, shown
 
-RunKind = Literal["analysis", "probe", "training"]
-
-TRAINING_FILE = "run.json"
-REPORT_FILE = "report.html"
-ANALYSIS_FILE = "heads.csv"
+#: A run's kind as listed: one of :data:`bertology.run_files.RunKind`, or ``"report"`` for an unmarked
+#: folder with a report.
+ListedKind = Literal[RunKind, "report"]
 #: How deep below the runs folder runs are looked for, and how many are listed at most.
 MAX_DEPTH = 4
 MAX_RUNS = 1000
@@ -42,7 +42,7 @@ _REFUSED = "That path is refused: only files inside the runs folder are served."
 @dataclass(frozen=True)
 class Run:
     path: str  # relative to the runs folder, "/"-separated
-    kind: RunKind
+    kind: ListedKind
 
     @property
     def url(self) -> str:
@@ -60,14 +60,20 @@ def folder_url(path: str) -> str:
     return f"/runs/{quote(inner)}/" if inner else "/runs/"
 
 
-def run_kind(folder: OpenFolder) -> RunKind | None:
-    """What ``folder`` holds, by the regular files in it (links are not counted; see the module docstring);
-    ``None``: nothing shown."""
-    if folder.is_file(TRAINING_FILE):
-        return "training"
-    if folder.is_file(REPORT_FILE):
-        return "analysis" if folder.is_file(ANALYSIS_FILE) else "probe"
-    return None
+def run_kind(folder: OpenFolder) -> ListedKind | None:
+    """What ``folder`` holds, read from its mark or its ``run.json`` (module docstring; regular files
+    only, links are not counted); ``None``: nothing shown."""
+    training = folder.is_file(TRAINING_FILE)
+    mark = None
+    if not training and folder.is_file(KIND_FILE):
+        try:
+            mark = folder.read_bytes(KIND_FILE)
+        except (OSError, LinkRefused):
+            mark = None  # swapped for something else since it was looked at
+    found = read_kind(mark, training=training)
+    if found is not None:
+        return found["kind"]  # type: ignore[no-any-return]
+    return "report" if folder.is_file(REPORT_FILE) else None
 
 
 class RunsFolder:

@@ -189,7 +189,9 @@ class StatisticsAnswer(BaseModel):
 
 class RunEntry(BaseModel):
     path: str = Field(description="Folder, relative to the runs folder, with '/' between parts.")
-    kind: Literal["analysis", "probe", "training"]
+    kind: Literal["analysis", "comparison", "probe", "ablation", "training", "report"] = Field(
+        description="What the folder holds, as its writer marked it; 'report': a report without a mark."
+    )
     url: str
     explore: str | None = Field(None, description="An analysis's explorer page (/explore?run=PATH), or null.")
 

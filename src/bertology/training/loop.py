@@ -46,11 +46,11 @@ from bertology.errors import BertologyError, TruncationWarning
 from bertology.inputs import encode
 from bertology.models import RUN_MODEL_FOLDER, LoadedModel, load_model
 from bertology.readers.glue import GlueTask, Split, read_glue
+from bertology.run_files import TRAINING_FILE
 from bertology.training.archive import ARCHIVE_FOLDER
 from bertology.training.monitor import AttentionMonitor, ProbeSet
 from bertology.training.settings import FinetuneSettings, TrainingProgress
 
-RUN_FILE = "run.json"
 METRICS_JSONL = "metrics.jsonl"
 METRICS_CSV = "metrics.csv"
 #: Consecutive batches whose examples are sorted by length together.
@@ -141,7 +141,7 @@ class _MetricsLog:
 
 
 #: What a run writes in its folder; nothing else there is touched.
-RUN_OUTPUTS = (RUN_FILE, METRICS_JSONL, METRICS_CSV, RUN_MODEL_FOLDER, ARCHIVE_FOLDER)
+RUN_OUTPUTS = (TRAINING_FILE, METRICS_JSONL, METRICS_CSV, RUN_MODEL_FOLDER, ARCHIVE_FOLDER)
 
 
 def check_run_dir(run_dir: Path, overwrite: bool) -> None:
@@ -158,7 +158,7 @@ def check_run_dir(run_dir: Path, overwrite: bool) -> None:
     from bertology.outputs import check_output_folder
 
     check_output_folder(run_dir)
-    if (run_dir / RUN_FILE).exists():
+    if (run_dir / TRAINING_FILE).exists():
         if not overwrite:
             raise BertologyError(
                 f"{run_dir} already holds a training run; choose a new folder or overwrite it."
@@ -167,14 +167,14 @@ def check_run_dir(run_dir: Path, overwrite: bool) -> None:
     foreign = [name for name in RUN_OUTPUTS if (run_dir / name).exists() or (run_dir / name).is_symlink()]
     if foreign:
         raise BertologyError(
-            f"{run_dir} holds {', '.join(foreign)} but no {RUN_FILE}, so not a run of bertology's; choose a "
-            "new folder (nothing there is replaced)."
+            f"{run_dir} holds {', '.join(foreign)} but no {TRAINING_FILE}, so not a run of bertology's; "
+            "choose a new folder (nothing there is replaced)."
         )
 
 
 def _prepare_run_dir(run_dir: Path) -> None:
     """Create ``run_dir`` (checked by :func:`check_run_dir`), removing an earlier run's outputs."""
-    if (run_dir / RUN_FILE).exists():
+    if (run_dir / TRAINING_FILE).exists():
         for name in RUN_OUTPUTS:
             target = run_dir / name
             if target.is_dir() and not target.is_symlink():
@@ -365,8 +365,8 @@ def _run(
         "pid": os.getpid(),
         "host": socket.gethostname(),
     }
-    write_json(run_dir / RUN_FILE, run_info)
-    with _marked_if_stopped(run_dir / RUN_FILE, run_info):
+    write_json(run_dir / TRAINING_FILE, run_info)
+    with _marked_if_stopped(run_dir / TRAINING_FILE, run_info):
         metrics = _MetricsLog(run_dir / METRICS_JSONL)
         if monitor is not None:
             monitor.record(loaded, 0)
@@ -411,5 +411,5 @@ def _run(
             "dev_accuracy": dev_accuracy,
             "dev_loss": dev_loss,
         }
-        write_json(run_dir / RUN_FILE, run_info)
+        write_json(run_dir / TRAINING_FILE, run_info)
         return result

@@ -21,11 +21,12 @@ import pandas as pd
 from bertology.beneath import OpenFolder
 from bertology.errors import BertologyError
 from bertology.report.plots import title_of, to_png, unit_of
+from bertology.run_files import TRAINING_FILE
 from bertology.stats.base import HeadTable
 from bertology.training import plots
 from bertology.training.archive import ARCHIVE_FOLDER, MonitorArchive, open_run, read_archive
 from bertology.training.compare import head_change
-from bertology.training.loop import METRICS_JSONL, RUN_FILE, run_status
+from bertology.training.loop import METRICS_JSONL, run_status
 from bertology.views.page import render_page
 from bertology.views.payload import pack_attention
 
@@ -40,7 +41,7 @@ CAPTION_CHARS = 70
 #: The files (relative to the run folder) whose size and modification time change whenever the run's
 #: watch page would: the archive's ``zarr.json`` (in ``monitor.zarr``, or in a bare archive folder)
 #: changes with every complete record.
-WATCH_STAMP_FILES = (RUN_FILE, METRICS_JSONL, f"{ARCHIVE_FOLDER}/zarr.json", "zarr.json")
+WATCH_STAMP_FILES = (TRAINING_FILE, METRICS_JSONL, f"{ARCHIVE_FOLDER}/zarr.json", "zarr.json")
 
 
 def _run_info(run: OpenFolder) -> dict[str, Any]:
@@ -50,10 +51,10 @@ def _run_info(run: OpenFolder) -> dict[str, Any]:
         BertologyError: the file is not a JSON object (e.g. cut short), naming it.
     """
     try:
-        data = run.read_bytes(RUN_FILE)
+        data = run.read_bytes(TRAINING_FILE)
     except (FileNotFoundError, IsADirectoryError):
         return {}
-    name = run.name_of(RUN_FILE)
+    name = run.name_of(TRAINING_FILE)
     try:
         info = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:

@@ -1,0 +1,57 @@
+"""The output folders' shared file names and the kind of run each folder holds, in one place.
+
+Every writer of a run folder (an analysis, a comparison, a probe, an ablation) marks it with
+:data:`KIND_FILE`, ``bertology-run.json``: ``{"written_by": "bertology", "kind": KIND, ...}`` with the
+details of its kind (a probe's ``probe``: ``"dependency"``, ``"parser"``, ``"coreference"`` or ``"gap"``).
+A training run is the folder with :data:`TRAINING_FILE`, the record fine-tuning keeps as it trains. The
+web app reads a folder's kind from these files (:func:`read_kind`), never from which other files happen to
+be there: a GAP probe's ``heads.csv`` does not make it an analysis.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+RunKind = Literal["analysis", "comparison", "probe", "ablation", "training"]
+#: Every kind of :data:`RunKind`.
+RUN_KINDS: tuple[RunKind, ...] = get_args(RunKind)
+
+#: The key of the mark that says bertology wrote it, and its value.
+WRITTEN_BY, WRITER = "written_by", "bertology"
+#: The mark of a run folder (module docstring).
+KIND_FILE = "bertology-run.json"
+#: A training run's own record (``bertology.training.loop``).
+TRAINING_FILE = "run.json"
+#: The HTML report of every run but a training run.
+REPORT_FILE = "report.html"
+#: An analysis's table of heads, its heads' mean JS divergences and its summary.
+HEADS_FILE = "heads.csv"
+JS_DIVERGENCE_FILE = "head_js_divergence.csv"
+SUMMARY_FILE = "summary.json"
+
+
+def mark_run(folder: str | Path, kind: RunKind, **details: str) -> Path:
+    """Write :data:`KIND_FILE` into ``folder``: it holds a run of ``kind`` (with ``details``)."""
+    if kind not in RUN_KINDS:
+        raise ValueError(f"unknown run kind {kind!r}")
+    target = Path(folder) / KIND_FILE
+    target.write_text(json.dumps({WRITTEN_BY: WRITER, "kind": kind, **details}), encoding="utf-8")
+    return target
+
+
+def read_kind(mark: bytes | None, *, training: bool = False) -> dict[str, Any] | None:
+    """The mark of a folder (``{"kind": ..., ...}``) from the content of its :data:`KIND_FILE` (``None``
+    when it has none), or ``{"kind": "training"}`` for a folder with :data:`TRAINING_FILE`
+    (``training``); ``None`` for a folder that holds no run or a mark bertology did not write."""
+    if training:
+        return {"kind": "training"}
+    if mark is None:
+        return None
+    try:
+        content = json.loads(mark.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+    ours = isinstance(content, dict) and content.get(WRITTEN_BY) == WRITER
+    return content if ours and content.get("kind") in RUN_KINDS else None
