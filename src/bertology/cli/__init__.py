@@ -1,0 +1,20 @@
+"""The ``bertology`` command: one subcommand per verb, each a thin call into the library.
+
+:mod:`~bertology.cli.app` holds the typer application and the entry point, :mod:`~bertology.cli.options`
+the option types the commands share, :mod:`~bertology.cli.progress` the progress bars; each command group
+is a module of its own, registered on the application when this package is imported. Only light modules
+are imported at the top of each (choices and defaults from :mod:`bertology.options`); each command
+imports what it runs, so ``bertology --help`` and usage errors answer without loading torch.
+"""
+
+from bertology.cli.app import app, main
+
+# The command groups register their commands when imported, and --help lists them in this order.
+from bertology.cli import views  # isort: skip
+from bertology.cli import corpus  # isort: skip
+from bertology.cli import probes  # isort: skip
+from bertology.cli import serve  # isort: skip
+from bertology.cli import training  # isort: skip
+from bertology.cli import interventions  # isort: skip
+
+__all__ = ["app", "corpus", "interventions", "main", "probes", "serve", "training", "views"]

@@ -1,0 +1,132 @@
+"""The typer application, its global options and the console entry point: user errors become one
+sentence on stderr and an exit code.
+"""
+
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, TextIO
+
+import typer
+from rich.console import Console
+
+app = typer.Typer(
+    name="bertology",
+    help="See and measure what the attention heads of BERT-family transformers do.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
+
+
+class State:
+    debug = False
+
+
+#: The exit code of a run stopped by Ctrl-C (SIGINT), as shells report it (128 + 2).
+INTERRUPTED_EXIT = 130
+
+
+class Interrupted(Exception):
+    """A run stopped by Ctrl-C; the message says what was kept (exit code :data:`INTERRUPTED_EXIT`)."""
+
+
+@contextmanager
+def resumable(checkpoint: Path) -> Iterator[None]:
+    """Ctrl-C during the block (a Ray run keeping ``checkpoint``) becomes :class:`Interrupted`, saying
+    that ``--resume`` continues from the checkpoint the run saved as it stopped."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        if not checkpoint.is_file():
+            raise Interrupted("stopped by Ctrl-C before any work was saved.") from None
+        raise Interrupted(
+            f"stopped by Ctrl-C; the work done is kept in {checkpoint}, and the same command with --resume "
+            "continues it."
+        ) from None
+
+
+@app.callback()
+def _global(
+    debug: Annotated[bool, typer.Option("--debug", help="Show full tracebacks on errors.")] = False,
+) -> None:
+    State.debug = debug
+
+
+def quiet_libraries() -> None:
+    """Only errors from transformers and the hub, no download bars (set for this process before either is
+    imported, unless the user set them), and warnings as one yellow line."""
+    for name, value in (
+        ("TRANSFORMERS_VERBOSITY", "error"),
+        ("HF_HUB_VERBOSITY", "error"),
+        ("HF_HUB_DISABLE_PROGRESS_BARS", "1"),
+    ):
+        os.environ.setdefault(name, value)
+
+    def show(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
+        err.print(f"[yellow]Warning:[/yellow] {message}", highlight=False)
+
+    warnings.showwarning = show
+
+
+def main() -> None:
+    """Console entry point: user errors become one sentence on stderr and exit code 1."""
+    from bertology.errors import BertologyError
+
+    quiet_libraries()
+    try:
+        code = app(standalone_mode=False)
+    except Interrupted as error:
+        err.print(f"[red]Interrupted:[/red] {error}", highlight=False)
+        sys.exit(INTERRUPTED_EXIT)
+    except BertologyError as error:
+        if State.debug:
+            raise
+        err.print(f"[red]Error:[/red] {error}", highlight=False)
+        sys.exit(1)
+    except typer.Abort:
+        err.print("Aborted.")
+        sys.exit(130)
+    except OSError as error:  # a file that could not be read or written after the checks up front
+        if State.debug:
+            raise
+        where = f" {error.filename}" if error.filename else ""
+        err.print(f"[red]Error:[/red] Could not use{where}: {error.strerror or error}.", highlight=False)
+        sys.exit(1)
+    except typer.TyperException as error:  # usage errors: an unknown option, a value out of range
+        show = getattr(error, "show", None)  # typer's click exceptions print the usage line too
+        if show is None:
+            err.print(f"[red]Error:[/red] {error.format_message()}", highlight=False)
+        else:
+            show()
+        sys.exit(error.exit_code)
+    except MemoryError:
+        if State.debug:
+            raise
+        err.print("[red]Error:[/red] Out of memory; give smaller inputs or a smaller --batch-size.")
+        sys.exit(1)
+    except Exception as error:  # anything unexpected
+        if State.debug:
+            raise
+        err.print(
+            f"[red]Unexpected error:[/red] {type(error).__name__}: {error} (run with --debug for details)"
+        )
+        sys.exit(2)
+    if code == INTERRUPTED_EXIT:  # typer's answer to Ctrl-C (KeyboardInterrupt) outside a Ray run
+        err.print("[red]Interrupted:[/red] stopped by Ctrl-C; nothing more was written.", highlight=False)
+        sys.exit(INTERRUPTED_EXIT)

@@ -1,0 +1,347 @@
+"""``bertology analyze``, ``index`` and ``compare``: commands that stream a corpus through models.
+"""
+
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from bertology.options import (
+    BATCH_SIZE,
+    DEFAULT_DEVICE,
+    DEFAULT_DTYPE,
+    EXAMPLES_PER_HEAD,
+    JS_TOKENS_PER_SEGMENT,
+    MAX_COUNT,
+    MAX_SEED,
+    CorpusFormat,
+    Dtype,
+    Level,
+)
+
+if TYPE_CHECKING:
+    from bertology.interventions.ablation import AblationResult
+from bertology.cli.app import app, err, out, resumable
+from bertology.cli.options import (
+    ConventionOption,
+    DeviceOption,
+    DtypeOption,
+    ModelOption,
+    RayOption,
+    ResumeOption,
+    SegmentBatchOption,
+    ThreadsPerWorkerOption,
+    WeightsOption,
+    WorkersOption,
+    cluster_options,
+    utf8_text,
+)
+from bertology.cli.progress import progress_bar
+
+
+@app.command()
+def analyze(
+    corpus: Annotated[
+        Path, typer.Argument(help="Plain text (a paragraph per line), .jsonl or .conllu file.")
+    ],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Folder for report.html, CSV and plots.")],
+    model: ModelOption = "default",
+    max_len: Annotated[
+        int,
+        typer.Option(
+            "--max-len",
+            help="Tokens per segment, special tokens included, up to the model's own limit (over 1,024: "
+            "computed from queries and keys, in bounded memory).",
+        ),
+    ] = 128,
+    limit: Annotated[
+        int | None,
+        typer.Option("--limit", min=1, max=MAX_COUNT, help="Analyse at most this many segments."),
+    ] = None,
+    seed: Annotated[
+        int, typer.Option("--seed", min=0, max=MAX_SEED, help="Seed for token sampling and the head map.")
+    ] = 0,
+    batch_size: SegmentBatchOption = BATCH_SIZE,
+    corpus_format: Annotated[
+        CorpusFormat | None,
+        typer.Option("--format", help="text, jsonl or conllu (default: from the file name)."),
+    ] = None,
+    js_tokens: Annotated[
+        int,
+        typer.Option(
+            "--js-tokens",
+            min=0,
+            help="Query tokens sampled per segment for the heads' mean JS divergences (seeded); 0 = every "
+            "token.",
+        ),
+    ] = JS_TOKENS_PER_SEGMENT,
+    weights: WeightsOption = "attention",
+    convention: ConventionOption = "bertology",
+    examples_per_head: Annotated[
+        int,
+        typer.Option(
+            "--examples-per-head",
+            min=0,
+            help="Top example segments stored per head, with its attention (8-bit), for `bertology serve "
+            "--runs`; 0: none.",
+        ),
+    ] = EXAMPLES_PER_HEAD,
+    ray: RayOption = None,
+    workers: WorkersOption = None,
+    threads_per_worker: ThreadsPerWorkerOption = 1,
+    resume: ResumeOption = False,
+    device: DeviceOption = DEFAULT_DEVICE,
+    dtype: DtypeOption = DEFAULT_DTYPE,
+) -> None:
+    """Per-head statistics, pattern labels and head clustering over CORPUS, written as an HTML report."""
+    cluster = cluster_options(ray, workers, threads_per_worker, resume)  # a usage error before torch loads
+    from bertology.allocator import keep_freed_memory
+    from bertology.analyze import analyze_corpus
+    from bertology.cluster.analyze import AnalysisJob, analyze_on_ray
+    from bertology.cluster.checkpoint import checkpoint_file
+    from bertology.models import load_model, require_max_length
+    from bertology.outputs import check_output_folder, output_folder
+    from bertology.report.analysis import save_analysis
+    from bertology.run_files import JS_DIVERGENCE_FILE
+
+    check_output_folder(output)
+    loaded = load_model(model, device=device, dtype=dtype)
+    require_max_length(loaded, max_len)
+    checkpoint = checkpoint_file(output, "analyze")
+    settings = {  # of the statistics: the local run takes them, a Ray run's job carries them to the workers
+        "max_length": max_len,
+        "seed": seed,
+        "js_tokens_per_segment": js_tokens or None,
+        "weights": weights,
+        "convention": convention,
+        "examples_per_head": examples_per_head,
+    }
+    with progress_bar("Analysing segments", limit, rate="segments") as on_progress:
+        reading = {
+            "limit": limit,
+            "batch_size": batch_size,
+            "corpus_format": corpus_format,
+            "on_progress": on_progress,
+        }
+        if cluster is None:
+            keep_freed_memory()  # each batch reuses the buffers the last one freed (this process only)
+            analysis = analyze_corpus(corpus, loaded, **settings, **reading)
+        else:
+            job = AnalysisJob(model, **settings, device=device, dtype=dtype)
+            with resumable(checkpoint):
+                analysis = analyze_on_ray(
+                    corpus, loaded, job, cluster, **reading, checkpoint=checkpoint, resume=resume
+                )
+    if analysis.truncated_segments:
+        err.print(
+            f"[yellow]Warning:[/yellow] {analysis.truncated_segments} segments were longer than "
+            f"{max_len} tokens; {analysis.tokens_cut} tokens were cut in all.",
+            highlight=False,
+        )
+    with output_folder(output) as folder:
+        report = output / save_analysis(analysis, loaded, folder).name
+    checkpoint.unlink(missing_ok=True)  # the run is written; nothing is left to resume
+    out.print(
+        f"Analysed {analysis.segments} segments in {analysis.seconds:.1f} s. Wrote {report}, "
+        f"{output / 'heads.csv'}, {output / JS_DIVERGENCE_FILE} and the plots in {output / 'plots'}.",
+        highlight=False,
+    )
+
+
+@app.command()
+def index(
+    corpus: Annotated[
+        Path, typer.Argument(help="A treebank (.conllu, .conll: relations kept), plain text or .jsonl file.")
+    ],
+    output: Annotated[
+        Path,
+        typer.Option(
+            "-o", "--output", help="Folder of the token index: new, empty, or an index to replace whole."
+        ),
+    ],
+    model: ModelOption = "default",
+    layers: Annotated[
+        str | None,
+        typer.Option(
+            "--layers",
+            help="Comma-separated 0-based layers to index (default: three, the last one included).",
+        ),
+    ] = None,
+    max_len: Annotated[int, typer.Option("--max-len", min=8, help="Tokens per segment at most.")] = 128,
+    batch_size: SegmentBatchOption = BATCH_SIZE,
+    device: DeviceOption = DEFAULT_DEVICE,
+    dtype: DtypeOption = DEFAULT_DTYPE,
+) -> None:
+    """Index every token's contextual vector of CORPUS at a few layers, for corpus search in `bertology serve
+    --index DIR` (exBERT's idea)."""
+    try:  # a usage error before torch loads
+        chosen = None if layers is None else [int(layer) for layer in layers.split(",") if layer.strip()]
+    except ValueError as error:
+        raise typer.BadParameter("--layers takes layer numbers separated by commas, e.g. 1,3,5.") from error
+    from bertology.index_store import check_index_folder
+    from bertology.models import load_model, require_max_length
+    from bertology.token_index import build_index
+
+    check_index_folder(output)
+    loaded = load_model(model, device=device, dtype=dtype)
+    require_max_length(loaded, max_len)
+    with progress_bar("Indexing the corpus", None):
+        built = build_index(
+            corpus, output, model=loaded, layers=chosen, batch_size=batch_size, max_length=max_len
+        )
+    out.print(
+        f"Indexed {len(built)} tokens of {len(built.segments)} segments at layers "
+        f"{', '.join(map(str, built.layers))} in {output}.",
+        highlight=False,
+    )
+
+
+def ablation_of(
+    name: str, side: str, task_dir: Path, max_dev: int, device: str, dtype: Dtype
+) -> AblationResult | str:
+    """Model ``name``'s single-head ablation on the task, or why it has none (not a fine-tuned classifier)."""
+    from bertology.errors import BertologyError
+    from bertology.interventions.run import single_head_ablation
+    from bertology.models import load_model
+
+    try:
+        classifier = load_model(name, classifier=True, device=device, dtype=dtype)
+    except BertologyError as error:
+        return str(error)
+    with progress_bar(f"Ablating the heads of model {side}", None) as on_progress:
+        return single_head_ablation(classifier, task_dir, max_dev=max_dev or None, progress=on_progress)
+
+
+@app.command()
+def compare(
+    model_a: Annotated[str, typer.Argument(help="'default', a hub name, a model folder or a run folder.")],
+    model_b: Annotated[str, typer.Argument(help="The model to compare with, e.g. MODEL_A's fine-tuned run.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Folder for report.html, CSV, JSON, plots.")],
+    corpus: Annotated[
+        Path | None,
+        typer.Option(
+            "--corpus",
+            help="Plain text, .jsonl or .conllu file both models read (default: the sample corpus).",
+        ),
+    ] = None,
+    task_dir: Annotated[
+        Path | None, typer.Option("--task", help="GLUE-style task folder: also ablate each head of both.")
+    ] = None,
+    text: Annotated[
+        str | None,
+        typer.Option(
+            "--text", help="Input of the side-by-side views (default: first segment).", callback=utf8_text
+        ),
+    ] = None,
+    limit: Annotated[
+        int | None,
+        typer.Option("--limit", min=1, max=MAX_COUNT, help="Compare at most this many segments."),
+    ] = None,
+    max_dev: Annotated[
+        int, typer.Option("--max-dev", min=0, max=MAX_COUNT, help="Dev examples scored for --task (0: all).")
+    ] = 100,
+    max_len: Annotated[
+        int, typer.Option("--max-len", min=1, help="Tokens per segment, special tokens included.")
+    ] = 128,
+    seed: Annotated[
+        int, typer.Option("--seed", min=0, max=MAX_SEED, help="Seed for the sampled query tokens.")
+    ] = 0,
+    batch_size: SegmentBatchOption = BATCH_SIZE,
+    js_tokens: Annotated[
+        int,
+        typer.Option(
+            "--js-tokens", min=0, help="Query tokens sampled per segment for the JS divergences; 0 = all."
+        ),
+    ] = JS_TOKENS_PER_SEGMENT,
+    top: Annotated[int, typer.Option("--top", min=1, help="Most changed heads listed.")] = 10,
+    weights: WeightsOption = "attention",
+    convention: ConventionOption = "bertology",
+    level: Annotated[
+        Level,
+        typer.Option(
+            "--level", help="Compare rows of tokens, of words, or auto (tokens when the tokenizers agree)."
+        ),
+    ] = "auto",
+    device: DeviceOption = DEFAULT_DEVICE,
+    dtype: DtypeOption = DEFAULT_DTYPE,
+    ray: RayOption = None,
+    workers: WorkersOption = None,
+    threads_per_worker: ThreadsPerWorkerOption = 1,
+    resume: ResumeOption = False,
+) -> None:
+    """Compare two models head by head: statistics, labels and confidence side by side, heads matched by mean
+    JS divergence, both models' head views of one input and, with --task, both ablation pictures."""
+    cluster = cluster_options(ray, workers, threads_per_worker, resume)  # a usage error before torch loads
+    from bertology.allocator import keep_freed_memory
+    from bertology.cluster.checkpoint import checkpoint_file
+    from bertology.cluster.compare import ComparisonJob, compare_on_ray
+    from bertology.comparison import compare_models, first_segment
+    from bertology.corpus import sample_corpus
+    from bertology.models import load_model, require_max_length
+    from bertology.outputs import check_output_folder, output_folder
+    from bertology.readers.glue import read_glue
+    from bertology.report.comparison import write_comparison_report
+    from bertology.views import head_view
+
+    check_output_folder(output)
+    if task_dir is not None:
+        read_glue(task_dir, max_dev=max_dev or None)  # a bad task folder is reported before the work
+    corpus = corpus or sample_corpus()
+    loaded_a, loaded_b = (load_model(name, device=device, dtype=dtype) for name in (model_a, model_b))
+    for loaded in (loaded_a, loaded_b):
+        require_max_length(loaded, max_len)
+    checkpoint = checkpoint_file(output, "compare")
+    settings = {  # of the statistics: the local run takes them, a Ray run's job carries them to the workers
+        "max_length": max_len,
+        "seed": seed,
+        "js_tokens_per_segment": js_tokens or None,
+        "level": level,
+        "weights": weights,
+        "convention": convention,
+    }
+    with progress_bar("Comparing segments", limit, rate="segments") as on_progress:
+        reading = {"limit": limit, "batch_size": batch_size, "on_progress": on_progress}
+        if cluster is None:
+            keep_freed_memory()  # each batch reuses the buffers the last one freed (this process only)
+            comparison = compare_models(loaded_a, loaded_b, corpus, **settings, **reading)
+        else:
+            job = ComparisonJob(model_a, model_b, **settings, device=device, dtype=dtype)
+            with resumable(checkpoint):
+                comparison = compare_on_ray(
+                    corpus, loaded_a, loaded_b, job, cluster, **reading, checkpoint=checkpoint, resume=resume
+                )
+    segment = None if text is not None else first_segment(corpus, loaded_a, max_length=max_len)
+    texts = (text, None) if segment is None else (segment.text_a, segment.text_b)
+    views = (
+        head_view(*texts, model=loaded_a, weights=weights),
+        head_view(*texts, model=loaded_b, weights=weights),
+    )
+    ablations = None
+    if task_dir is not None:
+        ablations = (
+            ablation_of(model_a, "A", task_dir, max_dev, device, dtype),
+            ablation_of(model_b, "B", task_dir, max_dev, device, dtype),
+        )
+    shown = " ‖ ".join(part if isinstance(part, str) else " ".join(part) for part in texts if part)
+    with output_folder(output) as folder:
+        written = write_comparison_report(
+            comparison, folder, views=views, input_text=shown, ablations=ablations, top=top
+        )
+    checkpoint.unlink(missing_ok=True)  # the run is written; nothing is left to resume
+    report = output / written.name
+    pairs = comparison.most_changed(3)
+    changed = ", ".join(
+        f"{int(row.layer_a)}-{int(row.head_a)} → {int(row.layer_b)}-{int(row.head_b)} "
+        f"({row.js_divergence:.3f} nats)"
+        for row in pairs.itertuples()
+    )
+    out.print(
+        f"Compared {comparison.a.segments} segments at the {comparison.level} level in "
+        f"{comparison.seconds:.1f} s; most changed heads: {changed}. Wrote {report}, "
+        f"{output / 'views.html'}, {output / 'comparison.csv'}, {output / 'comparison.json'} and the plots "
+        f"in {output / 'plots'}.",
+        highlight=False,
+    )

@@ -1,0 +1,170 @@
+"""Option and argument types shared by the commands, declared once, with the checks that make a bad value
+a usage error (exit 2) before anything heavy is imported.
+"""
+
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from bertology.options import (
+    DEVICE_FORMS,
+    MAX_THREADS,
+    Convention,
+    Dtype,
+    Weights,
+    is_device_name,
+    ray_address_problem,
+)
+
+if TYPE_CHECKING:
+    from bertology.cluster.workers import ClusterOptions
+
+
+ModelOption = Annotated[
+    str,
+    typer.Option(
+        "--model", "-m", help="'default' (all-MiniLM-L6-v2, offline), a hub name or a local directory."
+    ),
+]
+SegmentBatchOption = Annotated[
+    int, typer.Option("--batch-size", min=1, help="Segments per forward pass (sorted by length).")
+]
+WeightsOption = Annotated[
+    Weights,
+    typer.Option(
+        "--weights",
+        help="attention (softmax weights) or norm (norm-based weights ||a f(x)||, Kobayashi et al. 2020).",
+    ),
+]
+
+
+def ray_address(address: str | None) -> str | None:
+    """``--ray`` as given, or a usage error for an address of no form Ray takes."""
+    if address is not None and (problem := ray_address_problem(address)):
+        raise typer.BadParameter(problem)
+    return address
+
+
+def positive_finite(value: float) -> float:
+    """A float option as given, or a usage error unless it is a finite number above 0."""
+    if not (math.isfinite(value) and value > 0):
+        raise typer.BadParameter(f"{value} is not a finite number above 0.")
+    return value
+
+
+def share_below_one(value: float) -> float:
+    """``--prune`` as given (already checked to lie in 0..1), or a usage error for 1: the share of heads
+    pruned must be below 1 (:func:`bertology.interventions.run.run_ablation`)."""
+    if value >= 1.0:
+        raise typer.BadParameter(f"{value} is not below 1; give a share of the heads from 0 up to below 1.")
+    return value
+
+
+RayOption = Annotated[
+    str | None,
+    typer.Option(
+        "--ray",
+        metavar="ADDRESS|local",
+        callback=ray_address,
+        help="Run on a Ray cluster (pip install bertology[ray]): 'local' (one on this machine), 'auto', or "
+        "the HOST:PORT (or ray://HOST:PORT) of a cluster started with 'ray start --head'.",
+    ),
+]
+WorkersOption = Annotated[
+    int | None,
+    typer.Option(
+        "--workers",
+        min=1,
+        max=MAX_THREADS,
+        help="With --ray: workers, each with its own copy of the model (default: CPUs / threads per worker).",
+    ),
+]
+ThreadsPerWorkerOption = Annotated[
+    int,
+    typer.Option(
+        "--threads-per-worker", min=1, max=MAX_THREADS, help="With --ray: torch threads of each worker."
+    ),
+]
+ResumeOption = Annotated[
+    bool,
+    typer.Option(
+        "--resume",
+        help="With --ray: continue from the checkpoint an interrupted run left in the output folder.",
+    ),
+]
+ConventionOption = Annotated[
+    Convention,
+    typer.Option(
+        "--convention",
+        help="bertology (each statistic averaged over the queries it is defined for) or clark (the numbers "
+        "of Clark et al.'s released analysis code).",
+    ),
+]
+
+
+def utf8_text(text: str | None) -> str | None:
+    """A text argument as given, or a usage error when the command line's bytes are not UTF-8 (Python
+    keeps such bytes as lone surrogates, which no tokenizer or file takes)."""
+    if text is None:
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        raise typer.BadParameter(f"'{shown}' is not valid UTF-8 text; give the text in UTF-8.") from None
+    return text
+
+
+def device_name(name: str) -> str:
+    """``--device`` as given, or a usage error for a name of no known form (whether the device is there is
+    checked when the model loads)."""
+    if not is_device_name(name):
+        raise typer.BadParameter(f"'{name}' is not a device; use one of {DEVICE_FORMS}.")
+    return name
+
+
+DeviceOption = Annotated[
+    str,
+    typer.Option(
+        "--device",
+        metavar=DEVICE_FORMS,
+        callback=device_name,
+        help="Where the model runs: auto (a CUDA GPU if there is one, else an Apple GPU, else the CPU), cpu, "
+        "cuda, cuda:N or mps.",
+    ),
+]
+DtypeOption = Annotated[
+    Dtype,
+    typer.Option(
+        "--dtype",
+        help="Precision of the model's forward pass: float32, bfloat16 or float16 (statistics are summed in "
+        "float64 either way).",
+    ),
+]
+
+
+TextArgument = Annotated[str, typer.Argument(help="The text (text A of a pair).", callback=utf8_text)]
+TextBArgument = Annotated[
+    str | None,
+    typer.Argument(help="Optional second text (text B of a pair).", callback=utf8_text),
+]
+
+
+def cluster_options(
+    address: str | None, workers: int | None, threads_per_worker: int, resume: bool
+) -> ClusterOptions | None:
+    """The Ray cluster a command runs on (``None``: this process), or a usage error for Ray options given
+    without ``--ray``."""
+    from bertology.allocator import keep_freed_memory
+    from bertology.cluster.workers import ClusterOptions
+
+    if address is None:
+        if workers is not None or threads_per_worker != 1 or resume:
+            raise typer.BadParameter("--workers, --threads-per-worker and --resume apply only with --ray.")
+        return None
+    # each worker process is the run's own: its batches reuse the buffers the last one freed
+    return ClusterOptions(address, workers, threads_per_worker, setup=keep_freed_memory)

@@ -1,0 +1,59 @@
+"""``bertology serve``: the local web app.
+"""
+
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from bertology.cli.app import app, out
+from bertology.cli.options import DeviceOption, DtypeOption
+from bertology.options import (
+    DEFAULT_DEVICE,
+    DEFAULT_DTYPE,
+)
+
+
+@app.command()
+def serve(
+    model: Annotated[
+        list[str] | None,
+        typer.Option("--model", "-m", help="A model to serve; repeat for more, the first is the default."),
+    ] = None,
+    runs: Annotated[
+        Path | None, typer.Option("--runs", help="Folder of reports and training runs to browse.")
+    ] = None,
+    corpus_index: Annotated[
+        Path | None,
+        typer.Option("--index", help="A corpus index folder (`bertology index`) for corpus search."),
+    ] = None,
+    host: Annotated[str, typer.Option(help="Address to listen on; any but 127.0.0.1 opens it to others.")] = (
+        "127.0.0.1"
+    ),
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on (0: any free port).")] = 8000,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", help="Most tokens per input.")] = 512,
+    max_body: Annotated[int, typer.Option("--max-body", help="Largest request body, in bytes.")] = 65536,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds a request may take.")] = 30.0,
+    parallel: Annotated[int, typer.Option("--parallel", help="Computations at once per model.")] = 2,
+    device: DeviceOption = DEFAULT_DEVICE,
+    dtype: DtypeOption = DEFAULT_DTYPE,
+) -> None:
+    """A local web app: type a text, see its views and per-head statistics; browse RUNS; a JSON API."""
+    from bertology.server import Limits
+    from bertology.server import serve as serve_app
+
+    limits = Limits(max_tokens=max_tokens, max_body_bytes=max_body, timeout_s=timeout, parallel=parallel)
+    serve_app(
+        model or ["default"],
+        runs,
+        host=host,
+        port=port,
+        limits=limits,
+        announce=lambda line: out.print(line, highlight=False, markup=False),
+        device=device,
+        dtype=dtype,
+        index=corpus_index,
+    )

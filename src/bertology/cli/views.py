@@ -1,0 +1,172 @@
+"""``bertology view``, ``relevance`` and ``models``: one input's attention, and what can be loaded.
+"""
+
+
+from __future__ import annotations
+
+import webbrowser
+from pathlib import Path
+from typing import Annotated, Literal
+
+import typer
+from rich.table import Table
+
+from bertology.cli.app import app, out
+from bertology.cli.options import (
+    DeviceOption,
+    DtypeOption,
+    ModelOption,
+    TextArgument,
+    TextBArgument,
+    WeightsOption,
+    utf8_text,
+)
+from bertology.cli.progress import progress_bar
+from bertology.options import (
+    DEFAULT_DEVICE,
+    DEFAULT_DTYPE,
+    FLOW_MAX_TOKENS,
+    AttentionSetName,
+    Theme,
+    ViewKind,
+)
+
+
+@app.command()
+def view(
+    text: TextArgument,
+    text_b: TextBArgument = None,
+    model: ModelOption = "default",
+    kind: Annotated[ViewKind, typer.Option("--view", "-v", help="head, model or neuron.")] = "head",
+    layer: Annotated[int, typer.Option("--layer", "-l", help="Layer shown first (0-based).")] = 0,
+    head: Annotated[int, typer.Option("--head", help="Head shown first in the neuron view (0-based).")] = 0,
+    query: Annotated[
+        int,
+        typer.Option(
+            "--query",
+            help="Query token of the neuron view; a long input's window is centred on it (0-based).",
+        ),
+    ] = 0,
+    max_tokens: Annotated[
+        int | None,
+        typer.Option(
+            "--max-tokens",
+            min=1,
+            help="Most tokens read (default: the model's own limit; over 1,024 the long-input views).",
+        ),
+    ] = None,
+    theme: Annotated[Theme, typer.Option(help="light or dark.")] = "light",
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="HTML file to write.")] = None,
+    open_: Annotated[bool, typer.Option("--open", help="Open the page in a web browser.")] = False,
+    weights: WeightsOption = "attention",
+    target: Annotated[
+        str | None,
+        typer.Option(
+            "--target",
+            help="Encoder-decoder models: the target text (TEXT is the source).",
+            callback=utf8_text,
+        ),
+    ] = None,
+    attention: Annotated[
+        AttentionSetName,
+        typer.Option("--attention", help="Encoder-decoder models: encoder, decoder or cross, shown first."),
+    ] = "cross",
+    device: DeviceOption = DEFAULT_DEVICE,
+    dtype: DtypeOption = DEFAULT_DTYPE,
+) -> None:
+    """Write a head, model or neuron view of TEXT (or the pair TEXT TEXT_B, or for an encoder-decoder model
+    the source TEXT and --target) as one self-contained page."""
+    from bertology.models import load_model
+    from bertology.outputs import check_output_file
+    from bertology.views import render_view
+
+    target_file = check_output_file(output or Path(f"{kind}_view.html"))
+    loaded = load_model(model, device=device, dtype=dtype)
+    page = render_view(
+        text,
+        text_b,
+        kind=kind,
+        model=loaded,
+        layer=layer,
+        head=head,
+        query=query,
+        theme=theme,
+        weights=weights,
+        target=target,
+        attention_set=attention,
+        max_tokens=max_tokens,
+    )
+    written = page.save(target_file)
+    size_mb = written.stat().st_size / 1e6
+    out.print(
+        f"Wrote the {kind} view of {page.token_count} to {written} ({size_mb:.2f} MB).", highlight=False
+    )
+    if open_:
+        webbrowser.open(written.resolve().as_uri())
+
+
+@app.command()
+def relevance(
+    text: TextArgument,
+    text_b: TextBArgument = None,
+    model: ModelOption = "default",
+    method: Annotated[
+        Literal["rollout", "flow", "both"], typer.Option("--method", help="rollout, flow or both.")
+    ] = "both",
+    max_tokens: Annotated[
+        int, typer.Option("--max-tokens", help="Longest input flow accepts (its time grows about as n^4).")
+    ] = FLOW_MAX_TOKENS,
+    output: Annotated[
+        Path, typer.Option("-o", "--output", help="HTML file to write; the JSON goes beside it.")
+    ] = Path("relevance.html"),
+    weights: WeightsOption = "attention",
+    device: DeviceOption = DEFAULT_DEVICE,
+    dtype: DtypeOption = DEFAULT_DTYPE,
+) -> None:
+    """Attention rollout and flow (Abnar and Zuidema 2020) of TEXT as a model view, plus a JSON file
+    beside the page: {model, tokens, formula, attention, rollout, flow}, each matrix [layers][n][n]
+    (row: token at that layer's output, column: input token; flow rows not normalised)."""
+    from bertology.analysis.relevance import JSON_MARKS, RELEVANCE_METHODS, flow_pair_count
+    from bertology.attention import capture
+    from bertology.models import load_model
+    from bertology.outputs import check_output_file
+    from bertology.views.relevance import relevance_view
+
+    methods = RELEVANCE_METHODS if method == "both" else (method,)
+    check_output_file(output, beside=(".json",), marks=JSON_MARKS)
+    loaded = load_model(model, device=device, dtype=dtype)
+    attention = capture(text, text_b, model=loaded, weights=weights)
+    n = len(attention.tokens)
+    pairs = flow_pair_count(attention.num_layers, n) if "flow" in methods else 0
+    with progress_bar("Attention flow (max-flow problems)", pairs) as on_progress:
+        page = relevance_view(attention, methods, max_tokens=max_tokens, on_progress=on_progress)
+    html_path = page.save(output)
+    json_path = page.save_json(output.with_suffix(".json"))
+    out.print(
+        f"Wrote the {' and '.join(methods)} of {n} tokens to {html_path} and {json_path}.", highlight=False
+    )
+
+
+@app.command()
+def models() -> None:
+    """List the supported model types with their kind, capture route and features, and the default model."""
+    from bertology.model_store import PACKAGED_MODELS, assembled_path
+    from bertology.model_types import FEATURES, MODEL_TYPES, REFUSED, features
+    from bertology.models import DEFAULT_LABEL, default_model_path
+
+    table = Table(title="Supported model types (config.model_type)")
+    for column in ("model_type", "name", "kind", "route"):
+        table.add_column(column, no_wrap=True)
+    table.add_column(f"features (of: {', '.join(FEATURES)})")
+    for model_type, entry in MODEL_TYPES.items():
+        has = ", ".join(name for name, present in features(model_type).items() if present)
+        table.add_row(model_type, entry.name, entry.kind, entry.route, has)
+    out.print(table)
+    for model_type, reason in REFUSED.items():
+        out.print(f"Not supported: {model_type}, which {reason}.", highlight=False)
+    out.print(f"Default model ('default'): {DEFAULT_LABEL}, 6 layers x 12 heads, at {default_model_path()}")
+    for name in PACKAGED_MODELS:
+        folder = assembled_path(name)
+        where = f"at {folder}" if folder else "assembled from its PyPI parts at first use (make real-models)"
+        out.print(f"Real model ('{name}'): {where}", highlight=False)
+    out.print("Any other hub name or local directory of a supported architecture also works.")
