@@ -41,6 +41,7 @@ from bertology.analyze import CorpusAnalysis, analyze_corpus, corpus_batches
 from bertology.cluster.analyze import AnalysisJob, analyze_on_pool
 from bertology.cluster.shards import SHARD_SEGMENTS, Shard, shards_of
 from bertology.cluster.workers import ClusterOptions, WorkerPool
+from bertology.models import ModelSpec
 
 #: Segments of at most 128 tokens in one copy of GAP's texts (the corpus repeats them for more).
 GAP_SEGMENTS = 2700
@@ -86,7 +87,7 @@ def ray_run(
     """(analysis, start-up seconds, run seconds, shards)."""
     loaded = bertology.load_model()
     options = ClusterOptions(workers=workers, threads_per_worker=1, setup=keep_freed_memory)
-    with WorkerPool(AnalysisJob("default"), options) as pool:
+    with WorkerPool(AnalysisJob(ModelSpec()), options) as pool:
         start = time.perf_counter()
         analysis = analyze_on_pool(pool, corpus, loaded, limit=segments, segments_per_shard=shard)
         seconds = time.perf_counter() - start

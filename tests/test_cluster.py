@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -28,16 +29,17 @@ from bertology.cli import app
 from bertology.cluster.analyze import AnalysisJob, analyze_on_pool
 from bertology.cluster.checkpoint import checkpoint_file
 from bertology.cluster.compare import ComparisonJob, compare_on_pool
+from bertology.cluster.driver import ShardedRun
 from bertology.cluster.shards import shards_of
 from bertology.cluster.workers import ClusterOptions, WorkerPool, import_ray, ray_session
 from bertology.comparison import compare_models
 from bertology.corpus import Segment, sample_corpus
 from bertology.errors import BertologyError
-from bertology.models import LoadedModel, load_model
+from bertology.models import LoadedModel, ModelSpec, load_model
 
 #: Short segments, small batches and shards: the 85 segments of the sample corpus make six shards.
 MAX_LENGTH, BATCH, SHARD = 64, 8, 16
-JOB = AnalysisJob("default", max_length=MAX_LENGTH)
+JOB = AnalysisJob(ModelSpec(), max_length=MAX_LENGTH)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -99,7 +101,7 @@ def test_ray_run_equals_a_local_run_on_the_sample_corpus(
         default_model,
         batch_size=BATCH,
         segments_per_shard=SHARD,
-        on_progress=lambda done, total: progress.append((done, total)),
+        sharded=ShardedRun(on_progress=lambda done, total: progress.append((done, total))),
     )
     assert_same_analysis(distributed, local_sample)
     assert [done for done, _ in progress] == [16, 32, 48, 64, 80, 85]  # one report per shard, in order
@@ -136,7 +138,7 @@ def test_a_killed_worker_is_restarted_and_the_result_is_unchanged(
         default_model,
         batch_size=BATCH,
         segments_per_shard=BATCH,
-        on_progress=kill_once,
+        sharded=ShardedRun(on_progress=kill_once),
     )
     assert ray.get(pool.actors[0].pid.remote()) != pids[0]  # the worker was restarted
     assert_same_analysis(distributed, local_sample)
@@ -150,12 +152,8 @@ def test_a_stopped_driver_resumes_from_its_checkpoint(
     pool: WorkerPool[AnalysisJob], default_model: LoadedModel, local_sample: CorpusAnalysis, tmp_path: Path
 ) -> None:
     checkpoint = checkpoint_file(tmp_path, "analyze")
-    run = {
-        "batch_size": BATCH,
-        "segments_per_shard": SHARD,
-        "checkpoint": checkpoint,
-        "checkpoint_seconds": 0,
-    }
+    run = {"batch_size": BATCH, "segments_per_shard": SHARD}
+    keeping = ShardedRun(checkpoint, checkpoint_seconds=0)
 
     def saved() -> tuple[int, int]:
         with checkpoint.open("rb") as file:
@@ -168,7 +166,8 @@ def test_a_stopped_driver_resumes_from_its_checkpoint(
             raise Interrupted
 
     with pytest.raises(Interrupted):
-        analyze_on_pool(pool, sample_corpus(), default_model, on_progress=stop_after_three_shards, **run)
+        stopping = replace(keeping, on_progress=stop_after_three_shards)
+        analyze_on_pool(pool, sample_corpus(), default_model, sharded=stopping, **run)
     assert saved() == (3, 3 * SHARD)
 
     progress: list[int] = []
@@ -176,15 +175,16 @@ def test_a_stopped_driver_resumes_from_its_checkpoint(
         pool,
         sample_corpus(),
         default_model,
-        resume=True,
-        on_progress=lambda done, _: progress.append(done),
+        sharded=replace(keeping, resume=True, on_progress=lambda done, _: progress.append(done)),
         **run,
     )
     assert progress == [64, 80, 85]  # only the three shards left were run
     assert_same_analysis(resumed, local_sample)
 
     with pytest.raises(BertologyError, match=r"is of another run .*differs in: limit"):
-        analyze_on_pool(pool, sample_corpus(), default_model, resume=True, limit=40, **run)
+        analyze_on_pool(
+            pool, sample_corpus(), default_model, sharded=replace(keeping, resume=True), limit=40, **run
+        )
 
 
 def test_a_comparison_on_ray_equals_a_local_one(
@@ -196,7 +196,7 @@ def test_a_comparison_on_ray_equals_a_local_one(
     model_b = load_model(other)
     options = {"limit": 40, "batch_size": BATCH}
     local = compare_models(default_model, model_b, sample_corpus(), max_length=MAX_LENGTH, **options)
-    job = ComparisonJob("default", other, max_length=MAX_LENGTH)
+    job = ComparisonJob(ModelSpec(), ModelSpec(other), max_length=MAX_LENGTH)
     with WorkerPool(job, ClusterOptions(workers=1)) as pool:
         distributed = compare_on_pool(
             pool, sample_corpus(), default_model, model_b, segments_per_shard=BATCH, **options
@@ -260,7 +260,7 @@ def test_a_missing_ray_or_an_unreachable_cluster_is_one_sentence(monkeypatch: py
 
 def test_a_worker_that_cannot_load_the_model_says_why(ray_cluster: None, tmp_path: Path) -> None:
     with pytest.raises(BertologyError, match="There is no model directory at"):
-        WorkerPool(AnalysisJob(str(tmp_path / "missing")), ClusterOptions(workers=1))
+        WorkerPool(AnalysisJob(ModelSpec(str(tmp_path / "missing"))), ClusterOptions(workers=1))
 
 
 def test_ctrl_c_on_a_ray_run_exits_130_and_says_that_resume_continues_it(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ test; the reference runs in this process on one torch thread, as each worker doe
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,7 @@ from bertology.cli import app
 from bertology.cluster.ablation import IMPORTANCE_BATCH, AblationJob, ablate_on_pool
 from bertology.cluster.analyze import AnalysisJob, analyze_on_pool
 from bertology.cluster.checkpoint import checkpoint_file
+from bertology.cluster.driver import ShardedRun
 from bertology.cluster.probes import (
     CorefJob,
     DependencyJob,
@@ -30,7 +32,7 @@ from bertology.cluster.probes import (
 from bertology.cluster.workers import ClusterOptions, WorkerPool
 from bertology.corpus import sample_corpus
 from bertology.interventions.run import AblationRun, run_ablation
-from bertology.models import LoadedModel, load_model
+from bertology.models import LoadedModel, ModelSpec, load_model
 from bertology.probes.coreference import CorefProbe
 from bertology.probes.run import probe_coreference, probe_dependencies
 
@@ -125,7 +127,7 @@ def stored_examples(analysis: CorpusAnalysis, loaded: LoadedModel, target: Path)
 def test_a_ray_analysis_stores_the_same_head_examples(
     ray_cluster: None, default_model: LoadedModel, tmp_path: Path
 ) -> None:
-    job = AnalysisJob("default", max_length=MAX_LENGTH, examples_per_head=3)
+    job = AnalysisJob(ModelSpec(), max_length=MAX_LENGTH, examples_per_head=3)
     local = analyze_corpus(
         sample_corpus(), default_model, max_length=MAX_LENGTH, batch_size=BATCH, examples_per_head=3
     )
@@ -146,7 +148,7 @@ def test_ray_dependency_probe_equals_a_local_run(
 ) -> None:
     local = probe_dependencies(gum_dependencies, default_model, limit=GUM_SENTENCES, batch_size=BATCH)
     progress: list[tuple[int, int | None]] = []
-    with WorkerPool(DependencyJob("default", keep_examples=5), ClusterOptions(workers=2)) as pool:
+    with WorkerPool(DependencyJob(ModelSpec(), keep_examples=5), ClusterOptions(workers=2)) as pool:
         distributed = probe_dependencies_on_pool(
             pool,
             gum_dependencies,
@@ -154,7 +156,7 @@ def test_ray_dependency_probe_equals_a_local_run(
             limit=GUM_SENTENCES,
             batch_size=BATCH,
             sentences_per_shard=SHARD,
-            on_progress=lambda done, total: progress.append((done, total)),
+            sharded=ShardedRun(on_progress=lambda done, total: progress.append((done, total))),
         )
     pd.testing.assert_frame_equal(distributed.probe.to_frame(), local.probe.to_frame(), check_exact=True)
     pd.testing.assert_frame_equal(distributed.probe.table(), local.probe.table(), rtol=1e-9)
@@ -203,25 +205,25 @@ def test_ray_coreference_probe_equals_a_local_run_and_resumes(
         "limit": GUM_DOCUMENTS,
         "batch_size": COREF_BATCH,
         "windows_per_shard": COREF_SHARD,
-        "checkpoint": checkpoint_file(tmp_path, "probe-coref"),
-        "checkpoint_seconds": 0,
     }
+    keeping = ShardedRun(checkpoint_file(tmp_path, "probe-coref"), checkpoint_seconds=0)
 
     def stop_after_one_shard(done: int, total: int | None) -> None:
         raise Interrupted
 
+    def record(done: int, total: int | None) -> None:
+        progress.append((done, total))
+
     progress: list[tuple[int, int | None]] = []
-    with WorkerPool(CorefJob("default"), ClusterOptions(workers=2)) as pool:
+    with WorkerPool(CorefJob(ModelSpec()), ClusterOptions(workers=2)) as pool:
         with pytest.raises(Interrupted):
-            probe_coreference_on_pool(
-                pool, gum_coref["path"], default_model, on_progress=stop_after_one_shard, **run
-            )
+            stopping = replace(keeping, on_progress=stop_after_one_shard)
+            probe_coreference_on_pool(pool, gum_coref["path"], default_model, sharded=stopping, **run)
         result = probe_coreference_on_pool(
             pool,
             gum_coref["path"],
             default_model,
-            resume=True,
-            on_progress=lambda done, total: progress.append((done, total)),
+            sharded=replace(keeping, resume=True, on_progress=record),
             **run,
         )
     resumed, summary = result.probe, result.summary()
@@ -260,7 +262,8 @@ def test_ray_ablation_equals_a_local_run(
     """The sweep split by heads and the importance split by examples, on two workers: the same numbers."""
     loaded = load_model(str(classifier_run), classifier=True)
     stages: dict[str, list[tuple[int, int]]] = {}
-    with WorkerPool(AblationJob(str(classifier_run), str(ablation_task)), ClusterOptions(workers=2)) as pool:
+    job = AblationJob(ModelSpec(str(classifier_run), classifier=True), str(ablation_task))
+    with WorkerPool(job, ClusterOptions(workers=2)) as pool:
         distributed = ablate_on_pool(
             pool,
             loaded,

@@ -228,6 +228,22 @@ def _quiet_weight_loading() -> Iterator[None]:
         transformers_logging.set_tqdm_hook(previous)
 
 
+@dataclass(frozen=True)
+class ModelSpec:
+    """Which model to load and where (picklable: a distributed job carries it to workers on other
+    machines). name: ``"default"``, a hub name or a folder every node can read; device, dtype: as
+    :func:`load_model` takes them; classifier: a sequence classifier (a fine-tuned run's model)."""
+
+    name: str = "default"
+    device: str = DEFAULT_DEVICE
+    dtype: Dtype = DEFAULT_DTYPE
+    classifier: bool = False
+
+    def load(self) -> LoadedModel:
+        """:func:`load_model` of this spec."""
+        return load_model(self.name, device=self.device, dtype=self.dtype, classifier=self.classifier)
+
+
 @_quiet_weight_loading()
 def load_model(
     name_or_path: str | Path | None = None,

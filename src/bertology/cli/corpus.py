@@ -100,9 +100,11 @@ def analyze(
     cluster = cluster_options(ray, workers, threads_per_worker, resume)  # a usage error before torch loads
     from bertology.allocator import keep_freed_memory
     from bertology.analyze import analyze_corpus
-    from bertology.cluster.analyze import AnalysisJob, analyze_on_ray
+    from bertology.cluster.analyze import AnalysisJob, analyze_on_pool
     from bertology.cluster.checkpoint import checkpoint_file
-    from bertology.models import load_model, require_max_length
+    from bertology.cluster.driver import ShardedRun
+    from bertology.cluster.workers import cluster_pool
+    from bertology.models import ModelSpec, load_model, require_max_length
     from bertology.outputs import check_output_folder, output_folder
     from bertology.report.analysis import save_analysis
     from bertology.run_files import JS_DIVERGENCE_FILE
@@ -130,11 +132,10 @@ def analyze(
             keep_freed_memory()  # each batch reuses the buffers the last one freed (this process only)
             analysis = analyze_corpus(corpus, loaded, **settings, **reading)
         else:
-            job = AnalysisJob(model, **settings, device=device, dtype=dtype)
-            with resumable(checkpoint):
-                analysis = analyze_on_ray(
-                    corpus, loaded, job, cluster, **reading, checkpoint=checkpoint, resume=resume
-                )
+            job = AnalysisJob(ModelSpec(model, device, dtype), **settings)
+            sharded = ShardedRun(checkpoint, resume, on_progress=reading.pop("on_progress"))
+            with resumable(checkpoint), cluster_pool(job, cluster) as pool:
+                analysis = analyze_on_pool(pool, corpus, loaded, **reading, sharded=sharded)
     if analysis.truncated_segments:
         err.print(
             f"[yellow]Warning:[/yellow] {analysis.truncated_segments} segments were longer than "
@@ -277,10 +278,12 @@ def compare(
     cluster = cluster_options(ray, workers, threads_per_worker, resume)  # a usage error before torch loads
     from bertology.allocator import keep_freed_memory
     from bertology.cluster.checkpoint import checkpoint_file
-    from bertology.cluster.compare import ComparisonJob, compare_on_ray
+    from bertology.cluster.compare import ComparisonJob, compare_on_pool
+    from bertology.cluster.driver import ShardedRun
+    from bertology.cluster.workers import cluster_pool
     from bertology.comparison import compare_models, first_segment
     from bertology.corpus import sample_corpus
-    from bertology.models import load_model, require_max_length
+    from bertology.models import ModelSpec, load_model, require_max_length
     from bertology.outputs import check_output_folder, output_folder
     from bertology.readers.glue import read_glue
     from bertology.report.comparison import write_comparison_report
@@ -308,11 +311,11 @@ def compare(
             keep_freed_memory()  # each batch reuses the buffers the last one freed (this process only)
             comparison = compare_models(loaded_a, loaded_b, corpus, **settings, **reading)
         else:
-            job = ComparisonJob(model_a, model_b, **settings, device=device, dtype=dtype)
-            with resumable(checkpoint):
-                comparison = compare_on_ray(
-                    corpus, loaded_a, loaded_b, job, cluster, **reading, checkpoint=checkpoint, resume=resume
-                )
+            specs = (ModelSpec(model_a, device, dtype), ModelSpec(model_b, device, dtype))
+            job = ComparisonJob(*specs, **settings)
+            sharded = ShardedRun(checkpoint, resume, on_progress=reading.pop("on_progress"))
+            with resumable(checkpoint), cluster_pool(job, cluster) as pool:
+                comparison = compare_on_pool(pool, corpus, loaded_a, loaded_b, **reading, sharded=sharded)
     segment = None if text is not None else first_segment(corpus, loaded_a, max_length=max_len)
     texts = (text, None) if segment is None else (segment.text_a, segment.text_b)
     views = (

@@ -67,9 +67,10 @@ def ablate(
     cluster = cluster_options(ray, workers, threads_per_worker, False)  # a usage error before torch loads
     from dataclasses import replace
 
-    from bertology.cluster.ablation import AblationJob, ablate_on_ray
+    from bertology.cluster.ablation import AblationJob, ablate_on_pool
+    from bertology.cluster.workers import cluster_pool
     from bertology.interventions.run import run_ablation
-    from bertology.models import load_model
+    from bertology.models import ModelSpec, load_model
     from bertology.outputs import check_output_folder, output_folder
     from bertology.report.interventions import write_ablation_report
 
@@ -85,8 +86,9 @@ def ablate(
                 # workers start elsewhere: folders by their absolute paths
                 classifier = str(Path(model).resolve()) if Path(model).exists() else model
                 task = str(task_dir.resolve())
-                job = AblationJob(classifier, task, max_dev or None, batch_size, device=device, dtype=dtype)
-                run = ablate_on_ray(loaded, job, cluster, **study)
+                spec = ModelSpec(classifier, device, dtype, classifier=True)
+                with cluster_pool(AblationJob(spec, task, max_dev or None, batch_size), cluster) as pool:
+                    run = ablate_on_pool(pool, loaded, **study)
         run = replace(run, pruned_dir=None if run.pruned_dir is None else output / run.pruned_dir.name)
         report = output / write_ablation_report(run, folder).name
     pruning = run.pruning

@@ -57,6 +57,9 @@ def probe_deps(
         int | None,
         typer.Option("--limit", min=1, max=MAX_COUNT, help="Probe at most this many sentences."),
     ] = None,
+    batch_size: Annotated[
+        int, typer.Option("--batch-size", min=1, max=4096, help="Sentences per forward pass.")
+    ] = 16,
     device: DeviceOption = DEFAULT_DEVICE,
     dtype: DtypeOption = DEFAULT_DTYPE,
     ray: RayOption = None,
@@ -67,8 +70,10 @@ def probe_deps(
     """Which heads track which dependency relations, against fixed-offset baselines (Clark et al. 2019)."""
     cluster = cluster_options(ray, workers, threads_per_worker, resume)  # a usage error before torch loads
     from bertology.cluster.checkpoint import checkpoint_file
-    from bertology.cluster.probes import DependencyJob, probe_dependencies_on_ray
-    from bertology.models import load_model
+    from bertology.cluster.driver import ShardedRun
+    from bertology.cluster.probes import DependencyJob, probe_dependencies_on_pool
+    from bertology.cluster.workers import cluster_pool
+    from bertology.models import ModelSpec, load_model
     from bertology.outputs import check_output_folder, output_folder
     from bertology.probes.run import probe_dependencies
     from bertology.report.probes import write_probe_report
@@ -77,15 +82,14 @@ def probe_deps(
     loaded = load_model(model, device=device, dtype=dtype)
     checkpoint = checkpoint_file(output, "probe-deps")
     with progress_bar("Probing sentences", limit, rate="sentences") as on_progress:
-        reading = {"treebank_format": treebank_format, "limit": limit, "on_progress": on_progress}
+        reading = {"treebank_format": treebank_format, "limit": limit, "batch_size": batch_size}
         if cluster is None:
-            run = probe_dependencies(treebank, loaded, mode=word_mode, **reading)
+            run = probe_dependencies(treebank, loaded, mode=word_mode, on_progress=on_progress, **reading)
         else:
-            job = DependencyJob(model, word_mode, device=device, dtype=dtype)
-            with resumable(checkpoint):
-                run = probe_dependencies_on_ray(
-                    treebank, loaded, job, cluster, **reading, checkpoint=checkpoint, resume=resume
-                )
+            job = DependencyJob(ModelSpec(model, device, dtype), word_mode)
+            sharded = ShardedRun(checkpoint, resume, on_progress=on_progress)
+            with resumable(checkpoint), cluster_pool(job, cluster) as pool:
+                run = probe_dependencies_on_pool(pool, treebank, loaded, **reading, sharded=sharded)
     with output_folder(output) as folder:
         report = output / write_probe_report(run, folder).name
     checkpoint.unlink(missing_ok=True)  # the run is written; nothing is left to resume
@@ -164,6 +168,10 @@ def probe_coref(
         int | None,
         typer.Option("--limit", min=1, max=MAX_COUNT, help="Probe at most this many documents."),
     ] = None,
+    windows: Annotated[
+        int,
+        typer.Option("--batch-size", min=1, max=4096, help="Document windows per forward pass."),
+    ] = 8,
     device: DeviceOption = DEFAULT_DEVICE,
     dtype: DtypeOption = DEFAULT_DTYPE,
     ray: RayOption = None,
@@ -174,8 +182,10 @@ def probe_coref(
     """Antecedent selection per head, by mention type, against nearest, same-head and sieve baselines."""
     cluster = cluster_options(ray, workers, threads_per_worker, resume)  # a usage error before torch loads
     from bertology.cluster.checkpoint import checkpoint_file
-    from bertology.cluster.probes import CorefJob, probe_coreference_on_ray
-    from bertology.models import load_model
+    from bertology.cluster.driver import ShardedRun
+    from bertology.cluster.probes import CorefJob, probe_coreference_on_pool
+    from bertology.cluster.workers import cluster_pool
+    from bertology.models import ModelSpec, load_model
     from bertology.outputs import check_output_folder, output_folder
     from bertology.probes.run import probe_coreference
     from bertology.report.probes import write_probe_report
@@ -183,7 +193,7 @@ def probe_coref(
     check_output_folder(output)
     loaded = load_model(model, device=device, dtype=dtype)
     checkpoint = checkpoint_file(output, "probe-coref")
-    reading = {"treebank": treebank, "coref_format": coref_format, "limit": limit}
+    reading = {"treebank": treebank, "coref_format": coref_format, "limit": limit, "batch_size": windows}
     if cluster is None:
         err.print("Probing coreference, one document window at a time...")
         run = probe_coreference(corpus, loaded, **reading)
@@ -192,10 +202,9 @@ def probe_coref(
             progress_bar("Probing coreference windows", None, rate="windows") as on_progress,
             resumable(checkpoint),
         ):
-            run = probe_coreference_on_ray(
-                corpus, loaded, CorefJob(model, device=device, dtype=dtype), cluster,
-                checkpoint=checkpoint, resume=resume, on_progress=on_progress, **reading,
-            )  # fmt: skip
+            sharded = ShardedRun(checkpoint, resume, on_progress=on_progress)
+            with cluster_pool(CorefJob(ModelSpec(model, device, dtype)), cluster) as pool:
+                run = probe_coreference_on_pool(pool, corpus, loaded, **reading, sharded=sharded)
     with output_folder(output) as folder:
         report = output / write_probe_report(run, folder).name
     checkpoint.unlink(missing_ok=True)  # the run is written; nothing is left to resume

@@ -19,16 +19,15 @@ from pathlib import Path
 
 import numpy as np
 
-from bertology.cluster.driver import run_on_shards
+from bertology.cluster.driver import ShardedRun, run_on_shards
 from bertology.cluster.shards import Shard
-from bertology.cluster.workers import ClusterOptions, WorkerPool, ray_session
+from bertology.cluster.workers import WorkerPool
 from bertology.interventions.ablation import AblationResult, single_head_accuracies
 from bertology.interventions.curves import Head
 from bertology.interventions.data import LabelledTexts
 from bertology.interventions.importance import HeadImportance, importance_sums
 from bertology.interventions.run import AblationRun, Progress, dev_examples, run_ablation
-from bertology.models import LoadedModel, load_model
-from bertology.options import DEFAULT_DEVICE, DEFAULT_DTYPE, Dtype
+from bertology.models import LoadedModel, ModelSpec
 
 #: Shards per worker of each measure: few enough that a shard's own lower-layer passes cost little, enough
 #: that the workers finish together.
@@ -40,20 +39,18 @@ IMPORTANCE_BATCH = 16
 
 @dataclass(frozen=True)
 class AblationJob:
-    """What every worker of a distributed ablation needs (picklable): the classifier (a run folder or hub
-    name every node can read), the task folder (likewise), how many dev examples, the sweep's batch size
-    and where to put the model."""
+    """What every worker of a distributed ablation needs (picklable): the classifier (a
+    :class:`~bertology.models.ModelSpec` with ``classifier=True``: a run folder or hub name every node can
+    read), the task folder (likewise), how many dev examples and the sweep's batch size."""
 
-    model: str
+    model: ModelSpec
     task: str
     max_dev: int | None = None
     batch_size: int = 32
-    device: str = DEFAULT_DEVICE
-    dtype: Dtype = DEFAULT_DTYPE
 
     def start(self) -> HeadMeasurer:
         """Runs once on each worker: loads the classifier and reads the task's dev examples."""
-        loaded = load_model(self.model, classifier=True, device=self.device, dtype=self.dtype)
+        loaded = self.model.load()
         _, data = dev_examples(loaded, self.task, self.max_dev)
         return HeadMeasurer(self, loaded, data)
 
@@ -155,7 +152,7 @@ def ablate_on_pool(
             SweepTally(),
             per_shard=-(-len(every_head) // shards),
             batch_size=job.batch_size,
-            on_progress=lambda done, _: report(done * len(data)),
+            sharded=ShardedRun(on_progress=lambda done, _: report(done * len(data))),
         )
         return tally.result(layers, heads, len(data))
 
@@ -170,7 +167,7 @@ def ablate_on_pool(
             ImportanceTally(),
             per_shard=max(1, -(-len(data) // shards)),
             batch_size=IMPORTANCE_BATCH,
-            on_progress=lambda done, _: report(done),
+            sharded=ShardedRun(on_progress=lambda done, _: report(done)),
         )
         return tally.result(layers, heads)
 
@@ -185,19 +182,3 @@ def ablate_on_pool(
         sweep=sweep,
         importance=importance,
     )
-
-
-def ablate_on_ray(
-    loaded: LoadedModel,
-    job: AblationJob,
-    options: ClusterOptions,
-    *,
-    prune_fraction: float = 0.5,
-    pruned_dir: str | Path | None = None,
-    progress: Progress | None = None,
-) -> AblationRun:
-    """:func:`ablate_on_pool` in a Ray session and a pool of workers of its own."""
-    with ray_session(options), WorkerPool(job, options) as pool:
-        return ablate_on_pool(
-            pool, loaded, prune_fraction=prune_fraction, pruned_dir=pruned_dir, progress=progress
-        )

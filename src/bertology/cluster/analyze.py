@@ -15,42 +15,36 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bertology.analyze import CorpusAccumulators, CorpusAnalysis, corpus_batches
-from bertology.cluster.checkpoint import CHECKPOINT_SECONDS
-from bertology.cluster.driver import Progress, run_on_shards
+from bertology.cluster.driver import PLAIN_RUN, ShardedRun, run_on_shards
 from bertology.cluster.shards import SHARD_SEGMENTS, Shard
-from bertology.cluster.workers import ClusterOptions, WorkerPool, ray_session
-from bertology.models import LoadedModel, load_model
+from bertology.cluster.workers import WorkerPool
+from bertology.models import LoadedModel, ModelSpec
 from bertology.norms import Weights
 from bertology.options import (
     BATCH_SIZE,
-    DEFAULT_DEVICE,
-    DEFAULT_DTYPE,
     EXAMPLES_PER_HEAD,
     JS_TOKENS_PER_SEGMENT,
-    Dtype,
 )
 from bertology.stats.surface import Convention
 
 
 @dataclass(frozen=True)
 class AnalysisJob:
-    """What every worker of a distributed analysis needs (picklable): the model to load (a hub name, a
-    folder every node can read, or ``"default"``), where to put it, and the settings of
+    """What every worker of a distributed analysis needs (picklable): the model to load and where
+    (:class:`~bertology.models.ModelSpec`), and the settings of
     :class:`~bertology.analyze.CorpusAccumulators`."""
 
-    model: str
+    model: ModelSpec
     max_length: int = 128
     seed: int = 0
     js_tokens_per_segment: int | None = JS_TOKENS_PER_SEGMENT
     weights: Weights = "attention"
     convention: Convention = "bertology"
-    device: str = DEFAULT_DEVICE
-    dtype: Dtype = DEFAULT_DTYPE
     examples_per_head: int = EXAMPLES_PER_HEAD
 
     def start(self) -> ShardAnalyser:
         """Runs once on each worker: loads the model."""
-        return ShardAnalyser(self, load_model(self.model, device=self.device, dtype=self.dtype))
+        return ShardAnalyser(self, self.model.load())
 
     def accumulators(self, loaded: LoadedModel, first_segment: int = 0) -> CorpusAccumulators:
         """Empty accumulators with these settings, numbering segments from ``first_segment``."""
@@ -88,18 +82,15 @@ def analyze_on_pool(
     batch_size: int = BATCH_SIZE,
     corpus_format: str | None = None,
     segments_per_shard: int = SHARD_SEGMENTS,
-    checkpoint: Path | None = None,
-    resume: bool = False,
-    checkpoint_seconds: float = CHECKPOINT_SECONDS,
-    on_progress: Progress | None = None,
+    sharded: ShardedRun = PLAIN_RUN,
 ) -> CorpusAnalysis:
     """Analyse ``corpus`` on the pool's workers; the result equals ``analyze_corpus(corpus, loaded, ...)``
     with the settings of the pool's job (to about 1e-16 relative; see the module docstring).
 
     loaded: the job's model on the driver (its tokenizer segments the corpus). limit, batch_size,
     corpus_format: as in :func:`~bertology.analyze.analyze_corpus`. segments_per_shard: the unit of work
-    (:func:`~bertology.cluster.shards.shards_of`). checkpoint, resume, checkpoint_seconds, on_progress:
-    see :func:`~bertology.cluster.driver.merge_shards`. ``seconds`` of the result counts from the first
+    (:func:`~bertology.cluster.shards.shards_of`). sharded: checkpoint, resume and progress
+    (:class:`~bertology.cluster.driver.ShardedRun`). ``seconds`` of the result counts from the first
     shard, not the workers' start-up (:attr:`WorkerPool.startup_seconds`).
 
     Raises:
@@ -126,38 +117,6 @@ def analyze_on_pool(
         source_format=corpus_format,
         limit=limit,
         batch_size=batch_size,
-        checkpoint=checkpoint,
-        resume=resume,
-        checkpoint_seconds=checkpoint_seconds,
-        on_progress=on_progress,
+        sharded=sharded,
     )
     return merged.result(corpus, corpus_format=corpus_format, max_length=job.max_length, seconds=seconds)
-
-
-def analyze_on_ray(
-    corpus: str | Path,
-    loaded: LoadedModel,
-    job: AnalysisJob,
-    options: ClusterOptions,
-    *,
-    limit: int | None = None,
-    batch_size: int = BATCH_SIZE,
-    corpus_format: str | None = None,
-    checkpoint: Path | None = None,
-    resume: bool = False,
-    on_progress: Progress | None = None,
-) -> CorpusAnalysis:
-    """:func:`analyze_on_pool` in a Ray session and a pool of workers of its own, as ``options`` says
-    (:func:`~bertology.cluster.workers.ray_session`, :class:`~bertology.cluster.workers.WorkerPool`)."""
-    with ray_session(options), WorkerPool(job, options) as pool:
-        return analyze_on_pool(
-            pool,
-            corpus,
-            loaded,
-            limit=limit,
-            batch_size=batch_size,
-            corpus_format=corpus_format,
-            checkpoint=checkpoint,
-            resume=resume,
-            on_progress=on_progress,
-        )

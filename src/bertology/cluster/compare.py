@@ -12,40 +12,34 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from bertology.cluster.checkpoint import CHECKPOINT_SECONDS
-from bertology.cluster.driver import Progress, run_on_shards
+from bertology.cluster.driver import PLAIN_RUN, ShardedRun, run_on_shards
 from bertology.cluster.shards import SHARD_SEGMENTS, Shard
-from bertology.cluster.workers import ClusterOptions, WorkerPool, ray_session
+from bertology.cluster.workers import WorkerPool
 from bertology.comparison import ComparisonAccumulators, ModelComparison, comparison_batches
-from bertology.models import LoadedModel, load_model
+from bertology.models import LoadedModel, ModelSpec
 from bertology.norms import Weights
-from bertology.options import BATCH_SIZE, DEFAULT_DEVICE, DEFAULT_DTYPE, JS_TOKENS_PER_SEGMENT, Dtype, Level
+from bertology.options import BATCH_SIZE, JS_TOKENS_PER_SEGMENT, Level
 from bertology.stats.surface import Convention
 
 
 @dataclass(frozen=True)
 class ComparisonJob:
-    """What every worker of a distributed comparison needs (picklable): the two models to load (hub
-    names, folders every node can read, or ``"default"``), where to put them, and the settings of
+    """What every worker of a distributed comparison needs (picklable): the two models to load and where
+    (:class:`~bertology.models.ModelSpec`), and the settings of
     :class:`~bertology.comparison.ComparisonAccumulators`."""
 
-    model_a: str
-    model_b: str
+    model_a: ModelSpec
+    model_b: ModelSpec
     max_length: int = 128
     seed: int = 0
     js_tokens_per_segment: int | None = JS_TOKENS_PER_SEGMENT
     level: Level = "auto"
     weights: Weights = "attention"
     convention: Convention = "bertology"
-    device: str = DEFAULT_DEVICE
-    dtype: Dtype = DEFAULT_DTYPE
 
     def start(self) -> ShardComparer:
         """Runs once on each worker: loads both models."""
-        models = (
-            load_model(name, device=self.device, dtype=self.dtype) for name in (self.model_a, self.model_b)
-        )
-        return ShardComparer(self, *models)
+        return ShardComparer(self, self.model_a.load(), self.model_b.load())
 
     def accumulators(
         self, model_a: LoadedModel, model_b: LoadedModel, first_segment: int = 0
@@ -87,10 +81,7 @@ def compare_on_pool(
     batch_size: int = BATCH_SIZE,
     corpus_format: str | None = None,
     segments_per_shard: int = SHARD_SEGMENTS,
-    checkpoint: Path | None = None,
-    resume: bool = False,
-    checkpoint_seconds: float = CHECKPOINT_SECONDS,
-    on_progress: Progress | None = None,
+    sharded: ShardedRun = PLAIN_RUN,
 ) -> ModelComparison:
     """Compare the two models on ``corpus`` on the pool's workers; the result equals
     ``compare_models(model_a, model_b, corpus, ...)`` with the settings of the pool's job.
@@ -122,39 +113,6 @@ def compare_on_pool(
         source_format=corpus_format,
         limit=limit,
         batch_size=batch_size,
-        checkpoint=checkpoint,
-        resume=resume,
-        checkpoint_seconds=checkpoint_seconds,
-        on_progress=on_progress,
+        sharded=sharded,
     )
     return merged.result(corpus, corpus_format=corpus_format, max_length=job.max_length, seconds=seconds)
-
-
-def compare_on_ray(
-    corpus: str | Path,
-    model_a: LoadedModel,
-    model_b: LoadedModel,
-    job: ComparisonJob,
-    options: ClusterOptions,
-    *,
-    limit: int | None = None,
-    batch_size: int = BATCH_SIZE,
-    corpus_format: str | None = None,
-    checkpoint: Path | None = None,
-    resume: bool = False,
-    on_progress: Progress | None = None,
-) -> ModelComparison:
-    """:func:`compare_on_pool` in a Ray session and a pool of workers of its own, as ``options`` says."""
-    with ray_session(options), WorkerPool(job, options) as pool:
-        return compare_on_pool(
-            pool,
-            corpus,
-            model_a,
-            model_b,
-            limit=limit,
-            batch_size=batch_size,
-            corpus_format=corpus_format,
-            checkpoint=checkpoint,
-            resume=resume,
-            on_progress=on_progress,
-        )

@@ -10,8 +10,8 @@ batches it reads and the accumulators it merges.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, is_dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
 from typing import Any, Protocol, Self, TypeVar
 
@@ -22,6 +22,26 @@ from bertology.errors import BertologyError
 
 #: Called with the segments merged so far and the run's total (``None`` until the corpus has been read).
 Progress = Callable[[int, int | None], None]
+
+
+@dataclass(frozen=True)
+class ShardedRun:
+    """How a distributed run keeps its work and reports on it (every distributed command takes one).
+
+    checkpoint: a file where the merged accumulators are kept every ``checkpoint_seconds``, at the end and
+    when the driver is interrupted (:mod:`bertology.cluster.checkpoint`; ``None``: no checkpoint);
+    resume: start from it (when it exists) instead of from the first shard; on_progress: called after
+    each merged shard (:data:`Progress`).
+    """
+
+    checkpoint: Path | None = None
+    resume: bool = False
+    checkpoint_seconds: float = CHECKPOINT_SECONDS
+    on_progress: Progress | None = None
+
+
+#: A run with no checkpoint and no progress reports (the default of every distributed run).
+PLAIN_RUN = ShardedRun()
 
 
 class Mergeable(Protocol):
@@ -75,25 +95,19 @@ def merge_shards(
     *,
     run: dict[str, Any],
     limit: int | None = None,
-    checkpoint: Path | None = None,
-    resume: bool = False,
-    checkpoint_seconds: float = CHECKPOINT_SECONDS,
-    on_progress: Progress | None = None,
+    sharded: ShardedRun = PLAIN_RUN,
 ) -> MergeableT:
     """Run ``shards`` on the pool's workers and merge their results into ``merged`` (empty accumulators
     that hold the driver's models), in shard order; returns ``merged``.
 
     run: what identifies the run (:func:`run_identity`). limit: the run's segment limit, the progress
-    total until the corpus has been read. checkpoint: a file where the merged accumulators are kept every
-    ``checkpoint_seconds``, at the end and when the driver is interrupted
-    (:mod:`bertology.cluster.checkpoint`); resume: start from it (when it exists) instead of from the
-    first shard. on_progress: called after each merged shard (:data:`Progress`).
+    total until the corpus has been read. sharded: checkpoint, resume and progress (:class:`ShardedRun`).
 
     Raises:
         BertologyError: a checkpoint of another run, or a worker that failed.
     """
-    saver = Checkpointer(checkpoint, run, checkpoint_seconds)
-    found = saver.load() if resume else None
+    saver = Checkpointer(sharded.checkpoint, run, sharded.checkpoint_seconds)
+    found = saver.load() if sharded.resume else None
     done = 0
     if found is not None:
         merged.merge(found.state)
@@ -104,8 +118,8 @@ def merge_shards(
             merged.merge(partial)
             done = shard.number + 1
             saver.save(done, merged.segments, merged)
-            if on_progress is not None:
-                on_progress(merged.segments, counted.total(limit))
+            if sharded.on_progress is not None:
+                sharded.on_progress(merged.segments, counted.total(limit))
     except BaseException:
         saver.save(done, merged.segments, merged, force=True)  # keep what was merged for --resume
         raise
@@ -125,11 +139,8 @@ def run_on_shards(
     limit: int | None = None,
     batch_size: int | None = None,
     limit_counts_items: bool = True,
-    checkpoint: Path | None = None,
-    resume: bool = False,
-    checkpoint_seconds: float = CHECKPOINT_SECONDS,
-    on_progress: Progress | None = None,
-    **settings: object,
+    sharded: ShardedRun = PLAIN_RUN,
+    settings: Mapping[str, object] | None = None,
 ) -> tuple[MergeableT, float]:
     """Run ``batches`` (a run's batches, in the local run's order) on the pool's workers, in shards of at
     least ``per_shard`` items (:func:`~bertology.cluster.shards.shards_of`), merged into ``merged`` by
@@ -140,8 +151,7 @@ def run_on_shards(
     With the pool's job, ``source_format``, ``limit``, ``batch_size``, ``per_shard`` and any further
     ``settings`` they identify the run (:func:`run_identity`) for its checkpoint. limit: the most items the
     run reads, also the progress total until the source has been read, unless ``limit_counts_items`` is
-    false (a limit on documents of a run whose items are windows). checkpoint, resume, checkpoint_seconds,
-    on_progress: as in :func:`merge_shards`.
+    false (a limit on documents of a run whose items are windows). sharded: as in :func:`merge_shards`.
 
     Raises:
         BertologyError: as :func:`merge_shards`, or ``per_shard`` below 1.
@@ -152,11 +162,8 @@ def run_on_shards(
         pool,
         shards_of(batches, per_shard),
         merged,
-        run=run_identity(kind, pool.spec, source, **identity, **settings),
+        run=run_identity(kind, pool.spec, source, **identity, **(settings or {})),
         limit=limit if limit_counts_items else None,
-        checkpoint=checkpoint,
-        resume=resume,
-        checkpoint_seconds=checkpoint_seconds,
-        on_progress=on_progress,
+        sharded=sharded,
     )
     return merged, time.perf_counter() - start

@@ -20,12 +20,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from bertology.cluster.checkpoint import CHECKPOINT_SECONDS
-from bertology.cluster.driver import Progress, run_on_shards
+from bertology.cluster.driver import PLAIN_RUN, ShardedRun, run_on_shards
 from bertology.cluster.shards import Shard
-from bertology.cluster.workers import ClusterOptions, WorkerPool, ray_session
-from bertology.models import LoadedModel, load_model, require_encoder
-from bertology.options import DEFAULT_DEVICE, DEFAULT_DTYPE, Dtype
+from bertology.cluster.workers import WorkerPool
+from bertology.models import LoadedModel, ModelSpec, require_encoder
 from bertology.probes.coreference import CorefAccumulator, CorefItem, score_coref_batches
 from bertology.probes.results import CoreferenceResult, DependencyResult
 from bertology.probes.run import DependencyTally, NumberedSentence, dependency_batches, probe_coreference
@@ -40,19 +38,16 @@ SHARD_WINDOWS = 32
 
 @dataclass(frozen=True)
 class DependencyJob:
-    """What every worker of a distributed dependency probe needs (picklable): the model to load (a hub
-    name, a folder every node can read, or ``"default"``), where to put it, the word mode and how many
-    example sentences the run keeps."""
+    """What every worker of a distributed dependency probe needs (picklable): the model to load and where
+    (:class:`~bertology.models.ModelSpec`), the word mode and how many example sentences the run keeps."""
 
-    model: str
+    model: ModelSpec
     mode: WordMode = "mean"
     keep_examples: int = 25
-    device: str = DEFAULT_DEVICE
-    dtype: Dtype = DEFAULT_DTYPE
 
     def start(self) -> ShardProber:
         """Runs once on each worker: loads the model."""
-        return ShardProber(self, load_model(self.model, device=self.device, dtype=self.dtype))
+        return ShardProber(self, self.model.load())
 
 
 class ShardProber:
@@ -78,18 +73,14 @@ def probe_dependencies_on_pool(
     limit: int | None = None,
     batch_size: int = 16,
     sentences_per_shard: int = SHARD_SENTENCES,
-    checkpoint: Path | None = None,
-    resume: bool = False,
-    checkpoint_seconds: float = CHECKPOINT_SECONDS,
-    on_progress: Progress | None = None,
+    sharded: ShardedRun = PLAIN_RUN,
 ) -> DependencyResult:
     """The dependency probe of ``path`` on the pool's workers; equals
     ``probe_dependencies(path, loaded, ...)`` with the job's mode and examples.
 
     loaded: the job's model on the driver (named in the result). treebank_format, limit, batch_size: as
     in :func:`~bertology.probes.run.probe_dependencies`. sentences_per_shard: the unit of work.
-    checkpoint, resume, checkpoint_seconds, on_progress: see
-    :func:`~bertology.cluster.driver.merge_shards`.
+    sharded: checkpoint, resume and progress (:class:`~bertology.cluster.driver.ShardedRun`).
 
     Raises:
         BertologyError: an unreadable treebank, no sentence that fits the model, a checkpoint of another
@@ -110,54 +101,22 @@ def probe_dependencies_on_pool(
         source_format=treebank_format,
         limit=limit,
         batch_size=batch_size,
-        checkpoint=checkpoint,
-        resume=resume,
-        checkpoint_seconds=checkpoint_seconds,
-        on_progress=on_progress,
+        sharded=sharded,
     )
     return merged.result(path, loaded.name, job.mode, seconds)
 
 
-def probe_dependencies_on_ray(
-    path: str | Path,
-    loaded: LoadedModel,
-    job: DependencyJob,
-    options: ClusterOptions,
-    *,
-    treebank_format: str | None = None,
-    limit: int | None = None,
-    batch_size: int = 16,
-    checkpoint: Path | None = None,
-    resume: bool = False,
-    on_progress: Progress | None = None,
-) -> DependencyResult:
-    """:func:`probe_dependencies_on_pool` in a Ray session and a pool of workers of its own."""
-    with ray_session(options), WorkerPool(job, options) as pool:
-        return probe_dependencies_on_pool(
-            pool,
-            path,
-            loaded,
-            treebank_format=treebank_format,
-            limit=limit,
-            batch_size=batch_size,
-            checkpoint=checkpoint,
-            resume=resume,
-            on_progress=on_progress,
-        )
-
 
 @dataclass(frozen=True)
 class CorefJob:
-    """What every worker of a distributed coreference probe needs (picklable): the model to load (a hub
-    name, a folder every node can read, or ``"default"``) and where to put it."""
+    """What every worker of a distributed coreference probe needs (picklable): the model to load and where
+    (:class:`~bertology.models.ModelSpec`)."""
 
-    model: str
-    device: str = DEFAULT_DEVICE
-    dtype: Dtype = DEFAULT_DTYPE
+    model: ModelSpec
 
     def start(self) -> ShardCorefScorer:
         """Runs once on each worker: loads the model."""
-        return ShardCorefScorer(load_model(self.model, device=self.device, dtype=self.dtype))
+        return ShardCorefScorer(self.model.load())
 
 
 class ShardCorefScorer:
@@ -181,18 +140,14 @@ def probe_coreference_on_pool(
     limit: int | None = None,
     batch_size: int = 8,
     windows_per_shard: int = SHARD_WINDOWS,
-    checkpoint: Path | None = None,
-    resume: bool = False,
-    checkpoint_seconds: float = CHECKPOINT_SECONDS,
-    on_progress: Progress | None = None,
+    sharded: ShardedRun = PLAIN_RUN,
 ) -> CoreferenceResult:
     """The coreference probe of ``path`` on the pool's workers; equals ``probe_coreference(path, loaded,
     ...)``. Progress counts windows (the total is known once the corpus has been read).
 
     loaded: the job's model on the driver (its tokenizer cuts the windows). treebank, coref_format, limit
     (documents), batch_size: as in :func:`~bertology.probes.run.probe_coreference`. windows_per_shard: the
-    unit of work. checkpoint, resume, checkpoint_seconds, on_progress: see
-    :func:`~bertology.cluster.driver.merge_shards`.
+    unit of work. sharded: checkpoint, resume and progress (:class:`~bertology.cluster.driver.ShardedRun`).
 
     Raises:
         BertologyError: as :func:`~bertology.probes.run.probe_coreference`, or a checkpoint of another run,
@@ -211,11 +166,8 @@ def probe_coreference_on_pool(
             limit=limit,
             batch_size=batch_size,
             limit_counts_items=False,  # documents; the shards hold windows
-            checkpoint=checkpoint,
-            resume=resume,
-            checkpoint_seconds=checkpoint_seconds,
-            on_progress=on_progress,
-            treebank=None if treebank is None else str(Path(treebank).resolve()),
+            sharded=sharded,
+            settings={"treebank": None if treebank is None else str(Path(treebank).resolve())},
         )
         return merged
 
@@ -229,30 +181,3 @@ def probe_coreference_on_pool(
         score=score,
     )
 
-
-def probe_coreference_on_ray(
-    path: str | Path,
-    loaded: LoadedModel,
-    job: CorefJob,
-    options: ClusterOptions,
-    *,
-    treebank: str | Path | None = None,
-    coref_format: str | None = None,
-    limit: int | None = None,
-    checkpoint: Path | None = None,
-    resume: bool = False,
-    on_progress: Progress | None = None,
-) -> CoreferenceResult:
-    """:func:`probe_coreference_on_pool` in a Ray session and a pool of workers of its own."""
-    with ray_session(options), WorkerPool(job, options) as pool:
-        return probe_coreference_on_pool(
-            pool,
-            path,
-            loaded,
-            treebank=treebank,
-            coref_format=coref_format,
-            limit=limit,
-            checkpoint=checkpoint,
-            resume=resume,
-            on_progress=on_progress,
-        )

@@ -21,6 +21,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from bertology.cluster.shards import Shard
 from bertology.errors import BertologyError
+from bertology.models import ModelSpec
 from bertology.options import ray_address_problem
 
 #: Times Ray restarts a worker that died, and re-runs a shard whose worker died, before the run fails.
@@ -76,10 +77,12 @@ class ClusterOptions:
 
 
 def _gpus_per_worker(options: ClusterOptions, spec: object, cluster: dict[str, float]) -> float:
-    """:attr:`ClusterOptions.gpus_per_worker`, deciding ``None`` from the job's ``device`` attribute."""
+    """:attr:`ClusterOptions.gpus_per_worker`, deciding ``None`` from the device of the job's (first)
+    :class:`~bertology.models.ModelSpec`."""
     if options.gpus_per_worker is not None:
         return options.gpus_per_worker
-    device = str(getattr(spec, "device", None) or "auto")
+    models = [value for value in vars(spec).values() if isinstance(value, ModelSpec)]
+    device = models[0].device if models else "auto"
     return 1.0 if device.startswith("cuda") or (device == "auto" and cluster.get("GPU", 0) > 0) else 0.0
 
 
@@ -306,3 +309,16 @@ class WorkerPool(Generic[SpecT]):
                 yield finished.pop(yielded)
                 yielded += 1
             hand_out()
+
+
+@contextmanager
+def cluster_pool(spec: SpecT, options: ClusterOptions) -> Iterator[WorkerPool[SpecT]]:
+    """The one way to run a job on a cluster: Ray connected as ``options`` says (:func:`ray_session`) and
+    a pool of workers started with ``spec`` (:class:`WorkerPool`), for the block. Every distributed run
+    (``analyze_on_pool``, ``compare_on_pool``, the probes' and the ablation's) takes the pool.
+
+    Raises:
+        BertologyError: as :func:`ray_session` and :class:`WorkerPool`.
+    """
+    with ray_session(options), WorkerPool(spec, options) as pool:
+        yield pool
