@@ -21,7 +21,6 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from bertology.cluster.shards import Shard
 from bertology.errors import BertologyError
-from bertology.models import ModelSpec
 from bertology.options import ray_address_problem
 
 #: Times Ray restarts a worker that died, and re-runs a shard whose worker died, before the run fails.
@@ -81,6 +80,8 @@ def _gpus_per_worker(options: ClusterOptions, spec: object, cluster: dict[str, f
     :class:`~bertology.models.ModelSpec`."""
     if options.gpus_per_worker is not None:
         return options.gpus_per_worker
+    from bertology.models import ModelSpec  # here: importing this module must not load torch
+
     models = [value for value in vars(spec).values() if isinstance(value, ModelSpec)]
     device = models[0].device if models else "auto"
     return 1.0 if device.startswith("cuda") or (device == "auto" and cluster.get("GPU", 0) > 0) else 0.0
