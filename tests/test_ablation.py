@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from tiny_models import tiny_classifier
 from torch.nn.functional import cross_entropy
 from transformers import BertForMaskedLM
 from typer.testing import CliRunner
@@ -47,17 +48,6 @@ SST2_ROWS = [
     ("a sometimes tedious film . ", "0"),
     ("or doing last year 's taxes with your ex-wife . ", "0"),
 ]  # fmt: skip
-
-
-def tiny_classifier(directory: Path) -> LoadedModel:
-    """A random classifier whose new head is scaled up, so that its logits differ visibly between inputs."""
-    torch.manual_seed(0)
-    loaded = load_model(directory, classifier=True, labels=["neg", "pos"])
-    with torch.no_grad():
-        for name, parameter in loaded.model.named_parameters():
-            if not name.startswith(loaded.model.base_model_prefix):
-                parameter.mul_(30)
-    return loaded
 
 
 def labelled(loaded: LoadedModel, texts: list[str]) -> LabelledTexts:

@@ -98,6 +98,7 @@ def test_the_library_leaves_the_allocator_alone() -> None:
 
 
 @GLIBC_ONLY
+@pytest.mark.slow
 def test_bertology_analyze_keeps_freed_memory(tmp_path: Path) -> None:
     expected = [(-3, MMAP_THRESHOLD), (-1, TRIM_THRESHOLD)]  # M_MMAP_THRESHOLD, M_TRIM_THRESHOLD (malloc.h)
     calls = _mallopt_calls(CLI_RUN, str(sample_corpus()), str(tmp_path / "out"))

@@ -141,6 +141,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_cli_analyze_runs_on_the_example_corpus(tmp_path: Path) -> None:
     result = run_cli("analyze", str(EXAMPLES), "--limit", "6", "-o", str(tmp_path / "out"))
     assert result.returncode == 0, result.stderr

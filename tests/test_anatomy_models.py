@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from tiny_models import ARCHITECTURES, DECODERS, MORE_ENCODERS
+from tiny_models import ARCHITECTURES, DECODERS, MORE_ENCODERS, tiny_classifier
 from torch import nn
 from torch.nn.functional import cross_entropy
 from transformers import AutoModel, DebertaConfig, DebertaModel, FunnelConfig, FunnelModel, RoFormerConfig
@@ -170,17 +170,6 @@ def test_norm_weights_equal_a_hand_computation(model_type: str, tiny_model_dirs:
         id(parts.value.linear): parts.value.linear for parts in attention_parts(loaded.model)
     }
     assert not any(linear._forward_hooks for linear in value_projections.values())  # the tap is gone
-
-
-def tiny_classifier(directory: Path) -> LoadedModel:
-    """A random classifier whose new head is scaled up, so that its logits differ visibly between inputs."""
-    torch.manual_seed(0)
-    loaded = load_model(directory, classifier=True, labels=["neg", "pos"])
-    with torch.no_grad():
-        for name, parameter in loaded.model.named_parameters():
-            if not name.startswith(loaded.model.base_model_prefix):
-                parameter.mul_(30)
-    return loaded
 
 
 def importance_one_by_one(loaded: LoadedModel, data: LabelledTexts) -> np.ndarray:

@@ -209,6 +209,7 @@ def test_a_comparison_on_ray_equals_a_local_one(
     assert_same_analysis(distributed.b, local.b)
 
 
+@pytest.mark.slow
 def test_the_command_line_writes_the_files_of_a_local_run(
     ray_cluster: None, default_model: LoadedModel, tmp_path: Path
 ) -> None:
@@ -263,6 +264,7 @@ def test_a_worker_that_cannot_load_the_model_says_why(ray_cluster: None, tmp_pat
         WorkerPool(AnalysisJob(ModelSpec(str(tmp_path / "missing"))), ClusterOptions(workers=1))
 
 
+@pytest.mark.slow
 def test_ctrl_c_on_a_ray_run_exits_130_and_says_that_resume_continues_it(tmp_path: Path) -> None:
     """Ctrl-C (SIGINT to the process group, as a terminal sends it) once `bertology analyze --ray local`
     has written its first checkpoint: exit code 130 and a message naming the checkpoint and --resume

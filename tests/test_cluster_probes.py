@@ -36,6 +36,8 @@ from bertology.models import LoadedModel, ModelSpec, load_model
 from bertology.probes.coreference import CorefProbe
 from bertology.probes.run import probe_coreference, probe_dependencies
 
+pytestmark = pytest.mark.slow  # each test starts a Ray cluster or runs a Ray command
+
 MAX_LENGTH, BATCH, SHARD = 64, 8, 16
 #: Sentences of GUM's Stanford-dependency treebank probed: a few documents, several shards.
 GUM_SENTENCES = 72

@@ -236,6 +236,7 @@ def _largest_differences(reference: object, folder: Path) -> dict[str, float]:
     return found
 
 
+@pytest.mark.slow
 def test_bertology_analyze_in_bfloat16_stays_within_the_documented_tolerance(
     float32_analysis: object, sample_corpus_head: Callable[[int], Path], tmp_path: Path
 ) -> None:

@@ -14,26 +14,17 @@ import numpy as np
 import pandas as pd
 import pytest
 from fastapi.testclient import TestClient
+from run_folders import MAX_LENGTH, PER_HEAD, write_analysis
 
 from bertology.analysis.examples import EXAMPLES_FILE, HeadExamples, example_patterns
 from bertology.analysis.patterns import PATTERNS, PatternAccumulator
-from bertology.analyze import CorpusAnalysis, analyze_corpus, corpus_batches
+from bertology.analyze import CorpusAnalysis, corpus_batches
 from bertology.attention import capture_batch
 from bertology.errors import BertologyError, TruncationWarning
 from bertology.models import LoadedModel
 from bertology.report.analysis import save_analysis
 from bertology.server import create_app
 from bertology.stats.rows import SpecialTokens
-
-PER_HEAD = 3
-MAX_LENGTH = 64
-
-
-def write_analysis(corpus: Path, loaded: LoadedModel, folder: Path) -> CorpusAnalysis:
-    """Analyse ``corpus`` (segments of at most :data:`MAX_LENGTH` tokens) and save it into ``folder``."""
-    analysis = analyze_corpus(corpus, loaded, max_length=MAX_LENGTH, examples_per_head=PER_HEAD)
-    save_analysis(analysis, loaded, folder)
-    return analysis
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from browser_support import ViewPage, serving
-from test_explorer import PER_HEAD, write_analysis
+from run_folders import PER_HEAD, write_analysis
 
 from bertology.analysis.examples import EXAMPLES_FILE, HeadExamples
 from bertology.models import LoadedModel

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from run_folders import write_tiny_task
 
 from bertology.classify import accuracy, predict_logits
 from bertology.errors import BertologyError, TruncationWarning
@@ -23,24 +24,8 @@ from bertology.training.loop import length_batches
 
 BERTOLOGY = [sys.executable, "-m", "bertology"]
 
-_GOOD = ("good", "great", "fun", "lovely", "warm")
-_BAD = ("bad", "dull", "awful", "cold", "boring")
-_FILLER = ("the", "film", "was", "really", "quite", "and", "story", "acting", "a", "very")
 
 
-def write_tiny_task(folder: Path, train_rows: int = 48, dev_rows: int = 12, seed: int = 0) -> Path:
-    """A GLUE-style sentiment task (sentence, label) of short synthetic sentences."""
-    rng = np.random.default_rng(seed)
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, rows in (("train.tsv", train_rows), ("dev.tsv", dev_rows)):
-        lines = ["sentence\tlabel"]
-        for _ in range(rows):
-            label = int(rng.integers(2))
-            words = list(rng.choice(_FILLER, size=int(rng.integers(2, 9))))
-            words.insert(int(rng.integers(len(words) + 1)), str(rng.choice(_GOOD if label else _BAD)))
-            lines.append(f"{' '.join(words)} .\t{label}")
-        (folder / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return folder
 
 
 def tiny_settings(model: Path, **changes: object) -> FinetuneSettings:
@@ -191,6 +176,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*BERTOLOGY, *args], capture_output=True, text=True, timeout=600, env=os.environ)
 
 
+@pytest.mark.slow
 def test_default_model_finetunes_on_sst2_and_the_run_can_be_watched(
     tmp_path: Path, shared_data: Path
 ) -> None:

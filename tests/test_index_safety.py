@@ -63,6 +63,7 @@ def _writing_started(folder: Path, old: Path) -> bool:
     return any(path.parent.name != old.name for path in folder.glob("generation-*/layer_*.usearch"))
 
 
+@pytest.mark.slow
 def test_index_killed_at_any_moment_opens_as_the_old_or_the_new_index(
     old_and_new: tuple[TokenIndex, TokenIndex, Path], tmp_path: Path
 ) -> None:
@@ -155,6 +156,7 @@ def _quick_cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_index_refuses_a_file_and_a_folder_without_an_index(
     sample_corpus_head: Callable[[int], Path], tmp_path: Path
 ) -> None:

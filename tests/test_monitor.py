@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 import zarr
-from test_finetune import write_tiny_task
+from run_folders import write_tiny_task
 
 from bertology.attention import capture_batch
 from bertology.errors import BertologyError

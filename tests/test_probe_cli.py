@@ -20,6 +20,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_probe_deps_writes_table_accuracies_and_report(tmp_path: Path, ewt_dev: Path) -> None:
     result = run_cli("probe", "deps", str(ewt_dev), "--limit", "40", "-o", str(tmp_path))
     assert result.returncode == 0, result.stderr
@@ -54,6 +55,7 @@ def test_arc_diagram_draws_gold_and_predicted_arcs_and_escapes_words() -> None:
     assert skipped.count('stroke="#555555"') == 2
 
 
+@pytest.mark.slow
 def test_probe_parser_trains_scores_and_writes_files(tmp_path: Path, ewt_dev: Path) -> None:
     result = run_cli(
         "probe", "parser", "--train", str(ewt_dev), "--eval", str(ewt_dev.with_name("en_ewt-ud-test.conllu")),
@@ -68,6 +70,7 @@ def test_probe_parser_trains_scores_and_writes_files(tmp_path: Path, ewt_dev: Pa
     assert (tmp_path / "report.html").read_text(encoding="utf-8").count("data:image/png;base64,") == 2
 
 
+@pytest.mark.slow
 def test_probe_coref_writes_table_with_baselines(tmp_path: Path, shared_data: Path) -> None:
     gum = shared_data / "gum_v5.1_sd"
     result = run_cli(
@@ -83,6 +86,7 @@ def test_probe_coref_writes_table_with_baselines(tmp_path: Path, shared_data: Pa
     assert "Best head" in result.stdout and (tmp_path / "plots" / "heads.png").is_file()
 
 
+@pytest.mark.slow
 def test_probe_gap_reports_the_best_head(tmp_path: Path, shared_data: Path) -> None:
     gap_dev = shared_data / "gap" / "gap-development.tsv"
     result = run_cli("probe", "gap", str(gap_dev), "--limit", "30", "-o", str(tmp_path))

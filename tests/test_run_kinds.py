@@ -17,6 +17,7 @@ from bertology.run_files import KIND_FILE, TRAINING_FILE
 from bertology.server import create_app
 
 
+@pytest.mark.slow
 def test_each_kind_of_run_is_listed_with_its_true_kind(
     default_model: LoadedModel,
     shared_data: Path,

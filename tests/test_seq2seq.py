@@ -228,6 +228,7 @@ def _run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_cli_writes_an_encoder_decoder_view(generative_dirs: dict[str, Path], tmp_path: Path) -> None:
     output = tmp_path / "x.html"
     model = str(generative_dirs["bart"])

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from browser_support import ViewPage, serving
-from test_watch import write_synthetic_run
+from run_folders import write_synthetic_run
 
 from bertology.models import LoadedModel
 from bertology.server import create_app

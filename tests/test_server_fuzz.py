@@ -23,9 +23,9 @@ import schemathesis
 import torch
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from run_folders import write_analysis
 from schemathesis import BaseSchema, GenerationMode
 from schemathesis.engine import events, from_schema
-from test_explorer import write_analysis
 
 from bertology.models import LoadedModel
 from bertology.server import Limits, create_app
@@ -143,6 +143,7 @@ def fuzz_failures(schema: BaseSchema, model: LoadedModel) -> list[str]:
     return failures
 
 
+@pytest.mark.slow
 def test_api_passes_every_check_on_every_operation(served: Served) -> None:
     schema = schemathesis.openapi.from_asgi("/openapi.json", served.app)
     assert len([result.ok() for result in schema.get_all_operations()]) == 14

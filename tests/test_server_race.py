@@ -17,8 +17,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
+import pytest
 from browser_support import serving
-from test_watch import write_synthetic_run
+from run_folders import write_synthetic_run
 
 from bertology.models import LoadedModel
 from bertology.server import create_app
@@ -127,6 +128,7 @@ def test_static_files_never_leak(default_model: LoadedModel, tmp_path: Path) -> 
         assert statuses[200] > 0 and statuses[403] > 0, statuses  # both states were met
 
 
+@pytest.mark.slow
 def test_explorer_inputs_never_leak(default_model: LoadedModel, tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     write_analysis(runs / "analysis", INSIDE)
@@ -141,6 +143,7 @@ def test_explorer_inputs_never_leak(default_model: LoadedModel, tmp_path: Path) 
         assert statuses[200] > 0 and statuses[403] > 0, statuses
 
 
+@pytest.mark.slow
 def test_watch_pages_never_leak(default_model: LoadedModel, tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     write_synthetic_run(runs / "run")

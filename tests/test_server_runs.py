@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import zarr
 from fastapi.testclient import TestClient
-from test_watch import write_synthetic_run
+from run_folders import write_synthetic_run
 
 from bertology.beneath import OpenFolder
 from bertology.errors import BertologyError

@@ -139,6 +139,7 @@ def test_find_word_ignores_case(sample_index: TokenIndex) -> None:
     )
 
 
+@pytest.mark.slow
 def test_recall_at_10_on_ud_ewt_dev(shared_data: Path, default_model: LoadedModel, tmp_path: Path) -> None:
     """HNSW recall against exact search over the same stored vectors (UD EWT dev, 34k tokens)."""
     index = build_index(

@@ -6,7 +6,6 @@ moves from uniform to the next token as the steps go on, so the most changed hea
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,64 +14,14 @@ from typing import Any
 import numpy as np
 import pytest
 from browser_support import ViewPage, open_view
+from run_folders import CHANGED, HEADS, LAYERS, STEPS, TOKENS, synthetic_attention, write_synthetic_run
 from synthetic_views import HOSTILE_TOKEN
 
 from bertology.errors import BertologyError
-from bertology.stats.surface import SURFACE_STATISTICS
 from bertology.training.archive import ARCHIVE_FOLDER, ArchiveWriter, ProbeTokens, read_archive
 from bertology.training.compare import head_change, js_divergence_rows
 from bertology.training.watch import watch_data, watch_html
 from bertology.views.payload import unpack
-
-LAYERS, HEADS = 2, 3
-CHANGED = (0, 1)
-STEPS = (0, 5, 10)
-TOKENS = [["[CLS]", "the", HOSTILE_TOKEN, "sat", ".", "[SEP]"], ["[CLS]", "a", "dog", "[SEP]"]]
-
-
-def synthetic_attention(n: int, progress: float) -> np.ndarray:
-    """[L, H, n, n]: uniform rows; head CHANGED mixes uniform with next-token attention by ``progress``."""
-    attention = np.full((LAYERS, HEADS, n, n), 1.0 / n)
-    following = np.eye(n, k=1)
-    following[-1, -1] = 1.0
-    attention[CHANGED] = (1 - progress) * attention[CHANGED] + progress * following
-    return attention
-
-
-def write_synthetic_run(folder: Path) -> Path:
-    """A run folder with run.json, metrics.jsonl and a monitor archive of STEPS records."""
-    folder.mkdir(parents=True, exist_ok=True)
-    probe = ProbeTokens(
-        texts=["the cat sat .", "a dog"],
-        texts_b=None,
-        labels=["1", "0"],
-        tokens=TOKENS,
-        segments=[[0] * len(tokens) for tokens in TOKENS],
-        truncated=[0, 0],
-    )
-    writer = ArchiveWriter.create(
-        folder / ARCHIVE_FOLDER,
-        model="synthetic",
-        layers=LAYERS,
-        heads=HEADS,
-        probe=probe,
-        statistics=list(SURFACE_STATISTICS),
-        every=5,
-    )
-    for step in STEPS:
-        progress = step / STEPS[-1]
-        attention = np.zeros((len(TOKENS), LAYERS, HEADS, 6, 6))
-        for index, tokens in enumerate(TOKENS):
-            n = len(tokens)
-            attention[index, :, :, :n, :n] = synthetic_attention(n, progress)
-        stats = np.full((len(SURFACE_STATISTICS), LAYERS, HEADS), progress, dtype=np.float32)
-        writer.append(step, attention, stats)
-    run = {"status": "finished", "task": "SYN", "steps": 10, "seconds": 3.0, "dev_accuracy": 0.75}
-    (folder / "run.json").write_text(json.dumps({**run, "dev_examples": 4}))
-    rows = [{"step": s, "split": "train", "loss": 1.0 / s} for s in (2, 4, 6, 8, 10)]
-    rows += [{"step": 10, "split": "dev", "loss": 0.5, "accuracy": 0.75}]
-    (folder / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows) + '{"step": 1')
-    return folder
 
 
 @pytest.fixture(scope="module")

@@ -41,7 +41,7 @@ from transformers import (
     XLMRobertaTokenizer,
 )
 
-from bertology.models import default_model_path
+from bertology.models import LoadedModel, default_model_path, load_model
 
 ARCHITECTURES = ("bert", "roberta", "xlm-roberta", "albert", "distilbert", "electra")
 
@@ -351,3 +351,14 @@ class TinyModelDirs(dict[str, Path]):
     def __missing__(self, model_type: str) -> Path:
         self[model_type] = directory = save_tiny_model(model_type, self.root)
         return directory
+
+
+def tiny_classifier(directory: Path) -> LoadedModel:
+    """A random classifier whose new head is scaled up, so that its logits differ visibly between inputs."""
+    torch.manual_seed(0)
+    loaded = load_model(directory, classifier=True, labels=["neg", "pos"])
+    with torch.no_grad():
+        for name, parameter in loaded.model.named_parameters():
+            if not name.startswith(loaded.model.base_model_prefix):
+                parameter.mul_(30)
+    return loaded
