@@ -107,7 +107,7 @@ def analyze(
     from bertology.models import ModelSpec, load_model, require_max_length
     from bertology.outputs import check_output_folder, output_folder
     from bertology.report.analysis import save_analysis
-    from bertology.run_files import JS_DIVERGENCE_FILE
+    from bertology.run_files import HEADS_FILE, JS_DIVERGENCE_FILE
 
     check_output_folder(output)
     loaded = load_model(model, device=device, dtype=dtype)
@@ -147,7 +147,7 @@ def analyze(
     checkpoint.unlink(missing_ok=True)  # the run is written; nothing is left to resume
     out.print(
         f"Analysed {analysis.segments} segments in {analysis.seconds:.1f} s. Wrote {report}, "
-        f"{output / 'heads.csv'}, {output / JS_DIVERGENCE_FILE} and the plots in {output / 'plots'}.",
+        f"{output / HEADS_FILE}, {output / JS_DIVERGENCE_FILE} and the plots in {output / 'plots'}.",
         highlight=False,
     )
 

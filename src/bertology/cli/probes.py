@@ -94,8 +94,8 @@ def probe_deps(
         report = output / write_probe_report(run, folder).name
     checkpoint.unlink(missing_ok=True)  # the run is written; nothing is left to resume
     out.print(
-        f"Probed {run.sentences} sentences in {run.seconds:.1f} s. Wrote {report}, {output / 'table.csv'} "
-        f"and {output / 'accuracies.csv'}.",
+        f"Probed {run.sentences} sentences in {run.seconds:.1f} s. Wrote {report}, {output / run.table_file} "
+        f"and {output / run.frame_file}.",
         highlight=False,
     )
 
@@ -144,7 +144,8 @@ def probe_parser_command(
     scores = run.report
     out.print(
         f"UAS {scores.uas:.3f} (right-branching {scores.right_branching_uas:.3f}, best single head "
-        f"{scores.single_head_uas:.3f}) in {run.seconds:.1f} s. Wrote {report} and {output / 'uas.csv'}.",
+        f"{scores.single_head_uas:.3f}) in {run.seconds:.1f} s. "
+        f"Wrote {report} and {output / run.table_file}.",
         highlight=False,
     )
 
@@ -241,6 +242,6 @@ def probe_gap_command(
     out.print(
         f"Best head {best['system'].removeprefix('head ')}: F1 {best['overall_f1']:.3f} (masculine "
         f"{best['masculine_f1']:.3f}, feminine {best['feminine_f1']:.3f}, bias F/M {best['bias_f_m']:.2f}) "
-        f"over {run.probe.examples} examples. Wrote {report} and {output / 'table.csv'}.",
+        f"over {run.probe.examples} examples. Wrote {report} and {output / run.table_file}.",
         highlight=False,
     )
