@@ -37,6 +37,7 @@ from transformers import AutoModel
 import bertology
 from bertology.allocator import keep_freed_memory
 from bertology.analysis.distances import DistanceAccumulator
+from bertology.analysis_settings import AnalysisSettings
 from bertology.analyze import (
     BATCH_SIZE,
     PAD_MULTIPLE,
@@ -93,7 +94,7 @@ def throughput(corpus: Path, segments: int, repeats: int) -> None:
         return time.perf_counter() - start
 
     def analysis_seconds() -> float:
-        return analyze_corpus(corpus, loaded, limit=segments, batch_size=BATCH).seconds
+        return analyze_corpus(corpus, loaded, AnalysisSettings(limit=segments, batch_size=BATCH)).seconds
 
     forward_seconds(), analysis_seconds()  # warm-up
     pairs = [(forward_seconds(), analysis_seconds()) for _ in range(repeats)]
@@ -164,13 +165,13 @@ def breakdown(corpus: Path, segments: int) -> None:
     def full() -> None:
         accumulators = CorpusAccumulators(loaded)
         for batch in batches:
-            accumulators.add(batch, 128)
+            accumulators.update(batch)
 
     stages = {
         "sdpa forward (with encoding)": sdpa_forward,
         "capture, no-op consumer": lambda: streamed(False),
         "+ row summary": lambda: streamed(True),
-        "+ JS rows and accumulators (CorpusAccumulators.add)": full,
+        "+ JS rows and accumulators (CorpusAccumulators.update)": full,
     }
     times = {}
     for name, stage in stages.items():
@@ -190,8 +191,10 @@ def breakdown(corpus: Path, segments: int) -> None:
 def peak_memory_mb(corpus: Path, segments: int) -> float:
     code = (
         "import resource, bertology; from bertology.allocator import keep_freed_memory; "
-        "from bertology.analyze import analyze_corpus; keep_freed_memory(); "
-        f"analyze_corpus({str(corpus)!r}, bertology.load_model(), limit={segments}, batch_size={BATCH}); "
+        "from bertology.analyze import analyze_corpus; "
+        "from bertology.analysis_settings import AnalysisSettings; keep_freed_memory(); "
+        f"analyze_corpus({str(corpus)!r}, bertology.load_model(), "
+        f"AnalysisSettings(limit={segments}, batch_size={BATCH})); "
         "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

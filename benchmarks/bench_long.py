@@ -22,7 +22,7 @@ above the model (``VmHWM`` minus the resident memory before the capture) and the
   view's time to first paint in Debian's headless Chromium (``window.bertology.firstPaintMs``, from
   the script's start, and ``load_ms``, from navigation to the first paint);
 - ``analyze-qk`` / ``analyze-probs``: the corpus statistics of one segment of that many tokens
-  (``CorpusAccumulators.add``: row statistics and pattern scores of every row, JS divergences of 4
+  (``CorpusAccumulators.update``: row statistics and pattern scores of every row, JS divergences of 4
   sampled rows), from queries and keys in blocks of 64 MiB, or streamed from each layer's probabilities.
 
 Run: ``OMP_NUM_THREADS=2 .venv/bin/python benchmarks/bench_long.py --lengths 2048 4096 8192 --probs 2048
@@ -86,13 +86,15 @@ def _text(loaded: object, tokens: int) -> str:
 
 def analyze_one(loaded: object, text: str, mode: str, tokens: int) -> dict[str, float | int | str]:
     """The statistics of one segment (see the module docstring), measured from the current peak reset."""
+    from bertology.analysis_settings import AnalysisSettings
     from bertology.analyze import CorpusAccumulators
     from bertology.corpus import Segment
 
-    accumulators = CorpusAccumulators(loaded, mode=mode.removeprefix("analyze-"))  # type: ignore[arg-type]
+    settings = AnalysisSettings(max_length=tokens, mode=mode.removeprefix("analyze-"))  # type: ignore[arg-type]
+    accumulators = CorpusAccumulators(loaded, settings)
     before = _resident_kib("VmRSS")
     start = time.perf_counter()
-    encoded = accumulators.add([Segment(text, None, "bench")], tokens)
+    encoded = accumulators.update([Segment(text, None, "bench")])
     return {
         "mode": mode,
         "tokens": int(encoded.lengths[0]),

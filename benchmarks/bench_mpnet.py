@@ -40,6 +40,7 @@ from transformers import AutoModel
 
 import bertology
 from bertology.allocator import keep_freed_memory
+from bertology.analysis_settings import AnalysisSettings
 from bertology.analyze import BATCH_SIZE, analyze_corpus, corpus_batches
 from bertology.corpus import sample_corpus
 from bertology.model_store import packaged_model_path
@@ -123,8 +124,10 @@ def speed() -> None:
 def peak_memory_mb(corpus: Path, segments: int | None) -> float:
     code = (
         "import resource, bertology; from bertology.allocator import keep_freed_memory; "
-        "from bertology.analyze import analyze_corpus; keep_freed_memory(); "
-        f"analyze_corpus({str(corpus)!r}, bertology.load_model({NAME!r}), limit={segments}); "
+        "from bertology.analyze import analyze_corpus; "
+        "from bertology.analysis_settings import AnalysisSettings; keep_freed_memory(); "
+        f"analyze_corpus({str(corpus)!r}, bertology.load_model({NAME!r}), "
+        f"AnalysisSettings(limit={segments})); "
         "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -155,7 +158,7 @@ def throughput_row(
         return time.perf_counter() - start
 
     def analysis() -> tuple[int, float]:
-        result = analyze_corpus(corpus, loaded, limit=limit)
+        result = analyze_corpus(corpus, loaded, AnalysisSettings(limit=limit))
         return result.segments, result.seconds
 
     forward_seconds(), analysis()  # warm-up

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from bertology.analysis_settings import AnalysisSettings
 from bertology.analyze import CorpusAnalysis, analyze_corpus
 from bertology.corpus import sample_corpus
 from bertology.models import load_model
@@ -29,7 +30,7 @@ from bertology.options import DTYPES
 
 def analysis_in(dtype: str, device: str, corpus: str, segments: int) -> CorpusAnalysis:
     """The first ``segments`` segments of ``corpus`` analysed by the default model in ``dtype``."""
-    return analyze_corpus(corpus, load_model(device=device, dtype=dtype), limit=segments)
+    return analyze_corpus(corpus, load_model(device=device, dtype=dtype), AnalysisSettings(limit=segments))
 
 
 def differences(reference: CorpusAnalysis, other: CorpusAnalysis) -> dict[str, float]:

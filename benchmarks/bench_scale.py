@@ -37,6 +37,7 @@ from bench_analyze import gap_corpus
 
 import bertology
 from bertology.allocator import keep_freed_memory
+from bertology.analysis_settings import AnalysisSettings
 from bertology.analyze import CorpusAnalysis, analyze_corpus, corpus_batches
 from bertology.cluster.analyze import AnalysisJob, analyze_on_pool
 from bertology.cluster.shards import SHARD_SEGMENTS, Shard, shards_of
@@ -77,7 +78,7 @@ def local_run(corpus: Path, segments: int, threads: int) -> tuple[CorpusAnalysis
     torch.set_num_threads(threads)
     loaded = bertology.load_model()
     start = time.perf_counter()
-    analysis = analyze_corpus(corpus, loaded, limit=segments)
+    analysis = analyze_corpus(corpus, loaded, AnalysisSettings(limit=segments))
     return analysis, time.perf_counter() - start
 
 
@@ -87,9 +88,9 @@ def ray_run(
     """(analysis, start-up seconds, run seconds, shards)."""
     loaded = bertology.load_model()
     options = ClusterOptions(workers=workers, threads_per_worker=1, setup=keep_freed_memory)
-    with WorkerPool(AnalysisJob(ModelSpec()), options) as pool:
+    with WorkerPool(AnalysisJob(ModelSpec(), AnalysisSettings(limit=segments)), options) as pool:
         start = time.perf_counter()
-        analysis = analyze_on_pool(pool, corpus, loaded, limit=segments, segments_per_shard=shard)
+        analysis = analyze_on_pool(pool, corpus, loaded, segments_per_shard=shard)
         seconds = time.perf_counter() - start
         shards = -(-segments // shard)
         return analysis, pool.startup_seconds, seconds, shards

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 from synthetic_views import HOSTILE_TOKEN
 
+from bertology.analysis_settings import AnalysisSettings
 from bertology.analyze import CorpusAnalysis, analyze_corpus
 from bertology.models import LoadedModel
 from bertology.report.analysis import save_analysis
@@ -101,6 +102,8 @@ MAX_LENGTH = 64
 
 def write_analysis(corpus: Path, loaded: LoadedModel, folder: Path) -> CorpusAnalysis:
     """Analyse ``corpus`` (segments of at most :data:`MAX_LENGTH` tokens) and save it into ``folder``."""
-    analysis = analyze_corpus(corpus, loaded, max_length=MAX_LENGTH, examples_per_head=PER_HEAD)
+    analysis = analyze_corpus(
+        corpus, loaded, AnalysisSettings(max_length=MAX_LENGTH, examples_per_head=PER_HEAD)
+    )
     save_analysis(analysis, loaded, folder)
     return analysis

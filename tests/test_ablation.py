@@ -77,7 +77,7 @@ def test_sweep_accuracies_equal_the_naive_loop_on_the_default_model() -> None:
     loaded = load_model(classifier=True, labels=["0", "1"])
     data = LabelledTexts([text for text, _ in SST2_ROWS[:3]], None, np.array([1, 0, 1]))
     done: list[int] = []
-    fast = ablation_sweep(loaded, data, batch_size=2, progress=done.append)
+    fast = ablation_sweep(loaded, data, batch_size=2, on_progress=lambda count, total: done.append(count))
     slow = ablation_sweep(loaded, data, batch_size=2, reuse_lower_layers=False)
     assert fast.baseline == slow.baseline
     np.testing.assert_array_equal(fast.accuracy, slow.accuracy)

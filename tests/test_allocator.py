@@ -66,10 +66,11 @@ ctypes.CDLL.__getattr__ = spying
 
 LIBRARY_RUN = """
 import bertology
+from bertology.analysis_settings import AnalysisSettings
 from bertology.analyze import CorpusAccumulators, analyze_corpus
 loaded = bertology.load_model()
 CorpusAccumulators(loaded)
-analyze_corpus(sys.argv[1], loaded, limit=4, batch_size=2)
+analyze_corpus(sys.argv[1], loaded, AnalysisSettings(limit=4, batch_size=2))
 print("mallopt calls:", calls)
 """
 

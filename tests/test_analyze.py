@@ -16,6 +16,7 @@ import pytest
 import bertology.analyze
 from bertology.analysis.distances import DistanceAccumulator
 from bertology.analysis.patterns import PatternAccumulator
+from bertology.analysis_settings import AnalysisSettings
 from bertology.analyze import (
     CorpusAccumulators,
     analyze_corpus,
@@ -38,8 +39,8 @@ def small_corpus(sample_corpus_head: Callable[[int], Path]) -> Path:
 
 
 def test_batch_size_does_not_change_the_results(small_corpus: Path, default_model: LoadedModel) -> None:
-    one = analyze_corpus(small_corpus, default_model, limit=10, batch_size=1)
-    many = analyze_corpus(small_corpus, default_model, limit=10, batch_size=7)
+    one = analyze_corpus(small_corpus, default_model, AnalysisSettings(limit=10, batch_size=1))
+    many = analyze_corpus(small_corpus, default_model, AnalysisSettings(limit=10, batch_size=7))
     assert one.segments == many.segments == 10
     pd.testing.assert_frame_equal(one.heads_frame(), many.heads_frame(), atol=1e-5, rtol=1e-4)
     np.testing.assert_allclose(one.distances.distance, many.distances.distance, atol=1e-6)
@@ -72,12 +73,12 @@ def test_batches_hold_each_window_of_the_corpus_longest_first(
         assert got == [window[index] for index in expected]
     assert len(set(token_counts(corpus_order))) > 5  # the order is not trivial
 
-    accumulators = CorpusAccumulators(default_model)
-    widths = [accumulators.add(batch, 128).model_inputs["input_ids"].shape[1] for batch in batches]
+    accumulators = CorpusAccumulators(default_model, corpus=small_corpus)
+    widths = [accumulators.update(batch).model_inputs["input_ids"].shape[1] for batch in batches]
     multiple = bertology.analyze.PAD_MULTIPLE
     assert widths == [-(-max(token_counts(batch)) // multiple) * multiple for batch in batches]
 
-    analysis = accumulators.result(small_corpus, corpus_format=None, max_length=128, seconds=0.0)
+    analysis = accumulators.result()
     wanted = {0, 4, 9, 15}
     assert example_segments(analysis, default_model, wanted) == {index: analysed[index] for index in wanted}
 
@@ -88,14 +89,8 @@ def test_streamed_analysis_equals_accumulators_fed_captured_batches(
 ) -> None:
     """analyze_corpus summarises each layer while the model runs; the accumulators' own update(batch)
     on fully captured batches is the independent path."""
-    streamed = analyze_corpus(
-        small_corpus,
-        default_model,
-        limit=9,
-        batch_size=4,
-        js_tokens_per_segment=5,
-        convention=convention,  # type: ignore[arg-type]
-    )
+    settings = AnalysisSettings(limit=9, batch_size=4, js_tokens_per_segment=5, convention=convention)  # type: ignore[arg-type]
+    streamed = analyze_corpus(small_corpus, default_model, settings)
     assert streamed.convention == streamed.summary()["convention"] == convention
     special = SpecialTokens.of(default_model)
     surface = SurfaceAccumulator(special, convention=convention)  # type: ignore[arg-type]
@@ -116,7 +111,7 @@ def test_streamed_analysis_equals_accumulators_fed_captured_batches(
 def test_analysis_writes_report_csv_and_examples(
     small_corpus: Path, default_model: LoadedModel, tmp_path: Path
 ) -> None:
-    analysis = analyze_corpus(small_corpus, default_model, limit=12, batch_size=4)
+    analysis = analyze_corpus(small_corpus, default_model, AnalysisSettings(limit=12, batch_size=4))
     report = save_analysis(analysis, default_model, tmp_path)
     heads = pd.read_csv(tmp_path / "heads.csv")
     assert len(heads) == 6 * 12

@@ -24,6 +24,7 @@ import torch
 from typer.testing import CliRunner
 
 import bertology.analyze
+from bertology.analysis_settings import AnalysisSettings
 from bertology.analyze import CorpusAnalysis, analyze_corpus
 from bertology.cli import app
 from bertology.cluster.analyze import AnalysisJob, analyze_on_pool
@@ -39,7 +40,7 @@ from bertology.models import LoadedModel, ModelSpec, load_model
 
 #: Short segments, small batches and shards: the 85 segments of the sample corpus make six shards.
 MAX_LENGTH, BATCH, SHARD = 64, 8, 16
-JOB = AnalysisJob(ModelSpec(), max_length=MAX_LENGTH)
+JOB = AnalysisJob(ModelSpec(), AnalysisSettings(max_length=MAX_LENGTH, batch_size=BATCH))
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -61,7 +62,9 @@ def pool(ray_cluster: None) -> Iterator[WorkerPool[AnalysisJob]]:
 
 @pytest.fixture(scope="module")
 def local_sample(default_model: LoadedModel) -> CorpusAnalysis:
-    return analyze_corpus(sample_corpus(), default_model, max_length=MAX_LENGTH, batch_size=BATCH)
+    return analyze_corpus(
+        sample_corpus(), default_model, AnalysisSettings(max_length=MAX_LENGTH, batch_size=BATCH)
+    )
 
 
 def assert_same_analysis(distributed: CorpusAnalysis, local: CorpusAnalysis) -> None:
@@ -99,7 +102,6 @@ def test_ray_run_equals_a_local_run_on_the_sample_corpus(
         pool,
         sample_corpus(),
         default_model,
-        batch_size=BATCH,
         segments_per_shard=SHARD,
         sharded=ShardedRun(on_progress=lambda done, total: progress.append((done, total))),
     )
@@ -111,11 +113,13 @@ def test_ray_run_equals_a_local_run_on_the_sample_corpus(
 def test_ray_run_equals_a_local_run_on_ud_ewt_dev(
     pool: WorkerPool[AnalysisJob], default_model: LoadedModel, ewt_dev: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """CoNLL-U input, windows of 40 segments sorted by length, shards of 24 that cross the windows."""
+    """CoNLL-U input, windows of 40 segments sorted by length, shards of 24 that cross the windows, on a
+    worker of its own (its job reads 150 segments in batches of 16) beside the module's two."""
     monkeypatch.setattr(bertology.analyze, "SORT_WINDOW", 40)
-    options = {"limit": 150, "batch_size": 16}
-    local = analyze_corpus(ewt_dev, default_model, max_length=MAX_LENGTH, **options)
-    distributed = analyze_on_pool(pool, ewt_dev, default_model, segments_per_shard=24, **options)
+    settings = AnalysisSettings(max_length=MAX_LENGTH, limit=150, batch_size=16)
+    local = analyze_corpus(ewt_dev, default_model, settings)
+    with WorkerPool(AnalysisJob(ModelSpec(), settings), ClusterOptions(workers=1)) as on_ewt:
+        distributed = analyze_on_pool(on_ewt, ewt_dev, default_model, segments_per_shard=24)
     assert local.segments == 150
     assert_same_analysis(distributed, local)
 
@@ -128,7 +132,7 @@ def test_a_killed_worker_is_restarted_and_the_result_is_unchanged(
     ray = import_ray()
     pids = ray.get([actor.pid.remote() for actor in pool.actors])
 
-    def kill_once(done: int, total: int | None) -> None:
+    def kill_once(done: int, total: int | None = None, *, stage: str = "") -> None:
         if done == BATCH:
             os.kill(pids[0], signal.SIGKILL)
 
@@ -136,7 +140,6 @@ def test_a_killed_worker_is_restarted_and_the_result_is_unchanged(
         pool,
         sample_corpus(),
         default_model,
-        batch_size=BATCH,
         segments_per_shard=BATCH,
         sharded=ShardedRun(on_progress=kill_once),
     )
@@ -149,18 +152,22 @@ class Interrupted(Exception):
 
 
 def test_a_stopped_driver_resumes_from_its_checkpoint(
-    pool: WorkerPool[AnalysisJob], default_model: LoadedModel, local_sample: CorpusAnalysis, tmp_path: Path
+    pool: WorkerPool[AnalysisJob],
+    default_model: LoadedModel,
+    local_sample: CorpusAnalysis,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     checkpoint = checkpoint_file(tmp_path, "analyze")
-    run = {"batch_size": BATCH, "segments_per_shard": SHARD}
+    run = {"segments_per_shard": SHARD}
     keeping = ShardedRun(checkpoint, checkpoint_seconds=0)
 
     def saved() -> tuple[int, int]:
         with checkpoint.open("rb") as file:
             found = pickle.load(file)
-        return found.shards, found.segments
+        return found.shards, found.items
 
-    def stop_after_three_shards(done: int, total: int | None) -> None:
+    def stop_after_three_shards(done: int, total: int | None = None, *, stage: str = "") -> None:
         assert saved() == (done // SHARD, done)  # written as the run goes, not only when it stops
         if done >= 3 * SHARD:
             raise Interrupted
@@ -175,16 +182,16 @@ def test_a_stopped_driver_resumes_from_its_checkpoint(
         pool,
         sample_corpus(),
         default_model,
-        sharded=replace(keeping, resume=True, on_progress=lambda done, _: progress.append(done)),
+        sharded=replace(keeping, resume=True, on_progress=lambda done, *_, **__: progress.append(done)),
         **run,
     )
     assert progress == [64, 80, 85]  # only the three shards left were run
     assert_same_analysis(resumed, local_sample)
 
+    # The same workers under another job's settings: the checkpoint is refused before any shard runs.
+    monkeypatch.setattr(pool, "spec", replace(JOB, settings=replace(JOB.settings, limit=40)))
     with pytest.raises(BertologyError, match=r"is of another run .*differs in: limit"):
-        analyze_on_pool(
-            pool, sample_corpus(), default_model, sharded=replace(keeping, resume=True), limit=40, **run
-        )
+        analyze_on_pool(pool, sample_corpus(), default_model, sharded=replace(keeping, resume=True), **run)
 
 
 def test_a_comparison_on_ray_equals_a_local_one(
@@ -194,13 +201,12 @@ def test_a_comparison_on_ray_equals_a_local_one(
     words sampled by segment number."""
     other = str(tiny_model_dirs["roberta"])
     model_b = load_model(other)
-    options = {"limit": 40, "batch_size": BATCH}
-    local = compare_models(default_model, model_b, sample_corpus(), max_length=MAX_LENGTH, **options)
-    job = ComparisonJob(ModelSpec(), ModelSpec(other), max_length=MAX_LENGTH)
-    with WorkerPool(job, ClusterOptions(workers=1)) as pool:
-        distributed = compare_on_pool(
-            pool, sample_corpus(), default_model, model_b, segments_per_shard=BATCH, **options
-        )
+    settings = AnalysisSettings(max_length=MAX_LENGTH, limit=40, batch_size=BATCH)
+    local = compare_models(default_model, model_b, sample_corpus(), settings)
+    with WorkerPool(
+        ComparisonJob(ModelSpec(), ModelSpec(other), settings), ClusterOptions(workers=1)
+    ) as pool:
+        distributed = compare_on_pool(pool, sample_corpus(), default_model, model_b, segments_per_shard=BATCH)
     assert distributed.level == local.level == "word"
     assert distributed.query_units == local.query_units
     np.testing.assert_allclose(distributed.matching.distance, local.matching.distance, rtol=1e-9)
@@ -221,7 +227,9 @@ def test_the_command_line_writes_the_files_of_a_local_run(
         app, ["analyze", str(corpus), *options, "--ray", "local", "--workers", "1", "-o", str(tmp_path)]
     )
     assert result.exit_code == 0, result.output
-    local = analyze_corpus(corpus, default_model, max_length=MAX_LENGTH, batch_size=BATCH, limit=40)
+    local = analyze_corpus(
+        corpus, default_model, AnalysisSettings(max_length=MAX_LENGTH, batch_size=BATCH, limit=40)
+    )
     heads = pd.read_csv(tmp_path / "heads.csv")
     expected = local.heads_frame()
     numbers = expected.select_dtypes("number").columns

@@ -17,6 +17,7 @@ import bertology.cluster.analyze
 import bertology.cluster.compare
 import bertology.cluster.probes
 import bertology.cluster.workers
+from bertology.analysis_settings import AnalysisSettings
 from bertology.cluster.driver import ShardedRun
 from bertology.models import ModelSpec
 
@@ -73,9 +74,16 @@ def test_analyze_hands_every_option_to_the_run(
     )  # fmt: skip
     job = run.job
     assert job.model == ModelSpec("default", "cpu", "float32")
-    assert (job.max_length, job.seed, job.js_tokens_per_segment) == (48, 3, 2)
-    assert (job.convention, job.weights, job.examples_per_head) == ("clark", "norm", 2)
-    assert (run.arguments["limit"], run.arguments["batch_size"]) == (7, 5)
+    assert job.settings == AnalysisSettings(
+        max_length=48,
+        limit=7,
+        batch_size=5,
+        seed=3,
+        js_tokens_per_segment=2,
+        weights="norm",
+        convention="clark",
+        examples_per_head=2,
+    )
     sharded = run.arguments["sharded"]
     assert isinstance(sharded, ShardedRun) and sharded.on_progress is not None and not sharded.resume
     assert sharded.checkpoint is not None and sharded.checkpoint.parent == tmp_path / "out"
@@ -92,9 +100,10 @@ def test_compare_hands_every_option_to_the_run(
     )  # fmt: skip
     job = run.job
     assert job.model_a == job.model_b == ModelSpec("default", "cpu", "float32")
-    assert (job.max_length, job.seed, job.js_tokens_per_segment) == (40, 5, 3)
-    assert (job.level, job.convention) == ("token", "clark")
-    assert (run.arguments["limit"], run.arguments["batch_size"]) == (6, 2)
+    assert job.settings == AnalysisSettings(
+        max_length=40, limit=6, batch_size=2, seed=5, js_tokens_per_segment=3, convention="clark"
+    )
+    assert job.level == "token"
     assert run.arguments["sharded"].on_progress is not None
 
 

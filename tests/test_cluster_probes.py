@@ -17,6 +17,7 @@ import torch
 from typer.testing import CliRunner
 
 from bertology.analysis.examples import chosen_examples, collect_examples
+from bertology.analysis_settings import AnalysisSettings
 from bertology.analyze import CorpusAnalysis, analyze_corpus, example_segments
 from bertology.cli import app
 from bertology.cluster.ablation import IMPORTANCE_BATCH, AblationJob, ablate_on_pool
@@ -129,14 +130,10 @@ def stored_examples(analysis: CorpusAnalysis, loaded: LoadedModel, target: Path)
 def test_a_ray_analysis_stores_the_same_head_examples(
     ray_cluster: None, default_model: LoadedModel, tmp_path: Path
 ) -> None:
-    job = AnalysisJob(ModelSpec(), max_length=MAX_LENGTH, examples_per_head=3)
-    local = analyze_corpus(
-        sample_corpus(), default_model, max_length=MAX_LENGTH, batch_size=BATCH, examples_per_head=3
-    )
-    with WorkerPool(job, ClusterOptions(workers=2)) as pool:
-        distributed = analyze_on_pool(
-            pool, sample_corpus(), default_model, batch_size=BATCH, segments_per_shard=SHARD
-        )
+    settings = AnalysisSettings(max_length=MAX_LENGTH, batch_size=BATCH, examples_per_head=3)
+    local = analyze_corpus(sample_corpus(), default_model, settings)
+    with WorkerPool(AnalysisJob(ModelSpec(), settings), ClusterOptions(workers=2)) as pool:
+        distributed = analyze_on_pool(pool, sample_corpus(), default_model, segments_per_shard=SHARD)
     assert distributed.examples_per_head == 3
     mine = stored_examples(distributed, default_model, tmp_path / "ray.npz")
     expected = stored_examples(local, default_model, tmp_path / "local.npz")
@@ -210,10 +207,10 @@ def test_ray_coreference_probe_equals_a_local_run_and_resumes(
     }
     keeping = ShardedRun(checkpoint_file(tmp_path, "probe-coref"), checkpoint_seconds=0)
 
-    def stop_after_one_shard(done: int, total: int | None) -> None:
+    def stop_after_one_shard(done: int, total: int | None = None, *, stage: str = "") -> None:
         raise Interrupted
 
-    def record(done: int, total: int | None) -> None:
+    def record(done: int, total: int | None = None, *, stage: str = "") -> None:
         progress.append((done, total))
 
     progress: list[tuple[int, int | None]] = []
@@ -270,7 +267,9 @@ def test_ray_ablation_equals_a_local_run(
             pool,
             loaded,
             prune_fraction=0,
-            progress=lambda stage, done, total: stages.setdefault(stage, []).append((done, total)),
+            on_progress=lambda done, total=None, *, stage="": stages.setdefault(stage, []).append(
+                (done, total)
+            ),
         )
     local = local_ablation
     assert distributed.examples == local.examples == ABLATION_EXAMPLES

@@ -18,6 +18,7 @@ from transformers import BertConfig, BertModel
 from typer.testing import CliRunner
 
 from bertology.analysis.distances import js_cross_sums
+from bertology.analysis_settings import AnalysisSettings
 from bertology.attention import capture
 from bertology.cli import app
 from bertology.comparison import HeadMatching, compare_models, first_segment, word_rows
@@ -43,7 +44,7 @@ def corpus(sample_corpus_head: Callable[[int], Path]) -> Path:
 
 @pytest.fixture(scope="module")
 def self_comparison(default_model: LoadedModel, corpus: Path):
-    return compare_models(default_model, default_model, corpus, limit=4, batch_size=3)
+    return compare_models(default_model, default_model, corpus, AnalysisSettings(limit=4, batch_size=3))
 
 
 def delta_columns(frame: pd.DataFrame) -> pd.DataFrame:
@@ -129,7 +130,7 @@ def test_a_model_against_itself_has_zero_differences_and_the_identity_matching(s
 
 def test_swapped_heads_are_matched_back(default_model: LoadedModel, corpus: Path) -> None:
     swapped = swap_heads(default_model, layer=2, first=3, second=7)
-    comparison = compare_models(default_model, swapped, corpus, limit=3)
+    comparison = compare_models(default_model, swapped, corpus, AnalysisSettings(limit=3))
     expected = np.arange(72)
     expected[[2 * 12 + 3, 2 * 12 + 7]] = [2 * 12 + 7, 2 * 12 + 3]
     assert comparison.matching.b_of_a.tolist() == expected.tolist()
@@ -146,20 +147,22 @@ def test_norm_based_comparison_matches_swapped_heads_back(default_model: LoadedM
     """Norm-based weights follow a head's value and output weights, so swapping two heads' weights swaps
     their norm-based weights too."""
     swapped = swap_heads(default_model, layer=2, first=3, second=7)
-    comparison = compare_models(default_model, swapped, corpus, limit=2, weights="norm")
+    comparison = compare_models(default_model, swapped, corpus, AnalysisSettings(limit=2, weights="norm"))
     assert comparison.a.weights == comparison.b.weights == "norm"
     expected = np.arange(72)
     expected[[2 * 12 + 3, 2 * 12 + 7]] = [2 * 12 + 7, 2 * 12 + 3]
     assert comparison.matching.b_of_a.tolist() == expected.tolist()
     assert np.nanmax(comparison.matching.matched_distance) < 1e-5
-    plain = compare_models(default_model, swapped, corpus, limit=2)
+    plain = compare_models(default_model, swapped, corpus, AnalysisSettings(limit=2))
     assert not np.allclose(comparison.a.surface["cls"], plain.a.surface["cls"], atol=1e-3)
 
 
 def test_cross_distances_equal_a_direct_computation(default_model: LoadedModel, corpus: Path) -> None:
     """Every token of two segments, against an independent per-pair JS over the captured attention."""
     other = small_bert(2, 4, default_model.tokenizer, "bert-2x4")
-    comparison = compare_models(default_model, other, corpus, limit=2, js_tokens_per_segment=None)
+    comparison = compare_models(
+        default_model, other, corpus, AnalysisSettings(limit=2, js_tokens_per_segment=None)
+    )
     assert comparison.level == "token"
     total, tokens = np.zeros((72, 8)), 0
     for segment in list(iter_segments(corpus, default_model.tokenizer))[:2]:
@@ -179,7 +182,7 @@ def test_different_tokenizers_and_shapes_compare_at_the_word_level(
 ) -> None:
     roberta = load_model(save_tiny_model("roberta", tmp_path))  # 3 layers x 4 heads, byte-level BPE
     wide = small_bert(2, 8, default_model.tokenizer, "bert-2x8")
-    comparison = compare_models(roberta, wide, corpus, limit=3)
+    comparison = compare_models(roberta, wide, corpus, AnalysisSettings(limit=3))
     assert comparison.level == "word"
     assert comparison.shape_a == (3, 4) and comparison.shape_b == (2, 8)
     assert comparison.matching.distance.shape == (12, 16)
@@ -198,7 +201,7 @@ def test_different_tokenizers_and_shapes_compare_at_the_word_level(
     with pytest.raises(BertologyError, match="same layers and heads"):
         comparison.position_delta("cls")
     with pytest.raises(BertologyError, match="word level"):
-        compare_models(roberta, wide, corpus, limit=1, level="token")
+        compare_models(roberta, wide, corpus, AnalysisSettings(limit=1), level="token")
 
 
 def test_word_rows_sum_to_one_and_match_themselves(default_model: LoadedModel, corpus: Path) -> None:
@@ -212,7 +215,7 @@ def test_word_rows_sum_to_one_and_match_themselves(default_model: LoadedModel, c
     np.testing.assert_allclose(
         per_row[5, 1, :-1].numpy(), words.probs[0, 5, position, words.word_positions[columns]]
     )
-    itself = compare_models(default_model, default_model, corpus, limit=2, level="word")
+    itself = compare_models(default_model, default_model, corpus, AnalysisSettings(limit=2), level="word")
     assert itself.level == "word" and itself.matching.is_identity()
 
 
@@ -304,7 +307,7 @@ def test_two_decoders_compare_token_by_token(corpus: Path, tmp_path: Path) -> No
         for parameter in perturbed.parameters():
             parameter.add_(torch.randn_like(parameter) * 0.2)
     second = wrap_model(perturbed, first.tokenizer, "llama-perturbed")
-    comparison = compare_models(first, second, corpus, limit=2, js_tokens_per_segment=None)
+    comparison = compare_models(first, second, corpus, AnalysisSettings(limit=2, js_tokens_per_segment=None))
     assert comparison.level == "token"
     heads = first.num_layers * first.num_heads
     total, tokens = np.zeros((heads, heads)), 0

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from browser_support import ViewPage
 
+from bertology.analysis_settings import AnalysisSettings
 from bertology.comparison import compare_models, first_segment
 from bertology.corpus import sample_corpus
 from bertology.models import LoadedModel
@@ -27,7 +28,7 @@ EXAMPLES = sample_corpus()
 @pytest.fixture(scope="module")
 def report(default_model: LoadedModel, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A comparison of the default model with itself on the first two segments of the example corpus."""
-    comparison = compare_models(default_model, default_model, EXAMPLES, limit=2)
+    comparison = compare_models(default_model, default_model, EXAMPLES, AnalysisSettings(limit=2))
     segment = first_segment(EXAMPLES, default_model)
     view = head_view(segment.text_a, segment.text_b, model=default_model)
     outdir = tmp_path_factory.mktemp("comparison")

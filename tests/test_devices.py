@@ -18,6 +18,7 @@ import torch
 from typer.testing import CliRunner
 
 import bertology
+from bertology.analysis_settings import AnalysisSettings
 from bertology.analyze import CorpusAccumulators, analyze_corpus, corpus_batches
 from bertology.cli import app
 from bertology.corpus import sample_corpus
@@ -203,10 +204,10 @@ def test_a_device_name_of_no_known_form_is_a_usage_error() -> None:
 
 def test_accumulators_are_float64_after_a_bfloat16_batch(tiny_model_dirs: dict[str, Path]) -> None:
     loaded = load_model(tiny_model_dirs["bert"], device="cpu", dtype="bfloat16")
-    accumulators = CorpusAccumulators(loaded, js_tokens_per_segment=None)
+    accumulators = CorpusAccumulators(loaded, AnalysisSettings(max_length=32, js_tokens_per_segment=None))
     batch = next(corpus_batches(sample_corpus(), loaded.tokenizer, max_length=32, batch_size=4))
-    accumulators.add(batch, 32)
-    accumulators.add_captured(batch, 32)
+    accumulators.update(batch)
+    accumulators.add_captured(batch)
     assert accumulators.surface.means.sums is not None and accumulators.patterns.means.sums is not None
     assert accumulators.surface.means.sums.dtype == np.float64
     assert accumulators.patterns.means.sums.dtype == np.float64
@@ -214,7 +215,7 @@ def test_accumulators_are_float64_after_a_bfloat16_batch(tiny_model_dirs: dict[s
         accumulators.patterns.best_score is not None and accumulators.patterns.best_score.dtype == np.float64
     )
     assert accumulators.distances.js_sum is not None and accumulators.distances.js_sum.dtype == np.float64
-    result = accumulators.result("sample", corpus_format=None, max_length=32, seconds=0.0)
+    result = accumulators.result()
     assert {values.dtype for values in result.surface.columns.values()} == {np.dtype(np.float64)}
 
 

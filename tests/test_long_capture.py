@@ -17,6 +17,7 @@ from transformers import AutoModel
 
 import bertology
 from bertology import long_capture
+from bertology.analysis_settings import AnalysisSettings
 from bertology.analyze import analyze_corpus
 from bertology.attention import capture, capture_long_batch
 from bertology.errors import BertologyError
@@ -164,13 +165,15 @@ def test_statistics_are_equal_between_the_chunked_and_the_full_path(
         mode: analyze_corpus(
             corpus,
             loaded,
-            max_length=48,
-            limit=12,
-            batch_size=4,
-            js_tokens_per_segment=3,
-            convention="clark",  # also the smoothed entropies, over the keys each query may see
-            mode=mode,
-            chunk_bytes=TINY_CHUNK,
+            AnalysisSettings(
+                max_length=48,
+                limit=12,
+                batch_size=4,
+                js_tokens_per_segment=3,
+                convention="clark",  # also the smoothed entropies, over the keys each query may see
+                mode=mode,
+                chunk_bytes=TINY_CHUNK,
+            ),
         )
         for mode in ("probs", "qk")
     }

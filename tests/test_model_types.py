@@ -16,6 +16,7 @@ from tiny_models import DECODERS, GENERATIVE_ARCHITECTURES, SINGLE_STACK_TYPES
 from transformers import AutoConfig, AutoModel
 
 import bertology
+from bertology.analysis_settings import AnalysisSettings
 from bertology.analyze import analyze_corpus
 from bertology.attention import stream_batch
 from bertology.model_types import FEATURES, MODEL_TYPES, REFUSED, features
@@ -84,7 +85,9 @@ def test_capture_equals_output_attentions_and_streams_views_and_analyses(
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        analysis = analyze_corpus(sample_corpus_head(6), loaded, max_length=48, js_tokens_per_segment=2)
+        analysis = analyze_corpus(
+            sample_corpus_head(6), loaded, AnalysisSettings(max_length=48, js_tokens_per_segment=2)
+        )
     heads = analysis.heads_frame()
     assert len(heads) == loaded.num_layers * loaded.num_heads
     assert np.isfinite(heads["entropy"]).all() and np.isfinite(heads["previous"]).all()

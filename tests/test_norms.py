@@ -15,6 +15,7 @@ from transformers import AutoModel
 from typer.testing import CliRunner
 
 import bertology
+from bertology.analysis_settings import AnalysisSettings
 from bertology.analyze import analyze_corpus
 from bertology.cli import app
 from bertology.errors import BertologyError
@@ -106,12 +107,14 @@ def test_streamed_norm_analysis_equals_statistics_of_captured_norm_weights(
 ) -> None:
     corpus = tmp_path / "corpus.txt"
     corpus.write_text(f"{TEXT_A}\n{TEXT_B}\n", encoding="utf-8")
-    analysis = analyze_corpus(corpus, default_model, weights="norm", js_tokens_per_segment=None)
+    analysis = analyze_corpus(
+        corpus, default_model, AnalysisSettings(weights="norm", js_tokens_per_segment=None)
+    )
     assert analysis.weights == "norm" and analysis.summary()["weights"] == "norm"
     captured = bertology.capture(TEXT_A, TEXT_B, model=default_model, weights="norm", max_length=128)
     cls = captured.probs[:, :, :, 0].mean(-1)  # [layers, heads]: mean weight on [CLS] over query tokens
     np.testing.assert_allclose(analysis.surface["cls"], cls, rtol=1e-4, atol=1e-6)
-    plain = analyze_corpus(corpus, default_model, js_tokens_per_segment=None)
+    plain = analyze_corpus(corpus, default_model, AnalysisSettings(js_tokens_per_segment=None))
     assert not np.allclose(plain.surface["cls"], analysis.surface["cls"], atol=1e-3)
 
 

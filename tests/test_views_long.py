@@ -15,6 +15,7 @@ import torch
 from transformers import AutoModel
 
 import bertology
+from bertology.analysis_settings import AnalysisSettings
 from bertology.attention import _encode, capture
 from bertology.errors import BertologyError
 from bertology.long_capture import LongAttention
@@ -150,7 +151,9 @@ def test_the_reports_example_pages_build_from_long_captures(
     # The tiny model's segments of up to 64 tokens count as long, so the report captures them so.
     monkeypatch.setattr(importlib.import_module("bertology.attention"), "LONG_INPUT_TOKENS", 8)
     loaded = bertology.load_model(tiny_model_dirs["modernbert"])
-    analysis = analyze_corpus(sample_corpus_head(6), loaded, limit=6, batch_size=3, max_length=64)
+    analysis = analyze_corpus(
+        sample_corpus_head(6), loaded, AnalysisSettings(limit=6, batch_size=3, max_length=64)
+    )
     report = save_analysis(analysis, loaded, tmp_path)
     links = sorted(set(re.findall(r'href="(examples/[^"]+\.html)"', report.read_text(encoding="utf-8"))))
     assert links, "labelled heads link their example segment"

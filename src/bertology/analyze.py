@@ -29,9 +29,9 @@ from bertology.analysis.distances import (
     mds_embedding,
 )
 from bertology.analysis.patterns import HeadPatterns, PatternAccumulator
+from bertology.analysis_settings import DEFAULT_SETTINGS, AnalysisSettings
 from bertology.attention import (
     AttentionBatch,
-    CaptureMode,
     capture_batch,
     stream_batch,
     stream_long_batch,
@@ -44,7 +44,8 @@ from bertology.inputs import EncodedBatch, Text
 from bertology.long_capture import CHUNK_BYTES, LayerQueriesKeys
 from bertology.models import LoadedModel, require_single_stack
 from bertology.norms import Weights, check_weights
-from bertology.options import BATCH_SIZE, EXAMPLES_PER_HEAD, JS_TOKENS_PER_SEGMENT
+from bertology.options import BATCH_SIZE, EXAMPLES_PER_HEAD
+from bertology.progress import Progress
 from bertology.stats.base import HeadTable
 from bertology.stats.rows import RowSummarizer, RowSummary, SpecialTokens
 from bertology.stats.surface import Convention, SurfaceAccumulator
@@ -195,24 +196,20 @@ class _LayerConsumer:
 
 class CorpusAccumulators:
     """One model's streaming accumulators over a corpus: surface statistics, pattern scores and the mean
-    JS divergence between heads, fed a batch of segments at a time (:meth:`add`) and read with
-    :meth:`result`.
+    JS divergence between heads, fed a batch of segments at a time (:meth:`update`) and read with
+    :meth:`result` (an :class:`~bertology.accumulator.Accumulator`).
 
-    js_tokens_per_segment: query tokens sampled per segment for the JS divergences (seeded; ``None`` =
-    all). weights: measure the softmax output (``"attention"``) or the norm-based weights (``"norm"``,
-    :mod:`bertology.norms`). convention: of the surface statistics, ``"bertology"`` or
-    ``"clark"`` (Clark et al.'s released code; :mod:`bertology.stats.surface`). first_segment: the
-    number of the first segment added (segments count from there in the order they are added), so the
-    accumulators of consecutive shards of a corpus, each given its shard's first number, merged
-    (:meth:`merge`) equal one pass over the whole (:mod:`bertology.cluster`). Nothing here changes
-    process-wide settings; a program that runs many batches may first call
-    :func:`bertology.allocator.keep_freed_memory`, as ``bertology analyze`` does. mode: ``"auto"``
-    computes the statistics of segments over :data:`~bertology.long_capture.LONG_INPUT_TOKENS` tokens
-    (the ``max_length`` of :meth:`add`) from queries and keys, block by block of at most ``chunk_bytes``
-    (:func:`~bertology.attention.uses_queries_keys`: peak memory linear in the tokens beyond one block);
-    ``"qk"`` always, ``"probs"`` never. Both paths give the same statistics. examples_per_head: the
-    best segments kept per pattern and head for the stored examples (:mod:`bertology.analysis.examples`;
-    0: none stored, the best one still kept for the report).
+    settings: what is measured and how (:class:`~bertology.analysis_settings.AnalysisSettings`: seed, sample
+    size, weights, convention, capture mode and its block size, examples kept per head; its ``max_length``
+    is the longest segment :meth:`update` is given). corpus: the file the segments come from (named by the
+    result and its errors); the result's seconds count from the accumulators' creation. On the query/key
+    path (:func:`~bertology.attention.uses_queries_keys`) rows are computed block by block, peak memory
+    linear in the tokens beyond one block; both paths give the same statistics. first_segment: the number of
+    the first segment added (segments count from there in the order they are added), so the accumulators of
+    consecutive shards of a corpus, each given its shard's first number, merged (:meth:`merge`) equal one
+    pass over the whole (:mod:`bertology.cluster`). Nothing here changes process-wide settings; a program
+    that runs many batches may first call :func:`bertology.allocator.keep_freed_memory`, as ``bertology
+    analyze`` does.
 
     Raises:
         BertologyError: a model that is not an encoder, unknown weights or an unknown convention.
@@ -221,27 +218,24 @@ class CorpusAccumulators:
     def __init__(
         self,
         loaded: LoadedModel,
+        settings: AnalysisSettings = DEFAULT_SETTINGS,
         *,
-        js_tokens_per_segment: int | None = JS_TOKENS_PER_SEGMENT,
-        seed: int = 0,
-        weights: Weights = "attention",
-        convention: Convention = "bertology",
+        corpus: str | Path = "",
         first_segment: int = 0,
-        mode: CaptureMode = "auto",
-        chunk_bytes: int = CHUNK_BYTES,
-        examples_per_head: int = EXAMPLES_PER_HEAD,
     ) -> None:
         require_single_stack(loaded, "Corpus analysis")
-        self.loaded, self.weights, self.seed = loaded, check_weights(weights), seed
-        self.mode, self.chunk_bytes = mode, chunk_bytes
+        check_weights(settings.weights)
+        self.loaded, self.settings, self.corpus = loaded, settings, str(corpus)
+        self.started = time.perf_counter()
         self.special = SpecialTokens.of(loaded)
-        self.surface = SurfaceAccumulator(self.special, convention=convention)
-        self.examples_per_head = examples_per_head
+        self.surface = SurfaceAccumulator(self.special, convention=settings.convention)
         self.patterns = PatternAccumulator(
-            self.special, first_segment=first_segment, keep=max(1, examples_per_head)
+            self.special, first_segment=first_segment, keep=max(1, settings.examples_per_head)
         )
         self.distances = DistanceAccumulator(
-            max_tokens_per_segment=js_tokens_per_segment, seed=seed, first_segment=first_segment
+            max_tokens_per_segment=settings.js_tokens_per_segment,
+            seed=settings.seed,
+            first_segment=first_segment,
         )
         self.segments = self.truncated_segments = self.tokens_cut = 0
         #: The rows the distances sampled from the last batch (its :class:`RowSampler`), or ``None``.
@@ -249,14 +243,21 @@ class CorpusAccumulators:
         #: The row summary's scratch buffer, kept from batch to batch (see :class:`RowSummarizer`).
         self.scratch: torch.Tensor | None = None
 
-    def add(self, batch: list[Segment], max_length: int) -> EncodedBatch:
-        """Run one batch of segments and fold it into the accumulators while the model runs.
+    @property
+    def items(self) -> int:
+        """Segments added (or merged) so far."""
+        return self.segments
+
+    def update(self, batch: list[Segment]) -> EncodedBatch:
+        """Run one batch of segments (each cut to the settings' ``max_length``) and fold it into the
+        accumulators while the model runs.
 
         No layer outlives the next one, and the row summary is made once for all row statistics.
         The batch is padded to a multiple of :data:`PAD_MULTIPLE` tokens. Returns the encoded batch.
         """
-        long = self.uses_queries_keys(max_length)
-        chunk_bytes = self.chunk_bytes if long else None
+        max_length = self.settings.max_length
+        long = self.uses_queries_keys()
+        chunk_bytes = self.settings.chunk_bytes if long else None
         smoothing = self.surface.smoothing
         consumer = _LayerConsumer(self.special, self.distances, self.scratch, smoothing, chunk_bytes)
         with warnings.catch_warnings():
@@ -276,7 +277,7 @@ class CorpusAccumulators:
                     model=self.loaded,
                     max_length=max_length,
                     pad_to_multiple_of=PAD_MULTIPLE,
-                    weights=self.weights,
+                    weights=self.settings.weights,
                 )
         self.distances.add(consumer.sampler)
         self.last_sample = consumer.sampler
@@ -284,14 +285,16 @@ class CorpusAccumulators:
         self._fold(consumer.summarizer.result(), encoded)
         return encoded
 
-    def uses_queries_keys(self, max_length: int) -> bool:
-        """Whether :meth:`add` computes segments of up to ``max_length`` tokens from queries and keys."""
-        if self.mode != "auto":
-            return self.mode == "qk"
-        return uses_queries_keys(self.loaded, min(max_length, self.loaded.max_length), self.weights)
+    def uses_queries_keys(self) -> bool:
+        """Whether :meth:`update` computes segments of up to the settings' ``max_length`` tokens from queries
+        and keys."""
+        mode, max_length = self.settings.mode, self.settings.max_length
+        if mode != "auto":
+            return mode == "qk"
+        return uses_queries_keys(self.loaded, min(max_length, self.loaded.max_length), self.settings.weights)
 
-    def add_captured(self, batch: list[Segment], max_length: int) -> AttentionBatch:
-        """As :meth:`add`, but capture the batch's whole attention ``[B, L, H, N, N]`` and return it, for a
+    def add_captured(self, batch: list[Segment]) -> AttentionBatch:
+        """As :meth:`update`, but capture the batch's whole attention ``[B, L, H, N, N]`` and return it, for a
         caller that needs more of it than the statistics (e.g. word-level attention); one forward pass
         either way, more memory here. :attr:`last_sample` is not kept."""
         with warnings.catch_warnings():
@@ -299,9 +302,9 @@ class CorpusAccumulators:
             captured = capture_batch(
                 *batch_texts(batch),
                 model=self.loaded,
-                max_length=max_length,
+                max_length=self.settings.max_length,
                 pad_to_multiple_of=PAD_MULTIPLE,
-                weights=self.weights,
+                weights=self.settings.weights,
             )
         self.distances.update(captured)
         self.last_sample = None
@@ -313,12 +316,12 @@ class CorpusAccumulators:
         settings, e.g. on a worker) and return ``self``; ``other`` is left as it was.
 
         Raises:
-            BertologyError: ``other`` measured other weights or sampled with another seed or sample size.
+            BertologyError: ``other`` was measured with other settings.
         """
-        mine = (self.weights, self.seed, self.distances.max_tokens_per_segment)
-        theirs = (other.weights, other.seed, other.distances.max_tokens_per_segment)
-        if mine != theirs:
-            raise BertologyError(f"Cannot merge corpus statistics of settings {theirs} into {mine}.")
+        if other.settings != self.settings:
+            raise BertologyError(
+                f"Cannot merge corpus statistics of settings {other.settings} into {self.settings}."
+            )
         self.surface.merge(other.surface)
         self.patterns.merge(other.patterns)
         self.distances.merge(other.distances)
@@ -340,93 +343,70 @@ class CorpusAccumulators:
         self.truncated_segments += sum(1 for tokens in encoded.truncated if tokens > 0)
         self.tokens_cut += sum(encoded.truncated)
 
-    def result(
-        self, corpus: str | Path, *, corpus_format: str | None, max_length: int, seconds: float
-    ) -> CorpusAnalysis:
+    def result(self) -> CorpusAnalysis:
         """The :class:`CorpusAnalysis` of everything added so far.
 
         Raises:
             BertologyError: no segment was added.
         """
         if self.segments == 0:
-            raise BertologyError(f"The corpus '{corpus}' gave no segments to analyse.")
+            raise BertologyError(f"The corpus '{self.corpus}' gave no segments to analyse.")
         return CorpusAnalysis(
             model_name=self.loaded.name,
-            corpus=str(corpus),
-            corpus_format=corpus_format,
-            max_length=max_length,
-            seed=self.seed,
+            corpus=self.corpus,
+            corpus_format=self.settings.corpus_format,
+            max_length=self.settings.max_length,
+            seed=self.settings.seed,
             surface=self.surface.result(),
             patterns=self.patterns.result(),
             distances=self.distances.result(),
             segments=self.segments,
             truncated_segments=self.truncated_segments,
             tokens_cut=self.tokens_cut,
-            seconds=seconds,
-            weights=self.weights,
+            seconds=time.perf_counter() - self.started,
+            weights=self.settings.weights,
             convention=self.surface.convention,
             dtype=str(self.loaded.dtype).removeprefix("torch."),
-            examples_per_head=self.examples_per_head,
+            examples_per_head=self.settings.examples_per_head,
         )
 
 
 def analyze_corpus(
     corpus: str | Path,
     loaded: LoadedModel,
+    settings: AnalysisSettings = DEFAULT_SETTINGS,
     *,
-    max_length: int = 128,
-    limit: int | None = None,
-    seed: int = 0,
-    batch_size: int = BATCH_SIZE,
-    js_tokens_per_segment: int | None = JS_TOKENS_PER_SEGMENT,
-    corpus_format: str | None = None,
-    weights: Weights = "attention",
-    convention: Convention = "bertology",
-    on_progress: Callable[[int], None] | None = None,
-    mode: CaptureMode = "auto",
-    chunk_bytes: int = CHUNK_BYTES,
-    examples_per_head: int = EXAMPLES_PER_HEAD,
+    on_progress: Progress | None = None,
 ) -> CorpusAnalysis:
     """Stream ``corpus`` through ``loaded`` and return every head's statistics.
 
-    limit: analyse at most this many segments (the first ones). js_tokens_per_segment, weights,
-    convention, mode, chunk_bytes and examples_per_head: see :class:`CorpusAccumulators` (segments over
-    :data:`~bertology.long_capture.LONG_INPUT_TOKENS` tokens, up to the model's own limit, are computed
-    from queries and keys, in batches of at most :data:`LONG_BATCH_TOKENS` tokens). on_progress: called
-    with the number of segments done after each batch.
+    settings: how the corpus is read and measured (:class:`~bertology.analysis_settings.AnalysisSettings`;
+    segments over :data:`~bertology.long_capture.LONG_INPUT_TOKENS` tokens, up to the model's own limit,
+    are computed from queries and keys, in batches of at most :data:`LONG_BATCH_TOKENS` tokens).
+    on_progress: told the segments done after each batch, and the limit as the total
+    (:class:`~bertology.progress.Progress`).
 
     Raises:
         BertologyError: unreadable or empty corpus, or a corpus too small for the head map.
     """
-    start = time.perf_counter()
-    accumulators = CorpusAccumulators(
-        loaded,
-        js_tokens_per_segment=js_tokens_per_segment,
-        seed=seed,
-        weights=weights,
-        convention=convention,
-        mode=mode,
-        chunk_bytes=chunk_bytes,
-        examples_per_head=examples_per_head,
-    )
-    if accumulators.uses_queries_keys(max_length):
-        batch_size = min(batch_size, max(1, LONG_BATCH_TOKENS // min(max_length, loaded.max_length)))
+    accumulators = CorpusAccumulators(loaded, settings, corpus=corpus)
+    batch_size = settings.batch_size
+    if accumulators.uses_queries_keys():
+        batch_size = min(batch_size, max(1, LONG_BATCH_TOKENS // min(settings.max_length, loaded.max_length)))
     batches = corpus_batches(
         corpus,
         loaded.tokenizer,
-        max_length=max_length,
-        limit=limit,
+        max_length=settings.max_length,
+        limit=settings.limit,
         batch_size=batch_size,
-        corpus_format=corpus_format,
+        corpus_format=settings.corpus_format,
         pairs=loaded.kind == "encoder",
     )
     for batch in batches:
-        accumulators.add(batch, max_length)
+        accumulators.update(batch)
         if on_progress is not None:
-            on_progress(accumulators.segments)
-    return accumulators.result(
-        corpus, corpus_format=corpus_format, max_length=max_length, seconds=time.perf_counter() - start
-    )
+            on_progress(accumulators.segments, settings.limit)
+    return accumulators.result()
 
 
 def example_segments(analysis: CorpusAnalysis, loaded: LoadedModel, wanted: set[int]) -> dict[int, Segment]:

@@ -6,13 +6,14 @@ score in bertology is computed the same way.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
 
 from bertology.inputs import encode
 from bertology.models import LoadedModel
+from bertology.progress import Progress
 
 
 def predict_logits(
@@ -22,12 +23,13 @@ def predict_logits(
     *,
     batch_size: int = 32,
     max_length: int | None = None,
-    progress: Callable[[int], None] | None = None,
+    on_progress: Progress | None = None,
 ) -> np.ndarray:
     """Logits of ``loaded`` (a classifier from ``load_model(..., classifier=True)``) for every input.
 
     Returns: [len(texts), num_labels] float32, in input order. Runs without gradients, in eval mode
-    (the model's mode is restored afterwards). progress: called with the number of inputs done per batch.
+    (the model's mode is restored afterwards). on_progress: told the inputs done after each batch, out of
+    ``len(texts)``.
     """
     limit = loaded.max_length if max_length is None else min(max_length, loaded.max_length)
     was_training = loaded.model.training
@@ -45,8 +47,8 @@ def predict_logits(
                 )
                 logits = loaded.model(**loaded.model_inputs(encoded)).logits
                 chunks.append(logits.float().cpu().numpy())
-                if progress is not None:
-                    progress(len(encoded))
+                if on_progress is not None:
+                    on_progress(min(stop, len(texts)), len(texts))
     finally:
         loaded.model.train(was_training)
     return np.concatenate(chunks)

@@ -23,8 +23,7 @@ from __future__ import annotations
 
 import itertools
 import json
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Self
 
@@ -34,15 +33,16 @@ import torch
 from scipy.optimize import linear_sum_assignment
 
 from bertology.analysis.distances import RowSampler, js_cross_sums
-from bertology.analyze import BATCH_SIZE, CorpusAccumulators, CorpusAnalysis, corpus_batches
+from bertology.analysis_settings import DEFAULT_SETTINGS, AnalysisSettings
+from bertology.analyze import CorpusAccumulators, CorpusAnalysis, corpus_batches
 from bertology.corpus import Segment, iter_segments
 from bertology.devices import float64_home
 from bertology.errors import BertologyError
 from bertology.inputs import EncodedBatch
 from bertology.models import LoadedModel
-from bertology.norms import WEIGHT_DESCRIPTIONS, Weights
-from bertology.options import JS_TOKENS_PER_SEGMENT, Level
-from bertology.stats.surface import Convention
+from bertology.norms import WEIGHT_DESCRIPTIONS
+from bertology.options import Level
+from bertology.progress import Progress
 from bertology.words import WordAttention, word_attention
 
 if TYPE_CHECKING:
@@ -285,10 +285,12 @@ def _check_tokens_agree(encoded_a: EncodedBatch, encoded_b: EncodedBatch) -> Non
 
 class ComparisonAccumulators:
     """Both models' streaming accumulators (:class:`~bertology.analyze.CorpusAccumulators`) and the sums of
-    the cross-model JS divergences, fed a batch of segments at a time (:meth:`add`) and read with
-    :meth:`result`. first_segment: the number of the first segment added, so that the accumulators of
-    consecutive shards of a corpus, merged (:meth:`merge`), equal one pass (as in ``CorpusAccumulators``).
-    Other options as in :func:`compare_models`.
+    the cross-model JS divergences, fed a batch of segments at a time (:meth:`update`) and read with
+    :meth:`result` (an :class:`~bertology.accumulator.Accumulator`). corpus: as for
+    ``CorpusAccumulators``. settings: of both sides (:class:`~bertology.analysis_settings.AnalysisSettings`);
+    level: as in :func:`compare_models`. first_segment: the number of the first segment added, so that the
+    accumulators of consecutive shards of a corpus, merged (:meth:`merge`), equal one pass (as in
+    ``CorpusAccumulators``).
 
     Raises:
         BertologyError: an unknown level.
@@ -298,12 +300,10 @@ class ComparisonAccumulators:
         self,
         model_a: LoadedModel,
         model_b: LoadedModel,
+        settings: AnalysisSettings = DEFAULT_SETTINGS,
         *,
         level: Level = "auto",
-        js_tokens_per_segment: int | None = JS_TOKENS_PER_SEGMENT,
-        seed: int = 0,
-        weights: Weights = "attention",
-        convention: Convention = "bertology",
+        corpus: str | Path = "",
         first_segment: int = 0,
     ) -> None:
         if level not in LEVELS:
@@ -311,16 +311,9 @@ class ComparisonAccumulators:
         self.level: Literal["token", "word"] = (
             ("token" if same_tokenizer(model_a, model_b) else "word") if level == "auto" else level
         )
-        self.js_tokens_per_segment, self.seed = js_tokens_per_segment, seed
+        self.settings = settings
         self.sides = tuple(
-            CorpusAccumulators(
-                model,
-                js_tokens_per_segment=js_tokens_per_segment,
-                seed=seed,
-                weights=weights,
-                convention=convention,
-                first_segment=first_segment,
-            )
+            CorpusAccumulators(model, settings, corpus=corpus, first_segment=first_segment)
             for model in (model_a, model_b)
         )
         self.cross: np.ndarray | None = None  # [Ga, Gb] float64 sums of JS divergences (nats)
@@ -328,14 +321,14 @@ class ComparisonAccumulators:
         self.next_segment = first_segment
 
     @property
-    def segments(self) -> int:
+    def items(self) -> int:
         """Segments added (or merged) so far."""
         return self.sides[0].segments
 
-    def add(self, batch: list[Segment], max_length: int) -> None:
+    def update(self, batch: list[Segment]) -> None:
         """Run one batch of segments through both models and fold it in."""
         if self.level == "token":
-            _check_tokens_agree(*(side.add(batch, max_length) for side in self.sides))
+            _check_tokens_agree(*(side.update(batch) for side in self.sides))
             samples = [side.last_sample for side in self.sides]
             assert samples[0] is not None and samples[1] is not None
             rows_a, rows_b = (_token_rows(sample, len(batch)) for sample in samples)
@@ -343,14 +336,15 @@ class ComparisonAccumulators:
         else:
             # One forward pass per model serves both its statistics and its word-level attention.
             words_a, words_b = (
-                [word_attention(attention) for attention in side.add_captured(batch, max_length)]
-                for side in self.sides
+                [word_attention(attention) for attention in side.add_captured(batch)] for side in self.sides
             )
             rows_a, rows_b = [], []
             for offset, (first, second) in enumerate(zip(words_a, words_b, strict=True)):
                 common = np.flatnonzero((first.word_positions >= 0) & (second.word_positions >= 0))
                 segment = self.next_segment + offset
-                queries = _query_words(common, self.js_tokens_per_segment, self.seed, segment)
+                queries = _query_words(
+                    common, self.settings.js_tokens_per_segment, self.settings.seed, segment
+                )
                 rows_a.append(word_rows(first, queries, common))
                 rows_b.append(word_rows(second, queries, common))
                 self.units += len(queries)
@@ -378,42 +372,31 @@ class ComparisonAccumulators:
         self.next_segment = max(self.next_segment, other.next_segment)
         return self
 
-    def result(
-        self, corpus: str | Path, *, corpus_format: str | None, max_length: int, seconds: float
-    ) -> ModelComparison:
+    def result(self) -> ModelComparison:
         """The :class:`ModelComparison` of everything added so far.
 
         Raises:
             BertologyError: no segment was added.
         """
         if self.cross is None or self.units == 0:
-            raise BertologyError(f"The corpus '{corpus}' gave no segments to compare.")
-        a, b = (
-            side.result(corpus, corpus_format=corpus_format, max_length=max_length, seconds=seconds)
-            for side in self.sides
-        )
+            raise BertologyError(f"The corpus '{self.sides[0].corpus}' gave no segments to compare.")
+        a, b = (side.result() for side in self.sides)
         distance = np.clip(self.cross / self.units, 0.0, np.log(2))
-        return ModelComparison(a, b, HeadMatching.of(distance), self.level, self.units, seconds)
+        return ModelComparison(a, b, HeadMatching.of(distance), self.level, self.units, a.seconds)
 
 
 def comparison_batches(
-    corpus: str | Path,
-    model_a: LoadedModel,
-    model_b: LoadedModel,
-    *,
-    max_length: int = 128,
-    limit: int | None = None,
-    batch_size: int = BATCH_SIZE,
-    corpus_format: str | None = None,
+    corpus: str | Path, model_a: LoadedModel, model_b: LoadedModel, settings: AnalysisSettings
 ) -> Iterator[list[Segment]]:
-    """The batches both models read (:func:`~bertology.analyze.corpus_batches` with A's tokenizer)."""
+    """The batches both models read (:func:`~bertology.analyze.corpus_batches` with A's tokenizer and the
+    settings' reading options)."""
     return corpus_batches(
         corpus,
         model_a.tokenizer,
-        max_length=max_length,
-        limit=limit,
-        batch_size=batch_size,
-        corpus_format=corpus_format,
+        max_length=settings.max_length,
+        limit=settings.limit,
+        batch_size=settings.batch_size,
+        corpus_format=settings.corpus_format,
         pairs=model_a.kind == model_b.kind == "encoder",  # a decoder reads single texts
     )
 
@@ -422,57 +405,30 @@ def compare_models(
     model_a: LoadedModel,
     model_b: LoadedModel,
     corpus: str | Path,
+    settings: AnalysisSettings = DEFAULT_SETTINGS,
     *,
-    max_length: int = 128,
-    limit: int | None = None,
-    seed: int = 0,
-    batch_size: int = BATCH_SIZE,
-    js_tokens_per_segment: int | None = JS_TOKENS_PER_SEGMENT,
-    corpus_format: str | None = None,
     level: Level = "auto",
-    weights: Weights = "attention",
-    convention: Convention = "bertology",
-    on_progress: Callable[[int], None] | None = None,
+    on_progress: Progress | None = None,
 ) -> ModelComparison:
     """Stream ``corpus`` through both models and compare every head of A with every head of B.
 
     Segments are built with A's tokenizer and given to both models as text; each batch's attention is
-    reduced and dropped (flat memory). level: ``"token"``, ``"word"`` or ``"auto"`` (tokens when
-    :func:`same_tokenizer`, else words); see the module docstring. js_tokens_per_segment: query tokens
-    (or words) sampled per segment for the distances, seeded (``None``: all). weights: compare the
-    softmax weights or the norm-based ones (:mod:`bertology.norms`). convention: of both models' surface
-    statistics (:mod:`bertology.stats.surface`). Other options and ``on_progress`` as in
-    :func:`~bertology.analyze.analyze_corpus`.
+    reduced and dropped (flat memory). settings: how the corpus is read and both models measured
+    (:class:`~bertology.analysis_settings.AnalysisSettings`; its ``js_tokens_per_segment`` query tokens,
+    or words, are sampled per segment for the distances, seeded). level: ``"token"``, ``"word"`` or
+    ``"auto"`` (tokens when :func:`same_tokenizer`, else words); see the module docstring. on_progress as
+    in :func:`~bertology.analyze.analyze_corpus`.
 
     Raises:
         BertologyError: an unknown level, an unreadable or empty corpus, or token-level comparison of two
             tokenizers that split the text differently.
     """
-    accumulators = ComparisonAccumulators(
-        model_a,
-        model_b,
-        level=level,
-        js_tokens_per_segment=js_tokens_per_segment,
-        seed=seed,
-        weights=weights,
-        convention=convention,
-    )
-    start = time.perf_counter()
-    batches = comparison_batches(
-        corpus,
-        model_a,
-        model_b,
-        max_length=max_length,
-        limit=limit,
-        batch_size=batch_size,
-        corpus_format=corpus_format,
-    )
-    for batch in batches:
-        accumulators.add(batch, max_length)
+    accumulators = ComparisonAccumulators(model_a, model_b, settings, level=level, corpus=corpus)
+    for batch in comparison_batches(corpus, model_a, model_b, settings):
+        accumulators.update(batch)
         if on_progress is not None:
-            on_progress(accumulators.segments)
-    seconds = time.perf_counter() - start
-    return accumulators.result(corpus, corpus_format=corpus_format, max_length=max_length, seconds=seconds)
+            on_progress(accumulators.items, settings.limit)
+    return accumulators.result()
 
 
 def first_segment(

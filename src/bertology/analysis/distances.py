@@ -278,6 +278,11 @@ class DistanceAccumulator:
             return np.arange(length)
         return np.sort(np.random.default_rng([self.seed, segment]).choice(length, size=limit, replace=False))
 
+    @property
+    def items(self) -> int:
+        """Segments seen."""
+        return self.segments
+
     def update(self, batch: AttentionBatch) -> None:
         sampler = self.sampler(batch.lengths)
         for layer in range(batch.probs.shape[1]):

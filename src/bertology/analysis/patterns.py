@@ -219,6 +219,11 @@ class PatternAccumulator:
         """[patterns, layers, heads] float64: each pattern's highest segment score per head so far."""
         return None if self.top_score is None else self.top_score[..., 0]
 
+    @property
+    def items(self) -> int:
+        """Segments seen."""
+        return self.means.segments
+
     def update(self, batch: AttentionBatch) -> None:
         self.update_rows(RowSummary.of(batch, self.special))
 

@@ -48,7 +48,7 @@ about ``1e-7`` relative error). Layers 0 and 1 are exact.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -58,6 +58,7 @@ from scipy.sparse.csgraph import maximum_flow
 
 from bertology.errors import BertologyError
 from bertology.options import FLOW_MAX_TOKENS
+from bertology.progress import Progress
 
 if TYPE_CHECKING:
     from bertology.attention import Attention
@@ -171,7 +172,7 @@ def attention_flow(
     probs: np.ndarray,
     *,
     max_tokens: int = FLOW_MAX_TOKENS,
-    on_progress: Callable[[int], None] | None = None,
+    on_progress: Progress | None = None,
 ) -> np.ndarray:
     """``F: [layers, n, n]`` float64: ``F_l[i, j]`` = maximum flow from token ``i`` at layer ``l``'s
     output to input token ``j`` through the residual-augmented attention graph (see the module docstring
@@ -180,7 +181,7 @@ def attention_flow(
 
     probs: [layers, heads, n, n] attention of one input.
     max_tokens: refuse (:class:`BertologyError`) inputs longer than this.
-    on_progress: called with the number of max-flow problems solved so far (of :func:`flow_pair_count`).
+    on_progress: told the max-flow problems solved so far, out of :func:`flow_pair_count`.
     """
     augmented = residual_attention(probs)
     layers, n, _ = augmented.shape
@@ -190,7 +191,7 @@ def attention_flow(
     if layers > 1:
         flow[1] = np.minimum(augmented[1][:, :, None], augmented[0][None, :, :]).sum(axis=1)
     capacities = np.rint(augmented * FLOW_SCALE).astype(np.int32)
-    solved = 0
+    solved, problems = 0, flow_pair_count(layers, n)
     for layer in range(2, layers):
         graph = _LayerGraph(capacities[:layer], top=layer)
         for sink in range(n):
@@ -199,7 +200,7 @@ def attention_flow(
                 flow[layer, token, sink] = value / FLOW_SCALE
             solved += n
             if on_progress is not None:
-                on_progress(solved)
+                on_progress(solved, problems)
     return flow
 
 
@@ -251,7 +252,7 @@ def relevance(
     methods: Sequence[RelevanceMethod] = RELEVANCE_METHODS,
     *,
     max_tokens: int = FLOW_MAX_TOKENS,
-    on_progress: Callable[[int], None] | None = None,
+    on_progress: Progress | None = None,
 ) -> Relevance:
     """Rollout and / or flow of a captured input (``max_tokens`` and ``on_progress``: see
     :func:`attention_flow`)."""

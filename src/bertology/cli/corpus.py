@@ -1,6 +1,4 @@
-"""``bertology analyze``, ``index`` and ``compare``: commands that stream a corpus through models.
-"""
-
+"""``bertology analyze``, ``index`` and ``compare``: commands that stream a corpus through models."""
 
 from __future__ import annotations
 
@@ -99,6 +97,7 @@ def analyze(
     """Per-head statistics, pattern labels and head clustering over CORPUS, written as an HTML report."""
     cluster = cluster_options(ray, workers, threads_per_worker, resume)  # a usage error before torch loads
     from bertology.allocator import keep_freed_memory
+    from bertology.analysis_settings import AnalysisSettings
     from bertology.analyze import analyze_corpus
     from bertology.cluster.analyze import AnalysisJob, analyze_on_pool
     from bertology.cluster.checkpoint import checkpoint_file
@@ -113,29 +112,26 @@ def analyze(
     loaded = load_model(model, device=device, dtype=dtype)
     require_max_length(loaded, max_len)
     checkpoint = checkpoint_file(output, "analyze")
-    settings = {  # of the statistics: the local run takes them, a Ray run's job carries them to the workers
-        "max_length": max_len,
-        "seed": seed,
-        "js_tokens_per_segment": js_tokens or None,
-        "weights": weights,
-        "convention": convention,
-        "examples_per_head": examples_per_head,
-    }
+    settings = AnalysisSettings(  # the local run takes them, a Ray run's job carries them to the workers
+        max_length=max_len,
+        limit=limit,
+        batch_size=batch_size,
+        corpus_format=corpus_format,
+        seed=seed,
+        js_tokens_per_segment=js_tokens or None,
+        weights=weights,
+        convention=convention,
+        examples_per_head=examples_per_head,
+    )
     with progress_bar("Analysing segments", limit, rate="segments") as on_progress:
-        reading = {
-            "limit": limit,
-            "batch_size": batch_size,
-            "corpus_format": corpus_format,
-            "on_progress": on_progress,
-        }
         if cluster is None:
             keep_freed_memory()  # each batch reuses the buffers the last one freed (this process only)
-            analysis = analyze_corpus(corpus, loaded, **settings, **reading)
+            analysis = analyze_corpus(corpus, loaded, settings, on_progress=on_progress)
         else:
-            job = AnalysisJob(ModelSpec(model, device, dtype), **settings)
-            sharded = ShardedRun(checkpoint, resume, on_progress=reading.pop("on_progress"))
+            job = AnalysisJob(ModelSpec(model, device, dtype), settings)
+            sharded = ShardedRun(checkpoint, resume, on_progress=on_progress)
             with resumable(checkpoint), cluster_pool(job, cluster) as pool:
-                analysis = analyze_on_pool(pool, corpus, loaded, **reading, sharded=sharded)
+                analysis = analyze_on_pool(pool, corpus, loaded, sharded=sharded)
     if analysis.truncated_segments:
         err.print(
             f"[yellow]Warning:[/yellow] {analysis.truncated_segments} segments were longer than "
@@ -213,7 +209,7 @@ def ablation_of(
     except BertologyError as error:
         return str(error)
     with progress_bar(f"Ablating the heads of model {side}", None) as on_progress:
-        return single_head_ablation(classifier, task_dir, max_dev=max_dev or None, progress=on_progress)
+        return single_head_ablation(classifier, task_dir, max_dev=max_dev or None, on_progress=on_progress)
 
 
 @app.command()
@@ -277,6 +273,7 @@ def compare(
     JS divergence, both models' head views of one input and, with --task, both ablation pictures."""
     cluster = cluster_options(ray, workers, threads_per_worker, resume)  # a usage error before torch loads
     from bertology.allocator import keep_freed_memory
+    from bertology.analysis_settings import AnalysisSettings
     from bertology.cluster.checkpoint import checkpoint_file
     from bertology.cluster.compare import ComparisonJob, compare_on_pool
     from bertology.cluster.driver import ShardedRun
@@ -297,25 +294,27 @@ def compare(
     for loaded in (loaded_a, loaded_b):
         require_max_length(loaded, max_len)
     checkpoint = checkpoint_file(output, "compare")
-    settings = {  # of the statistics: the local run takes them, a Ray run's job carries them to the workers
-        "max_length": max_len,
-        "seed": seed,
-        "js_tokens_per_segment": js_tokens or None,
-        "level": level,
-        "weights": weights,
-        "convention": convention,
-    }
+    settings = AnalysisSettings(  # the local run takes them, a Ray run's job carries them to the workers
+        max_length=max_len,
+        limit=limit,
+        batch_size=batch_size,
+        seed=seed,
+        js_tokens_per_segment=js_tokens or None,
+        weights=weights,
+        convention=convention,
+    )
     with progress_bar("Comparing segments", limit, rate="segments") as on_progress:
-        reading = {"limit": limit, "batch_size": batch_size, "on_progress": on_progress}
         if cluster is None:
             keep_freed_memory()  # each batch reuses the buffers the last one freed (this process only)
-            comparison = compare_models(loaded_a, loaded_b, corpus, **settings, **reading)
+            comparison = compare_models(
+                loaded_a, loaded_b, corpus, settings, level=level, on_progress=on_progress
+            )
         else:
             specs = (ModelSpec(model_a, device, dtype), ModelSpec(model_b, device, dtype))
-            job = ComparisonJob(*specs, **settings)
-            sharded = ShardedRun(checkpoint, resume, on_progress=reading.pop("on_progress"))
+            job = ComparisonJob(*specs, settings, level)
+            sharded = ShardedRun(checkpoint, resume, on_progress=on_progress)
             with resumable(checkpoint), cluster_pool(job, cluster) as pool:
-                comparison = compare_on_pool(pool, corpus, loaded_a, loaded_b, **reading, sharded=sharded)
+                comparison = compare_on_pool(pool, corpus, loaded_a, loaded_b, sharded=sharded)
     segment = None if text is not None else first_segment(corpus, loaded_a, max_length=max_len)
     texts = (text, None) if segment is None else (segment.text_a, segment.text_b)
     views = (

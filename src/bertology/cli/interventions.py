@@ -1,6 +1,4 @@
-"""``bertology ablate`` and ``explain``: head ablation, importance and pruning; saliency.
-"""
-
+"""``bertology ablate`` and ``explain``: head ablation, importance and pruning; saliency."""
 
 from __future__ import annotations
 
@@ -21,7 +19,7 @@ from bertology.cli.options import (
     cluster_options,
     share_below_one,
 )
-from bertology.cli.progress import stage_progress
+from bertology.cli.progress import progress_bar
 from bertology.options import (
     DEFAULT_DEVICE,
     DEFAULT_DTYPE,
@@ -78,8 +76,8 @@ def ablate(
     loaded = load_model(model, classifier=True, device=device, dtype=dtype)
     with output_folder(output) as folder:
         pruned_dir = folder / "pruned" if prune else None
-        with stage_progress() as on_progress:
-            study = {"prune_fraction": prune, "pruned_dir": pruned_dir, "progress": on_progress}
+        with progress_bar("", None) as on_progress:  # a bar per stage of the study
+            study = {"prune_fraction": prune, "pruned_dir": pruned_dir, "on_progress": on_progress}
             if cluster is None:
                 run = run_ablation(loaded, task_dir, max_dev=max_dev or None, batch_size=batch_size, **study)
             else:

@@ -1,6 +1,4 @@
-"""Progress bars on stderr for long work: counts, training steps and the stages of a study.
-"""
-
+"""Progress bars on stderr for long work: counts (of one stage or several) and training steps."""
 
 from __future__ import annotations
 
@@ -8,32 +6,44 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from bertology.cli.app import err
+from bertology.progress import Progress
 from bertology.training.settings import TrainingProgress
 
 
 @contextmanager
-def progress_bar(what: str, total: int | None, *, rate: str | None = None) -> Iterator[Callable[..., None]]:
-    """A progress bar on stderr for long work; yields the callback that reports how many are done (and,
-    as a second argument, the total once it is known). rate: also show the speed, in ``rate`` per second."""
+def progress_bar(what: str, total: int | None, *, rate: str | None = None) -> Iterator[Progress]:
+    """Progress bars on stderr for long work: one for ``what`` (``total``: its count when known beforehand)
+    and one more for each stage the work names; yields the :class:`~bertology.progress.Progress` that
+    moves them. rate: also show the speed, in ``rate`` per second."""
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
-        Progress,
         ProgressColumn,
         Task,
+        TaskID,
         TextColumn,
         TimeElapsedColumn,
     )
+    from rich.progress import Progress as Bars
     from rich.text import Text
 
     class Speed(ProgressColumn):
         def render(self, task: Task) -> Text:
             return Text("" if task.speed is None else f"{task.speed:,.1f} {rate}/s")
 
-    columns = [TextColumn(what), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
-    with Progress(*columns, *([Speed()] if rate else []), console=err, transient=True) as progress:
-        task = progress.add_task(what, total=total)
-        yield lambda done, total=None: progress.update(task, completed=done, total=total)
+    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
+    with Bars(*columns, *([Speed()] if rate else []), console=err, transient=True) as bars:
+        expected = total
+        tasks: dict[str, TaskID] = {}
+
+        def update(done: int, total: int | None = None, *, stage: str = "") -> None:
+            if stage not in tasks:
+                tasks[stage] = bars.add_task(stage or what, total=expected if not stage else total)
+            bars.update(tasks[stage], completed=done, total=total)
+
+        if what:
+            update(0)
+        yield update
 
 
 @contextmanager
@@ -55,20 +65,3 @@ def training_progress(total: int) -> Iterator[Callable[[TrainingProgress], None]
             progress.update(task, total=state.total, completed=state.step, loss=f"{state.loss:.3f}")
 
         yield show
-
-
-@contextmanager
-def stage_progress() -> Iterator[Callable[[str, int, int], None]]:
-    """Progress bars on stderr, one per stage of a long run; yields ``update(stage, done, total)``."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
-
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=err, transient=True) as progress:
-        stages: dict[str, TaskID] = {}
-
-        def update(stage: str, done: int, total: int) -> None:
-            if stage not in stages:
-                stages[stage] = progress.add_task(stage, total=total)
-            progress.update(stages[stage], completed=done)
-
-        yield update

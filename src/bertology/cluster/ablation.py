@@ -13,7 +13,6 @@ attention gradients, structural pruning) runs on the driver
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,8 +25,9 @@ from bertology.interventions.ablation import AblationResult, single_head_accurac
 from bertology.interventions.curves import Head
 from bertology.interventions.data import LabelledTexts
 from bertology.interventions.importance import HeadImportance, importance_sums
-from bertology.interventions.run import AblationRun, Progress, dev_examples, run_ablation
+from bertology.interventions.run import AblationRun, dev_examples, run_ablation
 from bertology.models import LoadedModel, ModelSpec
+from bertology.progress import Progress
 
 #: Shards per worker of each measure: few enough that a shard's own lower-layer passes cost little, enough
 #: that the workers finish together.
@@ -57,45 +57,63 @@ class AblationJob:
 
 @dataclass
 class SweepTally:
-    """Single-head accuracies of some heads: segments (heads done, for progress), baseline (accuracy with
-    every head; ``None`` before any head), accuracies (head -> accuracy with it removed)."""
+    """Single-head accuracies of some heads of a ``layers x heads`` classifier measured on ``examples`` dev
+    examples (an :class:`~bertology.accumulator.Accumulator` of the sweep): items (heads done), baseline
+    (accuracy with every head; ``None`` before any head), accuracies (head -> accuracy with it removed)."""
 
-    segments: int = 0
+    layers: int
+    heads: int
+    examples: int
+    items: int = 0
     baseline: float | None = None
     accuracies: dict[Head, float] = field(default_factory=dict)
 
+    def update(self, heads: list[Head], baseline: float, accuracies: list[float]) -> None:
+        """Fold in the accuracies with each of ``heads`` removed and the accuracy with none removed."""
+        self.items += len(heads)
+        self.baseline = baseline if self.baseline is None else self.baseline
+        self.accuracies |= dict(zip(heads, accuracies, strict=True))
+
     def merge(self, other: SweepTally) -> SweepTally:
-        self.segments += other.segments
+        self.items += other.items
         self.baseline = other.baseline if self.baseline is None else self.baseline
         self.accuracies |= other.accuracies
         return self
 
-    def result(self, layers: int, heads: int, examples: int) -> AblationResult:
-        grid = np.full((layers, heads), np.nan)
+    def result(self) -> AblationResult:
+        grid = np.full((self.layers, self.heads), np.nan)
         for (layer, head), value in self.accuracies.items():
             grid[layer, head] = value
-        return AblationResult(float("nan") if self.baseline is None else self.baseline, grid, examples)
+        return AblationResult(float("nan") if self.baseline is None else self.baseline, grid, self.examples)
 
 
 @dataclass
 class ImportanceTally:
-    """Importance sums of runs of examples: segments (examples done), batches (each batch's size and
-    ``[layers, heads]`` float64 sum of ``|dL/dξ|``, in the examples' order)."""
+    """Importance sums of runs of examples of a ``layers x heads`` classifier (an
+    :class:`~bertology.accumulator.Accumulator` of the importance): items (examples done), batches (each
+    batch's size and ``[layers, heads]`` float64 sum of ``|dL/dξ|``, in the examples' order)."""
 
-    segments: int = 0
+    layers: int
+    heads: int
+    items: int = 0
     batches: list[tuple[int, np.ndarray]] = field(default_factory=list)
 
+    def update(self, rows: int, batch_sum: np.ndarray) -> None:
+        """Fold in one batch of ``rows`` examples and its ``[layers, heads]`` sum."""
+        self.items += rows
+        self.batches.append((rows, batch_sum))
+
     def merge(self, other: ImportanceTally) -> ImportanceTally:
-        self.segments += other.segments
+        self.items += other.items
         self.batches.extend(other.batches)
         return self
 
-    def result(self, layers: int, heads: int) -> HeadImportance:
+    def result(self) -> HeadImportance:
         """The sums added in order, as :func:`~bertology.interventions.importance.head_importance` does."""
-        total = np.zeros((layers, heads))
+        total = np.zeros((self.layers, self.heads))
         for _, batch_sum in self.batches:
             total += batch_sum
-        return HeadImportance(total / max(self.segments, 1), self.segments)
+        return HeadImportance(total / max(self.items, 1), self.items)
 
 
 class HeadMeasurer:
@@ -115,11 +133,15 @@ class HeadMeasurer:
                 baseline, accuracies = single_head_accuracies(
                     self.loaded, self.data, heads, batch_size=self.job.batch_size
                 )
-                return SweepTally(len(heads), baseline, dict(zip(heads, accuracies.tolist(), strict=True)))
+                sweep = SweepTally(self.loaded.num_layers, self.loaded.num_heads, len(self.data))
+                sweep.update(heads, baseline, accuracies.tolist())
+                return sweep
             case _:
                 examples = self.data.part(shard.first_segment, shard.end_segment)
-                sums = list(importance_sums(self.loaded, examples, batch_size=IMPORTANCE_BATCH))
-                return ImportanceTally(len(examples), sums)
+                importance = ImportanceTally(self.loaded.num_layers, self.loaded.num_heads)
+                for rows, batch_sum in importance_sums(self.loaded, examples, batch_size=IMPORTANCE_BATCH):
+                    importance.update(rows, batch_sum)
+                return importance
 
 
 def ablate_on_pool(
@@ -128,7 +150,7 @@ def ablate_on_pool(
     *,
     prune_fraction: float = 0.5,
     pruned_dir: str | Path | None = None,
-    progress: Progress | None = None,
+    on_progress: Progress | None = None,
 ) -> AblationRun:
     """:func:`~bertology.interventions.run.run_ablation` of the job's classifier and task with the
     single-head sweep and the importance on the pool's workers; the same numbers.
@@ -142,34 +164,40 @@ def ablate_on_pool(
     layers, heads = loaded.num_layers, loaded.num_heads
     shards = len(pool.actors) * SHARDS_PER_WORKER
 
-    def sweep(data: LabelledTexts, report: Callable[[int], None]) -> AblationResult:
+    def sweep(data: LabelledTexts, report: Progress | None) -> AblationResult:
+        passes = layers * heads * len(data)
+
+        def heads_done(done: int, total: int | None = None, *, stage: str = "") -> None:
+            if report is not None:  # as the local sweep counts: example passes
+                report(done * len(data), passes)
+
         every_head = [[(layer, head)] for layer, head in np.ndindex(layers, heads)]
-        tally, _ = run_on_shards(
+        tally = run_on_shards(
             pool,
             "ablate-sweep",
             job.task,
             every_head,
-            SweepTally(),
+            SweepTally(layers, heads, len(data)),
             per_shard=-(-len(every_head) // shards),
             batch_size=job.batch_size,
-            sharded=ShardedRun(on_progress=lambda done, _: report(done * len(data))),
+            sharded=ShardedRun(on_progress=heads_done),
         )
-        return tally.result(layers, heads, len(data))
+        return tally.result()
 
-    def importance(data: LabelledTexts, report: Callable[[int], None]) -> HeadImportance:
+    def importance(data: LabelledTexts, report: Progress | None) -> HeadImportance:
         rows = range(len(data))
         batches = [list(rows[start : start + IMPORTANCE_BATCH]) for start in rows[::IMPORTANCE_BATCH]]
-        tally, _ = run_on_shards(
+        tally = run_on_shards(
             pool,
             "ablate-importance",
             job.task,
             batches,
-            ImportanceTally(),
+            ImportanceTally(layers, heads),
             per_shard=max(1, -(-len(data) // shards)),
             batch_size=IMPORTANCE_BATCH,
-            sharded=ShardedRun(on_progress=lambda done, _: report(done)),
+            sharded=ShardedRun(on_progress=report),
         )
-        return tally.result(layers, heads)
+        return tally.result()
 
     return run_ablation(
         loaded,
@@ -178,7 +206,7 @@ def ablate_on_pool(
         batch_size=job.batch_size,
         prune_fraction=prune_fraction,
         pruned_dir=pruned_dir,
-        progress=progress,
+        on_progress=on_progress,
         sweep=sweep,
         importance=importance,
     )

@@ -38,12 +38,13 @@ def corpus_identity(corpus: str | Path) -> dict[str, Any]:
 
 @dataclass
 class Checkpoint:
-    """run: what identifies the run. shards: how many shards (the first ones) ``state`` holds; segments:
-    how many segments. state: their merged accumulators."""
+    """run: what identifies the run. shards: how many shards (the first ones) ``state`` holds; items: how
+    many items (segments, sentences, windows: :attr:`~bertology.accumulator.Accumulator.items`). state:
+    their merged accumulators."""
 
     run: dict[str, Any]
     shards: int
-    segments: int
+    items: int
     state: Any
 
 
@@ -78,7 +79,7 @@ class Checkpointer:
             )
         return found
 
-    def save(self, shards: int, segments: int, state: Any, *, force: bool = False) -> bool:
+    def save(self, shards: int, items: int, state: Any, *, force: bool = False) -> bool:
         """Write the checkpoint if ``force`` or ``interval`` seconds have passed since the last; returns
         whether it was written."""
         if self.path is None or not (force or time.monotonic() - self.last >= self.interval):
@@ -86,7 +87,7 @@ class Checkpointer:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         with temporary.open("wb") as file:
-            pickle.dump(Checkpoint(self.run, shards, segments, state), file, protocol=pickle.HIGHEST_PROTOCOL)
+            pickle.dump(Checkpoint(self.run, shards, items, state), file, protocol=pickle.HIGHEST_PROTOCOL)
             file.flush()
             os.fsync(file.fileno())  # on disk before it replaces the last one
         os.replace(temporary, self.path)

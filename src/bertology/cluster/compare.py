@@ -12,48 +12,36 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from bertology.analysis_settings import DEFAULT_SETTINGS, AnalysisSettings
 from bertology.cluster.driver import PLAIN_RUN, ShardedRun, run_on_shards
 from bertology.cluster.shards import SHARD_SEGMENTS, Shard
 from bertology.cluster.workers import WorkerPool
 from bertology.comparison import ComparisonAccumulators, ModelComparison, comparison_batches
 from bertology.models import LoadedModel, ModelSpec
-from bertology.norms import Weights
-from bertology.options import BATCH_SIZE, JS_TOKENS_PER_SEGMENT, Level
-from bertology.stats.surface import Convention
+from bertology.options import Level
 
 
 @dataclass(frozen=True)
 class ComparisonJob:
     """What every worker of a distributed comparison needs (picklable): the two models to load and where
-    (:class:`~bertology.models.ModelSpec`), and the settings of
-    :class:`~bertology.comparison.ComparisonAccumulators`."""
+    (:class:`~bertology.models.ModelSpec`), the run's
+    :class:`~bertology.analysis_settings.AnalysisSettings` and the comparison's level."""
 
     model_a: ModelSpec
     model_b: ModelSpec
-    max_length: int = 128
-    seed: int = 0
-    js_tokens_per_segment: int | None = JS_TOKENS_PER_SEGMENT
+    settings: AnalysisSettings = DEFAULT_SETTINGS
     level: Level = "auto"
-    weights: Weights = "attention"
-    convention: Convention = "bertology"
 
     def start(self) -> ShardComparer:
         """Runs once on each worker: loads both models."""
         return ShardComparer(self, self.model_a.load(), self.model_b.load())
 
     def accumulators(
-        self, model_a: LoadedModel, model_b: LoadedModel, first_segment: int = 0
+        self, model_a: LoadedModel, model_b: LoadedModel, *, corpus: str | Path = "", first_segment: int = 0
     ) -> ComparisonAccumulators:
         """Empty accumulators with these settings, numbering segments from ``first_segment``."""
         return ComparisonAccumulators(
-            model_a,
-            model_b,
-            level=self.level,
-            js_tokens_per_segment=self.js_tokens_per_segment,
-            seed=self.seed,
-            weights=self.weights,
-            convention=self.convention,
-            first_segment=first_segment,
+            model_a, model_b, self.settings, level=self.level, corpus=corpus, first_segment=first_segment
         )
 
 
@@ -65,9 +53,9 @@ class ShardComparer:
 
     def run(self, shard: Shard) -> ComparisonAccumulators:
         """The shard's accumulators (sent back without the models)."""
-        accumulators = self.job.accumulators(*self.models, shard.first_segment)
+        accumulators = self.job.accumulators(*self.models, first_segment=shard.first_segment)
         for batch in shard.batches:
-            accumulators.add(batch, self.job.max_length)
+            accumulators.update(batch)
         return accumulators
 
 
@@ -77,14 +65,12 @@ def compare_on_pool(
     model_a: LoadedModel,
     model_b: LoadedModel,
     *,
-    limit: int | None = None,
-    batch_size: int = BATCH_SIZE,
-    corpus_format: str | None = None,
     segments_per_shard: int = SHARD_SEGMENTS,
     sharded: ShardedRun = PLAIN_RUN,
 ) -> ModelComparison:
     """Compare the two models on ``corpus`` on the pool's workers; the result equals
-    ``compare_models(model_a, model_b, corpus, ...)`` with the settings of the pool's job.
+    ``compare_models(model_a, model_b, corpus, settings, level=...)`` with the settings and level of the
+    pool's job.
 
     model_a, model_b: the job's models on the driver (A's tokenizer segments the corpus). Other options
     as in :func:`bertology.cluster.analyze.analyze_on_pool`.
@@ -93,26 +79,15 @@ def compare_on_pool(
         BertologyError: as :func:`~bertology.comparison.compare_models`, a checkpoint of another run, or a
             worker that failed.
     """
-    job = pool.spec
-    batches = comparison_batches(
-        corpus,
-        model_a,
-        model_b,
-        max_length=job.max_length,
-        limit=limit,
-        batch_size=batch_size,
-        corpus_format=corpus_format,
-    )
-    merged, seconds = run_on_shards(
+    settings = pool.spec.settings
+    merged = run_on_shards(
         pool,
         "compare",
         corpus,
-        batches,
-        job.accumulators(model_a, model_b),
+        comparison_batches(corpus, model_a, model_b, settings),
+        pool.spec.accumulators(model_a, model_b, corpus=corpus),
         per_shard=segments_per_shard,
-        source_format=corpus_format,
-        limit=limit,
-        batch_size=batch_size,
+        limit=settings.limit,
         sharded=sharded,
     )
-    return merged.result(corpus, corpus_format=corpus_format, max_length=job.max_length, seconds=seconds)
+    return merged.result()

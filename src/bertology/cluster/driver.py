@@ -9,19 +9,17 @@ batches it reads and the accumulators it merges.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
-from typing import Any, Protocol, Self, TypeVar
+from typing import Any, TypeVar
 
+from bertology.accumulator import Accumulator
 from bertology.cluster.checkpoint import CHECKPOINT_SECONDS, Checkpointer, corpus_identity
 from bertology.cluster.shards import ItemT, Shard, shards_of
 from bertology.cluster.workers import WorkerPool
 from bertology.errors import BertologyError
-
-#: Called with the segments merged so far and the run's total (``None`` until the corpus has been read).
-Progress = Callable[[int, int | None], None]
+from bertology.progress import Progress
 
 
 @dataclass(frozen=True)
@@ -31,7 +29,8 @@ class ShardedRun:
     checkpoint: a file where the merged accumulators are kept every ``checkpoint_seconds``, at the end and
     when the driver is interrupted (:mod:`bertology.cluster.checkpoint`; ``None``: no checkpoint);
     resume: start from it (when it exists) instead of from the first shard; on_progress: called after
-    each merged shard (:data:`Progress`).
+    each merged shard with the items merged so far and the run's total (``None`` until the corpus has been
+    read).
     """
 
     checkpoint: Path | None = None
@@ -44,16 +43,8 @@ class ShardedRun:
 PLAIN_RUN = ShardedRun()
 
 
-class Mergeable(Protocol):
-    """Streaming accumulators over segments that merge with those of another shard."""
-
-    @property
-    def segments(self) -> int: ...
-
-    def merge(self, other: Self) -> Self: ...
-
-
-MergeableT = TypeVar("MergeableT", bound=Mergeable)
+#: The accumulators a run merges (:class:`~bertology.accumulator.Accumulator`).
+AccumulatorT = TypeVar("AccumulatorT", bound=Accumulator[Any])
 
 
 def run_identity(kind: str, job: object, corpus: str | Path, **options: object) -> dict[str, Any]:
@@ -91,12 +82,12 @@ class _CountedShards:
 def merge_shards(
     pool: WorkerPool[Any],
     shards: Iterable[Shard],
-    merged: MergeableT,
+    merged: AccumulatorT,
     *,
     run: dict[str, Any],
     limit: int | None = None,
     sharded: ShardedRun = PLAIN_RUN,
-) -> MergeableT:
+) -> AccumulatorT:
     """Run ``shards`` on the pool's workers and merge their results into ``merged`` (empty accumulators
     that hold the driver's models), in shard order; returns ``merged``.
 
@@ -112,18 +103,18 @@ def merge_shards(
     if found is not None:
         merged.merge(found.state)
         done = found.shards
-    counted = _CountedShards(shards, done, merged.segments)
+    counted = _CountedShards(shards, done, merged.items)
     try:
         for shard, partial in pool.map_ordered(counted):
             merged.merge(partial)
             done = shard.number + 1
-            saver.save(done, merged.segments, merged)
+            saver.save(done, merged.items, merged)
             if sharded.on_progress is not None:
-                sharded.on_progress(merged.segments, counted.total(limit))
+                sharded.on_progress(merged.items, counted.total(limit))
     except BaseException:
-        saver.save(done, merged.segments, merged, force=True)  # keep what was merged for --resume
+        saver.save(done, merged.items, merged, force=True)  # keep what was merged for --resume
         raise
-    saver.save(done, merged.segments, merged, force=True)
+    saver.save(done, merged.items, merged, force=True)
     return merged
 
 
@@ -132,7 +123,7 @@ def run_on_shards(
     kind: str,
     source: str | Path,
     batches: Iterable[list[ItemT]],
-    merged: MergeableT,
+    merged: AccumulatorT,
     *,
     per_shard: int,
     source_format: str | None = None,
@@ -141,10 +132,10 @@ def run_on_shards(
     limit_counts_items: bool = True,
     sharded: ShardedRun = PLAIN_RUN,
     settings: Mapping[str, object] | None = None,
-) -> tuple[MergeableT, float]:
+) -> AccumulatorT:
     """Run ``batches`` (a run's batches, in the local run's order) on the pool's workers, in shards of at
     least ``per_shard`` items (:func:`~bertology.cluster.shards.shards_of`), merged into ``merged`` by
-    :func:`merge_shards`; returns ``merged`` and the run's seconds (from the first shard, not the
+    :func:`merge_shards`; returns ``merged`` (whose result times the run from its own creation, after the
     workers' start-up).
 
     kind, source: what the run is (``"analyze"``, ``"probe-deps"``, ...) and the file or folder it reads.
@@ -156,9 +147,8 @@ def run_on_shards(
     Raises:
         BertologyError: as :func:`merge_shards`, or ``per_shard`` below 1.
     """
-    start = time.perf_counter()
     identity = {"format": source_format, "limit": limit, "batch_size": batch_size, "shard": per_shard}
-    merged = merge_shards(
+    return merge_shards(
         pool,
         shards_of(batches, per_shard),
         merged,
@@ -166,4 +156,3 @@ def run_on_shards(
         limit=limit if limit_counts_items else None,
         sharded=sharded,
     )
-    return merged, time.perf_counter() - start

@@ -58,9 +58,9 @@ class ShardProber:
 
     def run(self, shard: Shard[NumberedSentence]) -> DependencyTally:
         """The shard's tally (sentences, counts and the examples among them)."""
-        tally = DependencyTally(self.job.keep_examples)
+        tally = DependencyTally(self.loaded, self.job.mode, keep_examples=self.job.keep_examples)
         for batch in shard.batches:
-            tally.add(batch, self.loaded, self.job.mode)
+            tally.update(batch)
         return tally
 
 
@@ -91,20 +91,19 @@ def probe_dependencies_on_pool(
     batches = dependency_batches(
         path, loaded, treebank_format=treebank_format, limit=limit, batch_size=batch_size
     )
-    merged, seconds = run_on_shards(
+    merged = run_on_shards(
         pool,
         "probe-deps",
         path,
         batches,
-        DependencyTally(job.keep_examples),
+        DependencyTally(loaded, job.mode, path=path, keep_examples=job.keep_examples),
         per_shard=sentences_per_shard,
         source_format=treebank_format,
         limit=limit,
         batch_size=batch_size,
         sharded=sharded,
     )
-    return merged.result(path, loaded.name, job.mode, seconds)
-
+    return merged.result()
 
 
 @dataclass(frozen=True)
@@ -155,7 +154,7 @@ def probe_coreference_on_pool(
     """
 
     def score(batches: Iterator[list[CorefItem]]) -> CorefAccumulator:
-        merged, _ = run_on_shards(
+        return run_on_shards(
             pool,
             "probe-coref",
             path,
@@ -169,7 +168,6 @@ def probe_coreference_on_pool(
             sharded=sharded,
             settings={"treebank": None if treebank is None else str(Path(treebank).resolve())},
         )
-        return merged
 
     return probe_coreference(
         path,
@@ -180,4 +178,3 @@ def probe_coreference_on_pool(
         batch_size=batch_size,
         score=score,
     )
-

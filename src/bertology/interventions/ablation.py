@@ -10,7 +10,7 @@ the same accuracies (the logits agree to float rounding).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,6 +23,7 @@ from bertology.interventions.data import LabelledTexts, batches, eval_mode
 from bertology.interventions.gates import head_gates
 from bertology.interventions.partial import logits_from_layer, record_layer_inputs
 from bertology.models import LoadedModel
+from bertology.progress import Progress, part_of
 from bertology.stats.base import head_index_frame
 
 
@@ -69,7 +70,7 @@ def _sweep_reusing(
     loaded: LoadedModel,
     data: LabelledTexts,
     batch_size: int,
-    progress: Callable[[int], None] | None,
+    on_progress: Progress | None,
     chosen: Sequence[Head] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(baseline logits [n, labels], logits [layers, heads, n, labels]) with lower layers reused, over
@@ -79,7 +80,7 @@ def _sweep_reusing(
     sweep = list(np.ndindex(layers, heads)) if chosen is None else list(chosen)
     baseline = np.empty((len(data), loaded.model.config.num_labels), np.float32)
     ablated = np.empty((len(sweep), *baseline.shape), np.float32)
-    done = 0
+    done, total = 0, len(sweep) * len(data)
     with torch.inference_mode(), eval_mode(loaded):
         for batch in batches(loaded, data, batch_size=batch_size, by_length=True):
             recorded = record_layer_inputs(loaded, batch.inputs)
@@ -89,33 +90,27 @@ def _sweep_reusing(
                 gates = _single_head_gates(layers, heads, layer, head)
                 per_head.append(logits_from_layer(loaded, batch.inputs, recorded, layer, gates))
                 done += len(batch.rows)
-                if progress is not None:
-                    progress(done)
+                if on_progress is not None:
+                    on_progress(done, total)
             # one transfer to the host per batch, not one per head
             ablated[:, batch.rows] = torch.stack(per_head).float().cpu().numpy()
     return baseline, ablated if chosen is not None else ablated.reshape(layers, heads, *baseline.shape)
 
 
 def _sweep_full_passes(
-    loaded: LoadedModel, data: LabelledTexts, batch_size: int, progress: Callable[[int], None] | None
+    loaded: LoadedModel, data: LabelledTexts, batch_size: int, on_progress: Progress | None
 ) -> tuple[np.ndarray, np.ndarray]:
     """(baseline logits, logits [layers, heads, n, labels]), one full pass per head."""
     layers, heads = loaded.num_layers, loaded.num_heads
     baseline = predict_logits(loaded, data.texts, data.texts_b, batch_size=batch_size)
     ablated = np.empty((layers, heads, *baseline.shape), np.float32)
-    done = 0
-
-    def advance(count: int) -> None:
-        nonlocal done
-        done += count
-        if progress is not None:
-            progress(done)
-
+    total = layers * heads * len(data)
     for layer in range(layers):
         for head in range(heads):
+            advance = part_of(on_progress, offset=(layer * heads + head) * len(data), total=total)
             with head_gates(loaded, {layer: [head]}):
                 ablated[layer, head] = predict_logits(
-                    loaded, data.texts, data.texts_b, batch_size=batch_size, progress=advance
+                    loaded, data.texts, data.texts_b, batch_size=batch_size, on_progress=advance
                 )
     return baseline, ablated
 
@@ -136,15 +131,15 @@ def ablation_sweep(
     *,
     batch_size: int = 32,
     reuse_lower_layers: bool = True,
-    progress: Callable[[int], None] | None = None,
+    on_progress: Progress | None = None,
 ) -> AblationResult:
     """Accuracy of the classifier ``loaded`` on ``data`` with each single head removed.
 
     reuse_lower_layers: compute each batch's lower layers once (see the module docstring); ``False`` runs a
         full forward pass per head (the reference the fast path is tested against).
-    progress: called with the number of example passes done so far, out of ``layers * heads * examples``.
+    on_progress: told the example passes done so far, out of ``layers * heads * examples``.
     """
     sweep = _sweep_reusing if reuse_lower_layers else _sweep_full_passes
-    baseline, ablated = sweep(loaded, data, batch_size, progress)
+    baseline, ablated = sweep(loaded, data, batch_size, on_progress)
     scores = np.array([[accuracy(logits, data.labels) for logits in row] for row in ablated])
     return AblationResult(accuracy(baseline, data.labels), scores, len(data))

@@ -13,7 +13,6 @@ statistics (:class:`bertology.stats.rows.TokenRoles`); "other" is every other to
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,6 +24,7 @@ from bertology.errors import BertologyError
 from bertology.hook import recording
 from bertology.interventions.data import Batch, LabelledTexts, batches, eval_mode
 from bertology.models import LoadedModel
+from bertology.progress import Progress
 from bertology.stats.base import head_index_frame
 from bertology.stats.rows import SpecialTokens, TokenRoles
 
@@ -109,13 +109,13 @@ def attention_gradients(
     *,
     batch_size: int = 16,
     seed: int = 0,
-    progress: Callable[[int], None] | None = None,
+    on_progress: Progress | None = None,
 ) -> AttentionGradients:
     """Mean |dL/dA| per head and key category over ``data`` (see the module docstring).
 
     The task loss needs ``loaded`` to be a sequence classifier; a model with a masked-language-model head
-    uses the MLM loss and ignores the labels. seed: chooses the masked tokens. progress: called with the
-    number of inputs done.
+    uses the MLM loss and ignores the labels. seed: chooses the masked tokens. on_progress: told the
+    inputs done, out of ``len(data)``.
     """
     kind = _loss_kind(loaded)
     special = SpecialTokens.of(loaded)
@@ -137,7 +137,7 @@ def attention_gradients(
             sums += torch.einsum("blhk,cbk->clh", per_key, keys).cpu().double()
             counts += torch.einsum("bq,cbk->c", queries, keys).cpu().double()
             done += len(batch.rows)
-            if progress is not None:
-                progress(done)
+            if on_progress is not None:
+                on_progress(done, len(data))
     means = sums / torch.where(counts > 0, counts, torch.nan)[:, None, None]
     return AttentionGradients(means.permute(1, 2, 0).numpy(), kind, done)

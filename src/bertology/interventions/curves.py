@@ -6,7 +6,7 @@ removed least useful first; the score is measured after each step, all other hea
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -14,6 +14,7 @@ from bertology.classify import accuracy, predict_logits
 from bertology.interventions.data import LabelledTexts
 from bertology.interventions.gates import head_gates
 from bertology.models import LoadedModel
+from bertology.progress import Progress
 
 #: A head as ``(layer, head)``, 0-based.
 Head = tuple[int, int]
@@ -37,17 +38,17 @@ def pruning_curve(
     counts: Sequence[int],
     *,
     batch_size: int = 32,
-    progress: Callable[[int], None] | None = None,
+    on_progress: Progress | None = None,
 ) -> np.ndarray:
     """[len(counts)] accuracy on ``data`` with the first ``count`` heads of ``order`` removed (gate 0).
 
-    progress: called with the number of curve points done.
+    on_progress: told the curve points done, out of ``len(counts)``.
     """
     scores = []
     for done, count in enumerate(counts, start=1):
         with head_gates(loaded, list(order[:count])):
             logits = predict_logits(loaded, data.texts, data.texts_b, batch_size=batch_size)
         scores.append(accuracy(logits, data.labels))
-        if progress is not None:
-            progress(done)
+        if on_progress is not None:
+            on_progress(done, len(counts))
     return np.array(scores)

@@ -13,7 +13,7 @@ then normalised per layer by their L2 norm: ``I_h / ||I_layer||_2``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,6 +25,7 @@ from bertology.interventions.curves import Head, lowest_first
 from bertology.interventions.data import LabelledTexts, batches, eval_mode
 from bertology.interventions.gates import head_gates
 from bertology.models import LoadedModel
+from bertology.progress import Progress
 from bertology.stats.base import head_index_frame
 
 
@@ -65,19 +66,19 @@ def head_importance(
     data: LabelledTexts,
     *,
     batch_size: int = 16,
-    progress: Callable[[int], None] | None = None,
+    on_progress: Progress | None = None,
 ) -> HeadImportance:
     """Importance of every head of the classifier ``loaded`` over ``data`` (see the module docstring).
 
-    progress: called with the number of examples done.
+    on_progress: told the examples done, out of ``len(data)``.
     """
     total = np.zeros((loaded.num_layers, loaded.num_heads))
     done = 0
     for rows, batch_sum in importance_sums(loaded, data, batch_size=batch_size):
         total += batch_sum
         done += rows
-        if progress is not None:
-            progress(done)
+        if on_progress is not None:
+            on_progress(done, len(data))
     return HeadImportance(total / max(done, 1), done)
 
 

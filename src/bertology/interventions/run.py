@@ -22,16 +22,14 @@ from bertology.interventions.data import LabelledTexts
 from bertology.interventions.importance import HeadImportance, head_importance
 from bertology.interventions.pruning import PruningOutcome, prune_and_measure, save_model
 from bertology.models import LoadedModel, require_encoder
+from bertology.progress import Progress, part_of
 from bertology.readers.glue import GlueTask, read_glue
-
-#: ``progress(stage, done, total)``: a stage's name, and how many of its ``total`` steps are done.
-Progress = Callable[[str, int, int], None]
 
 #: Measures every head on the dev examples, reporting progress as :func:`ablation_sweep` (example passes)
 #: or :func:`head_importance` (examples) does: in this process by default, on a cluster's workers in
 #: :mod:`bertology.cluster.ablation`.
-SweepMeasure = Callable[[LabelledTexts, Callable[[int], None]], AblationResult]
-ImportanceMeasure = Callable[[LabelledTexts, Callable[[int], None]], HeadImportance]
+SweepMeasure = Callable[[LabelledTexts, Progress | None], AblationResult]
+ImportanceMeasure = Callable[[LabelledTexts, Progress | None], HeadImportance]
 
 
 @dataclass
@@ -108,19 +106,19 @@ def single_head_ablation(
     *,
     max_dev: int | None = 100,
     batch_size: int = 32,
-    progress: Callable[[int], None] | None = None,
+    on_progress: Progress | None = None,
 ) -> AblationResult:
     """Accuracy of the classifier ``loaded`` with each single head removed (Michel et al. 2019), on the
     first ``max_dev`` dev examples of the GLUE-style task in ``task_dir`` (the first part of
     :func:`run_ablation`, e.g. for ``bertology compare --task``).
 
-    progress: called with the example passes done, out of ``layers * heads * examples``.
+    on_progress: told the example passes done, out of ``layers * heads * examples``.
 
     Raises:
         BertologyError: a bad task folder or labels the classifier does not have.
     """
     _, data = dev_examples(loaded, task_dir, max_dev)
-    return ablation_sweep(loaded, data, batch_size=batch_size, progress=progress)
+    return ablation_sweep(loaded, data, batch_size=batch_size, on_progress=on_progress)
 
 
 def run_ablation(
@@ -131,7 +129,7 @@ def run_ablation(
     batch_size: int = 32,
     prune_fraction: float = 0.5,
     pruned_dir: str | Path | None = None,
-    progress: Progress | None = None,
+    on_progress: Progress | None = None,
     sweep: SweepMeasure | None = None,
     importance: ImportanceMeasure | None = None,
 ) -> AblationRun:
@@ -141,6 +139,7 @@ def run_ablation(
     prune_fraction: share of heads to remove structurally, least important (Michel et al.) first; 0 skips
         pruning. pruned_dir: where to save the pruned model as a run folder (not saved if ``None``).
         sweep, importance: where the single-head ablation and the importance run (default: here).
+        on_progress: told each stage's progress under the stage's name.
 
     Raises:
         BertologyError: a bad task folder, labels the classifier does not have, or a fraction outside 0..1.
@@ -153,22 +152,15 @@ def run_ablation(
     started = time.perf_counter()
     task, data = dev_examples(loaded, task_dir, max_dev)
 
-    def stage(name: str, total: int) -> Callable[[int], None]:
-        def report(done: int) -> None:
-            if progress is not None:
-                progress(name, done, total)
-
-        return report
-
     heads = loaded.num_layers * loaded.num_heads
-    sweep_stage = stage("Ablating single heads", heads * len(data))
-    importance_stage = stage("Head importance", len(data))
+    sweep_stage = part_of(on_progress, stage="Ablating single heads")
+    importance_stage = part_of(on_progress, stage="Head importance")
     if sweep is None:
-        ablation = ablation_sweep(loaded, data, batch_size=batch_size, progress=sweep_stage)
+        ablation = ablation_sweep(loaded, data, batch_size=batch_size, on_progress=sweep_stage)
     else:
         ablation = sweep(data, sweep_stage)
     if importance is None:
-        importance_of_heads = head_importance(loaded, data, progress=importance_stage)
+        importance_of_heads = head_importance(loaded, data, on_progress=importance_stage)
     else:
         importance_of_heads = importance(data, importance_stage)
     counts = removal_counts(heads)
@@ -179,22 +171,26 @@ def run_ablation(
             order,
             counts,
             batch_size=batch_size,
-            progress=stage(f"Pruning curve by {name}", len(counts)),
+            on_progress=part_of(on_progress, stage=f"Pruning curve by {name}"),
         )
         for name, order in (
             ("ablation", ablation.removal_order()),
             ("importance", importance_of_heads.removal_order()),
         )
     ]
-    gradients = attention_gradients(loaded, data, progress=stage("Attention gradients", len(data)))
+    gradients = attention_gradients(
+        loaded, data, on_progress=part_of(on_progress, stage="Attention gradients")
+    )
     pruning = None
     if prune_fraction > 0:
-        stage("Pruning and timing", 1)(0)
+        if on_progress is not None:
+            on_progress(0, 1, stage="Pruning and timing")
         chosen = importance_of_heads.removal_order()[: round(prune_fraction * heads)]
         pruned, pruning = prune_and_measure(loaded, chosen, data, batch_size=batch_size)
         if pruned_dir is not None:
             save_model(pruned, pruned_dir)
-        stage("Pruning and timing", 1)(1)
+        if on_progress is not None:
+            on_progress(1, 1, stage="Pruning and timing")
     return AblationRun(
         model_name=loaded.name,
         task_name=task.name,

@@ -30,6 +30,7 @@ from bertology.probes.dependency import DependencyAccumulator
 from bertology.probes.gap import score_gap
 from bertology.probes.parser import AttentionParser, Decode, check_decode, evaluate_parser
 from bertology.probes.results import CoreferenceResult, DependencyResult, GapResult, ParserResult
+from bertology.progress import Progress
 from bertology.readers.coref import CorefDocument, read_coref
 from bertology.readers.corefud import is_corefud, read_corefud
 from bertology.readers.gap import read_gap
@@ -56,32 +57,47 @@ def dependency_batches(
 
 
 class DependencyTally:
-    """A dependency probe's streaming state: the per-head counts, the sentences probed and skipped and the
-    first ``keep_examples`` sentences (by number) with their word attention. Fed a batch at a time
-    (:meth:`add`); the tallies of consecutive shards of the batches, merged in order (:meth:`merge`), equal
+    """A dependency probe's streaming state (an :class:`~bertology.accumulator.Accumulator`): the per-head
+    counts, the sentences probed and skipped and the first ``keep_examples`` sentences (by number) with
+    their word attention. Fed a batch at a time (:meth:`update`, run on ``loaded`` with word mode
+    ``mode``); the tallies of consecutive shards of the batches, merged in order (:meth:`merge`), equal
     one pass over them (the counts are integers), so a run can be split across workers
-    (:mod:`bertology.cluster.probes`).
+    (:mod:`bertology.cluster.probes`). path: the treebank (named by the result and its errors); the
+    result's seconds count from the tally's creation.
     """
 
-    def __init__(self, keep_examples: int = 25) -> None:
-        self.keep_examples = keep_examples
+    def __init__(
+        self, loaded: LoadedModel, mode: WordMode = "mean", *, path: str | Path = "", keep_examples: int = 25
+    ) -> None:
+        self.loaded, self.mode, self.path, self.keep_examples = loaded, mode, str(path), keep_examples
+        self.model_name = loaded.name
+        self.started = time.perf_counter()
         self.accumulator = DependencyAccumulator()
-        #: Sentences probed (the name :func:`bertology.cluster.driver.merge_shards` counts progress by).
-        self.segments = 0
+        self.sentences = 0
         self.seen = 0
         self.skipped = SkippedSentences()
         self.examples: list[tuple[int, Sentence, WordAttention]] = []
 
-    def add(self, batch: list[NumberedSentence], loaded: LoadedModel, mode: WordMode) -> None:
+    @property
+    def items(self) -> int:
+        """Sentences probed."""
+        return self.sentences
+
+    def __getstate__(self) -> dict[str, object]:
+        """Pickled without the model: a worker sends its counts, not its model."""
+        return {**self.__dict__, "loaded": None}
+
+    def update(self, batch: list[NumberedSentence]) -> None:
         """Run one batch (one forward pass, :func:`~bertology.probes.data.predict_heads`)."""
         number = {id(sentence): index for index, sentence in batch}
         keep = [index < self.keep_examples for index, _ in batch]
-        scored, skipped = predict_heads([sentence for _, sentence in batch], loaded, mode=mode, keep=keep)
+        sentences = [sentence for _, sentence in batch]
+        scored, skipped = predict_heads(sentences, self.loaded, mode=self.mode, keep=keep)
         for each in scored:
             self.accumulator.add_predictions(each.sentence, each.predicted)
             if each.words is not None:
                 self.examples.append((number[id(each.sentence)], each.sentence, each.words))
-        self.segments += len(scored)
+        self.sentences += len(scored)
         self.seen += len(batch)
         self.skipped.truncated += skipped.truncated
         self.skipped.untokenized += skipped.untokenized
@@ -89,33 +105,33 @@ class DependencyTally:
     def merge(self, other: DependencyTally) -> DependencyTally:
         """Fold in ``other`` (a later shard of the same run) and return ``self``."""
         self.accumulator.merge(other.accumulator)
-        self.segments += other.segments
+        self.sentences += other.sentences
         self.seen += other.seen
         self.skipped.truncated += other.skipped.truncated
         self.skipped.untokenized += other.skipped.untokenized
         self.examples.extend(other.examples)
         return self
 
-    def result(self, path: str | Path, model_name: str, mode: str, seconds: float) -> DependencyResult:
+    def result(self) -> DependencyResult:
         """The run over everything added.
 
         Raises:
             BertologyError: no sentence could be probed.
         """
-        if self.segments == 0:
+        if self.sentences == 0:
             raise BertologyError(
-                f"None of the {self.seen} sentences read from {path} could be probed: "
+                f"None of the {self.seen} sentences read from {self.path} could be probed: "
                 f"{self.skipped.truncated} are longer than the model takes and {self.skipped.untokenized} "
                 "have a word that gives no token."
             )
         return DependencyResult(
             probe=self.accumulator.result(),
-            treebank=str(path),
-            model_name=model_name,
-            mode=mode,
-            sentences=self.segments,
+            treebank=self.path,
+            model_name=self.model_name,
+            mode=self.mode,
+            sentences=self.sentences,
             skipped=self.skipped.total,
-            seconds=seconds,
+            seconds=time.perf_counter() - self.started,
             examples=[
                 (sentence, words) for _, sentence, words in sorted(self.examples, key=lambda item: item[0])
             ],
@@ -131,25 +147,25 @@ def probe_dependencies(
     limit: int | None = None,
     batch_size: int = 16,
     keep_examples: int = 25,
-    on_progress: Callable[[int], None] | None = None,
+    on_progress: Progress | None = None,
 ) -> DependencyResult:
     """Clark et al.'s per-relation head accuracies (and fixed-offset baselines) over a treebank.
 
-    limit: at most this many sentences (the first ones). on_progress: called with sentences done.
+    limit: at most this many sentences (the first ones). on_progress: told the sentences probed, and
+    the limit as the total.
 
     Raises:
         BertologyError: unreadable treebank, or no sentence fits the model.
     """
     require_encoder(loaded, "Dependency probing")
-    start = time.perf_counter()
-    tally = DependencyTally(keep_examples)
+    tally = DependencyTally(loaded, mode, path=path, keep_examples=keep_examples)
     for batch in dependency_batches(
         path, loaded, treebank_format=treebank_format, limit=limit, batch_size=batch_size
     ):
-        tally.add(batch, loaded, mode)
+        tally.update(batch)
         if on_progress is not None:
-            on_progress(tally.segments)
-    return tally.result(path, loaded.name, mode, time.perf_counter() - start)
+            on_progress(tally.sentences, limit)
+    return tally.result()
 
 
 def probe_parser(

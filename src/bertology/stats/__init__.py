@@ -1,6 +1,7 @@
 """Streaming corpus statistics over attention batches: ``update(batch)`` / ``merge(other)`` / ``result()``."""
 
-from bertology.stats.base import Accumulator, HeadTable, SegmentCounter, SegmentMeans
+from bertology.accumulator import Accumulator
+from bertology.stats.base import HeadTable, SegmentCounter, SegmentMeans
 from bertology.stats.rows import QueryValues, RowSummarizer, RowSummary, SpecialTokens, TokenRoles
 from bertology.stats.surface import (
     CONVENTIONS,

@@ -1,10 +1,10 @@
 """The streaming accumulator contract and the running sums the accumulators are built from.
 
-Every corpus statistic is an :class:`Accumulator`: ``update(batch)`` folds in one
+Every corpus statistic is an :class:`~bertology.accumulator.Accumulator`: ``update(batch)`` folds in one
 :class:`~bertology.attention.AttentionBatch`, ``merge(other)`` folds in another accumulator of the same
-kind (e.g. from another worker), and ``result()`` gives the statistic. State is a few float64 arrays
-whose size depends on the model (layers x heads), never on the corpus, and merging the accumulators of
-two halves of a corpus gives the result of one pass over all of it.
+kind (e.g. from another worker), ``result()`` gives the statistic and ``items`` counts the segments seen.
+State is a few float64 arrays whose size depends on the model (layers x heads), never on the corpus, and
+merging the accumulators of two halves of a corpus gives the result of one pass over all of it.
 
 Vocabulary: a *segment* is one input of a batch (one text or one text pair, as in Clark et al. 2019);
 its *sentences* are text A and text B (``segment_ids`` 0 and 1).
@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -24,23 +24,6 @@ from bertology.errors import BertologyError
 
 if TYPE_CHECKING:
     import pandas as pd
-
-    from bertology.attention import AttentionBatch
-
-ResultT = TypeVar("ResultT", covariant=True)
-
-
-class Accumulator(Protocol[ResultT]):
-    """A mergeable streaming statistic over attention batches."""
-
-    def update(self, batch: AttentionBatch) -> None:
-        """Fold one batch into the running state."""
-
-    def merge(self, other: Self) -> Self:
-        """Fold ``other``'s state into this one (``other`` is left as it was) and return ``self``."""
-
-    def result(self) -> ResultT:
-        """The statistic over everything seen so far."""
 
 
 def head_index_frame(num_layers: int, num_heads: int) -> dict[str, np.ndarray]:

@@ -255,6 +255,11 @@ class SurfaceAccumulator:
         """The entropy smoothing ε the rows must be summarised with (0: none needed)."""
         return CLARK_SMOOTHING if self.convention == "clark" else 0.0
 
+    @property
+    def items(self) -> int:
+        """Segments seen."""
+        return self.means.segments
+
     def update(self, batch: AttentionBatch) -> None:
         self.update_rows(RowSummary.of(batch, self.special, smoothing=self.smoothing))
 

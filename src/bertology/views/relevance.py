@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -17,6 +17,7 @@ from bertology.analysis.relevance import (
     relevance,
 )
 from bertology.attention import Attention
+from bertology.progress import Progress
 from bertology.views import View
 from bertology.views.build import Theme, view_data
 
@@ -51,7 +52,7 @@ def relevance_view(
     methods: Sequence[RelevanceMethod] = RELEVANCE_METHODS,
     *,
     max_tokens: int = FLOW_MAX_TOKENS,
-    on_progress: Callable[[int], None] | None = None,
+    on_progress: Progress | None = None,
     theme: Theme = "light",
 ) -> RelevanceView:
     """Compute ``methods`` for ``attention`` (see :func:`bertology.analysis.relevance.relevance`) and build

@@ -169,7 +169,8 @@ class CorefProbe:
 
 
 class CorefAccumulator:
-    """Streams windows and their attention rows into a :class:`CorefProbe`; mergeable."""
+    """Streams windows and their attention rows into a :class:`CorefProbe` (an
+    :class:`~bertology.accumulator.Accumulator`: :meth:`update` takes one window and its rows)."""
 
     def __init__(self) -> None:
         self._shape: tuple[int, int] | None = None
@@ -184,7 +185,7 @@ class CorefAccumulator:
         self.mentions = 0
         #: Items of a run's batches added (:func:`coref_batches`; the count a distributed run's progress
         #: and checkpoints go by).
-        self.segments = 0
+        self.items = 0
 
     def _grid(self, shape: tuple[int, int]) -> np.ndarray:
         check_same_shape(self._shape, shape, "This accumulator")
@@ -240,7 +241,7 @@ class CorefAccumulator:
         self.documents += other.documents
         self.windows += other.windows
         self.mentions += other.mentions
-        self.segments += other.segments
+        self.items += other.items
         return self
 
     def result(self) -> CorefProbe:

@@ -151,7 +151,7 @@ def score_coref_batch(
     max_length: as given to :func:`coref_batches`."""
     for item in batch:
         accumulator.add_read(item.read)
-    accumulator.segments += len(batch)
+    accumulator.items += len(batch)
     windows = [(item.window, item.words) for item in batch if item.window is not None]
     if not windows:
         return

@@ -1,0 +1,69 @@
+"""The runs folder's routes: ``GET /api/runs`` (every run under it, with its kind) and
+``GET /runs/{path}`` (a file of it; a report's folder redirects to its report, a training run's folder
+gives its watch page, :mod:`bertology.server.watch_pages`)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
+
+from bertology.beneath import OpenFolder
+from bertology.run_files import REPORT_FILE, TRAINING_FILE
+from bertology.server.answers import error_answers
+from bertology.server.errors import RequestError, shown
+from bertology.server.opened_file import OpenedFileResponse
+from bertology.server.page import RUN_FILE_POLICY
+from bertology.server.runs import RunsFolder, folder_url
+from bertology.server.schemas import RunEntry, RunList
+from bertology.server.watch_pages import WatchPages
+
+_FILE_ANSWERS = {
+    200: {"description": "The file, with its own content type.", "content": {"*/*": {}}},
+    307: {"description": "A report's folder: to its report.html."},
+    **error_answers(
+        {
+            403: "A path that could reach outside the runs folder.",
+            404: "Nothing there.",
+            422: "A training run whose files are damaged: the message names the file.",
+            503: "Building a training run's page took longer than the timeout.",
+        }
+    ),
+}
+
+
+def run_routes(folder: RunsFolder | None, watch_pages: WatchPages | None) -> APIRouter:
+    """The listing and the files of the runs folder ``folder`` (``None``: no runs folder; the listing is
+    empty and the files answer 404); ``watch_pages`` builds a training run's page."""
+    router = APIRouter(tags=["runs"])
+
+    @router.get("/api/runs")
+    def list_runs() -> RunList:
+        """Analysis reports, probe reports and training runs under the runs folder."""
+        if folder is None:
+            return RunList(root=None, runs=[])
+        return RunList(
+            root=str(folder.root),
+            runs=[
+                RunEntry(path=run.path, kind=run.kind, url=run.url, explore=run.explore_url)
+                for run in folder.runs()
+            ],
+        )
+
+    @router.get("/runs/{path:path}", response_class=FileResponse, responses=_FILE_ANSWERS)
+    async def run_file(path: str, request: Request) -> Response:
+        """A file inside the runs folder; a training run's folder gives its watch page (step slider)."""
+        if folder is None or watch_pages is None:
+            raise RequestError(404, "This server has no runs folder (start it with --runs DIR).")
+        opened = folder.open(path)
+        headers = {"Content-Security-Policy": RUN_FILE_POLICY}
+        if not isinstance(opened, OpenFolder):
+            return OpenedFileResponse(opened, headers=headers)
+        with opened:  # a run.json that is a link is a training run's, refused when its page reads it
+            training, report = opened.stat(TRAINING_FILE) is not None, opened.is_file(REPORT_FILE)
+        if training:
+            return HTMLResponse(await watch_pages.page(path, request), headers=headers)
+        if report:
+            return RedirectResponse(folder_url(path) + REPORT_FILE)
+        raise RequestError(404, f"There is no report or training run at '{shown(path)}' in the runs folder.")
+
+    return router
