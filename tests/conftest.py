@@ -4,17 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
-from ci_rules import missing
-from tiny_models import TinyModelDirs
+from support.browser import ViewPage, open_view, write_page
+from support.ci_rules import missing
+from support.tiny_models import TinyModelDirs
 
 import bertology
 from bertology.corpus import sample_corpus
 from bertology.models import LoadedModel
 
-pytest_plugins = ["ci_rules", "pytester"]
+pytest_plugins = ["support.ci_rules", "pytester"]
 
 # --- Browser (headless Chromium via Playwright) for the tests marked `browser` ------------------
 
@@ -126,3 +128,18 @@ def classifier_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     loaded.model.save_pretrained(run / "model")
     loaded.tokenizer.save_pretrained(run / "model")
     return run
+
+
+@pytest.fixture
+def open_page(chromium_browser: Any, tmp_path: Path) -> Iterator[Callable[..., ViewPage]]:
+    """open_page(data, name) -> ViewPage, in a fresh 1280 x 900 browser context."""
+    contexts = []
+
+    def open_data(data: dict[str, Any], name: str = "view") -> ViewPage:
+        context = chromium_browser.new_context(viewport={"width": 1280, "height": 900})
+        contexts.append(context)
+        return open_view(context, write_page(tmp_path, data, name))
+
+    yield open_data
+    for context in contexts:
+        context.close()

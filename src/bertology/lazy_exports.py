@@ -13,7 +13,7 @@ from typing import Any
 class _LazyPackage(ModuleType):
     """A package whose public names (``_lazy_homes``: name -> submodule) and submodules are imported on
     first use. No public name is also the name of a submodule (importing a submodule sets the package
-    attribute of its name, which would hide the public name; tests/test_cli_inputs.py checks)."""
+    attribute of its name, which would hide the public name; tests/cli/test_cli_inputs.py checks)."""
 
     _lazy_homes: dict[str, str]
 

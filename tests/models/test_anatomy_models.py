@@ -1,0 +1,278 @@
+"""Interventions and norm-based weights on every encoder type bertology.anatomy describes, whichever route
+captures its attention: head gates against zeroed output-projection columns, the ablation sweep against
+full passes, batched importance against one example at a time, pruning against gating (and reloading),
+norm-based weights against a hand computation from the model's own weights and ``output_attentions``;
+and the refusals for the types it does not describe."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from support.tiny_models import ARCHITECTURES, DECODERS, MORE_ENCODERS, tiny_classifier
+from torch import nn
+from torch.nn.functional import cross_entropy
+from transformers import AutoModel, DebertaConfig, DebertaModel, FunnelConfig, FunnelModel, RoFormerConfig
+
+import bertology
+from bertology.anatomy import attention_parts, described_types, describes
+from bertology.classify import predict_logits
+from bertology.errors import BertologyError
+from bertology.inputs import encode
+from bertology.interventions.ablation import _sweep_full_passes, _sweep_reusing
+from bertology.interventions.data import LabelledTexts
+from bertology.interventions.gates import head_gates
+from bertology.interventions.importance import head_importance
+from bertology.interventions.pruning import count_parameters, prune_heads, save_model
+from bertology.model_store import packaged_model_path
+from bertology.models import LoadedModel, load_model, wrap_model
+from bertology.norms import NormWeighting
+
+ENCODERS = (*ARCHITECTURES, *MORE_ENCODERS)
+TEXTS = ["The quick brown fox jumps over the lazy dog.", "She said, that the committee would publish it."]
+TEXT = "Researchers measured how much each head attends to punctuation, and separators."
+
+#: Per type, independently of bertology.anatomy: the path from the base model to the layers, then from a
+#: layer to its output projection and to the Linear computing its value vectors, and how that Linear
+#: orders its rows ("separate": the values alone; "stacked": q, k, v of every head in turn; "interleaved":
+#: q, k, v of head 0, then of head 1, ...).
+_BERT = ("encoder.layer", "attention.output.dense", "attention.self.value", "separate")
+LAYOUT: dict[str, tuple[str, str, str, str]] = {
+    **{name: _BERT for name in ("bert", "roberta", "xlm-roberta", "electra", "camembert", "ernie")},
+    **{name: _BERT for name in ("data2vec-text", "xmod", "roc_bert", "xlm-roberta-xl", "megatron-bert")},
+    **{name: _BERT for name in ("roformer", "mobilebert")},
+    "albert": ("encoder.albert_layer_groups", "albert_layers.0.attention.dense",
+               "albert_layers.0.attention.value", "separate"),
+    "distilbert": ("transformer.layer", "attention.out_lin", "attention.v_lin", "separate"),
+    "modernbert": ("layers", "attn.Wo", "attn.Wqkv", "stacked"),
+    "gte": ("layers", "self_attn.o_proj", "self_attn.v_proj", "separate"),
+    "nomic_bert": ("layers", "self_attn.o_proj", "self_attn.v_proj", "separate"),
+    "deberta": ("encoder.layer", "attention.output.dense", "attention.self.in_proj", "interleaved"),
+    "deberta-v2": ("encoder.layer", "attention.output.dense", "attention.self.value_proj", "separate"),
+    "mpnet": ("encoder.layer", "attention.attn.o", "attention.attn.v", "separate"),
+}  # fmt: skip
+
+
+def layer_module(model: nn.Module, model_type: str, layer: int, path: str) -> nn.Module:
+    layers, *_ = LAYOUT[model_type]
+    groups = model.base_model.get_submodule(layers)
+    return groups[0 if model_type == "albert" else layer].get_submodule(path)
+
+
+def model_inputs(loaded: LoadedModel, texts: list[str]) -> dict[str, torch.Tensor]:
+    return loaded.model_inputs(encode(loaded.tokenizer, texts, max_length=loaded.max_length))
+
+
+def hidden_states(loaded: LoadedModel) -> torch.Tensor:
+    with torch.inference_mode():
+        return loaded.model(**model_inputs(loaded, TEXTS)).last_hidden_state
+
+
+def assert_close_to(actual: torch.Tensor, expected: torch.Tensor, baseline: torch.Tensor) -> None:
+    """``actual`` equals ``expected`` far within the change from ``baseline`` that both show (tiny random
+    MobileBERTs change their outputs by 1e-5 only), and that change is real."""
+    change = (expected - baseline).abs().max()
+    assert change > 1e-6
+    assert (actual - expected).abs().max() <= 1e-3 * change + 1e-7
+
+
+def test_every_encoder_type_is_described_and_no_other() -> None:
+    assert set(ENCODERS) <= set(described_types())
+    assert all(describes(name) for name in ENCODERS)
+    assert not any(describes(name) for name in (*DECODERS, "gpt2", "bart", "t5", "funnel"))
+
+
+@pytest.mark.parametrize("model_type", ENCODERS)
+def test_gates_equal_zeroed_output_columns(model_type: str, tiny_model_dirs: dict[str, Path]) -> None:
+    loaded = load_model(tiny_model_dirs[model_type])
+    plain = hidden_states(loaded)
+    with head_gates(loaded, torch.ones(loaded.num_layers, loaded.num_heads)):
+        assert torch.equal(hidden_states(loaded), plain)
+    # ALBERT's layers share one output projection: zeroing it removes the head from every layer.
+    layers = list(range(loaded.num_layers)) if model_type == "albert" else [1]
+    head = 2
+    zeroed = copy.deepcopy(loaded.model)
+    for layer in layers:
+        output = layer_module(zeroed, model_type, layer, LAYOUT[model_type][1])
+        width = output.in_features // loaded.num_heads
+        with torch.no_grad():
+            output.weight[:, head * width : (head + 1) * width] = 0
+    expected = hidden_states(wrap_model(zeroed, loaded.tokenizer, "zeroed"))
+    with head_gates(loaded, {(layer, head) for layer in layers}):
+        gated = hidden_states(loaded)
+    assert_close_to(gated, expected, plain)
+    assert torch.equal(hidden_states(loaded), plain)  # nothing changes outside the block
+
+
+def value_rows(model: nn.Module, model_type: str, layer: int, head: int, d: int) -> tuple[nn.Linear, slice]:
+    """The Linear computing ``layer``'s value vectors and the rows of ``head``'s (``d`` features each)."""
+    _, _, value_path, order = LAYOUT[model_type]
+    linear = layer_module(model, model_type, layer, value_path)
+    heads = linear.out_features // d // (1 if order == "separate" else 3)
+    starts = {"separate": head * d, "stacked": (2 * heads + head) * d, "interleaved": (3 * head + 2) * d}
+    return linear, slice(starts[order], starts[order] + d)
+
+
+def hand_norm_weights(directory: Path, loaded: LoadedModel) -> np.ndarray:
+    """[layers, heads, n, n] norm-based weights of :data:`TEXT` from an independently loaded eager model:
+    its ``output_attentions``, each layer's value Linear applied by hand to that Linear's own input (rows by
+    :data:`LAYOUT`; DeBERTa adds its separate ``v_bias``), each head's block of the output projection, and
+    ``a_ij ||f(x_j)||`` row-normalised."""
+    model_type = loaded.model_type
+    reference = AutoModel.from_pretrained(directory, attn_implementation="eager").eval()
+    value_path = LAYOUT[model_type][2]
+    linears = {id(linear): linear for linear in (
+        layer_module(reference, model_type, layer, value_path) for layer in range(loaded.num_layers)
+    )}  # fmt: skip
+    entering: list[torch.Tensor] = []  # per layer, [n, features] the value Linear's input
+    handles = [
+        linear.register_forward_pre_hook(lambda _, args: entering.append(args[0][0]))
+        for linear in linears.values()
+    ]
+    with torch.no_grad():
+        attentions = reference(**model_inputs(loaded, [TEXT]), output_attentions=True).attentions
+        for handle in handles:
+            handle.remove()
+        result = []
+        for layer, probs in enumerate(attentions):  # probs [1, heads, n, n]
+            output = layer_module(reference, model_type, layer, LAYOUT[model_type][1])
+            heads = probs.shape[1]
+            d = output.in_features // heads
+            per_head = []
+            for head in range(heads):
+                linear, rows = value_rows(reference, model_type, layer, head, d)
+                own = slice(head * d, (head + 1) * d)  # the head's features and output columns
+                values = entering[layer] @ linear.weight[rows].T  # [n, d]
+                if linear.bias is not None:
+                    values = values + linear.bias[rows]
+                if model_type == "deberta":  # its value bias is a parameter of its own
+                    values = values + layer_module(reference, model_type, layer, "attention.self").v_bias[own]
+                norms = torch.linalg.vector_norm(values @ output.weight[:, own].T, dim=-1)
+                weighted = probs[0, head] * norms[None, :]
+                per_head.append(weighted / weighted.sum(-1, keepdim=True))
+            result.append(torch.stack(per_head))
+    return torch.stack(result).numpy()
+
+
+@pytest.mark.parametrize("model_type", ENCODERS)
+def test_norm_weights_equal_a_hand_computation(model_type: str, tiny_model_dirs: dict[str, Path]) -> None:
+    directory = tiny_model_dirs[model_type]
+    loaded = load_model(directory)
+    captured = bertology.capture(TEXT, model=loaded, weights="norm")
+    expected = hand_norm_weights(directory, loaded)
+    np.testing.assert_allclose(captured.probs, expected, rtol=1e-4, atol=1e-6)
+    softmax = bertology.capture(TEXT, model=loaded).probs
+    assert np.abs(softmax - expected).max() > 1e-3  # the norms matter, so the check can fail
+    value_projections = {
+        id(parts.value.linear): parts.value.linear for parts in attention_parts(loaded.model)
+    }
+    assert not any(linear._forward_hooks for linear in value_projections.values())  # the tap is gone
+
+
+def importance_one_by_one(loaded: LoadedModel, data: LabelledTexts) -> np.ndarray:
+    """[layers, heads] ``E_x |dL(x)/dξ|`` from one forward and backward pass per example, with one set of
+    gates ``[layers, heads]`` each (no batching, no padding)."""
+    total = np.zeros((loaded.num_layers, loaded.num_heads))
+    for text, label in zip(data.texts, data.labels, strict=True):
+        gates = torch.ones(loaded.num_layers, loaded.num_heads, dtype=torch.float64, requires_grad=True)
+        with head_gates(loaded, gates):
+            logits = loaded.model(**model_inputs(loaded, [text])).logits
+        (gradient,) = torch.autograd.grad(cross_entropy(logits, torch.tensor([label])), gates)
+        total += gradient.abs().numpy()
+    return total / len(data)
+
+
+#: Heads to remove, including every head of layer 1 (the layer then adds only its output bias).
+PRUNED = {0: [1, 3], 1: [0, 1, 2, 3]}
+
+
+@pytest.mark.parametrize("model_type", ENCODERS)
+def test_ablation_importance_and_pruning(
+    model_type: str, tiny_model_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    loaded = tiny_classifier(tiny_model_dirs[model_type])
+    data = LabelledTexts([*TEXTS, TEXT], None, np.array([0, 1, 1]))
+
+    # The sweep that reuses the lower layers (each type's own layer arguments) gives the full passes' logits.
+    fast_baseline, fast = _sweep_reusing(loaded, data, 2, None)
+    slow_baseline, slow = _sweep_full_passes(loaded, data, 2, None)
+    np.testing.assert_allclose(fast_baseline, slow_baseline, rtol=1e-5, atol=1e-7)
+    assert_close_to(torch.from_numpy(fast), torch.from_numpy(slow), torch.from_numpy(slow_baseline))
+
+    gated = torch.from_numpy(predict_logits(loaded, TEXTS))
+    with head_gates(loaded, PRUNED):
+        expected = torch.from_numpy(predict_logits(loaded, TEXTS))
+    if model_type == "albert":
+        with pytest.raises(BertologyError, match="gate it instead"):
+            prune_heads(loaded, PRUNED)
+    else:
+        pruned = prune_heads(wrap_model(copy.deepcopy(loaded.model), loaded.tokenizer, "pruned"), PRUNED)
+        assert_close_to(torch.from_numpy(predict_logits(pruned, TEXTS)), expected, gated)
+        assert count_parameters(pruned.model) < count_parameters(loaded.model)
+        widths = [
+            layer_module(pruned.model, model_type, layer, LAYOUT[model_type][1]).in_features
+            for layer in (0, 1)
+        ]
+        head_dim = (
+            layer_module(loaded.model, model_type, 0, LAYOUT[model_type][1]).in_features // loaded.num_heads
+        )
+        assert widths == [2 * head_dim, head_dim]  # two heads kept; one (zeroed) where all were removed
+        save_model(pruned, tmp_path / "run")
+        reloaded = load_model(tmp_path / "run", classifier=True)
+        assert_close_to(torch.from_numpy(predict_logits(reloaded, TEXTS)), expected, gated)
+
+    # Per-example gates in padded batches give each example's own gradient (the gradient itself is checked
+    # against finite differences in test_ablation; DeBERTa's float32 layer norms blur those in float64).
+    # head_importance takes the loss in float32, hence the tolerance.
+    loaded.model.double()
+    importance = head_importance(loaded, data, batch_size=2)
+    expected = importance_one_by_one(loaded, data)
+    np.testing.assert_allclose(importance.raw, expected, rtol=1e-4, atol=1e-10)
+    assert expected.max() > 1e-8
+
+
+def test_a_decoder_is_refused_in_one_sentence(tiny_model_dirs: dict[str, Path]) -> None:
+    llama = load_model(tiny_model_dirs["llama"])
+    refusal = r"are for encoders .*; a 'llama' model is not one of them\.$"
+    with pytest.raises(BertologyError, match=refusal), head_gates(llama, {(0, 1)}):
+        pass
+    with pytest.raises(BertologyError, match="'llama'"):
+        NormWeighting(llama.model)
+
+
+def test_undescribed_and_inseparable_models_are_refused() -> None:
+    small = {"hidden_size": 32, "num_attention_heads": 4, "intermediate_size": 64, "vocab_size": 50}
+    funnel = FunnelModel(
+        FunnelConfig(d_model=32, n_head=4, d_head=8, d_inner=64, block_sizes=[1, 1], vocab_size=50)
+    )
+    with pytest.raises(BertologyError, match="a 'funnel' model is not one of them"):
+        attention_parts(funnel)
+    talking = DebertaModel(DebertaConfig(num_hidden_layers=1, talking_head=True, **small))
+    with pytest.raises(BertologyError, match="mixes its heads' scores"):
+        attention_parts(talking)
+    rotary_values = AutoModel.from_config(RoFormerConfig(num_hidden_layers=1, rotary_value=True, **small))
+    with pytest.raises(BertologyError, match="rotates its value vectors by position"):
+        NormWeighting(rotary_values)
+
+
+def test_on_the_real_mpnet(mpnet_model: LoadedModel) -> None:
+    """all-mpnet-base-v2 (12 x 12, attention in its own code): norm-based weights equal the hand computation,
+    and removing a third of its heads from the weights computes what gating them to 0 does."""
+    expected = hand_norm_weights(packaged_model_path("all-mpnet-base-v2"), mpnet_model)
+    captured = bertology.capture(TEXT, model=mpnet_model, weights="norm")
+    np.testing.assert_allclose(captured.probs, expected, rtol=1e-4, atol=1e-6)
+
+    heads = {layer: list(range(layer % 3, 12, 3)) for layer in range(12)}
+    inputs = model_inputs(mpnet_model, TEXTS)
+    pruned = prune_heads(wrap_model(copy.deepcopy(mpnet_model.model), mpnet_model.tokenizer, "pruned"), heads)
+    with torch.inference_mode():
+        plain = mpnet_model.model(**inputs).last_hidden_state
+        with head_gates(mpnet_model, heads):
+            gated = mpnet_model.model(**inputs).last_hidden_state
+        assert_close_to(pruned.model(**inputs).last_hidden_state, gated, plain)
+    assert count_parameters(mpnet_model.model) - count_parameters(pruned.model) == 48 * (
+        4 * 64 * 768 + 3 * 64
+    )

@@ -1,0 +1,255 @@
+"""The explorer: each head's stored top examples (the true top-k of its pattern score over the corpus,
+checked by capturing every segment alone), and the explorer's routes over an analysis folder with a
+dependency probe and an ablation beside it (known answers), paths and damaged files refused."""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from fastapi.testclient import TestClient
+from support.run_folders import MAX_LENGTH, PER_HEAD, write_analysis
+
+from bertology.analysis.examples import EXAMPLES_FILE, HeadExamples, example_patterns
+from bertology.analysis.patterns import PATTERNS, PatternAccumulator
+from bertology.analyze import CorpusAnalysis, corpus_batches
+from bertology.attention import capture_batch
+from bertology.errors import BertologyError, TruncationWarning
+from bertology.models import LoadedModel
+from bertology.report.analysis import save_analysis
+from bertology.server import create_app
+from bertology.stats.rows import SpecialTokens
+
+
+@pytest.fixture(scope="module")
+def analysed(
+    default_model: LoadedModel, sample_corpus_head: object, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[CorpusAnalysis, Path]:
+    corpus = sample_corpus_head(24)  # type: ignore[operator]
+    folder = tmp_path_factory.mktemp("explorer") / "runs" / "analysis"
+    return write_analysis(corpus, default_model, folder), folder
+
+
+def test_stored_examples_are_the_true_top_k(
+    analysed: tuple[CorpusAnalysis, Path], default_model: LoadedModel
+) -> None:
+    analysis, folder = analysed
+    examples = HeadExamples.load(folder / EXAMPLES_FILE)
+    segments = list(
+        itertools.chain.from_iterable(
+            corpus_batches(analysis.corpus, default_model.tokenizer, max_length=MAX_LENGTH)
+        )
+    )
+    assert len(segments) == analysis.segments > 2 * PER_HEAD
+    # Brute force: every segment captured alone, its pattern scores from a one-segment accumulator.
+    scores = np.empty((len(segments), len(PATTERNS), *examples.patterns.shape))
+    attention = []
+    for index, segment in enumerate(segments):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", TruncationWarning)  # cut as the analysis cut them
+            batch = capture_batch(
+                [segment.text_a], [segment.text_b], model=default_model, max_length=MAX_LENGTH
+            )
+        alone = PatternAccumulator(SpecialTokens.of(default_model))
+        alone.update(batch)
+        assert alone.best_score is not None
+        scores[index] = alone.best_score
+        attention.append(batch.probs[0].numpy())
+    chosen = example_patterns(analysis.patterns)
+    assert (examples.patterns == chosen).all()
+    assert set(chosen.ravel()) > {"broad"}  # more than one pattern ranks examples
+    for (layer, head), pattern in np.ndenumerate(chosen):
+        column = scores[:, PATTERNS.index(pattern), layer, head]
+        order = sorted(range(len(segments)), key=lambda index: (-column[index], index))[:PER_HEAD]
+        stored = examples.head(layer, head)
+        assert [example.rank for example in stored] == list(range(PER_HEAD))
+        np.testing.assert_allclose([example.score for example in stored], column[order], rtol=0, atol=1e-6)
+        for example, index in zip(stored, order, strict=True):
+            tied = abs(column[example.segment] - column[index]) < 1e-6
+            assert example.segment == index or tied, (layer, head, example.rank)
+            probs = attention[example.segment][layer, head]
+            assert example.codes.shape == probs.shape
+            assert np.abs(example.probs - probs).max() <= 1 / 510 + 1e-4  # 8-bit codes of that attention
+            assert example.tokens.tokens[0] == "[CLS]" and len(example.tokens.tokens) == probs.shape[0]
+
+
+def test_top_k_is_the_same_merged_from_shards() -> None:
+    rng = np.random.default_rng(0)
+    scores = rng.random((len(PATTERNS), 2, 3, 40))  # [patterns, layers, heads, segments]
+    whole, first, second = (PatternAccumulator(keep=4) for _ in range(3))
+    whole._keep_best(scores, np.broadcast_to(np.arange(40), scores.shape))
+    first._keep_best(scores[..., :25], np.broadcast_to(np.arange(25), scores[..., :25].shape))
+    second._keep_best(scores[..., 25:], np.broadcast_to(np.arange(25, 40), scores[..., 25:].shape))
+    assert first.top_segment is not None and second.top_segment is not None
+    second._keep_best(first.top_score, first.top_segment)  # as merge() folds another shard in
+    expected = np.argsort(-scores, axis=-1, kind="stable")[..., :4]
+    assert (whole.top_segment == expected).all() and (second.top_segment == expected).all()
+
+
+def test_no_examples_file_with_zero_examples(
+    analysed: tuple[CorpusAnalysis, Path], default_model: LoadedModel, tmp_path: Path
+) -> None:
+    analysis, _ = analysed
+    analysis_without = CorpusAnalysis(**{**analysis.__dict__, "examples_per_head": 0})
+    save_analysis(analysis_without, default_model, tmp_path)
+    assert (tmp_path / "heads.csv").is_file() and not (tmp_path / EXAMPLES_FILE).exists()
+
+
+def test_a_damaged_examples_file_is_named(analysed: tuple[CorpusAnalysis, Path], tmp_path: Path) -> None:
+    _, folder = analysed
+    cut = tmp_path / EXAMPLES_FILE
+    cut.write_bytes((folder / EXAMPLES_FILE).read_bytes()[:5000])
+    with pytest.raises(BertologyError, match="not a readable examples file"):
+        HeadExamples.load(cut)
+
+
+# --- The explorer's routes ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def runs(analysed: tuple[CorpusAnalysis, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The analysis beside a dependency probe and an ablation of known values, a secret outside."""
+    analysis, folder = analysed
+    root = folder.parent
+    layers, heads = analysis.surface.num_layers, analysis.surface.num_heads
+    layer, head = np.indices((layers, heads)).reshape(2, -1)
+    deps = root / "probes" / "deps"
+    deps.mkdir(parents=True)
+    rows = []
+    for relation, direction in itertools.product(["all", "nsubj", "det"], [0, 1]):
+        accuracy = (layer * heads + head) / (layers * heads) * (0.5 if relation == "det" else 0.9)
+        rows.append(
+            pd.DataFrame(
+                {
+                    "relation": relation,
+                    "direction": direction,
+                    "layer": layer,
+                    "head": head,
+                    "accuracy": accuracy + 0.01 * direction,
+                    "count": 50,
+                }
+            )
+        )
+    pd.concat(rows).to_csv(deps / "accuracies.csv", index=False)
+    pd.DataFrame(
+        {
+            "relation": ["all", "nsubj", "det"],
+            "count": [100, 50, 50],
+            "best_head": ["5-11"] * 3,
+            "accuracy": [0.91, 0.91, 0.51],
+            "baseline_accuracy": [0.3, 0.4, 0.6],
+        }
+    ).to_csv(deps / "table.csv", index=False)
+    coref = root / "coref"
+    coref.mkdir()
+    pd.DataFrame(
+        {
+            "type": "pronoun",
+            "layer": layer,
+            "head": head,
+            "accuracy": (layer * heads + head) / 100,
+            "count": 40,
+        }
+    ).to_csv(coref / "accuracies.csv", index=False)
+    ablation = root / "ablation"
+    ablation.mkdir()
+    change = -(layer * heads + head) / 1000.0
+    pd.DataFrame({"layer": layer, "head": head, "accuracy": 0.9 + change, "change": change}).to_csv(
+        ablation / "ablation.csv", index=False
+    )
+    outside = tmp_path_factory.mktemp("outside")
+    shutil.copy(folder / "heads.csv", outside / "heads.csv")
+    (root / "leak").mkdir()
+    (root / "leak" / "report.html").write_text("<title>leak</title>")
+    for name in ("heads.csv", "summary.json", "head_js_divergence.csv"):
+        target = outside / name
+        if not target.exists():
+            shutil.copy(folder / name, target)
+        (root / "leak" / name).symlink_to(target)
+    return root
+
+
+@pytest.fixture(scope="module")
+def client(default_model: LoadedModel, runs: Path) -> Iterator[TestClient]:
+    with TestClient(create_app([default_model], runs=runs)) as test_client:
+        yield test_client
+
+
+def test_runs_list_links_the_explorer(client: TestClient) -> None:
+    listed = {run["path"]: run for run in client.get("/api/runs").json()["runs"]}
+    assert listed["analysis"]["explore"] == "/explore?run=analysis"
+    page = client.get("/explore?run=analysis")
+    assert page.status_code == 200 and "default-src 'none'" in page.headers["content-security-policy"]
+
+
+def test_the_analysis_overview(client: TestClient, analysed: tuple[CorpusAnalysis, Path]) -> None:
+    analysis, _ = analysed
+    answer = client.post("/api/explore/analysis", json={"run": "analysis"}).json()
+    assert (answer["layers"], answer["heads"]) == (6, 12)
+    assert answer["labels"] == analysis.patterns.labels.tolist()
+    np.testing.assert_allclose(answer["statistics"]["score_broad"], analysis.patterns.scores["broad"])
+    np.testing.assert_allclose(answer["map"], analysis.mds(), atol=1e-6)  # the report's map
+    assert answer["examples_per_head"] == PER_HEAD
+    assert answer["summary"]["examples_per_head"] == PER_HEAD  # summary.json records --examples-per-head
+    assert answer["related"] == {"dependency": "probes/deps", "coreference": "coref", "ablation": "ablation"}
+
+
+def test_a_head_shows_its_neighbours_relations_and_ablation(
+    client: TestClient, analysed: tuple[CorpusAnalysis, Path]
+) -> None:
+    analysis, _ = analysed
+    answer = client.post("/api/explore/head", json={"run": "analysis", "layer": 2, "head": 5}).json()
+    assert answer["label"] == analysis.patterns.labels[2, 5]
+    assert answer["statistics"]["entropy"] == pytest.approx(analysis.surface["entropy"][2, 5])
+    distances = analysis.distances.distance[2 * 12 + 5].copy()
+    distances[2 * 12 + 5] = np.inf
+    nearest = [(entry["layer"], entry["head"]) for entry in answer["nearest"]]
+    assert nearest == [divmod(int(index), 12) for index in np.argsort(distances, kind="stable")[:5]]
+    relations = answer["relations"]
+    assert [row["relation"] for row in relations] == ["all", "nsubj", "det"]
+    assert relations[0]["direction"] == 1 and relations[0]["accuracy"] == pytest.approx(29 / 72 * 0.9 + 0.01)
+    assert relations[2]["baseline_accuracy"] == pytest.approx(0.6)
+    assert answer["ablation"] == {
+        "change": pytest.approx(-0.029),
+        "accuracy": pytest.approx(0.871),
+        "importance": None,
+        "rank": 72 - 29,
+    }
+    assert answer["coreference"] == [{"type": "pronoun", "accuracy": 0.29, "rank": 72 - 29, "count": 40}]
+    assert [example["rank"] for example in answer["examples"]] == list(range(PER_HEAD))
+
+
+def test_an_example_is_a_head_view_of_the_stored_attention(client: TestClient) -> None:
+    page = client.post("/api/explore/example", json={"run": "analysis", "layer": 1, "head": 3, "rank": 2})
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert '"layerNames":["1"]' in page.text and '"headNames":["3"]' in page.text
+    missing = client.post("/api/explore/example", json={"run": "analysis", "layer": 1, "head": 3, "rank": 9})
+    assert missing.status_code == 404 and "no example 9" in missing.json()["error"]
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "message"),
+    [
+        ({"run": "../outside"}, 403, "refused"),
+        ({"run": "/etc"}, 403, "refused"),
+        ({"run": "leak"}, 403, "leads outside"),
+        ({"run": "probes/deps"}, 404, "not an analysis folder"),
+        ({"run": "nowhere"}, 404, "nothing at"),
+        ({"run": 1}, 422, "run"),
+        ({"run": "analysis", "extra": 1}, 422, "extra"),
+    ],
+)
+def test_refused_requests(client: TestClient, body: dict[str, object], status: int, message: str) -> None:
+    answer = client.post("/api/explore/analysis", json=body)
+    assert answer.status_code == status and message in answer.json()["error"]
+
+
+def test_a_head_outside_the_grid(client: TestClient) -> None:
+    answer = client.post("/api/explore/head", json={"run": "analysis", "layer": 6, "head": 0})
+    assert answer.status_code == 422 and "6 layers x 12 heads" in answer.json()["error"]

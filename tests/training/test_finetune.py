@@ -1,0 +1,204 @@
+"""Fine-tuning: batching, settings, a repeatable run on a tiny model, and the default model end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from support.run_folders import write_tiny_task
+
+from bertology.classify import accuracy, predict_logits
+from bertology.errors import BertologyError, TruncationWarning
+from bertology.models import load_model
+from bertology.readers.glue import read_glue
+from bertology.training import FinetuneSettings, finetune, read_archive
+from bertology.training.loop import length_batches
+
+BERTOLOGY = [sys.executable, "-m", "bertology"]
+
+
+def tiny_settings(model: Path, **changes: object) -> FinetuneSettings:
+    options = dict(
+        model=str(model), max_train=40, batch_size=8, epochs=2, max_length=32, learning_rate=1e-3,
+        eval_every=None, log_every=1, watch_every=3, probe_set=2, threads=1,
+    )  # fmt: skip
+    return FinetuneSettings(**{**options, **changes})  # type: ignore[arg-type]
+
+
+def test_length_batches_cover_every_example_once_sorted_within_buckets() -> None:
+    lengths = np.random.default_rng(1).integers(3, 60, size=1000)
+    batches = length_batches(lengths, 8, np.random.default_rng(0))
+    assert sorted(np.concatenate(batches).tolist()) == list(range(1000))
+    assert all(len(batch) <= 8 for batch in batches)
+    spreads = [np.ptp(lengths[batch]) for batch in batches]
+    assert np.median(spreads) <= 2  # batches of similar lengths: little padding
+    again = length_batches(lengths, 8, np.random.default_rng(0))
+    assert all(np.array_equal(a, b) for a, b in zip(batches, again, strict=True))
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"epochs": 0}, "epochs must be at least 1"),
+        ({"max_train": 0}, "max-train must be at least 1"),
+        ({"watch_every": -1}, "watch-every must be 0"),
+        ({"warmup": 1.0}, "warm-up fraction"),
+    ],
+)
+def test_bad_settings_are_refused(changes: dict[str, object], message: str, tmp_path: Path) -> None:
+    task = write_tiny_task(tmp_path / "task")
+    with pytest.raises(BertologyError, match=message):
+        finetune(task, tmp_path / "run", FinetuneSettings(**changes))  # type: ignore[arg-type]
+
+
+def test_a_run_repeats_exactly_and_saves_a_loadable_classifier(
+    tiny_model_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    task = write_tiny_task(tmp_path / "task")
+    settings = tiny_settings(tiny_model_dirs["bert"])
+    threads = torch.get_num_threads()
+    first = finetune(task, tmp_path / "one", settings)
+    assert torch.get_num_threads() == threads  # the run's 1 thread was for the run only
+    second = finetune(task, tmp_path / "two", settings)
+    other = finetune(task, tmp_path / "three", tiny_settings(tiny_model_dirs["bert"], seed=1))
+
+    def rows(run: Path) -> pd.DataFrame:
+        return pd.read_csv(run / "metrics.csv").drop(columns="seconds")
+
+    assert first.steps == 10  # 40 examples, batches of 8, 2 epochs
+    pd.testing.assert_frame_equal(rows(first.run_dir), rows(second.run_dir))
+    assert not rows(first.run_dir)["loss"].equals(rows(other.run_dir)["loss"])
+    a, b = read_archive(first.run_dir), read_archive(second.run_dir)
+    assert a.steps.tolist() == [0, 3, 6, 9, 10]
+    np.testing.assert_array_equal(a.stats, b.stats)
+    np.testing.assert_array_equal(a.attention(1), b.attention(1))
+
+    run = json.loads((first.run_dir / "run.json").read_text())
+    assert run["status"] == "finished"
+    assert run["labels"] == ["0", "1"]
+    assert run["steps"] == 10 and run["train_examples"] == 40 and run["dev_examples"] == 12
+    assert run["settings"]["learning_rate"] == 1e-3
+    dev = rows(first.run_dir).query("split == 'dev'")
+    assert dev["step"].tolist() == [5, 10]  # each epoch's end
+    assert dev["accuracy"].iloc[-1] == run["dev_accuracy"] == first.dev_accuracy
+
+    loaded = load_model(first.run_dir, classifier=True)
+    assert loaded.model.config.id2label == {0: "0", 1: "1"}
+    tiny = read_glue(task)
+    logits = predict_logits(loaded, tiny.dev.texts, batch_size=64, max_length=32)
+    assert accuracy(logits, tiny.label_ids(tiny.dev)) == run["dev_accuracy"]
+
+    with pytest.raises(BertologyError, match="already holds a training run"):
+        finetune(task, first.run_dir, settings)
+    unwatched = tiny_settings(tiny_model_dirs["bert"], epochs=1, watch_every=0)
+    finetune(task, first.run_dir, unwatched, overwrite=True)
+    assert not (first.run_dir / "monitor.zarr").exists()  # no stale archive from the run replaced
+
+
+def test_a_folder_that_holds_no_run_is_never_emptied(
+    tiny_model_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    task = write_tiny_task(tmp_path / "task")
+    settings = tiny_settings(tiny_model_dirs["bert"], epochs=1, watch_every=0)
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("keep me", encoding="utf-8")
+    (folder / "model").write_text("a file named model, not a run's", encoding="utf-8")
+    for overwrite in (False, True):
+        with pytest.raises(BertologyError, match=r"holds model but no run\.json"):
+            finetune(task, folder, settings, overwrite=overwrite)
+    assert sorted(path.name for path in folder.iterdir()) == ["model", "notes.txt"]
+    assert (folder / "model").read_text(encoding="utf-8") == "a file named model, not a run's"
+    (folder / "model").unlink()
+    finetune(task, folder, settings)  # other files are fine, and left alone
+    assert (folder / "notes.txt").read_text(encoding="utf-8") == "keep me"
+    assert (folder / "model" / "config.json").is_file()
+
+
+def test_model_and_settings_are_checked_before_an_earlier_run_is_replaced(
+    tiny_model_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    task = write_tiny_task(tmp_path / "task")
+    run_dir = tmp_path / "run"
+    finetune(task, run_dir, tiny_settings(tiny_model_dirs["bert"], epochs=1, watch_every=0))
+    before = (run_dir / "run.json").read_text()
+    for bad, message in (
+        (tiny_settings(tmp_path / "no" / "model", epochs=1), "no model directory"),
+        (tiny_settings(tiny_model_dirs["bert"], max_length=1), "max-len 1 leaves no room for text"),
+    ):
+        with pytest.raises(BertologyError, match=message):
+            finetune(task, run_dir, bad, overwrite=True)
+        assert (run_dir / "run.json").read_text() == before
+        assert (run_dir / "model" / "config.json").is_file()
+
+
+def test_a_run_stopped_by_ctrl_c_says_interrupted(tiny_model_dirs: dict[str, Path], tmp_path: Path) -> None:
+    from bertology.training.loop import run_status
+
+    def stop(progress: object) -> None:
+        if getattr(progress, "step", 0) == 2:
+            raise KeyboardInterrupt
+
+    task = write_tiny_task(tmp_path / "task")
+    with pytest.raises(KeyboardInterrupt):
+        finetune(task, tmp_path / "run", tiny_settings(tiny_model_dirs["bert"]), on_progress=stop)
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert run["status"] == "interrupted" and run["error"] == "KeyboardInterrupt"
+    assert run_status(run) == "interrupted"
+
+
+def test_a_running_run_whose_process_is_gone_reads_as_interrupted() -> None:
+    import socket
+
+    from bertology.training.loop import run_status
+
+    finished = subprocess.Popen([sys.executable, "-c", "pass"])
+    finished.wait()
+    here = socket.gethostname()
+    assert run_status({"status": "running", "pid": finished.pid, "host": here}) == "interrupted"
+    assert run_status({"status": "running", "pid": os.getpid(), "host": here}) == "running"
+    assert run_status({"status": "running", "pid": finished.pid, "host": "elsewhere"}) == "running"
+    assert run_status({"status": "finished", "pid": finished.pid, "host": here}) == "finished"
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*BERTOLOGY, *args], capture_output=True, text=True, timeout=600, env=os.environ)
+
+
+@pytest.mark.slow
+def test_default_model_finetunes_on_sst2_and_the_run_can_be_watched(
+    tmp_path: Path, shared_data: Path
+) -> None:
+    sst2 = shared_data / "glue" / "SST-2"
+    run_dir = tmp_path / "run"
+    result = run_cli(
+        "finetune", str(sst2), "-o", str(run_dir), "--max-train", "128", "--max-dev", "64",
+        "--max-len", "48", "--watch-every", "2", "--probe-set", "3", "--eval-every", "0", "--threads", "1",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["steps"] == 4 and run["train_examples"] == 128 and run["dev_examples"] == 64
+    assert f"dev accuracy {run['dev_accuracy']:.4f} on 64 examples" in result.stdout
+
+    task = read_glue(sst2, max_train=10, max_dev=64)
+    loaded = load_model(run_dir, classifier=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TruncationWarning)
+        logits = predict_logits(loaded, task.dev.texts, batch_size=64, max_length=48)
+    assert accuracy(logits, task.label_ids(task.dev)) == run["dev_accuracy"]
+    assert read_archive(run_dir).steps.tolist() == [0, 2, 4]
+
+    page = tmp_path / "watch.html"
+    result = run_cli("watch", str(run_dir), "-o", str(page))
+    assert result.returncode == 0, result.stderr
+    assert f"Wrote {page}" in result.stdout
+    text = page.read_text()
+    assert '"view":"watch"' in text and "default-src 'none'" in text

@@ -1,0 +1,137 @@
+"""Views in a notebook: the output frame sized to its content, drawn even out of view, and a
+``load_model()`` that prints no progress bars.
+
+A notebook output is ``View._repr_html_()`` placed in a host page, opened in headless Chromium.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.browser import READY
+from support.synthetic_views import synthetic_view
+from transformers.utils import logging as transformers_logging
+
+import bertology
+from bertology.models import _quiet_weight_loading
+from bertology.views import MAX_FRAME_HEIGHT, View
+
+FRAME_HEIGHT_JS = "document.querySelector('iframe').getBoundingClientRect().height"
+# Inside the frame: [scrollHeight, clientHeight] of the scrolling area and the bottom of its content.
+INNER_JS = """() => {
+  const scroll = document.querySelector(".bt-scroll");
+  const content = scroll.firstElementChild.getBoundingClientRect().bottom;
+  return [scroll.scrollHeight, scroll.clientHeight, content, window.innerHeight];
+}"""
+
+
+@pytest.fixture
+def notebook(chromium_browser: Any, tmp_path: Path) -> Iterator[Callable[..., Any]]:
+    """notebook(view, spacer=0) -> (page, frame): the view's output below `spacer` px of other output."""
+    contexts = []
+
+    def open_output(view: View, spacer: int = 0) -> tuple[Any, Any]:
+        context = chromium_browser.new_context(viewport={"width": 1000, "height": 800})
+        contexts.append(context)
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        host = tmp_path / "notebook.html"
+        host.write_text(
+            '<!DOCTYPE html><html><body style="margin:0"><div style="width:900px">'
+            f'<div style="height:{spacer}px">other output</div>{view._repr_html_()}</div></body></html>',
+            encoding="utf-8",
+        )
+        page.goto(host.as_uri())
+        frame = page.frames[1]
+        frame.wait_for_function(READY, timeout=10_000)
+        assert frame.evaluate("window.bertology.error") is None
+        assert errors == []
+        return page, frame
+
+    yield open_output
+    for context in contexts:
+        context.close()
+
+
+def _settled_height(page: Any, frame: Any) -> float:
+    """The frame's height once it has taken the height its page reported (within 15 s: slow under load)."""
+    deadline = time.monotonic() + 15
+    while True:
+        scroll_height, client_height, _, _ = frame.evaluate(INNER_JS)
+        if scroll_height <= client_height or time.monotonic() > deadline:
+            return page.evaluate(FRAME_HEIGHT_JS)
+        time.sleep(0.05)
+
+
+def test_frame_grows_to_a_twelve_layer_model_view(notebook: Callable[..., Any]) -> None:
+    """The frame was 640 px tall whatever it showed, so 12 layers scrolled inside the notebook."""
+    page, frame = notebook(View("model", synthetic_view("model", n=30, layers=12, heads=12)))
+    height = _settled_height(page, frame)
+    scroll_height, client_height, content_bottom, inner_height = frame.evaluate(INNER_JS)
+    assert scroll_height <= client_height  # nothing scrolls inside the frame
+    assert 640 < height <= MAX_FRAME_HEIGHT
+    assert inner_height - content_bottom < 30  # and it has no empty space below the grid
+
+
+def test_frame_shrinks_to_a_short_head_view(notebook: Callable[..., Any]) -> None:
+    page, frame = notebook(View("head", synthetic_view("head", n=6, layers=1, heads=2)))
+    height = _settled_height(page, frame)
+    scroll_height, client_height, content_bottom, inner_height = frame.evaluate(INNER_JS)
+    assert scroll_height <= client_height
+    assert inner_height - content_bottom < 30
+    assert height < 400
+
+
+def test_output_out_of_view_is_drawn(notebook: Callable[..., Any]) -> None:
+    """An output further down the notebook gets no animation frame until scrolled to; it must be drawn
+    (and sized) before that."""
+    page, frame = notebook(View("head", synthetic_view("head", n=12, layers=2, heads=3)), spacer=3000)
+    assert page.evaluate("document.querySelector('iframe').getBoundingClientRect().top") > 2000
+    ink = frame.evaluate(
+        """() => {
+          const canvas = document.getElementById("bt-canvas");
+          const data = canvas.getContext("2d").getImageData(0, 0, canvas.width, canvas.height).data;
+          let count = 0;
+          for (let i = 3; i < data.length; i += 4) if (data[i] > 0) count++;
+          return count;
+        }"""
+    )
+    assert ink > 500
+    _settled_height(page, frame)
+    assert frame.evaluate(INNER_JS)[0] <= frame.evaluate(INNER_JS)[1]
+
+
+def test_load_model_prints_no_progress_bars(
+    tiny_model_dirs: dict[str, Path], capfd: pytest.CaptureFixture
+) -> None:
+    """transformers' "Loading weights" bar printed to stderr (a red block with a TqdmWarning in Jupyter)."""
+    folder = tiny_model_dirs["bert"]  # built on first use: its saving bars are not what is tested
+    before = transformers_logging.set_tqdm_hook(None)
+    transformers_logging.set_tqdm_hook(before)
+    capfd.readouterr()
+    bertology.load_model(folder)
+    assert capfd.readouterr().err == ""
+    assert transformers_logging.set_tqdm_hook(before) is before  # the process-wide hook is as it was
+
+
+def test_quiet_loading_leaves_other_threads_bars_alone() -> None:
+    kinds: dict[str, type] = {}
+
+    def open_bar(name: str) -> None:
+        bar = transformers_logging.tqdm(range(1), disable=True)
+        kinds[name] = type(bar)
+        bar.close()
+
+    with _quiet_weight_loading():
+        open_bar("loading thread")
+        other = threading.Thread(target=open_bar, args=("other thread",))
+        other.start()
+        other.join()
+    assert kinds["loading thread"] is transformers_logging.EmptyTqdm
+    assert kinds["other thread"] is not transformers_logging.EmptyTqdm
