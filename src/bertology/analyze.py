@@ -37,7 +37,7 @@ from bertology.attention import (
     stream_long_batch,
     uses_queries_keys,
 )
-from bertology.batching import PAD_MULTIPLE, SORT_WINDOW, length_sorted_batches
+from bertology.batching import PAD_MULTIPLE, SORT_WINDOW, length_sorted_batches, prefetched
 from bertology.corpus import Segment, iter_segments
 from bertology.errors import BertologyError, TruncationWarning
 from bertology.inputs import EncodedBatch, Text
@@ -402,7 +402,7 @@ def analyze_corpus(
         corpus_format=settings.corpus_format,
         pairs=loaded.kind == "encoder",
     )
-    for batch in batches:
+    for batch in prefetched(batches):  # the corpus is read and segmented while the model runs
         accumulators.update(batch)
         if on_progress is not None:
             on_progress(accumulators.segments, settings.limit)

@@ -35,6 +35,7 @@ from scipy.optimize import linear_sum_assignment
 from bertology.analysis.distances import RowSampler, js_cross_sums
 from bertology.analysis_settings import DEFAULT_SETTINGS, AnalysisSettings
 from bertology.analyze import CorpusAccumulators, CorpusAnalysis, corpus_batches
+from bertology.batching import prefetched
 from bertology.corpus import Segment, iter_segments
 from bertology.devices import float64_home
 from bertology.errors import BertologyError
@@ -424,7 +425,7 @@ def compare_models(
             tokenizers that split the text differently.
     """
     accumulators = ComparisonAccumulators(model_a, model_b, settings, level=level, corpus=corpus)
-    for batch in comparison_batches(corpus, model_a, model_b, settings):
+    for batch in prefetched(comparison_batches(corpus, model_a, model_b, settings)):
         accumulators.update(batch)
         if on_progress is not None:
             on_progress(accumulators.items, settings.limit)

@@ -17,8 +17,9 @@ consecutive paragraphs of a document, set up like BERT's pre-training inputs ``[
 * for a decoder (``pairs=False``), which reads one running text with no [SEP] between two, the packed
   run is one text A and never split.
 
-The file is read line by line and only the passages of the segment being built are kept, so a corpus of
-any size streams in flat memory.
+The file is read line by line and only the passages of the segment being built, and those being counted
+ahead of it (at most :data:`COUNT_BATCH` passages of :data:`COUNT_CHARACTERS` characters), are kept, so a
+corpus of any size streams in flat memory.
 """
 
 from __future__ import annotations
@@ -42,6 +43,11 @@ from bertology.readers.jsonl import read_records
 from bertology.readers.text import read_paragraphs
 
 _EXTENSIONS = {".jsonl": "jsonl", ".conllu": "conllu"}
+
+#: Passages whose tokens are counted by one call of the tokenizer, at most (and at most this many
+#: characters; see :meth:`_Packer.counted`).
+COUNT_BATCH = 256
+COUNT_CHARACTERS = 32_768
 
 
 @dataclass(frozen=True)
@@ -220,13 +226,32 @@ class _Packer:
         segment = self._segment(run, counts, 0)
         return self.tokens(segment.text_a, segment.text_b, special=True)
 
+    def counted(self, passages: Iterable[Passage]) -> Iterator[tuple[Passage, int]]:
+        """Each passage with its token count (no special tokens), counted by one call of the Rust tokenizer
+        (which spreads a batch over the cores) per :data:`COUNT_BATCH` passages or :data:`COUNT_CHARACTERS`
+        characters, whichever comes first (a huge passage is counted alone, not read ahead of)."""
+        chunk: list[str] = []
+        held: list[Passage] = []
+        characters = 0
+        for passage in passages:
+            held.append(passage)
+            chunk.append(_as_string(passage.text) or "")
+            characters += len(chunk[-1])
+            if len(held) == COUNT_BATCH or characters >= COUNT_CHARACTERS:
+                yield from self._count(held, chunk)
+                chunk, held, characters = [], [], 0
+        yield from self._count(held, chunk)
+
+    def _count(self, passages: list[Passage], texts: list[str]) -> Iterator[tuple[Passage, int]]:
+        encodings = self.counter.encode_batch(texts, add_special_tokens=False) if texts else []
+        return zip(passages, (len(encoding.ids) for encoding in encodings), strict=True)
+
     def pack(self, document: Iterable[Passage]) -> Iterator[Segment]:
         """Segments of one document, in order; every passage lands in exactly one segment."""
         run: list[Passage] = []
         counts: list[int] = []
         run_tokens = 0
-        for passage in document:
-            count = self.tokens(passage.text, special=False)
+        for passage, count in self.counted(document):
             tokens = self._run_tokens([*run, passage], [*counts, count])
             if run and tokens > self.max_length:
                 yield self._segment(run, counts, run_tokens)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from tokenizers import Tokenizer
 
 from bertology.attention import capture_batch, stream_batch
 from bertology.batching import length_sorted_batches
@@ -113,13 +114,13 @@ class WordAttentionStream(Iterator[tuple[Sentence, WordAttention]]):
 
 def token_counter(model: LoadedModel) -> Callable[[Sequence[str]], int]:
     """``words -> tokens``: how many tokens ``model``'s tokenizer gives a pre-split word list, special
-    tokens included, untruncated (the batching length of a sentence)."""
-    tokenizer = model.tokenizer
-    return lambda words: len(
-        tokenizer(list(words), is_split_into_words=True, truncation=False, padding=False, verbose=False)[
-            "input_ids"
-        ]
-    )
+    tokens included, untruncated (the batching length of a sentence). Counted by a copy of the model's Rust
+    tokenizer, so a reader thread may count while the model's own tokenizer encodes
+    (:func:`~bertology.batching.prefetched`)."""
+    counter = Tokenizer.from_str(model.tokenizer.backend_tokenizer.to_str())
+    counter.no_truncation()
+    counter.no_padding()
+    return lambda words: len(counter.encode(list(words), is_pretokenized=True, add_special_tokens=True).ids)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from bertology.batching import length_sorted_batches
+from bertology.batching import length_sorted_batches, prefetched
 from bertology.errors import BertologyError
 from bertology.models import LoadedModel, require_encoder
 from bertology.probes.coreference import (
@@ -159,9 +159,10 @@ def probe_dependencies(
     """
     require_encoder(loaded, "Dependency probing")
     tally = DependencyTally(loaded, mode, path=path, keep_examples=keep_examples)
-    for batch in dependency_batches(
+    batches = dependency_batches(
         path, loaded, treebank_format=treebank_format, limit=limit, batch_size=batch_size
-    ):
+    )
+    for batch in prefetched(batches):  # the treebank is read and counted while the model runs
         tally.update(batch)
         if on_progress is not None:
             on_progress(tally.sentences, limit)

@@ -95,23 +95,60 @@ def read_lines(path: Path, *, piece_bytes: int | None = None) -> Iterator[tuple[
     except OSError as error:
         raise BertologyError(f"Could not open {path}: {error.strerror}.") from error
     with handle:
-        lines = ((number, 0, raw) for number, raw in enumerate(handle, start=1))
-        for number, start, raw in lines if piece_bytes is None else _pieces(handle, piece_bytes):
-            if b"\0" in raw:
-                raise BertologyError(
-                    f"{path.name} is a binary file, not text (line {number} has a NUL byte); "
-                    "give a UTF-8 text file."
-                )
-            try:
-                line = raw.decode("utf-8", errors="strict")
-            except UnicodeDecodeError as error:
-                raise BertologyError(
-                    f"{path.name} line {number} is not valid UTF-8 (byte {start + error.start + 1} of the "
-                    "line); save the file as UTF-8 text."
-                ) from error
+        if piece_bytes is None:
+            yield from _whole_lines(handle, path)
+            return
+        for number, start, raw in _pieces(handle, piece_bytes):
+            line = _decoded(raw, path, number, start)
             if number == 1 and start == 0:
                 line = line.removeprefix(_BOM)
             yield number, line.rstrip("\r\n")
+
+
+#: Bytes of whole lines :func:`read_lines` reads and decodes at once.
+LINES_CHUNK_BYTES = 1 << 20
+
+
+def _whole_lines(handle: BinaryIO, path: Path) -> Iterator[tuple[int, str]]:
+    """``(line number, line)`` of every line of ``handle``, read :data:`LINES_CHUNK_BYTES` of whole lines
+    at a time and decoded in one call (a chunk with a NUL byte or bad UTF-8 is gone through line by line
+    for the error that names the line)."""
+    number = 0
+    while raw := handle.readlines(LINES_CHUNK_BYTES):
+        data = b"".join(raw)
+        try:
+            if b"\0" in data:
+                raise ValueError("a NUL byte")
+            text = data.decode("utf-8")
+        except ValueError:  # UnicodeDecodeError included: a line of the chunk is to blame, and named
+            text = "".join(_decoded(line, path, offset, 0) for offset, line in enumerate(raw, number + 1))
+        lines = text.split("\n")
+        if data.endswith(b"\n"):
+            lines.pop()  # the last line's ending, not a line
+        if number == 0:
+            lines[0] = lines[0].removeprefix(_BOM)
+        for offset, line in enumerate(lines, start=number + 1):
+            yield offset, line.rstrip("\r")
+        number += len(lines)
+
+
+def _decoded(raw: bytes, path: Path, number: int, start: int) -> str:
+    """One line (or piece of one, ``start`` bytes into it) as text.
+
+    Raises:
+        BertologyError: a NUL byte (a binary file) or bad UTF-8, naming the line and the byte.
+    """
+    if b"\0" in raw:
+        raise BertologyError(
+            f"{path.name} is a binary file, not text (line {number} has a NUL byte); give a UTF-8 text file."
+        )
+    try:
+        return raw.decode("utf-8", errors="strict")
+    except UnicodeDecodeError as error:
+        raise BertologyError(
+            f"{path.name} line {number} is not valid UTF-8 (byte {start + error.start + 1} of the "
+            "line); save the file as UTF-8 text."
+        ) from error
 
 
 def _pieces(handle: BinaryIO, piece_bytes: int) -> Iterator[tuple[int, int, bytes]]:

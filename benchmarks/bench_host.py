@@ -1,0 +1,110 @@
+"""Benchmark the host pipeline of a corpus run: reading, segmenting and encoding, without the model.
+
+On a GPU the model's work is small and the host's is not (issue: ``analyze`` ran at 1-11% of the plain
+forward on an H100, 14.6 of 17.4 s in reading and segmenting). This measures the host side alone, on the
+whole of UD English EWT train as CoNLL-U (``../shared/data/ud_ewt``), with the default model's tokenizer:
+
+1. read: the corpus reader's sentences (``bertology.readers.conllu.read_sentences``);
+2. read + segment: ``corpus_batches`` (sentences packed into segments of at most 128 tokens, ordered by
+   length within windows, cut into batches of 256), every batch taken;
+3. encode: the same batches encoded as the model receives them (``bertology.inputs.encode``).
+
+``--baseline SRC``: the same three, in the same run, in a subprocess that imports bertology from an older
+checkout's ``src`` folder (e.g. a ``git worktree`` of the commit before the change); ratios are
+baseline time / this checkout's time. Each stage is timed ``--repeats`` times, best kept.
+
+Run: ``.venv/bin/python benchmarks/bench_host.py --baseline /tmp/base/src``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+EWT_TRAIN = Path(__file__).resolve().parents[2] / "shared" / "data" / "ud_ewt" / "en_ewt-ud-train.conllu"
+MAX_LENGTH, BATCH = 128, 256
+
+
+def measure(corpus: Path, repeats: int) -> dict[str, float | int]:
+    """Best seconds of each stage over ``repeats`` runs, and the counts they produced."""
+    import bertology
+    from bertology.analyze import batch_texts, corpus_batches
+    from bertology.inputs import encode
+    from bertology.readers.conllu import read_sentences
+
+    tokenizer = bertology.load_model().tokenizer
+
+    def read() -> int:
+        return sum(1 for _ in read_sentences(corpus))
+
+    def segment() -> list:
+        return list(corpus_batches(corpus, tokenizer, max_length=MAX_LENGTH, batch_size=BATCH))
+
+    def best(work: object) -> tuple[float, object]:
+        times, result = [], None
+        for _ in range(repeats):
+            start = time.perf_counter()
+            result = work()  # type: ignore[operator]
+            times.append(time.perf_counter() - start)
+        return min(times), result
+
+    read_s, sentences = best(read)
+    segment_s, batches = best(segment)
+    encode_s, _ = best(
+        lambda: [encode(tokenizer, *batch_texts(batch), max_length=MAX_LENGTH) for batch in batches]
+    )
+    segments = sum(len(batch) for batch in batches)  # type: ignore[union-attr]
+    return {
+        "sentences": sentences,  # type: ignore[dict-item]
+        "segments": segments,
+        "read_s": round(read_s, 3),
+        "read_segment_s": round(segment_s, 3),
+        "encode_s": round(encode_s, 3),
+        "host_pipeline_s": round(segment_s + encode_s, 3),
+        "segments_per_s": round(segments / (segment_s + encode_s)),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--corpus", type=Path, default=EWT_TRAIN)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--baseline", type=Path, help="an older checkout's src folder, run in a subprocess")
+    parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # the baseline's answer
+    args = parser.parse_args()
+    now = measure(args.corpus, args.repeats)
+    if args.json:
+        print(json.dumps(now))
+        return
+    rows = {"this checkout": now}
+    if args.baseline is not None:
+        environment = {**os.environ, "PYTHONPATH": str(args.baseline.resolve())}
+        command = [
+            sys.executable,
+            __file__,
+            "--json",
+            "--corpus",
+            str(args.corpus),
+            "--repeats",
+            str(args.repeats),
+        ]
+        answer = subprocess.run(command, env=environment, capture_output=True, text=True, check=True)
+        rows = {"baseline": json.loads(answer.stdout.strip().splitlines()[-1]), **rows}
+    keys = list(now)
+    print("| run | " + " | ".join(keys) + " |")
+    print("|---" * (len(keys) + 1) + "|")
+    for name, row in rows.items():
+        print(f"| {name} | " + " | ".join(str(row[key]) for key in keys) + " |")
+    if "baseline" in rows:
+        base = rows["baseline"]
+        for key in ("read_s", "read_segment_s", "encode_s", "host_pipeline_s"):
+            print(f"{key}: {base[key] / now[key]:.2f}x faster")  # type: ignore[operator]
+
+
+if __name__ == "__main__":
+    main()
