@@ -54,6 +54,7 @@ def test_model_view_window_equals_the_eager_attention(long_case: tuple) -> None:
     data = view.data
     assert data["long"] == {**data["long"], "n": n, "start": 5, "stop": 17}
     assert data["tokens"] == attention.tokens[5:17] and data["n"] == 12
+    assert view.token_count == f"{n} tokens (a window of 12 at a time)"  # the input's count, not the window's
     shown = unpack(data["attention"]) / ATTENTION_SCALE
     np.testing.assert_allclose(shown, eager[:, :, 5:17, 5:17], atol=CODE_ERROR)
     outside = unpack(data["long"]["outside"]) / ATTENTION_SCALE

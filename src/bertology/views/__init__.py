@@ -73,13 +73,16 @@ class View:
 
     @property
     def token_count(self) -> str:
-        """How many tokens the view shows, in words: "19 tokens" or "9 source and 20 target tokens"."""
+        """How many tokens the view shows, in words: "19 tokens", "9 source and 20 target tokens", or for a
+        long input "8192 tokens (a window of 256 at a time)"."""
         counts: dict[str, int] = {}  # source and target tokens of an encoder-decoder's attention sets
         for entry in self.data.get("attentionSets", []):
             side = "source" if entry["name"] == "encoder" else "target"
             counts[side] = entry["n"]
             if entry["name"] == "cross":
                 counts["source"] = len(entry["keyTokens"])
+        if "long" in self.data:
+            return f"{self.data['long']['n']} tokens (a window of {self.data['n']} at a time)"
         if not counts:
             return f"{self.data['n']} tokens"
         return (
