@@ -175,8 +175,10 @@ class LayerQueriesKeys:
         B inputs), for every head; computed input by input, in chunks of at most ``chunk_bytes``."""
         out = torch.empty(len(positions), self.num_heads, self.width, device=self.query.device)
         step = self.rows_per_chunk(chunk_bytes) * self.query.shape[0]
-        for index in torch.unique(batch).tolist():
-            (picked,) = (batch == index).nonzero(as_tuple=True)
+        for index in range(self.query.shape[0]):
+            (picked,) = (batch == index).nonzero(as_tuple=True)  # ``batch`` lives where the caller made it
+            if len(picked) == 0:
+                continue
             one = self.input(index)
             for part in picked.split(step):
                 rows = positions[part].to(self.query.device)

@@ -8,11 +8,14 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
+from torch.overrides import TorchFunctionMode
 
+import bertology
 import bertology.analyze
 from bertology.analysis.distances import DistanceAccumulator
 from bertology.analysis.patterns import PatternAccumulator
@@ -169,3 +172,47 @@ def test_too_small_a_corpus_for_the_head_map_is_a_clear_error(
 
     with pytest.raises(BertologyError, match="at least 3 heads"):
         mds_embedding(np.zeros((2, 2)))
+
+
+class HostTransfers(TorchFunctionMode):
+    """Counts the tensor calls that hand values to the host: a CPU copy, a numpy array, a list or a Python
+    number (on a GPU each is a device-to-host transfer and a synchronisation)."""
+
+    NAMES = frozenset({"cpu", "numpy", "tolist", "item", "__int__", "__float__", "__bool__", "__index__"})
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.count += getattr(func, "__name__", "") in self.NAMES
+        return func(*args, **(kwargs or {}))
+
+
+def transfers_of_one_batch(loaded: LoadedModel, settings: AnalysisSettings) -> int:
+    """Host transfers while the accumulators take the corpus's second batch of 8 (the first warms up)."""
+    batches = corpus_batches(sample_corpus(), loaded.tokenizer, max_length=settings.max_length, batch_size=8)
+    accumulators = CorpusAccumulators(loaded, settings)
+    accumulators.update(next(batches))
+    with HostTransfers() as counted:
+        accumulators.update(next(batches))
+    return counted.count
+
+
+def test_one_batch_makes_the_same_few_host_transfers_whatever_the_layers_and_blocks(
+    default_model: LoadedModel, tiny_model_dirs: dict[str, Path]
+) -> None:
+    """Not one per layer or per row block: 6 layers or 3, the probabilities or the query/key path, one
+    block per layer or many (4 KiB each)."""
+    tiny = bertology.load_model(tiny_model_dirs["bert"])
+    assert (default_model.num_layers, tiny.num_layers) == (6, 3)
+    counts = {
+        "6 layers": transfers_of_one_batch(default_model, AnalysisSettings(max_length=64, mode="probs")),
+        "3 layers": transfers_of_one_batch(tiny, AnalysisSettings(max_length=64, mode="probs")),
+        "queries and keys": transfers_of_one_batch(default_model, AnalysisSettings(max_length=64, mode="qk")),
+        "4 KiB blocks": transfers_of_one_batch(
+            default_model, AnalysisSettings(max_length=64, mode="qk", chunk_bytes=4096)
+        ),
+    }
+    assert len(set(counts.values())) == 1, counts
+    assert 0 < counts["6 layers"] <= 30

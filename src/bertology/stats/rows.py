@@ -300,7 +300,8 @@ class KeySetPairs:
     segment, key), so the pairs of a block of query rows are one slice.
 
     sets, batch, query, key: [M] int64 each. queries: [S, B, Q] bool, the queries with at least one key
-    in each set.
+    in each set. query_starts: [Q + 1] where each query position's pairs start (a host list, found once
+    per batch, so a block of rows is sliced without a device-to-host transfer, layer after layer).
     """
 
     sets: torch.Tensor
@@ -308,6 +309,7 @@ class KeySetPairs:
     query: torch.Tensor
     key: torch.Tensor
     queries: torch.Tensor
+    query_starts: list[int]
 
     @classmethod
     def of(cls, roles: TokenRoles) -> KeySetPairs:
@@ -327,14 +329,14 @@ class KeySetPairs:
         sets, b, q, k = sets[order], b[order], q[order], k[order]
         queries = torch.zeros(len(KEY_SETS), batch, width, dtype=torch.bool, device=roles.valid.device)
         queries[sets, b, q] = True
-        return cls(sets, b, q, k, queries)
+        starts = torch.searchsorted(q, torch.arange(width + 1, device=q.device)).tolist()
+        return cls(sets, b, q, k, queries, starts)
 
     def rows(self, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """The pairs of queries ``start..stop - 1``: ``(b, q - start, k, row)``, each [m] int64, with
         ``row = (set * B + b) * (stop - start) + q - start`` the pair's row among the block's
         ``S * B * (stop - start)`` query rows."""
-        bounds = torch.tensor([start, stop], device=self.query.device)
-        first, last = torch.searchsorted(self.query, bounds).tolist()
+        first, last = self.query_starts[start], self.query_starts[stop]
         b, q, k = self.batch[first:last], self.query[first:last] - start, self.key[first:last]
         return b, q, k, (self.sets[first:last] * self.queries.shape[1] + b) * (stop - start) + q
 
