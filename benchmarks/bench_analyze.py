@@ -46,7 +46,7 @@ from bertology.analyze import (
     batch_texts,
     corpus_batches,
 )
-from bertology.attention import stream_batch
+from bertology.attention import encode_for_model, stream_batch
 from bertology.batching import iter_batches
 from bertology.corpus import Segment, iter_segments
 from bertology.inputs import encode
@@ -154,13 +154,10 @@ def breakdown(corpus: Path, segments: int) -> None:
     def streamed(summarise: bool) -> None:
         for batch in batches:
             consumer = (lambda encoded: RowSummarizer(encoded, special).add_layer) if summarise else None
-            stream_batch(
-                *batch_texts(batch),
-                consumer or (lambda encoded: lambda probs: None),
-                model=loaded,
-                max_length=128,
-                pad_to_multiple_of=PAD_MULTIPLE,
+            encoded = encode_for_model(
+                loaded, *batch_texts(batch), max_length=128, pad_to_multiple_of=PAD_MULTIPLE, warn=False
             )
+            stream_batch(encoded, consumer or (lambda encoded: lambda probs: None), model=loaded)
 
     def full() -> None:
         accumulators = CorpusAccumulators(loaded)

@@ -9,6 +9,7 @@ without the model.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import time
 import warnings
@@ -20,7 +21,7 @@ from typing import Self
 import numpy as np
 import pandas as pd
 import torch
-from transformers import PreTrainedTokenizerFast
+from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 from bertology.analysis.distances import (
     DistanceAccumulator,
@@ -33,6 +34,7 @@ from bertology.analysis_settings import DEFAULT_SETTINGS, AnalysisSettings
 from bertology.attention import (
     AttentionBatch,
     capture_batch,
+    encode_for_model,
     stream_batch,
     stream_long_batch,
     uses_queries_keys,
@@ -248,42 +250,40 @@ class CorpusAccumulators:
         """Segments added (or merged) so far."""
         return self.segments
 
-    def update(self, batch: list[Segment]) -> EncodedBatch:
-        """Run one batch of segments (each cut to the settings' ``max_length``) and fold it into the
-        accumulators while the model runs.
+    def update(self, batch: list[Segment] | EncodedBatch) -> EncodedBatch:
+        """Run one batch of segments (each cut to the settings' ``max_length``), or a batch already encoded
+        (:meth:`encode`, e.g. by a reader thread), and fold it into the accumulators while the model runs.
 
         No layer outlives the next one, and the row summary is made once for all row statistics.
         The batch is padded to a multiple of :data:`PAD_MULTIPLE` tokens. Returns the encoded batch.
         """
-        max_length = self.settings.max_length
+        encoded = batch if isinstance(batch, EncodedBatch) else self.encode(batch)
         long = self.uses_queries_keys()
         chunk_bytes = self.settings.chunk_bytes if long else None
         smoothing = self.surface.smoothing
         consumer = _LayerConsumer(self.special, self.distances, self.scratch, smoothing, chunk_bytes)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", TruncationWarning)  # counted here, reported once by the caller
-            if long:
-                encoded = stream_long_batch(
-                    *batch_texts(batch),
-                    consumer,
-                    model=self.loaded,
-                    max_length=max_length,
-                    pad_to_multiple_of=PAD_MULTIPLE,
-                )
-            else:
-                encoded = stream_batch(
-                    *batch_texts(batch),
-                    consumer,
-                    model=self.loaded,
-                    max_length=max_length,
-                    pad_to_multiple_of=PAD_MULTIPLE,
-                    weights=self.settings.weights,
-                )
+        if long:
+            stream_long_batch(encoded, consumer, model=self.loaded)
+        else:
+            stream_batch(encoded, consumer, model=self.loaded, weights=self.settings.weights)
         self.distances.add(consumer.sampler)
         self.last_sample = consumer.sampler
         self.scratch = consumer.summarizer.scratch
         self._fold(consumer.summarizer.result(), encoded)
         return encoded
+
+    def encode(self, batch: list[Segment], tokenizer: PreTrainedTokenizerBase | None = None) -> EncodedBatch:
+        """``batch`` encoded as :meth:`update` runs it (cut to the settings' ``max_length``, padded to a
+        multiple of :data:`PAD_MULTIPLE`, no truncation warnings: the cuts are counted and reported once by
+        the caller); ``tokenizer``: a copy of the model's, for a thread that encodes while the model runs."""
+        return encode_for_model(
+            self.loaded,
+            *batch_texts(batch),
+            max_length=self.settings.max_length,
+            pad_to_multiple_of=PAD_MULTIPLE,
+            tokenizer=tokenizer,
+            warn=False,
+        )
 
     def uses_queries_keys(self) -> bool:
         """Whether :meth:`update` computes segments of up to the settings' ``max_length`` tokens from queries
@@ -402,7 +402,9 @@ def analyze_corpus(
         corpus_format=settings.corpus_format,
         pairs=loaded.kind == "encoder",
     )
-    for batch in prefetched(batches):  # the corpus is read and segmented while the model runs
+    reader = copy.deepcopy(loaded.tokenizer)  # the reader thread's own: a tokenizer serves one thread
+    encoded = (accumulators.encode(batch, reader) for batch in batches)
+    for batch in prefetched(encoded):  # the corpus is read, segmented and encoded while the model runs
         accumulators.update(batch)
         if on_progress is not None:
             on_progress(accumulators.segments, settings.limit)

@@ -18,6 +18,7 @@ from typing import Literal
 
 import numpy as np
 import torch
+from transformers import PreTrainedTokenizerBase
 
 from bertology.errors import BertologyError
 from bertology.hook import recording
@@ -137,14 +138,23 @@ class AttentionBatch:
         return (self[index] for index in range(len(self)))
 
 
-def _encode(
+def encode_for_model(
     loaded: LoadedModel,
     texts: Sequence[Text],
-    texts_b: Sequence[Text | None] | None,
-    max_length: int | None,
-    pad_to_multiple_of: int | None,
+    texts_b: Sequence[Text | None] | None = None,
+    *,
+    max_length: int | None = None,
+    pad_to_multiple_of: int | None = None,
+    tokenizer: PreTrainedTokenizerBase | None = None,
+    warn: bool = True,
 ) -> EncodedBatch:
-    """Encode for one forward pass of ``loaded`` (an encoder, or a decoder given single texts).
+    """Encode for one forward pass of ``loaded`` (an encoder, or a decoder given single texts), cut to
+    ``max_length`` tokens (and the model's own limit): the input of :func:`stream_batch` and
+    :func:`stream_long_batch`.
+
+    tokenizer: a copy of ``loaded``'s tokenizer to encode with, for a thread that encodes while the model
+    runs (:func:`~bertology.batching.prefetched`; a tokenizer is not to be used by two threads at once).
+    warn: as :func:`~bertology.inputs.encode`.
 
     Raises:
         BertologyError: an encoder-decoder model (use :func:`~bertology.capture_seq2seq.capture_seq2seq`),
@@ -158,7 +168,14 @@ def _encode(
     if texts_b is not None and any(text is not None for text in texts_b):
         require_pair_template(loaded)
     limit = loaded.max_length if max_length is None else min(max_length, loaded.max_length)
-    return encode(loaded.tokenizer, texts, texts_b, max_length=limit, pad_to_multiple_of=pad_to_multiple_of)
+    return encode(
+        tokenizer or loaded.tokenizer,
+        texts,
+        texts_b,
+        max_length=limit,
+        pad_to_multiple_of=pad_to_multiple_of,
+        warn=warn,
+    )
 
 
 def _require_queries_keys(loaded: LoadedModel, tokens: int) -> None:
@@ -200,7 +217,9 @@ def capture_batch(
         :mod:`bertology.norms`; with ``qk``, also each key's ``||f(x_j)||``).
     """
     loaded = resolve_model(model)
-    encoded = _encode(loaded, texts, texts_b, max_length, pad_to_multiple_of)
+    encoded = encode_for_model(
+        loaded, texts, texts_b, max_length=max_length, pad_to_multiple_of=pad_to_multiple_of
+    )
     return _capture_probs(loaded, encoded, qk, weights)
 
 
@@ -228,24 +247,20 @@ def _capture_probs(loaded: LoadedModel, encoded: EncodedBatch, qk: bool, weights
 
 
 def stream_batch(
-    texts: Sequence[Text],
-    texts_b: Sequence[Text | None] | None,
+    encoded: EncodedBatch,
     consumer: Callable[[EncodedBatch], Callable[[torch.Tensor], None]],
     *,
     model: LoadedModel,
-    max_length: int | None = None,
-    pad_to_multiple_of: int | None = None,
     weights: Weights = "attention",
 ) -> EncodedBatch:
-    """Run ``model`` once on a padded batch, streaming each layer's attention as soon as it is computed
-    (up to the last layer's attention, where the pass stops).
+    """Run ``model`` once on a padded batch (:func:`encode_for_model`), streaming each layer's attention as
+    soon as it is computed (up to the last layer's attention, where the pass stops).
 
     consumer: called once with the encoded batch before the model runs; it returns the function that
         then receives each layer's ``probs`` [batch, heads, N, N] (right-padded), in layer order.
     Nothing is kept, so each layer's buffer is reused by the next: the way to feed streaming statistics.
-    Options as :func:`capture_batch`. Returns the encoded batch (tokens, lengths, word alignment).
+    weights: as :func:`capture_batch`. Returns ``encoded``.
     """
-    encoded = _encode(model, texts, texts_b, max_length, pad_to_multiple_of)
     weighting = _weighting(model, weights)
     with (
         torch.inference_mode(),
@@ -322,7 +337,9 @@ def capture_long_batch(
             terms, capped scores) or an encoder-decoder.
     """
     loaded = resolve_model(model)
-    encoded = _encode(loaded, texts, texts_b, max_length, pad_to_multiple_of)
+    encoded = encode_for_model(
+        loaded, texts, texts_b, max_length=max_length, pad_to_multiple_of=pad_to_multiple_of
+    )
     return _capture_long(loaded, encoded, qk_dtype, chunk_bytes)
 
 
@@ -336,13 +353,10 @@ def _capture_long(
 
 
 def stream_long_batch(
-    texts: Sequence[Text],
-    texts_b: Sequence[Text | None] | None,
+    encoded: EncodedBatch,
     consumer: Callable[[EncodedBatch], Callable[[LayerQueriesKeys], None]],
     *,
     model: LoadedModel,
-    max_length: int | None = None,
-    pad_to_multiple_of: int | None = None,
 ) -> EncodedBatch:
     """As :func:`stream_batch`, for long inputs: the function ``consumer`` returns receives each layer's
     :class:`~bertology.long_capture.LayerQueriesKeys` (queries and keys of the padded batch, rows on
@@ -351,7 +365,6 @@ def stream_long_batch(
     Raises:
         BertologyError: as :func:`capture_long_batch`.
     """
-    encoded = _encode(model, texts, texts_b, max_length, pad_to_multiple_of)
     _record_queries_keys(model, encoded, consumer(encoded), None)
     return encoded
 
@@ -386,7 +399,7 @@ def capture(
     if mode not in ("auto", "probs", "qk"):
         raise BertologyError(f"The capture mode must be 'auto', 'probs' or 'qk', not {mode!r}.")
     loaded = resolve_model(model)
-    encoded = _encode(loaded, [text], None if text_b is None else [text_b], max_length, None)
+    encoded = encode_for_model(loaded, [text], None if text_b is None else [text_b], max_length=max_length)
     if mode == "auto":
         mode = "qk" if uses_queries_keys(loaded, int(encoded.lengths[0]), weights) else "probs"
     if mode == "qk":

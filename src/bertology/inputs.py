@@ -234,6 +234,7 @@ def encode(
     *,
     max_length: int,
     pad_to_multiple_of: int | None = None,
+    warn: bool = True,
 ) -> EncodedBatch:
     """Tokenize ``texts`` (and, for pairs, ``texts_b``) into a right-padded batch.
 
@@ -241,7 +242,8 @@ def encode(
     ``max_length`` tokens are truncated (the longer text of a pair first) with a
     :class:`~bertology.errors.TruncationWarning` that says how many tokens were cut.
     pad_to_multiple_of: pad the batch to a multiple of this many tokens (equal shapes batch after
-    batch let a long stream reuse the same memory).
+    batch let a long stream reuse the same memory). warn: the warnings (``False``: none; the cuts are in
+    :attr:`EncodedBatch.truncated` either way, for a caller that reports them itself).
 
     Raises:
         BertologyError: no texts, an empty or whitespace-only text, or mismatched pair lengths.
@@ -275,7 +277,7 @@ def encode(
     lengths = np.array([len(row.sequence_ids) for row in tokenized])
     truncated = [row.full_length - len(row.sequence_ids) for row in tokenized]
     for index, cut in enumerate(truncated):
-        if cut > 0:
+        if cut > 0 and warn:
             warnings.warn(
                 f"Input {index} has {tokenized[index].full_length} tokens but the model takes at most "
                 f"{max_length}; {cut} {'token was' if cut == 1 else 'tokens were'} cut from the end"

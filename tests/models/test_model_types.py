@@ -19,7 +19,7 @@ from transformers import AutoConfig, AutoModel
 import bertology
 from bertology.analysis_settings import AnalysisSettings
 from bertology.analyze import analyze_corpus
-from bertology.attention import stream_batch
+from bertology.attention import encode_for_model, stream_batch
 from bertology.model_types import FEATURES, MODEL_TYPES, REFUSED, features
 from bertology.models import LoadedModel
 from bertology.views.build import view_data
@@ -73,7 +73,11 @@ def test_capture_equals_output_attentions_and_streams_views_and_analyses(
         np.testing.assert_allclose(batch.probs[index, ..., :n, :n], expected[index, ..., :n, :n], atol=1e-5)
 
     streamed: list[torch.Tensor] = []
-    stream_batch(TEXTS, seconds, lambda encoded: lambda probs: streamed.append(probs.clone()), model=loaded)
+    stream_batch(
+        encode_for_model(loaded, TEXTS, seconds),
+        lambda encoded: lambda probs: streamed.append(probs.clone()),
+        model=loaded,
+    )
     assert len(streamed) == loaded.num_layers
     torch.testing.assert_close(torch.stack(streamed, dim=1), batch.probs)
 

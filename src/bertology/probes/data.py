@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from tokenizers import Tokenizer
 
-from bertology.attention import capture_batch, stream_batch
+from bertology.attention import capture_batch, encode_for_model, stream_batch
 from bertology.batching import length_sorted_batches
 from bertology.errors import TruncationWarning
 from bertology.inputs import EncodedBatch
@@ -191,10 +191,9 @@ def predict_heads(
     """
     check_word_mode(mode)
     predictor = _HeadPredictor(mode, [False] * len(sentences) if keep is None else keep, model.device)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", TruncationWarning)  # counted in ``skipped`` instead
-        texts = [sentence.words for sentence in sentences]
-        encoded = stream_batch(texts, None, predictor, model=model, max_length=max_length)
+    texts = [sentence.words for sentence in sentences]  # cuts are counted in ``skipped``: no warnings
+    encoded = encode_for_model(model, texts, max_length=max_length, warn=False)
+    stream_batch(encoded, predictor, model=model)
     predicted = torch.stack(predictor.layers, dim=2).cpu().numpy()  # [2, batch, layers, heads, w]
     examples = torch.stack(predictor.kept, dim=1).numpy() if predictor.kept else None  # [kept, layers, ...]
     example_of = {row: index for index, row in enumerate(predictor.kept_rows.tolist())}

@@ -13,16 +13,14 @@ rows are taken from them. Either way, no ``[layers, heads, n, n]`` map is held.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from bertology.attention import stream_batch, stream_long_batch
+from bertology.attention import encode_for_model, stream_batch, stream_long_batch
 from bertology.batching import PAD_MULTIPLE
-from bertology.errors import TruncationWarning
 from bertology.inputs import EncodedBatch
 from bertology.long_capture import LayerQueriesKeys, long_input_refusal
 from bertology.models import LoadedModel
@@ -98,16 +96,13 @@ def query_word_rows(
     bound: the model's) are cut without a warning; their ``truncated`` says by how much."""
     collector = _Rows(queries, model.device)
     texts = [list(words) for words in inputs]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", TruncationWarning)  # the callers count truncated inputs
-        if long_input_refusal(model.entry, model.model.config, model.name) is None:
-            encoded = stream_long_batch(
-                texts, None, collector, model=model, max_length=max_length, pad_to_multiple_of=PAD_MULTIPLE
-            )
-        else:
-            encoded = stream_batch(
-                texts, None, collector, model=model, max_length=max_length, pad_to_multiple_of=PAD_MULTIPLE
-            )
+    encoded = encode_for_model(  # the callers count truncated inputs: no warnings
+        model, texts, max_length=max_length, pad_to_multiple_of=PAD_MULTIPLE, warn=False
+    )
+    if long_input_refusal(model.entry, model.model.config, model.name) is None:
+        stream_long_batch(encoded, collector, model=model)
+    else:
+        stream_batch(encoded, collector, model=model)
     per_input = [torch.stack(layer_rows) for layer_rows in zip(*collector.layers, strict=True)]
     host = torch.cat([rows.flatten() for rows in per_input]).cpu().numpy() if per_input else np.zeros(0)
     results, offset = [], 0
