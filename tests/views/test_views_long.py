@@ -16,7 +16,7 @@ from transformers import AutoModel
 
 import bertology
 from bertology.analysis_settings import AnalysisSettings
-from bertology.attention import _encode, capture
+from bertology.attention import capture, encode_for_model
 from bertology.errors import BertologyError
 from bertology.long_capture import LongAttention
 from bertology.views import head_view, model_view, neuron_view
@@ -29,7 +29,7 @@ CODE_ERROR = 0.5 / ATTENTION_SCALE + 1e-6
 
 def _eager(directory: Path, attention: LongAttention, loaded: bertology.LoadedModel) -> np.ndarray:
     """[layers, heads, n, n]: the model's own eager ``output_attentions`` for the same tokens."""
-    encoded = _encode(loaded, [TEXT], None, None, None)
+    encoded = encode_for_model(loaded, [TEXT])
     reference = AutoModel.from_pretrained(directory, attn_implementation="eager").eval()
     with torch.no_grad():
         outputs = reference(**loaded.model_inputs(encoded), output_attentions=True)
