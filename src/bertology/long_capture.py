@@ -293,10 +293,11 @@ def pool_bins(n: int, size: int) -> torch.Tensor:
 
 
 def pool_rows(into: torch.Tensor, start: int, block: torch.Tensor, bins: torch.Tensor) -> None:
-    """Max-pool ``block`` ([h, R, n], query rows ``start..start + R - 1``, on the CPU) into ``into``
-    ([h, s, s], cells of :func:`pool_bins` ``bins``), in place."""
+    """Max-pool ``block`` ([h, R, n], query rows ``start..start + R - 1``) into ``into`` ([h, s, s], cells of
+    :func:`pool_bins` ``bins``), in place, where the block is (``into`` and ``bins`` on its device: only the
+    pooled cells need travel to the host)."""
     cells = into.shape[-1]
-    keys = torch.zeros(*block.shape[:2], cells).scatter_reduce_(
+    keys = torch.zeros(*block.shape[:2], cells, dtype=block.dtype, device=block.device).scatter_reduce_(
         -1, bins.expand(*block.shape[:2], len(bins)), block, "amax"
     )  # [h, R, s]: each row's largest weight per cell of keys
     row_bins = bins[start : start + block.shape[1]]
@@ -370,13 +371,14 @@ class LongAttention(InputDescription):
         model view pools), computed chunk by chunk; ``layers``: only these (default: all)."""
         n = len(self.tokens)
         cells = min(size, n)
-        bins = pool_bins(n, cells)
+        device = self.layers[0].query.device  # pooled where the rows are computed, brought over once
+        bins = pool_bins(n, cells).to(device)
         chosen = list(range(self.num_layers)) if layers is None else layers
-        pooled = torch.zeros(len(chosen), self.num_heads, cells, cells)
+        pooled = torch.zeros(len(chosen), self.num_heads, cells, cells, device=device)
         for into, layer in zip(pooled, chosen, strict=True):
             for start, block in self.row_chunks(layer):
-                pool_rows(into, start, block.cpu(), bins)
-        return pooled.numpy()
+                pool_rows(into, start, block, bins)
+        return pooled.cpu().numpy()
 
     def query_vectors(self, layer: int, head: int) -> np.ndarray:
         """[n, head_dim] float32: the head's queries (after any rotary embedding, before scaling)."""

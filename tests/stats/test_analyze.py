@@ -8,12 +8,11 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
-from torch.overrides import TorchFunctionMode
+from support.transfers import HostTransfers
 
 import bertology
 import bertology.analyze
@@ -172,21 +171,6 @@ def test_too_small_a_corpus_for_the_head_map_is_a_clear_error(
 
     with pytest.raises(BertologyError, match="at least 3 heads"):
         mds_embedding(np.zeros((2, 2)))
-
-
-class HostTransfers(TorchFunctionMode):
-    """Counts the tensor calls that hand values to the host: a CPU copy, a numpy array, a list or a Python
-    number (on a GPU each is a device-to-host transfer and a synchronisation)."""
-
-    NAMES = frozenset({"cpu", "numpy", "tolist", "item", "__int__", "__float__", "__bool__", "__index__"})
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.count = 0
-
-    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        self.count += getattr(func, "__name__", "") in self.NAMES
-        return func(*args, **(kwargs or {}))
 
 
 def transfers_of_one_batch(loaded: LoadedModel, settings: AnalysisSettings) -> int:

@@ -4,6 +4,7 @@ report's example pages build from the long path."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import re
 from collections.abc import Callable
@@ -12,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from support.transfers import HostTransfers
 from transformers import AutoModel
 
 import bertology
@@ -20,6 +22,7 @@ from bertology.attention import capture, encode_for_model
 from bertology.errors import BertologyError
 from bertology.long_capture import LongAttention
 from bertology.views import head_view, model_view, neuron_view
+from bertology.views.long import layer_summaries
 from bertology.views.payload import ATTENTION_SCALE, unpack
 
 TEXT = "Unbelievably, the quick brown fox jumps over the lazy dog near the riverbank again and again."
@@ -198,3 +201,22 @@ def test_the_api_answers_a_block_of_a_long_input(long_case: tuple, monkeypatch: 
         for wrong in ([3, 3], [0, n + 1], [5, 2]):
             refused = client.post("/api/attention", json={**body, "rows": wrong})
             assert refused.status_code == 422 and "is not a span" in refused.text
+
+
+def test_the_long_summaries_reach_the_host_once_per_layer_whatever_the_blocks(long_case: tuple) -> None:
+    """The head view's top-k and minimaps and the model view's thumbnails are reduced where the rows are
+    computed: the same number of host transfers, and the same values (to float rounding), for blocks of
+    one row as for one block per layer."""
+    attention, _, _ = long_case
+    one_block = dataclasses.replace(attention, chunk_bytes=2**30)
+    one_row = dataclasses.replace(attention, chunk_bytes=1)
+    assert len(list(one_block.row_chunks(0))) == 1 < len(list(one_row.row_chunks(0))) == len(attention.tokens)
+    counts, results = [], []
+    for each in (one_block, one_row):
+        with HostTransfers() as counted:
+            results.append((*layer_summaries(each, 3), each.thumbnails(8)))
+        counts.append(counted.count)
+    assert counts[0] == counts[1] <= 4 * attention.num_layers + 4, counts  # cpu() and numpy() each count
+    (_, weights, minimap, thumbnails), (_, *one_row_values) = results  # keys may swap on float ties
+    for mine, theirs in zip((weights, minimap, thumbnails), one_row_values, strict=True):
+        np.testing.assert_allclose(mine, theirs, rtol=1e-5, atol=1e-7)  # one row's sums vs a block's

@@ -96,21 +96,25 @@ def layer_summaries(
     """``([layers, heads, n, k] int64, [layers, heads, n, k] float32, [layers, heads, s, s] float32)``:
     each row's ``k`` largest weights (largest first) and their keys, and each head's attention
     max-pooled into ``s = min(cells, n)`` cells a side (as :meth:`LongAttention.thumbnails`); every
-    layer's rows computed once, chunk by chunk."""
+    layer's rows computed once, chunk by chunk, and reduced where they are (the model's device): a layer's
+    top-k and every pooled cell travel to the host once, not the rows."""
     n, heads = len(attention.tokens), attention.num_heads
     shape = (attention.num_layers, heads, n, k)
     indices, weights = np.empty(shape, dtype=np.int64), np.empty(shape, dtype=np.float32)
     size = min(cells, n)
-    bins = pool_bins(n, size)
-    pooled = torch.zeros(attention.num_layers, heads, size, size)
+    device = attention.layers[0].query.device
+    bins = pool_bins(n, size).to(device)
+    pooled = torch.zeros(attention.num_layers, heads, size, size, device=device)
     for layer in range(attention.num_layers):
+        top_weights = torch.empty(heads, n, k, device=device)
+        top_keys = torch.empty(heads, n, k, dtype=torch.int64, device=device)
         for start, block in attention.row_chunks(layer):
-            top = torch.topk(block, k, dim=-1)
             stop = start + block.shape[1]
-            weights[layer, :, start:stop] = top.values.cpu().numpy()
-            indices[layer, :, start:stop] = top.indices.cpu().numpy()
-            pool_rows(pooled[layer], start, block.cpu(), bins)
-    return indices, weights, pooled.numpy()
+            top = torch.topk(block, k, dim=-1)
+            top_weights[:, start:stop], top_keys[:, start:stop] = top.values, top.indices
+            pool_rows(pooled[layer], start, block, bins)
+        weights[layer], indices[layer] = top_weights.cpu().numpy(), top_keys.cpu().numpy()
+    return indices, weights, pooled.cpu().numpy()
 
 
 def sliding_window(attention: LongAttention, layer: int) -> list[int] | None:
