@@ -189,10 +189,11 @@ def build_index(
     folder ``out`` and open it. ``out`` is new, empty or an index, which is replaced whole only once the
     new index is written (:func:`bertology.index_store.new_generation`); its other files stay.
 
-    threads: threads of each vector addition to an HNSW graph (0: all cores). Where torch leaves a core
-        free, the additions run in one thread beside the model's forward passes; where torch's threads take
-        every core, between them (a thread beside would only preempt torch's, which wait for each other:
-        1.6x the plain forward pass instead of 2.0x on 2 cores, benchmarks/RESULTS.md).
+    threads: threads of each vector addition to an HNSW graph (0: all cores). With the model on an
+        accelerator (its CPU threads idle while the device computes), or where torch leaves a core free,
+        the additions run in one thread beside the model's forward passes; where the model runs on the CPU
+        with torch's threads on every core, between them (a thread beside would only preempt torch's, which
+        wait for each other: 1.6x the plain forward pass instead of 2.0x on 2 cores, benchmarks/RESULTS.md).
 
     Raises:
         BertologyError: an unreadable corpus, a model that is not a BERT-family encoder, a layer the
@@ -214,14 +215,14 @@ def build_index(
     attends: dict[int, list[np.ndarray]] = {layer: [] for layer in chosen}
     starts: list[int] = []
     pending: deque[Future[None]] = deque()
-    overlap = torch.get_num_threads() < _usable_cores()
+    overlap = loaded.device.type != "cpu" or torch.get_num_threads() < _usable_cores()
 
     def add(keys: np.ndarray, vectors: dict[int, np.ndarray]) -> None:
         for layer, layer_vectors in vectors.items():
             indexes[layer].add(keys, layer_vectors, threads=threads)
 
-    # where torch leaves a core free, the HNSW graphs grow in a thread beside the model (usearch releases
-    # the GIL while adding)
+    # on an accelerator, or where torch leaves a core free, the HNSW graphs grow in a thread beside the
+    # model (usearch releases the GIL while adding)
     with (
         new_generation(out) as generation,
         (generation.folder / SEGMENTS).open("w", encoding="utf-8") as segments_file,
