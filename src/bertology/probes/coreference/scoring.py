@@ -3,14 +3,16 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import islice
 from typing import TYPE_CHECKING
 
 import numpy as np
+from transformers import PreTrainedTokenizerBase
 
-from bertology.batching import length_sorted_batches
+from bertology.batching import length_sorted_batches, prefetched
 from bertology.errors import BertologyError
 from bertology.probes.coreference.counts import CorefAccumulator, CorefProbe, DocumentsRead
 from bertology.probes.coreference.windows import CorefWindow, coref_windows
@@ -48,11 +50,12 @@ class NoMentionScored(BertologyError):
 
 
 def _token_counter(
-    document: CorefDocument, model: LoadedModel
+    document: CorefDocument, tokenizer: PreTrainedTokenizerBase
 ) -> tuple[Callable[[int, int], int], Callable[[int, int], int]]:
     """``(count, estimate)`` for :func:`coref_windows`: the exact token count of a run of the document's
-    sentences (its words joined by spaces, tokenized, cached), and the sum of its sentences' own counts
-    plus the special tokens (exact for tokenizers that split at spaces, such as WordPiece)."""
+    sentences (its words joined by spaces, tokenized by the model's ``tokenizer``, cached), and the sum of
+    its sentences' own counts plus the special tokens (exact for tokenizers that split at spaces, such as
+    WordPiece)."""
     starts = [*document.sentence_starts, len(document.words)]
     cache: dict[tuple[int, int], int] = {}
 
@@ -61,14 +64,14 @@ def _token_counter(
 
     def count(first: int, last: int) -> int:
         if (first, last) not in cache:
-            cache[first, last] = len(model.tokenizer(text(first, last), verbose=False)["input_ids"])
+            cache[first, last] = len(tokenizer(text(first, last), verbose=False)["input_ids"])
         return cache[first, last]
 
     sentences = [text(index, index) for index in range(len(starts) - 1)]
-    encoded = model.tokenizer(sentences, add_special_tokens=False, verbose=False) if sentences else None
+    encoded = tokenizer(sentences, add_special_tokens=False, verbose=False) if sentences else None
     lengths = [] if encoded is None else [len(ids) for ids in encoded["input_ids"]]
     before = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
-    special = model.tokenizer.num_special_tokens_to_add(pair=False)
+    special = tokenizer.num_special_tokens_to_add(pair=False)
 
     def estimate(first: int, last: int) -> int:
         return int(before[last + 1] - before[first]) + special
@@ -102,13 +105,13 @@ def _window_limit(model: LoadedModel, max_length: int | None) -> int:
 
 def _coref_items(
     documents: Iterable[CorefDocument | tuple[CorefDocument, Sequence[int] | None]],
-    model: LoadedModel,
+    tokenizer: PreTrainedTokenizerBase,
     limit: int,
 ) -> Iterator[CorefItem]:
     read = DocumentsRead()
     for item in documents:
         document, heads = item if isinstance(item, tuple) else (item, None)
-        count, estimate = _token_counter(document, model)
+        count, estimate = _token_counter(document, tokenizer)
         built = coref_windows(document, heads, count, limit, estimate)
         read.documents += 1
         read.mentions += len(document.mentions)
@@ -134,8 +137,11 @@ def coref_batches(
     """The batches of windows a coreference probe of ``documents`` captures, in order: the windows with
     scored mentions of consecutive documents, sorted by token count
     (:func:`~bertology.batching.length_sorted_batches`), each carrying the counts of the documents read
-    before it. Arguments as in :func:`score_coreference`; only one sort window of documents is held."""
-    items = _coref_items(islice(documents, limit_documents), model, _window_limit(model, max_length))
+    before it. Arguments as in :func:`score_coreference`; only one sort window of documents is held. The
+    windows are counted with a copy of the model's tokenizer, so the batches may be made in a thread while
+    the model runs (:func:`~bertology.batching.prefetched`)."""
+    reader = copy.deepcopy(model.tokenizer)  # a tokenizer serves one thread
+    items = _coref_items(islice(documents, limit_documents), reader, _window_limit(model, max_length))
     return length_sorted_batches(items, lambda item: item.tokens, batch_size=batch_size)
 
 
@@ -166,9 +172,10 @@ def score_coref_batch(
 def score_coref_batches(
     batches: Iterable[list[CorefItem]], model: LoadedModel, *, max_length: int | None = None
 ) -> CorefAccumulator:
-    """A fresh accumulator with ``batches`` (of :func:`coref_batches`) scored into it, in this process."""
+    """A fresh accumulator with ``batches`` (of :func:`coref_batches`) scored into it, in this process, the
+    next batches made in a thread meanwhile."""
     accumulator = CorefAccumulator()
-    for batch in batches:
+    for batch in prefetched(batches):
         score_coref_batch(accumulator, batch, model, max_length=max_length)
     return accumulator
 
