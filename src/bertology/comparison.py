@@ -433,10 +433,16 @@ def compare_models(
 
 
 def first_segment(
-    corpus: str | Path, loaded: LoadedModel, *, max_length: int = 128, corpus_format: str | None = None
+    corpus: str | Path,
+    model_a: LoadedModel,
+    model_b: LoadedModel | None = None,
+    *,
+    max_length: int = 128,
+    corpus_format: str | None = None,
 ) -> Segment:
-    """The corpus's first segment as ``loaded``'s tokenizer packs it (the input of the side-by-side views)."""
-    segments = iter_segments(
-        corpus, loaded.tokenizer, max_length=max_length, format=corpus_format, pairs=loaded.kind == "encoder"
+    """The corpus's first segment as the comparison reads it (the input of the side-by-side views): packed
+    by A's tokenizer, a pair only when both models are encoders (a decoder reads one running text)."""
+    pairs = model_a.kind == "encoder" and (model_b is None or model_b.kind == "encoder")
+    return next(
+        iter_segments(corpus, model_a.tokenizer, max_length=max_length, format=corpus_format, pairs=pairs)
     )
-    return next(segments)

@@ -315,7 +315,7 @@ def compare(
             sharded = ShardedRun(checkpoint, resume, on_progress=on_progress)
             with resumable(checkpoint), cluster_pool(job, cluster) as pool:
                 comparison = compare_on_pool(pool, corpus, loaded_a, loaded_b, sharded=sharded)
-    segment = None if text is not None else first_segment(corpus, loaded_a, max_length=max_len)
+    segment = None if text is not None else first_segment(corpus, loaded_a, loaded_b, max_length=max_len)
     texts = (text, None) if segment is None else (segment.text_a, segment.text_b)
     views = (
         head_view(*texts, model=loaded_a, weights=weights),

@@ -70,8 +70,8 @@ RayOption = Annotated[
         "--ray",
         metavar="ADDRESS|local",
         callback=ray_address,
-        help="Run on a Ray cluster (pip install bertology[ray]): 'local' (one on this machine), 'auto', or "
-        "the HOST:PORT (or ray://HOST:PORT) of a cluster started with 'ray start --head'.",
+        help="Run on a Ray cluster (pip install 'bertology\\[ray]'): 'local' (one on this machine), 'auto', "
+        "or the HOST:PORT (or ray://HOST:PORT) of a cluster started with 'ray start --head'.",
     ),
 ]
 WorkersOption = Annotated[

@@ -32,7 +32,8 @@ from bertology.readers.coref import CorefFormat
 from bertology.readers.treebank import TreebankFormat
 
 probe_app = typer.Typer(
-    help="Linguistic probes: heads that track dependency relations, an attention-only parser.",
+    help="Linguistic probes: heads that track dependency relations (deps), the attention-only parser "
+    "(parser), coreference (coref) and GAP's pronoun resolution (gap).",
     no_args_is_help=True,
 )
 app.add_typer(probe_app, name="probe")

@@ -161,7 +161,8 @@ def check_run_dir(run_dir: Path, overwrite: bool) -> None:
     if (run_dir / TRAINING_FILE).exists():
         if not overwrite:
             raise BertologyError(
-                f"{run_dir} already holds a training run; choose a new folder or overwrite it."
+                f"{run_dir} already holds a training run; choose a new folder, or replace it with "
+                "--overwrite (overwrite=True in Python)."
             )
         return
     foreign = [name for name in RUN_OUTPUTS if (run_dir / name).exists() or (run_dir / name).is_symlink()]
