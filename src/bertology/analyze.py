@@ -51,12 +51,13 @@ from bertology.progress import Progress
 from bertology.stats.base import HeadTable
 from bertology.stats.rows import RowSummarizer, RowSummary, SpecialTokens
 from bertology.stats.surface import Convention, SurfaceAccumulator
+from bertology.summaries import Summarised
 
 _PATTERN_KEYS = {"layer", "head", "label", "label_segment"}
 
 
-@dataclass
-class CorpusAnalysis:
+@dataclass(repr=False)
+class CorpusAnalysis(Summarised):
     """Per-head results over a corpus (heads are 0-based ``(layer, head)``).
 
     surface: Clark et al.'s surface statistics and Voita's confidence, [layers, heads] each, in the

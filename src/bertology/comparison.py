@@ -44,6 +44,7 @@ from bertology.models import LoadedModel
 from bertology.norms import WEIGHT_DESCRIPTIONS
 from bertology.options import Level
 from bertology.progress import Progress
+from bertology.summaries import Summarised
 from bertology.words import WordAttention, word_attention
 
 if TYPE_CHECKING:
@@ -104,8 +105,8 @@ class HeadMatching:
         )
 
 
-@dataclass
-class ModelComparison:
+@dataclass(repr=False)
+class ModelComparison(Summarised):
     """Two models' per-head results on the same corpus and their head matching.
 
     a, b: each model's :class:`~bertology.analyze.CorpusAnalysis` (surface statistics, pattern labels,

@@ -135,3 +135,23 @@ def test_quiet_loading_leaves_other_threads_bars_alone() -> None:
         other.join()
     assert kinds["loading thread"] is transformers_logging.EmptyTqdm
     assert kinds["other thread"] is not transformers_logging.EmptyTqdm
+
+
+def test_views_and_results_print_one_line_and_show_a_summary_table(
+    default_model: bertology.LoadedModel, sample_corpus_head: Callable[[int], Path], ewt_dev: Path
+) -> None:
+    """A notebook cell's ``text/plain`` of a view or a result is one short line, not its payload or arrays
+    (a head view's repr was 19 kB, a corpus analysis's 81 kB); results show their summary as a table."""
+    from bertology.analysis_settings import AnalysisSettings
+    from bertology.analyze import analyze_corpus
+    from bertology.probes import probe_dependencies
+
+    view = bertology.head_view("The cat sat on the mat.", model=default_model)
+    assert repr(view) == f"View(kind='head', {view.token_count}, {view.title!r})" and len(repr(view)) < 200
+    analysis = analyze_corpus(sample_corpus_head(8), default_model, AnalysisSettings(limit=4))
+    probe = probe_dependencies(ewt_dev, default_model, limit=8)
+    for result in (analysis, probe):
+        assert "\n" not in repr(result) and len(repr(result)) < 400, repr(result)
+        assert repr(result).startswith(f"{type(result).__name__}(model=")
+        table = result._repr_html_()
+        assert table.count("<tr>") == len(result.summary()) and "<script" not in table

@@ -24,6 +24,7 @@ from bertology.interventions.pruning import PruningOutcome, prune_and_measure, s
 from bertology.models import LoadedModel, require_encoder
 from bertology.progress import Progress, part_of
 from bertology.readers.glue import GlueTask, read_glue
+from bertology.summaries import Summarised
 
 #: Measures every head on the dev examples, reporting progress as :func:`ablation_sweep` (example passes)
 #: or :func:`head_importance` (examples) does: in this process by default, on a cluster's workers in
@@ -32,8 +33,8 @@ SweepMeasure = Callable[[LabelledTexts, Progress | None], AblationResult]
 ImportanceMeasure = Callable[[LabelledTexts, Progress | None], HeadImportance]
 
 
-@dataclass
-class AblationRun:
+@dataclass(repr=False)
+class AblationRun(Summarised):
     """Everything ``bertology ablate`` measures.
 
     counts: heads removed at each point of the pruning curves; curve_by_ablation, curve_by_importance:

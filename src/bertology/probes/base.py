@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
+from bertology.summaries import Summarised
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -50,7 +52,7 @@ class BestHead:
         return cls(int(layer), int(head), float(grid[layer, head]), direction)
 
 
-class ProbeResult(ABC):
+class ProbeResult(Summarised, ABC):
     """A finished probe run: every head's score, the best head, tables, a summary and its data files.
 
     Class attributes: ``kind`` ("dependency", "parser", "coreference" or "gap"); ``measure`` (what a

@@ -49,7 +49,7 @@ class CountsResult(ProbeResult):
         return self.probe.to_json()
 
 
-@dataclass
+@dataclass(repr=False)
 class DependencyResult(CountsResult):
     """A dependency probe over one treebank, with a few example sentences kept for the report.
 
@@ -99,7 +99,7 @@ class DependencyResult(CountsResult):
         }
 
 
-@dataclass
+@dataclass(repr=False)
 class ParserResult(ProbeResult):
     """Clark et al.'s attention-only parser trained on one treebank and scored on another.
 
@@ -176,7 +176,7 @@ class ParserResult(ProbeResult):
         }
 
 
-@dataclass
+@dataclass(repr=False)
 class CoreferenceResult(CountsResult):
     """Antecedent selection per head over a coreference corpus (:class:`CorefProbe`), with what the run
     read. Keys of :meth:`grid` and :meth:`best`: a mention type (:data:`~bertology.probes.coreference.TYPES`)
@@ -216,7 +216,7 @@ class CoreferenceResult(CountsResult):
         }
 
 
-@dataclass
+@dataclass(repr=False)
 class GapResult(CountsResult):
     """Every head and GAP's baselines scored with GAP's own scorer (:class:`GapProbe`), with what the run
     read. Keys of :meth:`grid` and :meth:`best`: a gender row of GAP's scores

@@ -54,12 +54,16 @@ _FRAME_SIZER = """<script>(() => {
 })();</script>"""
 
 
-@dataclass
+@dataclass(repr=False)
 class View:
     """A rendered view: ``.html`` is the whole page, ``.save(path)`` writes it, notebooks show it inline."""
 
     kind: ViewKind
     data: dict[str, Any]
+
+    def __repr__(self) -> str:
+        """One line: the kind and size, not the page's payload."""
+        return f"{type(self).__name__}(kind={self.kind!r}, {self.token_count}, {self.title!r})"
 
     @property
     def heading(self) -> str:

@@ -171,7 +171,11 @@ def stack_layers(attention: Any, name: str = "attention", index: int | None = No
             f"not {type(attention).__name__}."
         )
     if not items:
-        raise BertologyError(f"{name} holds no layers; call the model with output_attentions=True.")
+        raise BertologyError(
+            f"{name} holds no layers: if it is BertViz's outputs[-1], with transformers 5 that is the "
+            "cross-attentions (empty for a model without them), not the attention; pass outputs.attentions "
+            "(the model called with output_attentions=True)."
+        )
     layers = [_layer(item, f"{name}[{number}]", batched, index) for number, item in enumerate(items)]
     for number, layer in enumerate(layers):
         if layer.shape != layers[0].shape:

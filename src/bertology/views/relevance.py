@@ -29,7 +29,7 @@ CAPTION = (
 )
 
 
-@dataclass
+@dataclass(repr=False)
 class RelevanceView(View):
     """A model view whose "heads" are the methods, with the :class:`Relevance` it shows."""
 
