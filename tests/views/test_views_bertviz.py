@@ -194,7 +194,7 @@ def _bad_inputs(outputs: Outputs) -> list[tuple[dict[str, Any], str]]:
         ({"attention": layers, "tokens": tokens[:-1]}, "has 19 positions but tokens has 18 tokens"),
         ({"attention": layers, "tokens": " ".join(tokens)}, "tokens must be a list of token strings"),
         ({"attention": [], "tokens": tokens}, "attention holds no layers"),
-        ({"attention": (), "tokens": tokens}, "outputs[-1], with transformers 5 that is the cross-attentions"),
+        ({"attention": (), "tokens": tokens}, "outputs[-1], with transformers 5 that is the cross"),
         ({"attention": "attention", "tokens": tokens}, "must be the per-layer attention tensors"),
         ({"attention": [layer[0] for layer in layers], "tokens": tokens}, "not [batch, heads, q, k]"),
         (
