@@ -50,3 +50,20 @@ def test_comparing_an_encoder_with_a_decoder_draws_single_texts(
     code, stderr = run_in_process([*arguments, "--max-len", "48", "-o", str(output)], capsys)
     assert code == 0, stderr
     assert "template for a pair" not in stderr and (output / "views.html").is_file()
+
+
+def test_the_models_table_is_one_line_per_type_in_80_columns() -> None:
+    from bertology.model_types import FEATURES, MODEL_TYPES, features
+
+    lines = CliRunner().invoke(app, ["models"], env={"COLUMNS": "80"}).stdout.splitlines()
+    rows = {line.split()[0]: line for line in lines if line.split() and line.split()[0] in MODEL_TYPES}
+    assert set(rows) == set(MODEL_TYPES)
+    assert all(len(line) <= 80 and "…" not in line for line in lines[: lines.index(rows["bert"]) + len(rows)])
+    assert rows["bert"].split()[-len(FEATURES) :] == ["✓"] * len(FEATURES)
+    decoder = next(name for name, entry in MODEL_TYPES.items() if entry.kind == "decoder")
+    marks = ["✓" if present else "·" for present in features(decoder).values()]
+    assert rows[decoder].split()[-len(FEATURES) :] == marks
+    assert (
+        "Features (V: views, N: neuron view, A: analysis, P: probes, I: interventions, W: norm weights)"
+        in (" ".join(lines))
+    )

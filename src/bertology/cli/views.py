@@ -1,6 +1,4 @@
-"""``bertology view``, ``relevance`` and ``models``: one input's attention, and what can be loaded.
-"""
-
+"""``bertology view``, ``relevance`` and ``models``: one input's attention, and what can be loaded."""
 
 from __future__ import annotations
 
@@ -9,6 +7,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import typer
+from rich import box
 from rich.table import Table
 
 from bertology.cli.app import app, out
@@ -147,6 +146,17 @@ def relevance(
     )
 
 
+def _letters(names: tuple[str, ...]) -> dict[str, str]:
+    """One capital letter per feature for its column heading: the first letter of its first word not
+    taken by an earlier feature ("views" V, "neuron view" N, ..., "norm weights" W)."""
+    letters: dict[str, str] = {}
+    for name in names:
+        letters[name] = next(
+            word[0].upper() for word in name.split() if word[0].upper() not in letters.values()
+        )
+    return letters
+
+
 @app.command()
 def models() -> None:
     """List the supported model types with their kind, capture route and features, and the default model."""
@@ -154,14 +164,25 @@ def models() -> None:
     from bertology.model_types import FEATURES, MODEL_TYPES, REFUSED, features
     from bertology.models import DEFAULT_LABEL, default_model_path
 
-    table = Table(title="Supported model types (config.model_type)")
+    # one line per type in 80 columns: a narrow column per feature, its initial as the heading
+    table = Table(
+        title="Supported model types (config.model_type)",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 1, 0, 0),
+        pad_edge=False,
+        show_edge=False,
+    )
     for column in ("model_type", "name", "kind", "route"):
         table.add_column(column, no_wrap=True)
-    table.add_column(f"features (of: {', '.join(FEATURES)})")
+    initials = _letters(FEATURES)
+    for initial in initials.values():
+        table.add_column(initial, justify="center", no_wrap=True)
     for model_type, entry in MODEL_TYPES.items():
-        has = ", ".join(name for name, present in features(model_type).items() if present)
-        table.add_row(model_type, entry.name, entry.kind, entry.route, has)
+        marks = ["✓" if present else "·" for present in features(model_type).values()]
+        table.add_row(model_type, entry.name, entry.kind, entry.route, *marks)
     out.print(table)
+    legend = ", ".join(f"{initial}: {name}" for name, initial in initials.items())
+    out.print(f"Features ({legend}): ✓ has it, · has not.", highlight=False)
     for model_type, reason in REFUSED.items():
         out.print(f"Not supported: {model_type}, which {reason}.", highlight=False)
     out.print(f"Default model ('default'): {DEFAULT_LABEL}, 6 layers x 12 heads, at {default_model_path()}")
