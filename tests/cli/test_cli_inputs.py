@@ -281,6 +281,21 @@ OUT_OF_RANGE = [
     (["finetune", "t", "-o", "o", "--lr", "0"], "0.0 is not a finite number above 0"),
     (["finetune", "t", "-o", "o", "--epochs", "0"], "greater than or equal to 1"),
     (["ablate", "r", "--task", "t", "-o", "o", "--prune", "1"], "1.0 is not below 1"),
+    # input files checked before any model loads
+    (["analyze", "missing.txt", "-o", "o"], "Invalid value for CORPUS: 'missing.txt' does not exist."),
+    (
+        ["compare", "a", "b", "-o", "o", "--corpus", "no.txt"],
+        "Invalid value for --corpus: 'no.txt' does not exist",
+    ),
+    (["index", "missing.txt", "-o", "o"], "Invalid value for CORPUS: 'missing.txt' does not exist."),
+    (["probe", "deps", "missing", "-o", "o"], "Invalid value for TREEBANK: 'missing' does not exist."),
+    (
+        ["probe", "parser", "--train", "t1", "--eval", "t2", "-o", "o"],
+        "Invalid value for --train: 't1' does not",
+    ),
+    (["probe", "gap", "gap.tsv", "-o", "o"], "Invalid value for GAP_FILE: 'gap.tsv' does not exist."),
+    (["finetune", "task", "-o", "o"], "Invalid value for TASK_DIR: 'task' does not exist."),
+    (["ablate", "r", "--task", "t", "-o", "o"], "Invalid value for --task: 't' does not exist."),
 ]
 
 

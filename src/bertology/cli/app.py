@@ -2,7 +2,6 @@
 sentence on stderr and an exit code.
 """
 
-
 from __future__ import annotations
 
 import os

@@ -35,6 +35,7 @@ from bertology.cli.options import (
     WeightsOption,
     WorkersOption,
     cluster_options,
+    require_inputs,
     utf8_text,
 )
 from bertology.cli.progress import progress_bar
@@ -96,6 +97,7 @@ def analyze(
 ) -> None:
     """Per-head statistics, pattern labels and head clustering over CORPUS, written as an HTML report."""
     cluster = cluster_options(ray, workers, threads_per_worker, resume)  # a usage error before torch loads
+    require_inputs({"CORPUS": corpus})
     from bertology.allocator import keep_freed_memory
     from bertology.analysis_settings import AnalysisSettings
     from bertology.analyze import analyze_corpus
@@ -178,6 +180,7 @@ def index(
         chosen = None if layers is None else [int(layer) for layer in layers.split(",") if layer.strip()]
     except ValueError as error:
         raise typer.BadParameter("--layers takes layer numbers separated by commas, e.g. 1,3,5.") from error
+    require_inputs({"CORPUS": corpus})
     from bertology.index_store import check_index_folder
     from bertology.models import load_model, require_max_length
     from bertology.token_index import build_index
@@ -272,6 +275,7 @@ def compare(
     """Compare two models head by head: statistics, labels and confidence side by side, heads matched by mean
     JS divergence, both models' head views of one input and, with --task, both ablation pictures."""
     cluster = cluster_options(ray, workers, threads_per_worker, resume)  # a usage error before torch loads
+    require_inputs({"--corpus": corpus, "--task": task_dir})
     from bertology.allocator import keep_freed_memory
     from bertology.analysis_settings import AnalysisSettings
     from bertology.cluster.checkpoint import checkpoint_file

@@ -17,6 +17,7 @@ from bertology.cli.options import (
     ThreadsPerWorkerOption,
     WorkersOption,
     cluster_options,
+    require_inputs,
     share_below_one,
 )
 from bertology.cli.progress import progress_bar
@@ -63,6 +64,7 @@ def ablate(
     """Remove heads: each one alone, by importance and by ablation rank, and for real (a smaller model).
     With --ray the single-head sweep (split by heads) and the importance (by examples) run on the cluster."""
     cluster = cluster_options(ray, workers, threads_per_worker, False)  # a usage error before torch loads
+    require_inputs({"--task": task_dir})
     from dataclasses import replace
 
     from bertology.cluster.ablation import AblationJob, ablate_on_pool

@@ -2,10 +2,10 @@
 a usage error (exit 2) before anything heavy is imported.
 """
 
-
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -168,3 +168,16 @@ def cluster_options(
         return None
     # each worker process is the run's own: its batches reuse the buffers the last one freed
     return ClusterOptions(address, workers, threads_per_worker, setup=keep_freed_memory)
+
+
+def require_inputs(paths: dict[str, Path | None]) -> None:
+    """A usage error, before any model loads, for an input path that does not exist; ``paths``: the
+    argument or option as the usage names it (``"CORPUS"``, ``"--task"``) -> its path (``None``: not given).
+    A link to nothing, a named pipe or a device is left to the readers, which say what it is.
+
+    Raises:
+        typer.BadParameter: the first missing path.
+    """
+    for hint, path in paths.items():
+        if path is not None and not path.exists() and not path.is_symlink():
+            raise typer.BadParameter(f"'{path}' does not exist.", param_hint=hint)

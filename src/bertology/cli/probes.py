@@ -1,6 +1,4 @@
-"""``bertology probe deps | parser | coref | gap``: the linguistic probes.
-"""
-
+"""``bertology probe deps | parser | coref | gap``: the linguistic probes."""
 
 from __future__ import annotations
 
@@ -19,6 +17,7 @@ from bertology.cli.options import (
     ThreadsPerWorkerOption,
     WorkersOption,
     cluster_options,
+    require_inputs,
 )
 from bertology.cli.progress import progress_bar
 from bertology.options import (
@@ -70,6 +69,7 @@ def probe_deps(
 ) -> None:
     """Which heads track which dependency relations, against fixed-offset baselines (Clark et al. 2019)."""
     cluster = cluster_options(ray, workers, threads_per_worker, resume)  # a usage error before torch loads
+    require_inputs({"TREEBANK": treebank})
     from bertology.cluster.checkpoint import checkpoint_file
     from bertology.cluster.driver import ShardedRun
     from bertology.cluster.probes import DependencyJob, probe_dependencies_on_pool
@@ -122,6 +122,7 @@ def probe_parser_command(
     dtype: DtypeOption = DEFAULT_DTYPE,
 ) -> None:
     """Clark et al.'s attention-only parser: train on one treebank, UAS without punctuation on another."""
+    require_inputs({"--train": train, "--eval": evaluation})
     from bertology.models import load_model
     from bertology.outputs import check_output_folder, output_folder
     from bertology.probes.run import probe_parser
@@ -183,6 +184,7 @@ def probe_coref(
 ) -> None:
     """Antecedent selection per head, by mention type, against nearest, same-head and sieve baselines."""
     cluster = cluster_options(ray, workers, threads_per_worker, resume)  # a usage error before torch loads
+    require_inputs({"CORPUS": corpus, "--treebank": treebank})
     from bertology.cluster.checkpoint import checkpoint_file
     from bertology.cluster.driver import ShardedRun
     from bertology.cluster.probes import CorefJob, probe_coreference_on_pool
@@ -229,6 +231,7 @@ def probe_gap_command(
     dtype: DtypeOption = DEFAULT_DTYPE,
 ) -> None:
     """GAP's scorecard (P/R/F1 overall, masculine, feminine, bias F/M) for every head and GAP's baselines."""
+    require_inputs({"GAP_FILE": gap_file})
     from bertology.models import load_model
     from bertology.outputs import check_output_folder, output_folder
     from bertology.probes.run import probe_gap

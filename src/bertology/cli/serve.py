@@ -1,6 +1,4 @@
-"""``bertology serve``: the local web app.
-"""
-
+"""``bertology serve``: the local web app."""
 
 from __future__ import annotations
 

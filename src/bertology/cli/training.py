@@ -1,6 +1,4 @@
-"""``bertology finetune`` and ``watch``: fine-tuning with the attention monitor, and its watch page.
-"""
-
+"""``bertology finetune`` and ``watch``: fine-tuning with the attention monitor, and its watch page."""
 
 from __future__ import annotations
 
@@ -11,7 +9,7 @@ from typing import Annotated
 import typer
 
 from bertology.cli.app import app, out
-from bertology.cli.options import DeviceOption, DtypeOption, ModelOption, positive_finite
+from bertology.cli.options import DeviceOption, DtypeOption, ModelOption, positive_finite, require_inputs
 from bertology.cli.progress import training_progress
 from bertology.options import (
     DEFAULT_DEVICE,
@@ -90,6 +88,7 @@ def finetune(
     dtype: DtypeOption = DEFAULT_DTYPE,
 ) -> None:
     """Fine-tune a classifier on a GLUE-style task, recording how its attention changes (see 'watch')."""
+    require_inputs({"TASK_DIR": task_dir})
     from bertology.outputs import check_output_folder
     from bertology.training.loop import finetune as run_finetune
 
