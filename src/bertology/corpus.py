@@ -173,6 +173,16 @@ def _join(passages: Sequence[Passage]) -> str | list[str]:
     return [word for passage in passages for word in passage.text]
 
 
+def counting_tokenizer(tokenizer: PreTrainedTokenizerFast) -> Tokenizer:
+    """A copy of ``tokenizer``'s Rust tokenizer that never truncates or pads, for counting tokens: called
+    directly it takes half the time of the Python wrapper, counting never changes the wrapper's settings,
+    and a reader thread may count with it while the model's own tokenizer encodes."""
+    counter = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+    counter.no_truncation()
+    counter.no_padding()
+    return counter
+
+
 def _balanced_split(counts: Sequence[int]) -> int:
     """Number of leading passages in text A: the boundary whose two token totals are closest
     (the earliest on a tie); 1 for a single passage."""
@@ -195,9 +205,7 @@ class _Packer:
     def __init__(
         self, tokenizer: PreTrainedTokenizerFast, max_length: int, path: Path, *, pairs: bool = True
     ) -> None:
-        self.counter = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
-        self.counter.no_truncation()
-        self.counter.no_padding()
+        self.counter = counting_tokenizer(tokenizer)
         processor = self.counter.post_processor
         self.additive = isinstance(self.counter.pre_tokenizer, BertPreTokenizer) and processor is not None
         self.special = {

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from tokenizers import Tokenizer
 
 from bertology.attention import capture_batch, encode_for_model, stream_batch
 from bertology.batching import length_sorted_batches
+from bertology.corpus import counting_tokenizer
 from bertology.errors import TruncationWarning
 from bertology.inputs import EncodedBatch
 from bertology.models import LoadedModel
@@ -117,9 +117,7 @@ def token_counter(model: LoadedModel) -> Callable[[Sequence[str]], int]:
     tokens included, untruncated (the batching length of a sentence). Counted by a copy of the model's Rust
     tokenizer, so a reader thread may count while the model's own tokenizer encodes
     (:func:`~bertology.batching.prefetched`)."""
-    counter = Tokenizer.from_str(model.tokenizer.backend_tokenizer.to_str())
-    counter.no_truncation()
-    counter.no_padding()
+    counter = counting_tokenizer(model.tokenizer)
     return lambda words: len(counter.encode(list(words), is_pretokenized=True, add_special_tokens=True).ids)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
+from itertools import takewhile
 from pathlib import Path
 
 import conllu
@@ -102,8 +103,8 @@ def read_sentences(path: Path) -> Iterator[Passage]:
     """
     document = 0
     for block in sentence_blocks(path):
-        comments = [entry for entry in block if entry[1].lstrip().startswith("#")]
-        tokens = block[len(comments) :] if block[: len(comments)] == comments else block
+        lead = sum(1 for _ in takewhile(lambda entry: entry[1].startswith("#"), block))
+        comments, tokens = block[:lead], block[lead:]  # a comment among the words: a full parse below
         words = _plain_words(tokens)
         if words is None:
             sentence = _parse(block, path)
