@@ -26,6 +26,7 @@ so it is reused across sessions at no cost.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import zipfile
@@ -44,7 +45,7 @@ from tokenizers.pre_tokenizers import BertPreTokenizer
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 from usearch.index import Index
 
-from bertology.batching import PAD_MULTIPLE, length_sorted_batches
+from bertology.batching import PAD_MULTIPLE, length_sorted_batches, prefetched
 from bertology.corpus import detect_format, iter_segments
 from bertology.errors import BertologyError
 from bertology.hook import recording
@@ -109,9 +110,12 @@ def read_indexed_segments(
         yield IndexedSegment(first + second, split, None, None, segment.origin)
 
 
-def encode_segment(
-    tokenizer: PreTrainedTokenizerFast, segment: IndexedSegment, max_length: int
-) -> tuple[dict[str, list[int]], list[int]]:
+#: A segment's model input (``input_ids`` and the rest, unpadded) and, per token, its word index
+#: (-1: a special token).
+Encoded = tuple[dict[str, list[int]], list[int]]
+
+
+def encode_segment(tokenizer: PreTrainedTokenizerFast, segment: IndexedSegment, max_length: int) -> Encoded:
     """The model input of ``segment`` (truncated to ``max_length``) and, per token, its word index in
     ``segment.words`` (-1 for a special token)."""
     first = segment.words[: segment.split] if segment.split is not None else segment.words
@@ -189,6 +193,9 @@ def build_index(
     folder ``out`` and open it. ``out`` is new, empty or an index, which is replaced whole only once the
     new index is written (:func:`bertology.index_store.new_generation`); its other files stay.
 
+    The corpus is read, segmented and encoded in a thread ahead of the model
+    (:func:`~bertology.batching.prefetched`).
+
     threads: threads of each vector addition to an HNSW graph (0: all cores). With the model on an
         accelerator (its CPU threads idle while the device computes), or where torch leaves a core free,
         the additions run in one thread beside the model's forward passes; where the model runs on the CPU
@@ -236,9 +243,16 @@ def build_index(
                 starts.append(-1)
                 yield number, segment
 
-        batches = length_sorted_batches(numbered(), lambda item: len(item[1].words), batch_size=batch_size)
-        for batch in batches:
-            encoded = [encode_segment(loaded.tokenizer, segment, max_length) for _, segment in batch]
+        def encoded_batches() -> Iterator[tuple[list[tuple[int, IndexedSegment]], list[Encoded]]]:
+            """Batches of numbered segments with their encodings, by the reader thread's own tokenizer."""
+            reader = copy.deepcopy(loaded.tokenizer)  # a tokenizer serves one thread
+            for batch in length_sorted_batches(
+                numbered(), lambda item: len(item[1].words), batch_size=batch_size
+            ):
+                yield batch, [encode_segment(reader, segment, max_length) for _, segment in batch]
+
+        # the corpus is read, segmented and encoded in a thread while the model runs
+        for batch, encoded in prefetched(encoded_batches()):
             computed = forward_vectors(loaded, [inputs for inputs, _ in encoded], chosen, with_attends=True)
             row = len(columns["segment"])
             for (number, _), (inputs, word_of) in zip(batch, encoded, strict=True):
