@@ -1,0 +1,183 @@
+"""Every code block of README.md works as written: each ```python block runs (in a fresh namespace, in an
+empty folder), with small offline models in place of the hub names it uses as examples; every
+``bertology`` command shown (in ```sh blocks and in the prose's code spans) names a subcommand and options
+that exist; the view commands run; and every model name shown is offline or among those the README says
+need the Hugging Face hub."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import typer
+from support.ci_rules import REPOSITORY
+from support.cli import run_in_process
+from transformers import AutoTokenizer, ModernBertConfig, ModernBertModel
+
+from bertology.cli.app import app
+from bertology.models import default_model_path
+
+README = REPOSITORY / "README.md"
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.DOTALL | re.MULTILINE)
+CODE_SPAN = re.compile(r"`([^`]+)`")
+
+#: What makes a README block run longer than 5 s (a Ray cluster, a probe over 200 sentences, ...).
+SLOW_BLOCKS = (
+    "cluster_pool",
+    "probe_dependencies",
+    "save_analysis",
+    "ModernBERT",
+    "AttentionMonitor",
+    "head_gates",
+)
+
+#: Names the README's Python examples use that are not on this machine -> the fixture that stands in.
+STAND_INS = {
+    "bert-base-uncased": "tiny_bert",
+    "answerdotai/ModernBERT-base": "long_modernbert",
+    "runs/sst2": "classifier_run",
+    "en_ewt-ud-dev.conllu": "ewt_dev",
+}
+
+#: Model names that need no hub: the embedded default and the real model installed from PyPI.
+OFFLINE_MODELS = {"default", "all-mpnet-base-v2"}
+
+
+def _blocks(language: str) -> list[tuple[int, str]]:
+    """(line, code) of every fenced block of ``language`` in README.md."""
+    text = README.read_text(encoding="utf-8")
+    return [
+        (text.count("\n", 0, match.start()) + 1, match.group(2))
+        for match in FENCE.finditer(text)
+        if match.group(1) == language
+    ]
+
+
+def _prose() -> str:
+    """README.md without its fenced blocks."""
+    return FENCE.sub("", README.read_text(encoding="utf-8"))
+
+
+def _python_params() -> Iterator[object]:
+    for line, code in _blocks("python"):
+        marks = [pytest.mark.slow] if any(word in code for word in SLOW_BLOCKS) else []
+        yield pytest.param(code, id=f"README.md:{line}", marks=marks)
+
+
+@pytest.fixture(scope="session")
+def tiny_bert(tiny_model_dirs: dict[str, Path]) -> Path:
+    """A small random BERT with a WordPiece tokenizer (token type ids for pairs), as bert-base-uncased."""
+    return tiny_model_dirs["bert"]
+
+
+@pytest.fixture(scope="session")
+def long_modernbert(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small random ModernBERT (6 layers of 4 heads, global and sliding-window layers) that reads 8,192
+    tokens, with the default model's WordPiece tokenizer: ModernBERT-base's input limit and layout."""
+    tokenizer = AutoTokenizer.from_pretrained(default_model_path(), model_max_length=8192)
+    ids = {f"{name}_token_id": getattr(tokenizer, f"{name}_token_id") for name in ("cls", "sep", "pad")}
+    config = ModernBertConfig(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=6,
+        num_attention_heads=4, max_position_embeddings=8192, local_attention=8,
+        bos_token_id=ids["cls_token_id"], eos_token_id=ids["sep_token_id"], **ids,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("modernbert_long")
+    ModernBertModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_every_stand_in_replaces_a_name_the_readme_uses() -> None:
+    """A stand-in for a name the README no longer uses would hide a new hub name that has none."""
+    code = "\n".join(code for _, code in _blocks("python"))
+    assert [name for name in STAND_INS if f'"{name}"' not in code] == []
+
+
+@pytest.mark.parametrize("code", list(_python_params()))
+def test_python_block_runs(
+    code: str, request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, fixture in STAND_INS.items():
+        if f'"{name}"' in code:
+            code = code.replace(f'"{name}"', repr(str(request.getfixturevalue(fixture))))
+    monkeypatch.chdir(tmp_path)  # the blocks write model.html, deps/, run/, ...
+    exec(compile(code, "README.md", "exec"), {"__name__": "readme_block"})
+
+
+# --- The command line ------------------------------------------------------------------------------
+
+
+def _commands() -> list[str]:
+    """Every ``bertology ...`` command the README shows: the lines of its ```sh blocks and its code spans
+    that start with ``bertology ``, comments left out."""
+    lines = [
+        shlex.join(shlex.split(line, comments=True))
+        for _, code in _blocks("sh")
+        for line in code.splitlines()
+    ]
+    spans = [" ".join(span.split()) for span in CODE_SPAN.findall(_prose())]
+    return [command for command in lines + spans if re.match(r"bertology (--debug |[a-z]+( |$))", command)]
+
+
+_CLI = typer.main.get_command(app)
+
+
+def _resolve(words: list[str]) -> tuple[Any, list[str]]:
+    """The (sub)command that ``words`` (after ``bertology``) name (a command of typer's click), and the
+    words after its name."""
+    command = _CLI
+    rest = [word for word in words if word != "--debug"]
+    while hasattr(command, "commands") and rest and not rest[0].startswith("-") and rest[0] != "...":
+        assert rest[0] in command.commands, f"'bertology {' '.join(words)}': no command {rest[0]!r}"
+        command, rest = command.commands[rest[0]], rest[1:]
+    return command, rest
+
+
+def test_every_command_shown_exists_with_its_options() -> None:
+    commands = _commands()
+    assert len(commands) > 40  # the blocks and the synopses were found
+    for shown in commands:
+        command, rest = _resolve(shown.split()[1:])
+        known = {option for param in command.params for option in (*param.opts, *param.secondary_opts)}
+        used = {match.split("=")[0] for match in re.findall(r"(?<![\w.-])--?[a-z][\w-]*", " ".join(rest))}
+        assert used <= known, f"{shown!r}: {sorted(used - known)} are not options of {command.name!r}"
+
+
+def test_every_model_named_is_offline_or_said_to_need_the_hub() -> None:
+    prose = " ".join(_prose().split())
+    hub_sentence = re.search(r"Of the names in this README's examples, (.*?) need the hub", prose)
+    assert hub_sentence is not None
+    hub = set(CODE_SPAN.findall(hub_sentence.group(1)))
+    code = "\n".join(code for _, code in _blocks("python") + _blocks("sh")) + "\n" + "\n".join(_commands())
+    named = set(re.findall(r"--model ([^\s\]]+)", code))
+    named |= set(re.findall(r"(?:load_model|from_pretrained)\(\"([^\"]+)\"", code))
+    for command in _commands():
+        words = shlex.split(command, comments=True)
+        if words[1] == "compare":
+            named |= set(words[2:4])
+    placeholders = {name for name in named if re.fullmatch(r"[A-Z_]+", name)}
+    local = {name for name in named if name.startswith(("runs/", "./"))}
+    assert named - placeholders - local - OFFLINE_MODELS == hub, "the README's hub sentence is out of date"
+    assert set(STAND_INS) - {"runs/sst2", "en_ewt-ud-dev.conllu"} <= hub
+
+
+@pytest.mark.parametrize("view", ["head", "model", "neuron"])
+def test_view_commands_run(view: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """The README's view commands, as written (without --open), on the default model."""
+    command = next(
+        line
+        for line in _commands()
+        if f"--view {view}" in line and not re.search("--(model|weights|target)", line)
+    )
+    monkeypatch.chdir(tmp_path)
+    words = [word for word in shlex.split(command, comments=True)[1:] if word != "--open"]
+    code, err = run_in_process(words, capsys)
+    assert code == 0, err
+    output = tmp_path / words[words.index("-o") + 1]
+    assert f'"view":"{view}"' in output.read_text(encoding="utf-8")
