@@ -6,6 +6,13 @@
 ``capture_batch(texts, texts_b)`` gives an :class:`AttentionBatch` (padded torch tensors, for
 statistics) that also yields one :class:`Attention` per input, ``capture_long_batch`` a
 :class:`~bertology.long_capture.LongAttentionBatch`.
+
+One rule for arrays: what describes one input (an :class:`Attention`, a
+:class:`~bertology.long_capture.LongAttention`'s blocks, thumbnails and vectors) is float32 numpy on the
+host, for views, numpy and pandas; a batch (:class:`AttentionBatch`,
+:class:`~bertology.long_capture.LongAttentionBatch`) keeps torch tensors where the model ran, on its device
+(probabilities, queries and keys in its dtype; value norms in float32), for computations that stay there
+(the streaming statistics); indexing or iterating over a batch brings each input to the host.
 """
 
 from __future__ import annotations
@@ -76,14 +83,15 @@ class Attention(InputDescription, HeadGrid):
 
 @dataclass
 class AttentionBatch:
-    """Attention of a padded batch.
+    """Attention of a padded batch, as torch tensors on the model's device (see the module docstring);
+    ``batch[i]`` is input ``i``'s :class:`Attention` in float32 numpy.
 
-    probs: [batch, layers, heads, max_n, max_n] float32; entries past ``lengths[b]`` are padding
-        (zero columns for padded keys; padded query rows are meaningless).
-    queries, keys: [batch, layers, heads, max_n, head_dim] or ``None``.
+    probs: [batch, layers, heads, max_n, max_n] in the model's dtype; entries past ``lengths[b]`` are
+        padding (zero columns for padded keys; padded query rows are meaningless).
+    queries, keys: [batch, layers, heads, max_n, head_dim] in the model's dtype, or ``None``.
     scaling: [layers]. encoded: tokens, segments and word alignment of every input.
     weights: what ``probs`` holds (see :class:`Attention`).
-    value_norms: [batch, layers, heads, max_n] (see :class:`Attention`) or ``None``.
+    value_norms: [batch, layers, heads, max_n] float32 (see :class:`Attention`) or ``None``.
     """
 
     probs: torch.Tensor
@@ -206,7 +214,8 @@ def capture_batch(
     weights: Weights = "attention",
 ) -> AttentionBatch:
     """Run ``model`` once on a padded batch and return the attention of every layer (the pass stops at
-    the last layer's attention: nothing after it changes attention).
+    the last layer's attention: nothing after it changes attention), as torch tensors on the model's
+    device (:class:`AttentionBatch`); ``result[i]`` is input ``i``'s :class:`Attention` in float32 numpy.
 
     max_length: token limit per input (default and upper bound: the model's own limit).
     qk: also keep each layer's per-head query and key vectors (for the neuron view; grouped-query
@@ -242,7 +251,7 @@ def _capture_probs(loaded: LoadedModel, encoded: EncodedBatch, qk: bool, weights
         encoded=encoded,
         model_name=loaded.name,
         weights=weights,
-        value_norms=torch.stack(weighting.norms, dim=1).cpu() if weighting and weighting.keep_norms else None,
+        value_norms=torch.stack(weighting.norms, dim=1) if weighting and weighting.keep_norms else None,
     )
 
 
@@ -388,7 +397,8 @@ def capture(
     qk_dtype: torch.dtype | None = None,
     chunk_bytes: int = CHUNK_BYTES,
 ) -> Attention | LongAttention:
-    """The attention of one text or one pair: an :class:`Attention` (see :func:`capture_batch`), or with
+    """The attention of one text or one pair: an :class:`Attention` (float32 numpy on the host; see
+    :func:`capture_batch`, which keeps a batch's torch tensors on the model's device instead), or with
     ``mode="qk"`` (``"auto"``: for inputs over :data:`~bertology.long_capture.LONG_INPUT_TOKENS` tokens) a
     :class:`~bertology.long_capture.LongAttention` (see :func:`capture_long_batch`; its queries and keys
     are always kept, so ``qk`` changes nothing there).

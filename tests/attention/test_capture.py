@@ -201,3 +201,29 @@ def test_mixed_batch_of_pairs_and_single_texts_equals_separate_captures(default_
         assert mixed.segment_ids.tolist() == alone.segment_ids.tolist()
         assert mixed.word_ids.tolist() == alone.word_ids.tolist()
         np.testing.assert_allclose(mixed.probs, alone.probs, atol=1e-5)
+
+
+def test_one_input_is_numpy_on_the_host_and_a_batch_stays_where_the_model_ran(
+    tiny_model_dirs: dict[str, Path],
+) -> None:
+    """The array rule (bertology.attention's docstring, README "Capture and views"): one input's arrays are
+    float32 numpy, a batch's torch tensors on the model's device, in its dtype (bfloat16 here, so a batch
+    brought to float32 by mistake, or an input left in torch, shows) but for the float32 value norms."""
+    loaded = bertology.load_model(tiny_model_dirs["bert"], dtype="bfloat16")
+    batch = bertology.capture_batch(*zip(*PAIRS, strict=True), model=loaded, qk=True, weights="norm")
+    for tensor in (batch.probs, batch.queries, batch.keys, batch.value_norms):
+        assert isinstance(tensor, torch.Tensor) and tensor.device == loaded.device
+    assert batch.probs.dtype == batch.queries.dtype == batch.keys.dtype == torch.bfloat16
+    assert batch.value_norms.dtype == torch.float32
+    single = bertology.capture(*PAIRS[1], model=loaded, qk=True, weights="norm")
+    for attention in (single, batch[1], next(iter(batch))):
+        for array in (attention.probs, attention.queries, attention.keys, attention.value_norms):
+            assert isinstance(array, np.ndarray) and array.dtype == np.float32
+    n = len(single.tokens)
+    np.testing.assert_array_equal(batch[1].probs, batch.probs[1, :, :, :n, :n].float().numpy())
+    np.testing.assert_array_equal(single.probs, batch[1].probs)  # the same pass, unpadded
+
+    long = bertology.capture(PAIRS[0][0], model=loaded, mode="qk")
+    assert isinstance(long, bertology.LongAttention)
+    for array in (long.block(0), long.thumbnails(4), long.query_vectors(0, 1), long.key_vectors(0, 1)):
+        assert isinstance(array, np.ndarray) and array.dtype == np.float32
