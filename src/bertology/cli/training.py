@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from bertology.cli.app import app, out
+from bertology.cli.app import app, err, out
 from bertology.cli.options import DeviceOption, DtypeOption, ModelOption, positive_finite, require_inputs
 from bertology.cli.progress import training_progress
 from bertology.options import (
@@ -83,6 +83,16 @@ def finetune(
             help="Torch threads (0: one per core; 1 is faster on a busy machine).",
         ),
     ] = 0,
+    rules: Annotated[
+        str,
+        typer.Option(
+            "--rules",
+            help="Training rules to evaluate: default (all), none, or NAME,NAME,... (see README, Rules).",
+        ),
+    ] = FINETUNE_DEFAULTS.rules,
+    stop_on: Annotated[
+        str, typer.Option("--stop-on", help="Stop the run when one of these rules fires: NAME,NAME,...")
+    ] = "",
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace a run in the folder.")] = False,
     device: DeviceOption = DEFAULT_DEVICE,
     dtype: DtypeOption = DEFAULT_DTYPE,
@@ -108,13 +118,27 @@ def finetune(
         threads=threads or None,
         device=device,
         dtype=dtype,
+        rules=rules,
+        stop_on=tuple(name.strip() for name in stop_on.split(",") if name.strip()),
     )
+    settings.check()  # before the progress bar: a bad rule name is one sentence
     with training_progress(total=0) as on_progress:
-        result = run_finetune(task_dir, output, settings, overwrite=overwrite, on_progress=on_progress)
+        result = run_finetune(
+            task_dir,
+            output,
+            settings,
+            overwrite=overwrite,
+            on_progress=on_progress,
+            on_alert=lambda alert: err.print(f"Alert at {alert}", highlight=False, markup=False),
+        )
+    stopped = (
+        "" if result.stopped_by is None else f"Stopped by {result.stopped_by.rule} at step {result.steps}. "
+    )
+    alerts = f", {len(result.alerts)} alerts in run.json" if result.alerts else ""
     out.print(
-        f"Fine-tuned {result.train_examples} examples for {result.steps} steps in {result.seconds:.0f} s: "
-        f"dev accuracy {result.dev_accuracy:.4f} on {result.dev_examples} examples. Wrote {output} "
-        f"(model/, run.json, metrics.csv{', monitor.zarr' if watch_every else ''}).",
+        f"{stopped}Fine-tuned {result.train_examples} examples for {result.steps} steps in "
+        f"{result.seconds:.0f} s: dev accuracy {result.dev_accuracy:.4f} on {result.dev_examples} examples. "
+        f"Wrote {output} (model/, run.json{alerts}, metrics.csv{', monitor.zarr' if watch_every else ''}).",
         highlight=False,
     )
 

@@ -10,14 +10,17 @@ A run folder holds:
 
 - ``model/``: the fine-tuned model and tokenizer (``save_pretrained``); ``load_model(RUN_DIR,
   classifier=True)`` loads it.
-- ``run.json``: task, model, settings, labels, sizes, status (``running``, ``finished``, or
-  ``interrupted`` when training stopped on an error or Ctrl-C, with the ``error``), the ``pid`` and
-  ``host`` of the training process (:func:`run_status` tells a run whose process is gone), steps, time
-  and the final dev accuracy and loss.
+- ``run.json``: task, model, settings, labels, sizes, status (``running``, ``finished``, ``stopped``
+  when a rule of ``stop_on`` fired, with the alert as ``stopped_by``, or ``interrupted`` when training
+  stopped on an error or Ctrl-C, with the ``error``), the ``pid`` and ``host`` of the training process
+  (:func:`run_status` tells a run whose process is gone), steps, time, the final dev accuracy and loss,
+  and the training rules' ``alerts`` (rewritten as they fire; :mod:`bertology.training.rules`).
 - ``metrics.jsonl`` (a line per log and evaluation, appended as training goes) and ``metrics.csv``:
   ``split`` = ``train`` rows (mean loss over the last ``log_every`` steps, learning rate) and ``dev``
   rows (accuracy and mean cross-entropy over the dev examples).
 - ``monitor.zarr``: the attention monitor's archive (:mod:`bertology.training.archive`).
+- ``signals.jsonl``: the per-layer gradient norms, weight-update norms and activation saturation of every
+  ``watch_every``-th step (:mod:`bertology.training.signals`), when rules are evaluated.
 """
 
 from __future__ import annotations
@@ -30,8 +33,8 @@ import socket
 import time
 import warnings
 from collections import deque
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -49,18 +52,22 @@ from bertology.readers.glue import GlueTask, Split, read_glue
 from bertology.run_files import TRAINING_FILE
 from bertology.training.archive import ARCHIVE_FOLDER
 from bertology.training.monitor import AttentionMonitor, ProbeSet
+from bertology.training.rules import Alert, Rule, SignalRecord, Watchdog, select_rules
 from bertology.training.settings import FinetuneSettings, TrainingProgress
+from bertology.training.signals import SignalRecorder
 
 METRICS_JSONL = "metrics.jsonl"
 METRICS_CSV = "metrics.csv"
+SIGNALS_JSONL = "signals.jsonl"
 #: Consecutive batches whose examples are sorted by length together.
 BUCKET_BATCHES = 50
 
 
 @dataclass(frozen=True)
 class FinetuneResult:
-    """A finished run: its folder, optimizer steps, wall time in seconds (loading to saving), training
-    and dev example counts, and the final dev accuracy and mean cross-entropy (nats)."""
+    """A finished (or stopped) run: its folder, optimizer steps, wall time in seconds (loading to saving),
+    training and dev example counts, the final dev accuracy and mean cross-entropy (nats), the rules'
+    alerts, and the alert that stopped the run (None: it ran to the end)."""
 
     run_dir: Path
     steps: int
@@ -69,6 +76,8 @@ class FinetuneResult:
     dev_examples: int
     dev_accuracy: float
     dev_loss: float
+    alerts: tuple[Alert, ...] = ()
+    stopped_by: Alert | None = None
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
@@ -122,7 +131,7 @@ def evaluate(loaded: LoadedModel, split: Split, labels: list[int], max_length: i
 
 
 class _MetricsLog:
-    """Appends rows to metrics.jsonl (flushed per row, so it can be read during training)."""
+    """Appends rows to a JSON-lines file (flushed per row, so it can be read during training)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -141,7 +150,7 @@ class _MetricsLog:
 
 
 #: What a run writes in its folder; nothing else there is touched.
-RUN_OUTPUTS = (TRAINING_FILE, METRICS_JSONL, METRICS_CSV, RUN_MODEL_FOLDER, ARCHIVE_FOLDER)
+RUN_OUTPUTS = (TRAINING_FILE, METRICS_JSONL, METRICS_CSV, RUN_MODEL_FOLDER, ARCHIVE_FOLDER, SIGNALS_JSONL)
 
 
 def check_run_dir(run_dir: Path, overwrite: bool) -> None:
@@ -258,21 +267,27 @@ def _train_step(
     optimizer: torch.optim.Optimizer,
     schedule: torch.optim.lr_scheduler.LRScheduler,
     precision: _MixedPrecision,
+    recorder: SignalRecorder | None = None,
 ) -> tuple[float, float]:
     """One optimizer step on a batch of (texts, second texts or None, label ids); returns the batch's
-    mean cross-entropy and the learning rate the step used."""
+    mean cross-entropy and the learning rate the step used. ``recorder``: measure this step's signals
+    (read them with ``recorder.after_update``, which the step leaves to the caller)."""
     texts, texts_b, labels = inputs
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TruncationWarning)  # counted in run.json instead
         encoded = encode(loaded.tokenizer, texts, texts_b, max_length=max_length)
     targets = torch.tensor(labels, device=loaded.device)
-    with precision.forward():
+    with precision.forward(), recorder.activations() if recorder else nullcontext():
         loss = loaded.model(**loaded.model_inputs(encoded), labels=targets).loss
     scaler = precision.scaler
     scaler.scale(loss).backward()
     scaler.unscale_(optimizer)
+    if recorder:
+        recorder.gradients()
     torch.nn.utils.clip_grad_norm_(loaded.model.parameters(), 1.0)
     rate = schedule.get_last_lr()[0]
+    if recorder:
+        recorder.before_update()
     scaler.step(optimizer)
     scaler.update()
     schedule.step()
@@ -287,14 +302,20 @@ def finetune(
     *,
     overwrite: bool = False,
     on_progress: Callable[[TrainingProgress], None] | None = None,
+    on_alert: Callable[[Alert], None] | None = None,
+    rules: Sequence[Rule] | None = None,
 ) -> FinetuneResult:
     """Fine-tune ``settings.model`` on the task in ``task_dir`` (GLUE-style TSV) into ``run_dir``.
 
     The attention monitor records step 0, every ``watch_every`` steps and the last step.
-    on_progress: called after every optimizer step.
+    on_progress: called after every optimizer step. on_alert: called with each alert of the training
+    rules as it fires. rules: rule objects to evaluate instead of ``settings.rules`` (e.g. other
+    thresholds: ``[LossNotDecreasing(window=20)]``); ``settings.stop_on`` names rules among them.
 
     The settings, task, model and run folder are all checked before anything is written. Should training
-    stop on an error or Ctrl-C, ``run.json`` says ``"interrupted"`` (with the error).
+    stop on an error or Ctrl-C, ``run.json`` says ``"interrupted"`` (with the error); should a rule of
+    ``settings.stop_on`` fire, the run stops after that step, records and saves as at the end and says
+    ``"stopped"``.
 
     Raises:
         BertologyError: bad settings or task folder, an unloadable model, a ``max_length`` with no room for
@@ -306,9 +327,46 @@ def finetune(
     if settings.threads is not None:
         torch.set_num_threads(settings.threads)
     try:
-        return _run(Path(task_dir), Path(run_dir), settings, overwrite, on_progress)
+        chosen = select_rules(settings.rules) if rules is None else list(rules)
+        watchdog = Watchdog(chosen, settings.stop_on)
+        return _run(
+            Path(task_dir), Path(run_dir), settings, overwrite, on_progress, _Alerts(watchdog, on_alert)
+        )
     finally:
         torch.set_num_threads(threads)
+
+
+def _label_counts(labels: list[str], ids: list[int]) -> dict[str, int]:
+    """``{label: training examples}`` for every label of the task (0 for a label without examples)."""
+    counts = np.bincount(np.asarray(ids, dtype=np.int64), minlength=len(labels))
+    return {label: int(count) for label, count in zip(labels, counts, strict=True)}
+
+
+class _Alerts:
+    """The run's watchdog, and what is done with its alerts: kept in ``run.json`` (rewritten whenever
+    one fires) and handed to ``on_alert``."""
+
+    def __init__(self, watchdog: Watchdog, on_alert: Callable[[Alert], None] | None) -> None:
+        self.watchdog = watchdog
+        self.on_alert = on_alert
+        self.run_json: Path | None = None
+        self.run_info: dict[str, Any] = {}
+
+    def start(self, path: Path, run_info: dict[str, Any]) -> None:
+        """Keep alerts in ``run_info`` (``alerts``: a list) and write it to ``path`` when one fires."""
+        self.run_json, self.run_info = path, run_info
+        run_info["rules"] = [rule.name for rule in self.watchdog.rules]
+        run_info["alerts"] = []
+
+    def __call__(self, alerts: list[Alert]) -> None:
+        if not alerts:
+            return
+        self.run_info["alerts"] += [alert.to_json() for alert in alerts]
+        if self.run_json is not None:
+            write_json(self.run_json, self.run_info)
+        if self.on_alert is not None:
+            for alert in alerts:
+                self.on_alert(alert)
 
 
 def _run(
@@ -317,6 +375,7 @@ def _run(
     settings: FinetuneSettings,
     overwrite: bool,
     on_progress: Callable[[TrainingProgress], None] | None,
+    alerts: _Alerts,
 ) -> FinetuneResult:
     """:func:`finetune` with checked settings and the thread count set."""
     started = time.perf_counter()
@@ -366,35 +425,57 @@ def _run(
         "pid": os.getpid(),
         "host": socket.gethostname(),
     }
+    watchdog = alerts.watchdog
+    alerts.start(run_dir / TRAINING_FILE, run_info)
     write_json(run_dir / TRAINING_FILE, run_info)
     with _marked_if_stopped(run_dir / TRAINING_FILE, run_info):
         metrics = _MetricsLog(run_dir / METRICS_JSONL)
+        recorder, signals = None, None
+        if watchdog.rules and settings.watch_every:
+            recorder, signals = SignalRecorder(model), _MetricsLog(run_dir / SIGNALS_JSONL)
+        alerts(watchdog.labels(_label_counts(task.labels, train_labels)))
         if monitor is not None:
             monitor.record(loaded, 0)
+            alerts(watchdog.attention(monitor.latest))  # type: ignore[arg-type]
 
-        step, window = 0, deque(maxlen=settings.log_every)
+        step, window, dev_step = 0, deque(maxlen=settings.log_every), -1
         model.train()
         for epoch in range(settings.epochs):
             for batch in length_batches(np.minimum(counts, limit), settings.batch_size, rng):
+                if watchdog.stop is not None:
+                    break
                 texts_b = None if train.texts_b is None else [train.texts_b[i] for i in batch]
                 inputs = ([train.texts[i] for i in batch], texts_b, [train_labels[i] for i in batch])
-                loss, rate = _train_step(loaded, inputs, limit, optimizer, schedule, precision)
+                watched = recorder if recorder and (step + 1) % settings.watch_every == 0 else None
+                loss, rate = _train_step(loaded, inputs, limit, optimizer, schedule, precision, watched)
                 step += 1
                 window.append(loss)
+                if watched is not None and signals is not None:
+                    record: SignalRecord = watched.after_update(step, rate)
+                    signals.add(**record.to_json())
+                    alerts(watchdog.signals(record))
                 position = {"step": step, "epoch": round(step / batches_per_epoch, 4)}
                 if step % settings.log_every == 0:
                     metrics.add(**position, split="train", loss=float(np.mean(window)), learning_rate=rate,
                                 seconds=round(time.perf_counter() - started, 2))  # fmt: skip
+                    alerts(watchdog.train(step, float(np.mean(window))))
                 if on_progress is not None:
                     on_progress(TrainingProgress(step, total, float(np.mean(window)), rate))
-                if monitor is not None:
-                    monitor.step(loaded, step)
+                if monitor is not None and monitor.step(loaded, step):
+                    alerts(watchdog.attention(monitor.latest))  # type: ignore[arg-type]
                 epoch_end = step == (epoch + 1) * batches_per_epoch
                 if epoch_end or (settings.eval_every and step % settings.eval_every == 0):
                     with precision.forward():
                         dev_accuracy, dev_loss = evaluate(loaded, task.dev, dev_labels, limit)
                     metrics.add(**position, split="dev", loss=dev_loss, accuracy=dev_accuracy,
                                 seconds=round(time.perf_counter() - started, 2))  # fmt: skip
+                    dev_step = step
+                    alerts(watchdog.dev(step, dev_loss, dev_accuracy))
+        if dev_step != step:  # stopped by a rule after the last evaluation
+            with precision.forward():
+                dev_accuracy, dev_loss = evaluate(loaded, task.dev, dev_labels, limit)
+            metrics.add(step=step, epoch=round(step / batches_per_epoch, 4), split="dev", loss=dev_loss,
+                        accuracy=dev_accuracy, seconds=round(time.perf_counter() - started, 2))  # fmt: skip
         if monitor is not None:
             monitor.record(loaded, step)
 
@@ -402,11 +483,15 @@ def _run(
         _save_model(loaded, run_dir / RUN_MODEL_FOLDER)
         metrics.save_csv(run_dir / METRICS_CSV)
         seconds = time.perf_counter() - started
+        stop = watchdog.stop
         result = FinetuneResult(
-            run_dir, step, seconds, len(train.examples), len(task.dev.examples), dev_accuracy, dev_loss
-        )
+            run_dir, step, seconds, len(train.examples), len(task.dev.examples), dev_accuracy, dev_loss,
+            tuple(watchdog.alerts), stop,
+        )  # fmt: skip
+        if stop is not None:
+            run_info["stopped_by"] = stop.to_json()
         run_info |= {
-            "status": "finished",
+            "status": "finished" if stop is None else "stopped",
             "steps": step,
             "seconds": round(seconds, 1),
             "dev_accuracy": dev_accuracy,

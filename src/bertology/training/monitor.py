@@ -5,7 +5,9 @@ optimizer step, ``monitor.record(model, step)`` before training and at the end);
 :class:`~bertology.training.callback.MonitorCallback` adapts it to Hugging Face's ``Trainer``. Each record
 captures the probe examples' attention in eval mode (no dropout; the model's mode is restored, and no
 random numbers are drawn, so training runs the same with or without the monitor) and the per-head
-surface statistics of :mod:`bertology.stats.surface` over the probe set.
+surface statistics of :mod:`bertology.stats.surface` over the probe set. The monitor's ``latest``
+record (statistics and each head's change since the previous record) is what the training rules read
+(:mod:`bertology.training.rules`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from bertology.readers.glue import Split
 from bertology.stats.rows import SpecialTokens
 from bertology.stats.surface import SURFACE_STATISTICS, SurfaceAccumulator
 from bertology.training.archive import ArchiveWriter, ProbeTokens
+from bertology.training.compare import head_change
+from bertology.training.rules.records import AttentionRecord
 
 
 @dataclass(frozen=True)
@@ -61,7 +65,9 @@ class AttentionMonitor:
 
     every: record after every ``every``-th optimizer step (:meth:`step`); :meth:`record` records now.
     max_length: token limit of each probe input (default: the model's).
-    The archive is created at the first record (replacing one already at ``path``).
+    The archive is created at the first record (replacing one already at ``path``). ``latest``: the
+    last record as the training rules read it (the change against the record before it is computed from
+    the float32 probabilities, before they are stored as float16).
     """
 
     def __init__(self, path: str | Path, probe: ProbeSet, *, every: int, max_length: int | None = None):
@@ -73,6 +79,8 @@ class AttentionMonitor:
         self.max_length = max_length
         self.writer: ArchiveWriter | None = None
         self.last_step: int | None = None
+        self.latest: AttentionRecord | None = None
+        self._previous: list[np.ndarray] | None = None
 
     def step(self, loaded: LoadedModel, step: int) -> bool:
         """Record if ``step`` is a multiple of ``every``; returns whether it recorded."""
@@ -85,9 +93,13 @@ class AttentionMonitor:
         batch = self._capture(loaded)
         if self.writer is None:
             self.writer = self._create(loaded, batch)
-        self.writer.append(
-            step, batch.probs.half().cpu().numpy(), _statistics_of(batch, SpecialTokens.of(loaded))
-        )
+        statistics = _statistics_of(batch, SpecialTokens.of(loaded))
+        self.writer.append(step, batch.probs.half().cpu().numpy(), statistics)
+        probs = batch.probs.float().cpu().numpy()
+        examples = [probs[i, ..., :n, :n] for i, n in enumerate(self.writer.lengths)]  # [L, H, n, n] each
+        change = None if self._previous is None else head_change(self._previous, examples)
+        self.latest = AttentionRecord(step, tuple(SURFACE_STATISTICS), statistics, change)
+        self._previous = examples
         self.last_step = step
         return True
 

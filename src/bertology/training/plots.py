@@ -22,15 +22,18 @@ from bertology.stats.base import HeadTable
 #: The head view's palette: tab20's dark hues, then its light ones.
 HEAD_COLOURS = tuple(matplotlib.colormaps["tab20"].colors[0::2] + matplotlib.colormaps["tab20"].colors[1::2])
 
+#: Colour of the training rules' alerts on the figures.
+ALERT_COLOUR = "#d62728"
 _TICK_SIZE = 8
 _LABEL_SIZE = 9
 _TITLE_SIZE = 10
 
 
-def training_curves(metrics: pd.DataFrame) -> Figure:
+def training_curves(metrics: pd.DataFrame, alerts: Sequence[tuple[int, str]] = ()) -> Figure:
     """Loss (training rows and dev evaluations) and dev accuracy against the optimizer step.
 
     metrics: the rows of ``metrics.jsonl`` (columns ``step``, ``split``, ``loss``, ``accuracy``).
+    alerts: (step, rule name) of the training rules' alerts, drawn as labelled dashed lines.
     """
     figure = new_figure(9.0, 3.2)
     loss_ax, accuracy_ax = figure.subplots(1, 2)
@@ -46,16 +49,30 @@ def training_curves(metrics: pd.DataFrame) -> Figure:
     accuracy_ax.set_ylabel("accuracy", fontsize=_LABEL_SIZE)
     accuracy_ax.set_title("dev accuracy", fontsize=_TITLE_SIZE)
     for ax in (loss_ax, accuracy_ax):
+        for step, rule in alerts:
+            ax.axvline(step, color=ALERT_COLOUR, lw=0.9, ls="--", alpha=0.8)
+            ax.annotate(
+                rule, (step, 1), xycoords=("data", "axes fraction"), xytext=(2, -2),
+                textcoords="offset points", rotation=90, va="top", fontsize=6, color=ALERT_COLOUR,
+            )  # fmt: skip
         ax.set_xlabel("optimizer step", fontsize=_LABEL_SIZE)
         ax.tick_params(labelsize=_TICK_SIZE)
         ax.grid(alpha=0.3, lw=0.5)
     return figure
 
 
-def statistic_curves(steps: np.ndarray, values: np.ndarray, name: str, *, columns: int = 6) -> Figure:
+def statistic_curves(
+    steps: np.ndarray,
+    values: np.ndarray,
+    name: str,
+    *,
+    columns: int = 6,
+    marks: Sequence[tuple[int, int, int]] = (),
+) -> Figure:
     """One panel per layer, one line per head: statistic ``name`` against the step.
 
     steps: [T] optimizer steps; values: [T, L, H] the statistic at each record (NaN: undefined).
+    marks: (record, layer, head) points ringed in the alert colour (heads a training rule named).
     """
     _, layers, heads = values.shape
     across = min(columns, layers)
@@ -75,6 +92,10 @@ def statistic_curves(steps: np.ndarray, values: np.ndarray, name: str, *, column
             ax.plot(
                 steps, values[:, layer, head], color=colour, lw=1.1, marker="." if len(steps) < 30 else None
             )
+        for record, head in [(record, head) for record, at, head in marks if at == layer]:
+            ax.plot(
+                steps[record], values[record, layer, head], "o", mfc="none", mec=ALERT_COLOUR, ms=7, mew=1.4
+            )
         ax.set_title(f"layer {layer}", fontsize=_TITLE_SIZE)
         ax.tick_params(labelsize=_TICK_SIZE)
         ax.grid(alpha=0.3, lw=0.5)
@@ -86,14 +107,20 @@ def statistic_curves(steps: np.ndarray, values: np.ndarray, name: str, *, column
     return figure
 
 
-def change_heatmap(change: np.ndarray, top: Sequence[tuple[int, int]]) -> Figure:
-    """Layer x head heatmap of ``change`` [L, H] with the heads in ``top`` outlined in red."""
+def change_heatmap(
+    change: np.ndarray, top: Sequence[tuple[int, int]], alerted: Sequence[tuple[int, int]] = ()
+) -> Figure:
+    """Layer x head heatmap of ``change`` [L, H] with the heads in ``top`` outlined in red and those in
+    ``alerted`` (named by a training rule) crossed in the alert colour."""
     table = HeadTable(columns={"attention_change": change}, defined_segments={}, segments=0)
     figure = heatmaps(table, ["attention_change"], unit="JS divergence (nats)")
     ax = figure.axes[0]
     for layer, head in top:
         ax.add_patch(Rectangle((head - 0.5, layer - 0.5), 1, 1, fill=False, edgecolor="red", lw=1.8))
-    ax.set_title("attention change per head (red: the most changed)", fontsize=_TITLE_SIZE)
+    for layer, head in alerted:
+        ax.plot(head, layer, "x", color=ALERT_COLOUR, ms=9, mew=2)
+    title = "attention change per head (red: the most changed" + ("; ×: alerts)" if alerted else ")")
+    ax.set_title(title, fontsize=_TITLE_SIZE)
     ax.set_xticks(index_ticks(change.shape[1]))
     return figure
 

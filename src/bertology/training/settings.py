@@ -26,6 +26,9 @@ class FinetuneSettings:
     device: where the model trains (:data:`~bertology.options.DEVICE_FORMS`). dtype: the precision of the
     forward passes (mixed precision: the weights and the optimizer stay float32, since AdamW's small
     updates vanish in a bfloat16 weight; float16 scales the loss against underflow).
+    rules: the training rules evaluated as the run goes (:mod:`bertology.training.rules`): ``"default"``
+    (all), ``"none"`` or ``"NAME,NAME,..."``; the per-layer signals they read are measured every
+    ``watch_every`` steps. stop_on: rule names whose first alert stops the run (status ``"stopped"``).
     """
 
     model: str = "default"
@@ -45,6 +48,8 @@ class FinetuneSettings:
     threads: int | None = None
     device: str = DEFAULT_DEVICE
     dtype: Dtype = DEFAULT_DTYPE
+    rules: str = "default"
+    stop_on: tuple[str, ...] = ()
 
     def check(self) -> None:
         """Raises BertologyError for settings that cannot run."""
@@ -68,6 +73,13 @@ class FinetuneSettings:
             raise BertologyError(f"seed must be from 0 to {MAX_SEED}, not {self.seed}.")
         if self.threads is not None and self.threads > MAX_THREADS:
             raise BertologyError(f"threads must be at most {MAX_THREADS}, not {self.threads}.")
+        from bertology.training.rules import rule_names, stop_names
+
+        unwatched = sorted(set(stop_names(self.stop_on)) - set(rule_names(self.rules)))
+        if unwatched:
+            raise BertologyError(
+                f"stop-on names {', '.join(unwatched)}, which --rules {self.rules} leaves out."
+            )
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,10 @@ The page is a bertology view page (``bertology.views``) of kind ``"watch"``: the
 view of one probe example, a slider over the recorded steps (the page carries every step, so moving it
 redraws without loading anything), then the report: loss and accuracy, each head's statistics over the
 steps, the change of each head's attention from the first to the last record (mean Jensen-Shannon
-divergence, :mod:`bertology.training.compare`) as a heatmap and a ranked table.
+divergence, :mod:`bertology.training.compare`) as a heatmap and a ranked table. The training rules'
+alerts (``run.json``'s ``alerts``) are listed at the top of the report, each moving the slider to its
+step and, for alerts about heads, showing those heads; they are marked on the figures too (dashed lines
+on the training curves, rings on the named heads' statistic curves, crosses on the change heatmap).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from bertology.training import plots
 from bertology.training.archive import ARCHIVE_FOLDER, MonitorArchive, open_run, read_archive
 from bertology.training.compare import head_change
 from bertology.training.loop import METRICS_JSONL, run_status
+from bertology.training.rules import Alert
 from bertology.views.page import render_page
 from bertology.views.payload import pack_attention
 
@@ -83,6 +87,25 @@ def _metrics(run: OpenFolder) -> pd.DataFrame | None:
             break
         rows.append(row)
     return pd.DataFrame(rows) if rows else None
+
+
+def _alerts(run: dict[str, Any], name: str) -> list[Alert]:
+    """The alerts in ``run`` (a ``run.json``; none where it has none).
+
+    Raises:
+        BertologyError: ``alerts`` is not a list of alerts, naming the file ``name``.
+    """
+    try:
+        return [Alert.from_json(item) for item in run.get("alerts") or []]
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        raise BertologyError(
+            f"The alerts in {name} cannot be read ({error}); the file is damaged."
+        ) from error
+
+
+def _record_at(steps: np.ndarray, step: int) -> int:
+    """The index of the first record at or after ``step`` (the last record if none is)."""
+    return min(int(np.searchsorted(steps, step)), len(steps) - 1)
 
 
 def _figure(figure: Any, alt: str, caption: str) -> dict[str, str]:
@@ -152,6 +175,9 @@ def _facts(archive: MonitorArchive, run: dict[str, Any]) -> list[list[str]]:
             )
         if isinstance(run.get("seconds"), int | float):
             facts.append(["optimizer steps", f"{run.get('steps')} in {run['seconds']:.0f} s"])
+        stopped = run.get("stopped_by")
+        if isinstance(stopped, dict):
+            facts.append(["stopped by", f"{stopped.get('rule')} at step {stopped.get('step')}"])
     steps = ", ".join(str(step) for step in archive.steps)
     facts += [
         ["probe examples", str(len(archive.lengths))],
@@ -162,20 +188,32 @@ def _facts(archive: MonitorArchive, run: dict[str, Any]) -> list[list[str]]:
 
 
 def _sections(
-    archive: MonitorArchive, change: np.ndarray, metrics: pd.DataFrame | None
+    archive: MonitorArchive, change: np.ndarray, metrics: pd.DataFrame | None, alerts: list[Alert]
 ) -> list[dict[str, Any]]:
     sections = []
     if metrics is not None:
-        figure = plots.training_curves(metrics)
+        figure = plots.training_curves(metrics, [(alert.step, alert.rule) for alert in alerts])
+        caption = "Dashed: the training rules' alerts." if alerts else ""
         sections.append(
-            {"id": "training", "title": "Training", "figures": [_figure(figure, "loss and accuracy", "")]}
+            {
+                "id": "training",
+                "title": "Training",
+                "figures": [_figure(figure, "loss and accuracy", caption)],
+            }
         )
+    marks = [
+        (_record_at(archive.steps, alert.step), layer, head)
+        for alert in alerts
+        for layer, head in alert.heads
+    ]
+    alerted = sorted({head for alert in alerts for head in alert.heads})
     names = [name for name in CURVE_STATISTICS if name in archive.statistics]
+    ringed = " Rings: heads a training rule named, at its alert." if marks else ""
     curves = [
         _figure(
-            plots.statistic_curves(archive.steps, archive.statistic(name), name),
+            plots.statistic_curves(archive.steps, archive.statistic(name), name, marks=marks),
             f"{title_of(name)} over training",
-            f"Mean over the probe examples at each record ({unit_of(name)}).",
+            f"Mean over the probe examples at each record ({unit_of(name)}).{ringed}",
         )
         for name in names
     ]
@@ -186,10 +224,11 @@ def _sections(
     first, last = int(archive.steps[0]), int(archive.steps[-1])
     comparison = [
         _figure(
-            plots.change_heatmap(change, top),
+            plots.change_heatmap(change, top, alerted),
             "attention change per head",
             f"Mean JS divergence between the attention at step {first} and at step {last}; "
-            f"the {len(top)} most changed heads are outlined.",
+            f"the {len(top)} most changed heads are outlined"
+            + ("; heads a training rule named are crossed." if alerted else "."),
         ),
         _figure(
             plots.statistic_deltas(before, after, names),
@@ -225,6 +264,7 @@ def watch_data(run_dir: str | Path | OpenFolder) -> dict[str, Any]:
     if len(archive) == 0:
         raise BertologyError(f"The attention monitor in {folder.label} has no complete record yet.")
     run = _run_info(folder)
+    alerts = _alerts(run, folder.name_of(TRAINING_FILE))
     examples, change = _examples(archive)
     task = run.get("task")
     return {
@@ -238,7 +278,8 @@ def watch_data(run_dir: str | Path | OpenFolder) -> dict[str, Any]:
         "steps": archive.steps.tolist(),
         "examples": examples,
         "facts": _facts(archive, run),
-        "sections": _sections(archive, change, _metrics(folder)),
+        "alerts": [alert.to_json() | {"record": _record_at(archive.steps, alert.step)} for alert in alerts],
+        "sections": _sections(archive, change, _metrics(folder), alerts),
     }
 
 

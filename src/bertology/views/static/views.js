@@ -58,7 +58,8 @@
  *   svgText(), exportSvg()            head view (and model view detail) as SVG text / download
  *   setAttentionSet(name)             pages with attentionSets; state().attentionSet is the shown one
  *   watch page: view is "watch"; state().watch = {step, stepIndex, steps, example, mode};
- *   setStep(index), setExample(index), setMode("head" | "model"); the rest act on the shown view
+ *   setStep(index), setExample(index), setMode("head" | "model"), showAlert(index) (a training rule's
+ *   alert, #bt-alerts .bt-alert[data-rule][data-step]: its step, and the heads it names); the rest act on the shown view
  */
 (() => {
   "use strict";
@@ -1885,7 +1886,8 @@
   // shown array (setAttention) without rebuilding the view; another example or view kind rebuilds it.
   // data: {view: "watch", title, model, layers, heads, layer, theme, steps: [T],
   //        examples: [{tokens, segments, pair, n, caption, text, attention: packed [T, layers, heads, n, n]}],
-  //        facts: [[term, value]], sections: [{id, title, figures: [{png, alt, caption}], table?}]}
+  //        facts: [[term, value]], sections: [{id, title, figures: [{png, alt, caption}], table?}],
+  //        alerts?: [{rule, step, what, where: [..], heads: [[layer, head]], record}]} (the training rules')
   // ---------------------------------------------------------------------------------------------
 
   const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
@@ -1924,6 +1926,25 @@
     const body = rows.map((row) => el("tr", {}, row.map((cell) => el("td", { text: String(cell) }))));
     const table = el("table", {}, [el("thead", {}, [head]), el("tbody", {}, body)]);
     return el("div", {}, [caption && el("p", { class: "bt-caption", text: caption }), el("div", { class: "bt-table-wrap" }, [table])]);
+  }
+
+  /** The training rules' alerts: #bt-alerts, a button per alert (.bt-alert[data-rule][data-step]) that
+   *  calls show(index): move to the alert's record and show the heads it names. */
+  function watchAlerts(data, show) {
+    const alerts = Array.isArray(data.alerts) ? data.alerts : [];
+    if (!alerts.length) return null;
+    const items = alerts.map((alert, i) => {
+      const where = Array.isArray(alert.where) ? alert.where.join(", ") : "";
+      const button = el("button", {
+        class: "bt-alert", type: "button", "data-rule": String(alert.rule), "data-step": String(alert.step),
+        text: `step ${alert.step} · ${alert.rule}: ${alert.what}${where ? ` (${where})` : ""}`,
+      });
+      button.addEventListener("click", () => show(i));
+      return el("li", {}, [button]);
+    });
+    return el("section", { id: "bt-alerts", class: "bt-alerts" }, [
+      el("h2", { text: `Alerts (${alerts.length})` }), el("ul", {}, items),
+    ]);
   }
 
   function watchReport(data) {
@@ -1965,7 +1986,8 @@
         el("label", { class: "bt-control bt-step" }, ["Step", this.slider, this.stepLabel]),
       ]);
       this.live = el("div", { class: "bt-watch-live" });
-      this.element = el("div", { class: "bt-watch" }, [toolbar, this.exampleText, this.live, watchReport(data)]);
+      const alerts = watchAlerts(data, (i) => this.showAlert(i));
+      this.element = el("div", { class: "bt-watch" }, [toolbar, alerts, this.exampleText, this.live, watchReport(data)]);
       this.showStep();
     }
 
@@ -2005,6 +2027,7 @@
         setStep: (index) => this.setStep(index),
         setExample: (index) => this.setExample(index),
         setMode: (mode) => this.setMode(mode),
+        showAlert: (index) => this.showAlert(index),
       });
       this.inner.draw();
     }
@@ -2019,6 +2042,19 @@
       this.example = clamp(Number(index), 0, this.data.examples.length - 1);
       this.exampleControl.select.value = String(this.example);
       this.build();
+    }
+
+    /** Alert `index`: its record on the slider; for an alert about heads, the head view of the first
+     *  named head's layer with the heads it names in that layer selected. */
+    showAlert(index) {
+      const alert = this.data.alerts[clamp(Number(index), 0, this.data.alerts.length - 1)];
+      this.setStep(Number.isInteger(alert.record) ? alert.record : this.data.steps.length - 1);
+      const heads = Array.isArray(alert.heads) ? alert.heads : [];
+      if (!heads.length) return;
+      if (this.mode !== "head") this.setMode("head");
+      const layer = heads[0][0];
+      this.inner.setLayer(layer);
+      this.inner.setHeads(heads.filter(([at]) => at === layer).map(([, head]) => head));
     }
 
     setMode(mode) {

@@ -1,0 +1,135 @@
+"""Rules that watch a training run and raise alerts, as SageMaker Debugger's built-in rules did, and
+rules for attention's own failure modes.
+
+Each rule is a small frozen dataclass: a ``name``, its thresholds as fields (the defaults), and
+``check(history)`` whose docstring states the condition. A :class:`Watchdog` evaluates a list of rules on
+the run's records as they come (:mod:`~bertology.training.rules.records`) and raises each finding once.
+:func:`select_rules` turns the command line's ``--rules`` into rule objects.
+
+=======================  ======================================================================
+rule                      fires when (defaults)
+=======================  ======================================================================
+vanishing_gradient        a group's RMS gradient < 1e-7
+exploding_gradient        gradient norm > 1000 or not finite, or training loss > 10 x first or not finite
+weight_update_ratio       a group's update / weight norm < 1e-8 or > 1
+saturated_activation      > 50 % of a group's activations saturated (tanh, sigmoid) or dead (ReLU-like)
+loss_not_decreasing       no 1 % fall of the mean training loss in 4 windows of 50 steps
+overfitting               dev loss 5 % above its lowest while the training loss fell
+stalled_training          weights unchanged at 2 watched steps with a learning rate above 0
+class_imbalance           most / least frequent training label >= 10, or a label without examples
+entropy_collapse          a head's or layer's attention entropy <= 0.25 x its first and <= 0.2 nats
+no_op_heads               a head's [CLS] + [SEP] attention >= 0.9 and up by >= 0.1
+frozen_heads              a head's attention changed <= 1e-9 nats between 2 pairs of records
+=======================  ======================================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from bertology.errors import BertologyError
+from bertology.training.rules.attention import EntropyCollapse, FrozenHeads, NoOpHeads
+from bertology.training.rules.optimisation import (
+    ClassImbalance,
+    ExplodingGradient,
+    LossNotDecreasing,
+    Overfitting,
+    SaturatedActivation,
+    StalledTraining,
+    VanishingGradient,
+    WeightUpdateRatio,
+)
+from bertology.training.rules.records import (
+    Alert,
+    AttentionRecord,
+    DevRecord,
+    Finding,
+    History,
+    LossRecord,
+    SignalRecord,
+)
+from bertology.training.rules.watchdog import Rule, Watchdog
+
+#: Every rule by name, with its default thresholds; ``--rules default`` evaluates them all.
+RULES: dict[str, Rule] = {
+    rule.name: rule
+    for rule in (
+        VanishingGradient(),
+        ExplodingGradient(),
+        WeightUpdateRatio(),
+        SaturatedActivation(),
+        LossNotDecreasing(),
+        Overfitting(),
+        StalledTraining(),
+        ClassImbalance(),
+        EntropyCollapse(),
+        NoOpHeads(),
+        FrozenHeads(),
+    )
+}
+
+
+def rule_names(spec: str) -> list[str]:
+    """The rule names of ``spec``: ``"default"`` (every rule), ``"none"`` or ``"NAME,NAME,..."``.
+
+    Raises:
+        BertologyError: an unknown name (the message lists the known ones) or an empty list.
+    """
+    spec = spec.strip()
+    if spec == "default":
+        return list(RULES)
+    if spec == "none":
+        return []
+    names = [name.strip() for name in spec.split(",") if name.strip()]
+    unknown = [name for name in names if name not in RULES]
+    if unknown or not names:
+        raise BertologyError(
+            f"Unknown rule {', '.join(unknown) or repr(spec)}; give default, none or names among: "
+            f"{', '.join(RULES)}."
+        )
+    return list(dict.fromkeys(names))
+
+
+def select_rules(spec: str) -> list[Rule]:
+    """The rules of ``spec`` (see :func:`rule_names`) with their default thresholds."""
+    return [RULES[name] for name in rule_names(spec)]
+
+
+def stop_names(names: Sequence[str]) -> list[str]:
+    """``names`` (rules to stop on) checked against :data:`RULES`.
+
+    Raises:
+        BertologyError: an unknown name.
+    """
+    unknown = [name for name in names if name not in RULES]
+    if unknown:
+        raise BertologyError(f"Unknown rule {', '.join(unknown)} to stop on; the rules: {', '.join(RULES)}.")
+    return list(dict.fromkeys(names))
+
+
+__all__ = [
+    "RULES",
+    "Alert",
+    "AttentionRecord",
+    "ClassImbalance",
+    "DevRecord",
+    "EntropyCollapse",
+    "ExplodingGradient",
+    "Finding",
+    "FrozenHeads",
+    "History",
+    "LossNotDecreasing",
+    "LossRecord",
+    "NoOpHeads",
+    "Overfitting",
+    "Rule",
+    "SaturatedActivation",
+    "SignalRecord",
+    "StalledTraining",
+    "VanishingGradient",
+    "Watchdog",
+    "WeightUpdateRatio",
+    "rule_names",
+    "select_rules",
+    "stop_names",
+]

@@ -1,0 +1,262 @@
+"""Rules on the optimisation: gradients, weight updates, activations, the losses and the training labels.
+
+After SageMaker Debugger's built-in rules (VanishingGradient, ExplodingTensor, WeightUpdateRatio,
+SaturatedActivation / DeadRelu, LossNotDecreasing, Overfit, StalledTrainingRule, ClassImbalance); each
+rule's docstring gives its exact condition, its fields the defaults. Every rule reads only the
+:class:`~bertology.training.rules.records.History` and returns what it finds now.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from bertology.training.rules.records import Finding, History, LossRecord, SignalRecord
+
+
+def _latest_signals(history: History, moving: bool = False) -> SignalRecord | None:
+    """The latest signal record (``moving``: the latest with a learning rate above 0), or None."""
+    records = [r for r in history.signals if r.learning_rate > 0] if moving else history.signals
+    return records[-1] if records else None
+
+
+@dataclass(frozen=True)
+class VanishingGradient:
+    """Fires for a parameter group whose root-mean-square gradient, ``gradient_norm / sqrt(parameters)``,
+    is below ``threshold`` at the latest watched step (groups that do not train are skipped).
+    SageMaker Debugger's VanishingGradient uses the same threshold on the mean absolute gradient."""
+
+    name: ClassVar[str] = "vanishing_gradient"
+    threshold: float = 1e-7
+
+    def check(self, history: History) -> list[Finding]:
+        record = _latest_signals(history)
+        if record is None:
+            return []
+        found = []
+        for group, norm, count in zip(record.groups, record.gradient_norm, record.parameters, strict=True):
+            rms = norm / math.sqrt(count) if count else math.nan
+            if rms < self.threshold:
+                found.append(Finding(group, f"{group}: RMS gradient {rms:.2e} < {self.threshold:g}"))
+        return found
+
+
+@dataclass(frozen=True)
+class ExplodingGradient:
+    """Fires when, at the latest watched step, the gradient norm over all groups is above ``max_norm`` or
+    a group's gradient is not finite (before clipping); or when the latest training loss is not finite
+    or above ``loss_growth`` times the lowest earlier one (with gradients clipped, an explosion shows in
+    the loss first: a learning rate of 1e3 saturates every activation, so the gradients even vanish
+    for a while, as the loss grows a thousandfold). After SageMaker Debugger's ExplodingTensor."""
+
+    name: ClassVar[str] = "exploding_gradient"
+    max_norm: float = 1000.0
+    loss_growth: float = 10.0
+
+    def check(self, history: History) -> list[Finding]:
+        found = []
+        if history.train:
+            latest = history.train[-1].loss
+            lowest = min((row.loss for row in history.train[:-1]), default=math.inf)
+            if not math.isfinite(latest) or latest > self.loss_growth * lowest:
+                found.append(Finding("training loss", f"training loss {latest:.4g}, from {lowest:.4g}"))
+        record = _latest_signals(history)
+        if record is None:
+            return found
+        total = float(np.sqrt(np.sum(np.square(record.gradient_norm))))
+        norms = zip(record.groups, record.gradient_norm, strict=True)
+        bad = [group for group, norm in norms if not np.isfinite(norm)]
+        if bad:
+            found.append(Finding("gradients", f"gradients not finite in {', '.join(bad)}"))
+        elif total > self.max_norm:
+            found.append(Finding("gradients", f"gradient norm {total:.3g} > {self.max_norm:g}"))
+        return found
+
+
+@dataclass(frozen=True)
+class WeightUpdateRatio:
+    """Fires for a group whose update ratio ``update_norm / weight_norm`` (one step's change of its weights
+    relative to the weights) is below ``small`` or above ``large``, at the latest watched step with a
+    learning rate above 0. Typical fine-tuning steps give about 1e-4 to 1e-2; SageMaker Debugger's
+    ``small_threshold`` is the same 1e-8."""
+
+    name: ClassVar[str] = "weight_update_ratio"
+    small: float = 1e-8
+    large: float = 1.0
+
+    def check(self, history: History) -> list[Finding]:
+        record = _latest_signals(history, moving=True)
+        if record is None:
+            return []
+        found = []
+        for group, update, weight, count in zip(
+            record.groups, record.update_norm, record.weight_norm, record.parameters, strict=True
+        ):
+            if not count or weight == 0:
+                continue
+            ratio = update / weight
+            if not ratio >= self.small:  # NaN counts as too small: nothing measurable moved
+                found.append(
+                    Finding(f"{group} (too small)", f"{group}: update ratio {ratio:.2e} < {self.small:g}")
+                )
+            elif ratio > self.large:
+                found.append(
+                    Finding(f"{group} (too large)", f"{group}: update ratio {ratio:.3g} > {self.large:g}")
+                )
+        return found
+
+
+@dataclass(frozen=True)
+class SaturatedActivation:
+    """Fires for a group whose saturated fraction of activations is above ``max_fraction`` at the latest
+    watched step (tanh and sigmoid outputs within 3 % of a bound; ReLU-like units, GELU and SiLU included,
+    that are not positive for any token of the batch: dead units). SageMaker Debugger's SaturatedActivation
+    and DeadRelu use the same 50 %."""
+
+    name: ClassVar[str] = "saturated_activation"
+    max_fraction: float = 0.5
+
+    def check(self, history: History) -> list[Finding]:
+        record = _latest_signals(history)
+        if record is None:
+            return []
+        return [
+            Finding(group, f"{group}: {fraction:.0%} of activations saturated > {self.max_fraction:.0%}")
+            for group, fraction in zip(record.groups, record.saturation, strict=True)
+            if fraction > self.max_fraction
+        ]
+
+
+def _window_means(rows: list[LossRecord], window: int) -> list[tuple[int, float]]:
+    """(last step, mean loss) of each complete window of ``window`` steps: rows with step in
+    ``((i - 1) * window, i * window]`` for i = 1, 2, ... up to the last full window."""
+    if not rows:
+        return []
+    complete = rows[-1].step // window
+    index = (np.array([row.step for row in rows]) - 1) // window  # the window of each row
+    inside = index < complete
+    counts = np.bincount(index[inside], minlength=complete)
+    sums = np.bincount(index[inside], np.array([row.loss for row in rows])[inside], minlength=complete)
+    return [((i + 1) * window, float(sums[i] / counts[i])) for i in range(complete) if counts[i]]
+
+
+@dataclass(frozen=True)
+class LossNotDecreasing:
+    """Fires when the mean training loss has not fallen for ``patience`` windows: the training-loss rows
+    are cut into windows of ``window`` steps, and none of the last ``patience`` complete windows has a
+    mean below ``(1 - min_decrease)`` times the lowest mean of the windows before them."""
+
+    name: ClassVar[str] = "loss_not_decreasing"
+    window: int = 50
+    patience: int = 4
+    min_decrease: float = 0.01
+
+    def check(self, history: History) -> list[Finding]:
+        means = _window_means(history.train, self.window)
+        if len(means) <= self.patience:
+            return []
+        best = min(mean for _, mean in means[: -self.patience])
+        recent = [mean for _, mean in means[-self.patience :]]
+        if min(recent) < (1 - self.min_decrease) * best:
+            return []
+        steps = self.window * self.patience
+        return [
+            Finding(
+                "training loss",
+                f"training loss not below {best:.4f} for {steps} steps (now {recent[-1]:.4f})",
+            )
+        ]
+
+
+def _train_loss_near(rows: list[LossRecord], step: int, window: int) -> float:
+    """Mean training loss of the rows in ``(step - window, step]`` (else the last row up to ``step``)."""
+    near = [row.loss for row in rows if step - window < row.step <= step]
+    if near:
+        return float(np.mean(near))
+    before = [row.loss for row in rows if row.step <= step]
+    return before[-1] if before else math.nan
+
+
+@dataclass(frozen=True)
+class Overfitting:
+    """Fires when the latest dev loss is at least ``min_rise`` (relative) above the lowest earlier dev loss
+    while the training loss fell since that evaluation (training loss: the mean of the rows in the
+    ``window`` steps up to each evaluation)."""
+
+    name: ClassVar[str] = "overfitting"
+    min_rise: float = 0.05
+    window: int = 50
+
+    def check(self, history: History) -> list[Finding]:
+        if len(history.dev) < 2:
+            return []
+        latest = history.dev[-1]
+        best = min(history.dev[:-1], key=lambda row: row.loss)
+        if not latest.loss >= (1 + self.min_rise) * best.loss:
+            return []
+        then = _train_loss_near(history.train, best.step, self.window)
+        now = _train_loss_near(history.train, latest.step, self.window)
+        if not now < then:
+            return []
+        return [
+            Finding(
+                "dev loss",
+                f"dev loss rose from {best.loss:.4f} (step {best.step}) to {latest.loss:.4f} while training "
+                f"loss fell from {then:.4f} to {now:.4f}",
+            )
+        ]
+
+
+@dataclass(frozen=True)
+class StalledTraining:
+    """Fires when the weights have not changed at the last ``records`` watched steps with a learning rate
+    above 0: the update norm over all groups is at most ``max_ratio`` times the weight norm (or nothing
+    trains at all)."""
+
+    name: ClassVar[str] = "stalled_training"
+    records: int = 2
+    max_ratio: float = 1e-10
+
+    def check(self, history: History) -> list[Finding]:
+        moving = [record for record in history.signals if record.learning_rate > 0][-self.records :]
+        if len(moving) < self.records:
+            return []
+        for record in moving:
+            update = float(np.sqrt(np.sum(np.square(record.update_norm))))
+            weight = float(np.sqrt(np.sum(np.square(record.weight_norm))))
+            if record.parameters.sum() and update > self.max_ratio * weight:
+                return []
+        first, last = moving[0].step, moving[-1].step
+        return [Finding("weights", f"weights unchanged at steps {first} to {last} (learning rate above 0)")]
+
+
+@dataclass(frozen=True)
+class ClassImbalance:
+    """Fires when the training labels' most frequent class has at least ``max_ratio`` times the examples
+    of the least frequent one, or a label has no training example (SageMaker Debugger's
+    ``threshold_imbalance`` is the same 10)."""
+
+    name: ClassVar[str] = "class_imbalance"
+    max_ratio: float = 10.0
+
+    def check(self, history: History) -> list[Finding]:
+        counts = history.label_counts
+        if not counts:
+            return []
+        rarest = min(counts, key=lambda label: counts[label])
+        commonest = max(counts, key=lambda label: counts[label])
+        if counts[rarest] == 0:
+            return [Finding("training labels", f"label {rarest!r} has no training example")]
+        ratio = counts[commonest] / counts[rarest]
+        if ratio < self.max_ratio:
+            return []
+        return [
+            Finding(
+                "training labels",
+                f"label {commonest!r} has {counts[commonest]} examples, {ratio:.1f} times {rarest!r}'s "
+                f"{counts[rarest]}",
+            )
+        ]

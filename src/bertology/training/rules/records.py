@@ -1,0 +1,139 @@
+"""What the training rules read: the run's history as plain records, and what a rule reports.
+
+A training loop (or Hugging Face's ``Trainer``, through
+:class:`~bertology.training.callback.RulesCallback`) feeds a :class:`~bertology.training.rules.Watchdog`
+these records as they are made: training-loss rows, dev evaluations, the per-layer signals of a watched
+optimizer step (:mod:`bertology.training.signals`), the attention monitor's records and the training
+labels' counts. The records hold numbers only (numpy arrays, no tensors), so a rule is a pure function of
+the history and is tested on constructed histories.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class LossRecord:
+    """A training-loss row: mean cross-entropy (nats) over the steps logged up to ``step``."""
+
+    step: int
+    loss: float
+
+
+@dataclass(frozen=True)
+class DevRecord:
+    """A dev evaluation at ``step``: mean cross-entropy (nats) and accuracy."""
+
+    step: int
+    loss: float
+    accuracy: float
+
+
+@dataclass(frozen=True)
+class SignalRecord:
+    """One watched optimizer step, per parameter group (``G`` groups: ``"embeddings"``, ``"layer 0"``, ...,
+    ``"head"`` for the rest, e.g. pooler and classifier).
+
+    step: the optimizer step (1-based) these were measured in; learning_rate: the rate it used.
+    parameters [G] int: trainable weights per group (0: nothing of the group trains).
+    gradient_norm [G]: L2 norm of the group's gradients (before clipping in :func:`finetune`).
+    weight_norm [G]: L2 norm of the group's weights before the step.
+    update_norm [G]: L2 norm of the step's change of the group's weights.
+    saturation [G]: fraction of the group's activations that are saturated (NaN: no activation function
+        in the group); see :mod:`bertology.training.signals` for the definition.
+    """
+
+    step: int
+    learning_rate: float
+    groups: tuple[str, ...]
+    parameters: np.ndarray
+    gradient_norm: np.ndarray
+    weight_norm: np.ndarray
+    update_norm: np.ndarray
+    saturation: np.ndarray
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as a JSON object (a line of ``signals.jsonl``; NaN as null)."""
+        arrays = ("parameters", "gradient_norm", "weight_norm", "update_norm", "saturation")
+        values = {
+            name: [None if not np.isfinite(v) else float(v) for v in getattr(self, name)] for name in arrays
+        }
+        return {"step": self.step, "learning_rate": self.learning_rate, "groups": list(self.groups), **values}
+
+
+@dataclass(frozen=True)
+class AttentionRecord:
+    """An attention monitor record at ``step``.
+
+    statistics: the S names of ``stats``; stats [S, L, H]: per-head surface statistics over the probe set
+    (:mod:`bertology.stats.surface`: ``entropy`` in nats, ``cls`` and ``sep`` attention mass...).
+    change [L, H] or None: mean Jensen-Shannon divergence (nats) of each head's attention since the
+    previous record (:func:`bertology.training.compare.head_change`); None at the first record.
+    """
+
+    step: int
+    statistics: tuple[str, ...]
+    stats: np.ndarray
+    change: np.ndarray | None = None
+
+    def statistic(self, name: str) -> np.ndarray | None:
+        """[L, H] statistic ``name``, or None when it was not recorded."""
+        return self.stats[self.statistics.index(name)] if name in self.statistics else None
+
+
+@dataclass
+class History:
+    """Everything recorded so far, oldest first."""
+
+    train: list[LossRecord] = field(default_factory=list)
+    dev: list[DevRecord] = field(default_factory=list)
+    signals: list[SignalRecord] = field(default_factory=list)
+    attention: list[AttentionRecord] = field(default_factory=list)
+    label_counts: dict[str, int] | None = None
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What a rule found at one place: ``where`` names it (``"layer 3"``, ``"layer 2 head 5"``,
+    ``"dev loss"``), ``what`` says what was found, with the numbers; ``head`` is ``(layer, head)``
+    (0-based) for a finding about one head, ``layer`` the layer for one about a layer's heads."""
+
+    where: str
+    what: str
+    head: tuple[int, int] | None = None
+    layer: int | None = None
+
+
+@dataclass(frozen=True)
+class Alert:
+    """A rule that fired: its name, the step it fired at, what it found and where (one entry per place;
+    ``heads``: the ``[layer, head]`` pairs it names, 0-based, for the watch page's marks)."""
+
+    rule: str
+    step: int
+    what: str
+    where: tuple[str, ...]
+    heads: tuple[tuple[int, int], ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """As ``run.json`` keeps it: ``{"rule", "step", "what", "where": [...], "heads": [[l, h], ...]}``."""
+        return {
+            "rule": self.rule,
+            "step": self.step,
+            "what": self.what,
+            "where": list(self.where),
+            "heads": [list(head) for head in self.heads],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Alert:
+        """The alert of :meth:`to_json`'s object."""
+        heads = tuple((int(layer), int(head)) for layer, head in data.get("heads", []))
+        return cls(str(data["rule"]), int(data["step"]), str(data["what"]), tuple(data["where"]), heads)
+
+    def __str__(self) -> str:
+        return f"step {self.step}: {self.rule}: {self.what}"
