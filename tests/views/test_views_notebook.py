@@ -155,3 +155,32 @@ def test_views_and_results_print_one_line_and_show_a_summary_table(
         assert repr(result).startswith(f"{type(result).__name__}(model=")
         table = result._repr_html_()
         assert table.count("<tr>") == len(result.summary()) and "<script" not in table
+
+
+@pytest.mark.slow
+def test_an_executed_notebook_of_three_views_and_an_analysis_stays_small(tmp_path: Path) -> None:
+    """Run as nbconvert runs a notebook (nbclient, an IPython kernel): the head, model and neuron view of
+    the README's sentence on the default model and the sample corpus's analysis as cells' values. Each
+    view's page inlines the same 120 kB of code, so three views made 670 kB; sent deflated, under 300 kB."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    cells = [
+        "import bertology\n"
+        "from bertology.analyze import analyze_corpus\n"
+        "from bertology.corpus import sample_corpus\n"
+        "model = bertology.load_model()\n"
+        "att = bertology.capture('The cat sat on the mat.', model=model, qk=True)",
+        "bertology.head_view(att)",
+        "bertology.model_view(att)",
+        "bertology.neuron_view(att, layer=2, head=3)",
+        "analyze_corpus(sample_corpus(), model)",
+    ]
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in cells])
+    NotebookClient(notebook, timeout=300, resources={"metadata": {"path": str(tmp_path)}}).execute()
+    path = tmp_path / "views.ipynb"
+    nbformat.write(notebook, path)
+    values = [output["data"] for cell in notebook.cells[1:] for output in cell.outputs if "data" in output]
+    assert [value["text/html"].startswith("<iframe") for value in values] == [True] * 3 + [False]
+    assert values[3]["text/plain"].startswith("CorpusAnalysis(model=")
+    assert path.stat().st_size < 300_000

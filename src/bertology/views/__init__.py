@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import html
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -20,6 +18,7 @@ from bertology.norms import Weights
 from bertology.views.bertviz import ATTENTION_KEYWORDS, bertviz_view_data, is_attention_arrays
 from bertology.views.build import VIEW_KINDS, Theme, ViewKind, seq2seq_view_data, view_data
 from bertology.views.long import long_view_data
+from bertology.views.notebook import MAX_FRAME_HEIGHT, notebook_frame
 from bertology.views.page import render_page
 
 __all__ = [
@@ -35,23 +34,9 @@ __all__ = [
 
 _TITLES = {"head": "Head view", "model": "Model view", "neuron": "Neuron view"}
 
-#: The tallest a notebook frame grows (px); a taller view scrolls inside it, its header rows sticky.
-MAX_FRAME_HEIGHT = 2400
 _TOOLBAR_HEIGHT = 130  # px: toolbar, hint and status lines, about
 _ROW_HEIGHT = 18  # px per token row (views.css --bt-row)
 _THUMBNAIL_ROW = 70  # px per layer of the model view's grid at a notebook's width, about
-
-# Beside the frame: size it to the height its page reports (views.js reportHeight), up to the cap. The
-# page is sandboxed (no same origin), so only a message can say how tall it is.
-_FRAME_SIZER = """<script>(() => {
-  const frame = document.getElementById("%(id)s");
-  const resize = (event) => {
-    if (!frame.isConnected) return removeEventListener("message", resize);
-    const height = event.source === frame.contentWindow && Number(event.data && event.data.bertologyHeight);
-    if (height > 0) frame.style.height = Math.min(Math.ceil(height), %(cap)d) + "px";
-  };
-  addEventListener("message", resize);
-})();</script>"""
 
 
 @dataclass(repr=False)
@@ -117,14 +102,9 @@ class View:
         return min(_TOOLBAR_HEIGHT + body, MAX_FRAME_HEIGHT)
 
     def _repr_html_(self) -> str:
-        # An iframe keeps the page's script, styles and strict CSP apart from the notebook's; the script
-        # beside it sizes it to its content.
-        frame_id = f"bertology-{uuid.uuid4().hex}"
-        return (
-            f'<iframe id="{frame_id}" srcdoc="{html.escape(self.html, quote=True)}" '
-            'sandbox="allow-scripts allow-downloads" '
-            f'style="width:100%;height:{self.estimated_height}px;border:0" title="bertology view"></iframe>'
-        ) + _FRAME_SIZER % {"id": frame_id, "cap": MAX_FRAME_HEIGHT}
+        # An iframe keeps the page's script, styles and strict CSP apart from the notebook's; the page
+        # travels deflated (bertology.views.notebook).
+        return notebook_frame(self.html, self.estimated_height)
 
 
 def render_view(
