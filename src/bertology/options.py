@@ -28,6 +28,12 @@ Level = Literal["auto", "token", "word"]
 #: Attention rollout and flow (:mod:`bertology.analysis.relevance`).
 RelevanceMethod = Literal["rollout", "flow"]
 RELEVANCE_METHODS: tuple[RelevanceMethod, ...] = get_args(RelevanceMethod)
+#: Per-token attributions of a classifier's prediction (:mod:`bertology.interventions.saliency`).
+SaliencyMethod = Literal["gradient", "input-x-gradient", "integrated-gradients", "smoothgrad"]
+SALIENCY_METHODS: tuple[SaliencyMethod, ...] = get_args(SaliencyMethod)
+#: Explanations by changing the input (:mod:`bertology.interventions.attacks`).
+AttackMethod = Literal["input-reduction", "hotflip"]
+ATTACK_METHODS: tuple[AttackMethod, ...] = get_args(AttackMethod)
 #: How the surface statistics average (:mod:`bertology.stats.surface`).
 Convention = Literal["bertology", "clark"]
 CONVENTIONS: tuple[Convention, ...] = get_args(Convention)
@@ -69,6 +75,12 @@ MAX_COUNT = 2**63 - 1
 MAX_THREADS = 1024
 #: Most quadrature points of integrated gradients (Gauss-Legendre nodes need ``steps**2`` floats).
 MAX_IG_STEPS = 1000
+#: Most noisy copies SmoothGrad averages (each one a forward and backward pass).
+MAX_SMOOTHGRAD_SAMPLES = 10_000
+#: SmoothGrad's defaults: the noise level of AllenNLP Interpret (a word embedding's components spread far
+#: less than their range, so the 10 to 20% Smilkov et al. found for images would drown the input) and the
+#: paper's 50 samples.
+SMOOTHGRAD_NOISE, SMOOTHGRAD_SAMPLES = 0.01, 50
 
 #: The host of a Ray address: a name, an IPv4 address or an IPv6 address (its brackets taken off).
 RAY_HOST = re.compile(r"[\w.:-]+")

@@ -30,6 +30,10 @@ REPORT_FILE = "report.html"
 HEADS_FILE = "heads.csv"
 JS_DIVERGENCE_FILE = "head_js_divergence.csv"
 SUMMARY_FILE = "summary.json"
+#: The pages ``bertology explain`` and ``bertology attack`` write when no ``-o`` is given; each writes its
+#: JSON beside its page (the same name, ``.json``).
+EXPLANATION_FILE = "explanation.html"
+ATTACK_FILE = "attack.html"
 
 
 def mark_run(folder: str | Path, kind: RunKind, **details: str) -> Path:

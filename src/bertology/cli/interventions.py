@@ -1,4 +1,5 @@
-"""``bertology ablate`` and ``explain``: head ablation, importance and pruning; saliency."""
+"""``bertology ablate``, ``explain`` and ``attack``: head ablation, importance and pruning; saliency;
+explanations by changing the input."""
 
 from __future__ import annotations
 
@@ -26,7 +27,14 @@ from bertology.options import (
     DEFAULT_DTYPE,
     MAX_COUNT,
     MAX_IG_STEPS,
+    MAX_SEED,
+    MAX_SMOOTHGRAD_SAMPLES,
+    SALIENCY_METHODS,
+    SMOOTHGRAD_NOISE,
+    SMOOTHGRAD_SAMPLES,
+    AttackMethod,
 )
+from bertology.run_files import ATTACK_FILE, EXPLANATION_FILE
 
 ClassifierArgument = Annotated[
     str,
@@ -105,6 +113,18 @@ def ablate(
     )
 
 
+def saliency_methods(values: list[str] | None) -> list[str] | None:
+    """``--method`` as given (each value may list several, separated by commas), or a usage error for a
+    method of no known name."""
+    if values is None:
+        return None
+    names = [name.strip() for value in values for name in value.split(",") if name.strip()]
+    unknown = [name for name in names if name not in SALIENCY_METHODS]
+    if unknown or not names:
+        raise typer.BadParameter(f"'{', '.join(unknown)}' is not one of {', '.join(SALIENCY_METHODS)}.")
+    return list(dict.fromkeys(names))
+
+
 @app.command()
 def explain(
     model: ClassifierArgument,
@@ -112,15 +132,41 @@ def explain(
     text_b: TextBArgument = None,
     output: Annotated[
         Path, typer.Option("-o", "--output", help="HTML file to write; the JSON goes beside it.")
-    ] = Path("explanation.html"),
+    ] = Path(EXPLANATION_FILE),
+    method: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--method",
+            metavar="|".join(SALIENCY_METHODS),
+            callback=saliency_methods,
+            help="Attribution method; repeat it or separate several by commas (default: all).",
+        ),
+    ] = None,
     steps: Annotated[
         int,
         typer.Option("--steps", min=1, max=MAX_IG_STEPS, help="Integration points of integrated gradients."),
     ] = 50,
+    noise: Annotated[
+        float,
+        typer.Option(
+            "--noise",
+            min=0.0,
+            max=10.0,
+            help="SmoothGrad's noise level: the noise's standard deviation over the range of the input's "
+            "embedding components.",
+        ),
+    ] = SMOOTHGRAD_NOISE,
+    samples: Annotated[
+        int,
+        typer.Option(
+            "--samples", min=1, max=MAX_SMOOTHGRAD_SAMPLES, help="Noisy copies SmoothGrad averages."
+        ),
+    ] = SMOOTHGRAD_SAMPLES,
+    seed: Annotated[int, typer.Option("--seed", min=0, max=MAX_SEED, help="Seed of SmoothGrad's noise.")] = 0,
     device: DeviceOption = DEFAULT_DEVICE,
     dtype: DtypeOption = DEFAULT_DTYPE,
 ) -> None:
-    """Which tokens the prediction rests on: gradient, gradient x input and integrated gradients."""
+    """Which tokens the prediction rests on: gradient, input x gradient, integrated gradients, SmoothGrad."""
     from bertology.interventions.saliency import JSON_MARKS
     from bertology.interventions.saliency import explain as explain_prediction
     from bertology.models import load_model
@@ -129,11 +175,77 @@ def explain(
 
     check_output_file(output, beside=(".json",), marks=JSON_MARKS)
     loaded = load_model(model, classifier=True, device=device, dtype=dtype)
-    explanation = explain_prediction(loaded, text, text_b, steps=steps)
+    methods = tuple(method or SALIENCY_METHODS)
+    explanation = explain_prediction(
+        loaded, text, text_b, methods=methods, steps=steps, noise=noise, samples=samples, seed=seed
+    )
     page_path, json_path = write_explanation(explanation, output)
+    gap = explanation.completeness_gap
+    completeness = (
+        ""
+        if gap is None
+        else f"integrated gradients miss f(x) - f(baseline) by {gap:.2g} (more --steps, less). "
+    )
     out.print(
-        f"Predicted {explanation.label!r} (probability {explanation.probability:.3f}); integrated gradients "
-        f"miss f(x) - f(baseline) by {explanation.completeness_gap:.2g} (more --steps, less). "
+        f"Predicted {explanation.label!r} (probability {explanation.probability:.3f}); {completeness}"
+        f"Wrote {page_path} and {json_path}.",
+        highlight=False,
+    )
+
+
+@app.command()
+def attack(
+    model: ClassifierArgument,
+    text: TextArgument,
+    text_b: TextBArgument = None,
+    method: Annotated[
+        AttackMethod,
+        typer.Option(
+            "--method",
+            help="input-reduction (remove the least important tokens while the prediction holds, Feng et al. "
+            "2018) or hotflip (the token swaps that change it, Ebrahimi et al. 2018).",
+        ),
+    ] = "input-reduction",
+    output: Annotated[
+        Path, typer.Option("-o", "--output", help="HTML file to write; the JSON goes beside it.")
+    ] = Path(ATTACK_FILE),
+    beam: Annotated[int, typer.Option("--beam", min=1, max=100, help="Input reduction's beam width.")] = 3,
+    max_flips: Annotated[
+        int,
+        typer.Option("--max-flips", min=0, max=MAX_COUNT, help="Most swaps HotFlip makes (0: no limit)."),
+    ] = 0,
+    subwords: Annotated[
+        bool,
+        typer.Option(
+            "--subwords", help="Let HotFlip swap in any non-special vocabulary entry, not only whole words."
+        ),
+    ] = False,
+    device: DeviceOption = DEFAULT_DEVICE,
+    dtype: DtypeOption = DEFAULT_DTYPE,
+) -> None:
+    """Explain a prediction by changing the input: the reduced input, or the swaps that flip it."""
+    from bertology.interventions.attacks import JSON_MARKS
+    from bertology.interventions.attacks import attack as attack_input
+    from bertology.models import load_model
+    from bertology.outputs import check_output_file
+    from bertology.report.attacks import write_attack
+
+    check_output_file(output, beside=(".json",), marks=JSON_MARKS)
+    loaded = load_model(model, classifier=True, device=device, dtype=dtype)
+    result = attack_input(
+        loaded, text, text_b, method=method, beam=beam, max_flips=max_flips or None, subwords=subwords
+    )
+    page_path, json_path = write_attack(result, output)
+    last = result.result
+    outcome = (
+        "nothing changed"
+        if last is None
+        else f"{len(result.steps)} step{'s' if len(result.steps) != 1 else ''}, then {last.label!r} "
+        f"(probability {last.probability:.3f}): {last.text!r}"
+        + ("" if last.text_b is None else f" / {last.text_b!r}")
+    )
+    out.print(
+        f"Predicted {result.label!r} (probability {result.probability:.3f}); {method}: {outcome}. "
         f"Wrote {page_path} and {json_path}.",
         highlight=False,
     )

@@ -6,12 +6,15 @@
 - :func:`pruning_curve`: accuracy as more and more heads are removed in a given order.
 - :func:`prune_heads`: remove heads from the weights (a smaller model that saves and loads again).
 - :func:`attention_gradients`: Clark et al. (2019)'s gradient of the loss by attended-to token kind.
-- :func:`explain`: signed per-token attributions (gradient, gradient x input, integrated gradients).
+- :func:`explain`: signed per-token attributions (gradient, input x gradient, integrated gradients,
+  SmoothGrad), the methods chosen by name.
+- :func:`attack`: explanations by changing the input (input reduction, HotFlip), chosen by name.
 - :func:`run_ablation`: all of the above for a classifier on a task's dev set (``bertology ablate``).
 """
 
 from bertology.heads import HeadSelection
 from bertology.interventions.ablation import AblationResult, ablation_sweep
+from bertology.interventions.attacks import Attack, AttackStep, attack
 from bertology.interventions.attention_gradients import AttentionGradients, attention_gradients
 from bertology.interventions.curves import pruning_curve, removal_counts
 from bertology.interventions.data import LabelledTexts
@@ -24,6 +27,8 @@ from bertology.interventions.saliency import Explanation, explain
 __all__ = [
     "AblationResult",
     "AblationRun",
+    "Attack",
+    "AttackStep",
     "AttentionGradients",
     "Explanation",
     "HeadImportance",
@@ -31,6 +36,7 @@ __all__ = [
     "LabelledTexts",
     "PruningOutcome",
     "ablation_sweep",
+    "attack",
     "attention_gradients",
     "explain",
     "head_gates",

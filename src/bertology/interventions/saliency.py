@@ -1,19 +1,26 @@
 """Which input tokens a classifier's prediction rests on: signed per-token attributions.
 
 ``f`` is the logit of the predicted class; ``x`` the input's word (token) embeddings ``[tokens, dim]``,
-to which the model adds its own position and segment embeddings before a LayerNorm. Each method gives
-one signed number per token ``i``:
+to which the model adds its own position and segment embeddings before a LayerNorm. Each method of
+:data:`METHODS` gives one signed number per token ``i``:
 
 - ``gradient``: ``‖∂f/∂x[i]‖₂ · sign(x[i] · ∂f/∂x[i])``, the size of the plain gradient (Simonyan et al.
   2014), signed by whether growing the token's own embedding raises ``f``. (Summing the gradient's
   components instead would give about 0: the LayerNorm ignores a shift of all components alike.)
-- ``gradient_x_input``: ``Σ_d x[i, d] · ∂f/∂x[i, d]`` (Shrikumar et al. 2016), the slope of ``f`` as the
+- ``input-x-gradient``: ``Σ_d x[i, d] · ∂f/∂x[i, d]`` (Shrikumar et al. 2016), the slope of ``f`` as the
   token's embedding is scaled up.
-- ``integrated_gradients``: ``Σ_d (x − x')[i, d] · ∫₀¹ ∂f/∂x[i, d](x' + α (x − x')) dα``
+- ``integrated-gradients``: ``Σ_d (x − x')[i, d] · ∫₀¹ ∂f/∂x[i, d](x' + α (x − x')) dα``
   (Sundararajan et al. 2017). The baseline ``x'`` is the input with every non-special token replaced by
   the [PAD] token's embedding, special tokens ([CLS], [SEP]) kept, the attention mask unchanged; so the
   special tokens get 0 and the attributions sum to ``f(x) − f(x')`` (completeness), up to the error of
   the integral. The integral is a Gauss–Legendre quadrature with ``steps`` points.
+- ``smoothgrad``: the ``gradient`` formula applied to the mean gradient over ``samples`` noisy copies of
+  the input, ``G = (1/N) Σ_k ∂f/∂x (x + ε_k)`` (Smilkov et al. 2017), ``ε_k`` Gaussian with standard
+  deviation ``σ = noise · (max x − min x)`` in every component (the paper's noise level
+  ``σ / (x_max − x_min)``; the range over all the input's embedding components, special tokens too).
+  The noise is drawn on the CPU from a ``torch.Generator`` seeded with ``seed``, one
+  ``randn([tokens, dim])`` per sample in order, so a seed gives the same result on every device and for
+  every batch size; ``noise = 0`` gives ``gradient`` exactly (up to rounding).
 
 Positive values push towards the predicted class, negative values away from it.
 """
@@ -21,18 +28,28 @@ Positive values push towards the predicted class, negative values away from it.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import torch
 
 from bertology.errors import BertologyError
-from bertology.inputs import Text, encode
+from bertology.inputs import EncodedBatch, Text, encode
 from bertology.interventions.data import eval_mode
+from bertology.interventions.embeddings import logits_of, score_gradient, target_logit, word_embeddings
 from bertology.models import LoadedModel
-from bertology.options import MAX_IG_STEPS
+from bertology.options import (
+    MAX_IG_STEPS,
+    MAX_SMOOTHGRAD_SAMPLES,
+    SALIENCY_METHODS,
+    SMOOTHGRAD_NOISE,
+    SMOOTHGRAD_SAMPLES,
+    SaliencyMethod,
+)
 
-METHODS = ("gradient", "gradient_x_input", "integrated_gradients")
+METHODS: tuple[SaliencyMethod, ...] = SALIENCY_METHODS
 #: Keys of the JSON object :meth:`Explanation.to_json` writes that mark a file as its output (so a later
 #: run may replace it).
 JSON_MARKS = ("text", "tokens", "label", "attributions")
@@ -45,9 +62,10 @@ class Explanation:
     text, text_b: the input (``text_b`` ``None`` for a single text).
     tokens: the n token strings. special: [n] bool, True for special tokens.
     label: the predicted label's name; probability: its softmax probability.
-    attributions: method name (:data:`METHODS`) -> [n] float, signed, in logit units.
+    attributions: method name (of :data:`METHODS`, those asked for) -> [n] float, signed, in logit units.
     logit, baseline_logit: ``f(x)`` and ``f(x')``, the predicted class's logit for the input and the
-        baseline. steps: quadrature points of integrated gradients.
+        baseline of integrated gradients (``None`` without them). steps: quadrature points of integrated
+        gradients. noise, samples, seed: SmoothGrad's noise level, noisy copies and seed.
     """
 
     text: str
@@ -56,15 +74,21 @@ class Explanation:
     special: np.ndarray
     label: str
     probability: float
-    attributions: dict[str, np.ndarray]
+    attributions: dict[SaliencyMethod, np.ndarray]
     logit: float
-    baseline_logit: float
+    baseline_logit: float | None
     steps: int
+    noise: float = SMOOTHGRAD_NOISE
+    samples: int = SMOOTHGRAD_SAMPLES
+    seed: int = 0
 
     @property
-    def completeness_gap(self) -> float:
-        """``Σ integrated gradients − (f(x) − f(x'))``: 0 for an exact integral."""
-        total = float(self.attributions["integrated_gradients"].sum())
+    def completeness_gap(self) -> float | None:
+        """``Σ integrated gradients − (f(x) − f(x'))``: 0 for an exact integral (``None`` without
+        integrated gradients)."""
+        if self.baseline_logit is None or "integrated-gradients" not in self.attributions:
+            return None
+        total = float(self.attributions["integrated-gradients"].sum())
         return total - (self.logit - self.baseline_logit)
 
     def to_dict(self) -> dict[str, object]:
@@ -79,6 +103,9 @@ class Explanation:
             "baseline_logit": self.baseline_logit,
             "completeness_gap": self.completeness_gap,
             "steps": self.steps,
+            "noise": self.noise,
+            "samples": self.samples,
+            "seed": self.seed,
             "attributions": {name: values.tolist() for name, values in self.attributions.items()},
         }
 
@@ -86,16 +113,127 @@ class Explanation:
         return json.dumps(self.to_dict(), indent=2, ensure_ascii=False)
 
 
-def _as_string(text: Text) -> str:
+def as_string(text: Text) -> str:
+    """A text given as words, joined by spaces; a string as is."""
     return text if isinstance(text, str) else " ".join(text)
 
 
-def _logits(loaded: LoadedModel, embeddings: torch.Tensor, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-    """[k, labels] logits for ``k`` embedded copies ``[k, n, dim]`` of the one input ``inputs``."""
-    others = {
-        name: tensor.expand(len(embeddings), -1) for name, tensor in inputs.items() if name != "input_ids"
-    }
-    return loaded.model(inputs_embeds=embeddings, **others).logits
+#: Points ``[m, n, dim]`` at which to take the gradient, with their weights ``[m]``.
+WeightedPoints = Iterator[tuple[torch.Tensor, torch.Tensor]]
+
+
+@dataclass
+class _Attribution:
+    """One input being explained, and the settings of the methods.
+
+    inputs: its model inputs ([1, n] each); x: [1, n, dim] its word embeddings; special: [n] bool;
+    target: the predicted label's id.
+    """
+
+    loaded: LoadedModel
+    inputs: dict[str, torch.Tensor]
+    x: torch.Tensor
+    special: np.ndarray
+    target: int
+    steps: int
+    noise: float
+    samples: int
+    seed: int
+    batch_size: int
+    baseline_logit: float | None = None
+
+    def weighted_gradient(self, points: WeightedPoints) -> torch.Tensor:
+        """[1, n, dim]: ``Σ_k w_k ∂f/∂x (p_k)`` over the weighted points."""
+        total = torch.zeros_like(self.x)
+        for batch, weights in points:
+            _, gradient = score_gradient(self.loaded, batch, self.inputs, target_logit(self.target))
+            total += (gradient * weights[:, None, None]).sum(0, keepdim=True)
+        return total
+
+    def _weights(self, values: np.ndarray | Sequence[float]) -> torch.Tensor:
+        return torch.as_tensor(np.asarray(values), dtype=self.x.dtype, device=self.x.device)
+
+    @cached_property
+    def gradient(self) -> torch.Tensor:
+        """[1, n, dim] ``∂f/∂x`` at the input."""
+        return self.weighted_gradient(iter([(self.x, self._weights([1.0]))]))
+
+    def signed_norm(self, gradient: torch.Tensor) -> torch.Tensor:
+        """[n] ``‖g[i]‖ · sign(x[i] · g[i])`` of a gradient ``g`` [1, n, dim]."""
+        return gradient.norm(dim=-1)[0] * torch.sign((gradient * self.x).sum(-1)[0])
+
+    def integrated_gradients(self) -> torch.Tensor:
+        pad_id = self.loaded.tokenizer.pad_token_id
+        if pad_id is None:
+            raise BertologyError(
+                f"The tokenizer of '{self.loaded.name}' has no [PAD] token for the baseline."
+            )
+        ids = self.inputs["input_ids"]
+        keep = torch.as_tensor(self.special, device=ids.device)[None]
+        baseline = word_embeddings(self.loaded, {"input_ids": torch.where(keep, ids, pad_id)})
+        nodes, weights = np.polynomial.legendre.leggauss(self.steps)
+        alphas, weights = (nodes + 1) / 2, weights / 2  # on [0, 1]; the weights sum to 1
+
+        def path() -> WeightedPoints:
+            for start in range(0, self.steps, self.batch_size):
+                alpha = self._weights(alphas[start : start + self.batch_size])
+                points = baseline + alpha[:, None, None] * (self.x - baseline)
+                yield points, self._weights(weights[start : start + self.batch_size])
+
+        integral = self.weighted_gradient(path())
+        with torch.no_grad():
+            self.baseline_logit = float(logits_of(self.loaded, baseline, self.inputs)[0, self.target])
+        return ((self.x - baseline) * integral).sum(-1)[0]
+
+    def smoothgrad(self) -> torch.Tensor:
+        generator = torch.Generator().manual_seed(self.seed)
+        sigma = self.noise * float(self.x.max() - self.x.min())
+        shape = tuple(self.x.shape[1:])
+        weight = self._weights([1.0 / self.samples])
+
+        def noisy_copies() -> WeightedPoints:
+            for start in range(0, self.samples, self.batch_size):
+                count = min(self.batch_size, self.samples - start)
+                noise = torch.stack([torch.randn(shape, generator=generator) for _ in range(count)])
+                points = self.x + sigma * noise.to(device=self.x.device, dtype=self.x.dtype)
+                yield points, weight.expand(count)
+
+        return self.signed_norm(self.weighted_gradient(noisy_copies()))
+
+
+_METHODS: dict[SaliencyMethod, Callable[[_Attribution], torch.Tensor]] = {
+    "gradient": lambda run: run.signed_norm(run.gradient),
+    "input-x-gradient": lambda run: (run.gradient * run.x).sum(-1)[0],
+    "integrated-gradients": _Attribution.integrated_gradients,
+    "smoothgrad": _Attribution.smoothgrad,
+}
+
+
+def _check_settings(methods: Sequence[str], steps: int, noise: float, samples: int) -> None:
+    unknown = [method for method in methods if method not in METHODS]
+    if unknown or not methods:
+        raise BertologyError(
+            f"Unknown saliency method {', '.join(map(repr, unknown))}; use {', '.join(METHODS)}."
+            if unknown
+            else f"Give at least one saliency method of {', '.join(METHODS)}."
+        )
+    if not 1 <= steps <= MAX_IG_STEPS:
+        raise BertologyError(
+            f"Integrated gradients needs at least one step and at most {MAX_IG_STEPS}, not {steps}."
+        )
+    if not 1 <= samples <= MAX_SMOOTHGRAD_SAMPLES:
+        raise BertologyError(
+            f"SmoothGrad needs at least one sample and at most {MAX_SMOOTHGRAD_SAMPLES}, not {samples}."
+        )
+    if not (np.isfinite(noise) and noise >= 0):
+        raise BertologyError(f"SmoothGrad's noise level must be a finite number of at least 0, not {noise}.")
+
+
+def encode_one(loaded: LoadedModel, text: Text, text_b: Text | None) -> EncodedBatch:
+    """``text`` (or the pair) encoded alone, cut to the model's limit."""
+    return encode(
+        loaded.tokenizer, [text], None if text_b is None else [text_b], max_length=loaded.max_length
+    )
 
 
 def explain(
@@ -103,67 +241,58 @@ def explain(
     text: Text,
     text_b: Text | None = None,
     *,
+    methods: Sequence[SaliencyMethod] = METHODS,
     steps: int = 50,
+    noise: float = SMOOTHGRAD_NOISE,
+    samples: int = SMOOTHGRAD_SAMPLES,
+    seed: int = 0,
     batch_size: int = 16,
 ) -> Explanation:
-    """Attributions of ``loaded``'s (a classifier) prediction for ``text`` (or the pair) by every method of
-    :data:`METHODS` (see the module docstring). batch_size: interpolated inputs per forward pass.
+    """Attributions of ``loaded``'s (a classifier) prediction for ``text`` (or the pair) by each of
+    ``methods`` (see the module docstring). steps: integrated gradients' quadrature points; noise,
+    samples, seed: SmoothGrad's noise level ``σ / (max x − min x)``, noisy copies and seed.
+    batch_size: interpolated or noisy copies per forward pass.
 
     Raises:
-        BertologyError: ``steps`` outside 1 to :data:`~bertology.options.MAX_IG_STEPS`, or a model without
-            a [PAD] token.
+        BertologyError: an unknown method, ``steps`` outside 1 to
+            :data:`~bertology.options.MAX_IG_STEPS`, ``samples`` outside 1 to
+            :data:`~bertology.options.MAX_SMOOTHGRAD_SAMPLES`, a negative noise level, or integrated
+            gradients of a model without a [PAD] token.
     """
-    if not 1 <= steps <= MAX_IG_STEPS:
-        raise BertologyError(
-            f"Integrated gradients needs at least one step and at most {MAX_IG_STEPS}, not {steps}."
-        )
-    pad_id = loaded.tokenizer.pad_token_id
-    if pad_id is None:
-        raise BertologyError(f"The tokenizer of '{loaded.name}' has no [PAD] token for the baseline.")
-    encoded = encode(
-        loaded.tokenizer, [text], None if text_b is None else [text_b], max_length=loaded.max_length
-    )
+    _check_settings(methods, steps, noise, samples)
+    encoded = encode_one(loaded, text, text_b)
     inputs = loaded.model_inputs(encoded)
-    special = np.asarray(encoded.special[0], dtype=bool)
-    embed = loaded.model.get_input_embeddings()
-    with eval_mode(loaded), torch.enable_grad():
+    with eval_mode(loaded):
+        x = word_embeddings(loaded, inputs)  # [1, n, dim]
         with torch.no_grad():
-            x = embed(inputs["input_ids"])  # [1, n, dim]
-            baseline_ids = torch.where(
-                torch.as_tensor(special, device=x.device)[None], inputs["input_ids"], pad_id
-            )
-            baseline = embed(baseline_ids)
-            logits = _logits(loaded, x, inputs)
+            logits = logits_of(loaded, x, inputs)
         target = int(logits[0].argmax())
-        point = x.clone().requires_grad_(True)
-        (gradient,) = torch.autograd.grad(_logits(loaded, point, inputs)[:, target].sum(), point)
-        nodes, weights = np.polynomial.legendre.leggauss(steps)
-        alphas, weights = (nodes + 1) / 2, weights / 2  # on [0, 1]; the weights sum to 1
-        integral = torch.zeros_like(x)
-        for start in range(0, steps, batch_size):
-            alpha = torch.as_tensor(alphas[start : start + batch_size], dtype=x.dtype, device=x.device)
-            path = (baseline + alpha[:, None, None] * (x - baseline)).requires_grad_(True)
-            target_logits = _logits(loaded, path, inputs)[:, target]
-            weight = torch.as_tensor(weights[start : start + batch_size], dtype=x.dtype, device=x.device)
-            (path_gradient,) = torch.autograd.grad((target_logits * weight).sum(), path)
-            integral += path_gradient.sum(0, keepdim=True)
-        with torch.no_grad():
-            baseline_logit = float(_logits(loaded, baseline, inputs)[0, target])
-    attributions = {
-        "gradient": gradient.norm(dim=-1)[0] * torch.sign((gradient * x).sum(-1)[0]),
-        "gradient_x_input": (gradient * x).sum(-1)[0],
-        "integrated_gradients": ((x - baseline) * integral).sum(-1)[0],
-    }
+        run = _Attribution(
+            loaded,
+            inputs,
+            x,
+            np.asarray(encoded.special[0], dtype=bool),
+            target,
+            steps,
+            noise,
+            samples,
+            seed,
+            batch_size,
+        )
+        attributions = {method: _METHODS[method](run) for method in dict.fromkeys(methods)}
     probabilities = torch.softmax(logits[0].float(), dim=-1)
     return Explanation(
-        text=_as_string(text),
-        text_b=None if text_b is None else _as_string(text_b),
+        text=as_string(text),
+        text_b=None if text_b is None else as_string(text_b),
         tokens=encoded.tokens[0],
-        special=special,
+        special=run.special,
         label=str(loaded.model.config.id2label[target]),
         probability=float(probabilities[target]),
         attributions={name: values.detach().float().cpu().numpy() for name, values in attributions.items()},
         logit=float(logits[0, target]),
-        baseline_logit=baseline_logit,
+        baseline_logit=run.baseline_logit,
         steps=steps,
+        noise=noise,
+        samples=samples,
+        seed=seed,
     )

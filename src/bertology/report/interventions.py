@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 from bertology.interventions.attention_gradients import CATEGORIES
 from bertology.interventions.pruning import PruningOutcome
 from bertology.interventions.run import AblationRun
-from bertology.interventions.saliency import METHODS, Explanation
+from bertology.interventions.saliency import Explanation
 from bertology.report import page, plots
 from bertology.run_files import REPORT_FILE, SUMMARY_FILE, mark_run
 from bertology.stats.base import HeadTable
@@ -21,8 +21,9 @@ from bertology.stats.base import HeadTable
 #: Display names of the saliency methods.
 METHOD_TITLES = {
     "gradient": "Gradient",
-    "gradient_x_input": "Gradient × input",
-    "integrated_gradients": "Integrated gradients",
+    "input-x-gradient": "Input × gradient",
+    "integrated-gradients": "Integrated gradients",
+    "smoothgrad": "SmoothGrad",
 }
 
 #: Background colours (RGB) of positive and negative attributions.
@@ -241,36 +242,45 @@ def write_explanation(explanation: Explanation, path: str | Path) -> tuple[Path,
     target.parent.mkdir(parents=True, exist_ok=True)
     json_path = target.with_suffix(".json")
     json_path.write_text(explanation.to_json(), encoding="utf-8")
+    methods = list(explanation.attributions)
+    notes = {
+        "integrated-gradients": " Integrated gradients start from a baseline where every non-special token "
+        "is [PAD]; their attributions sum to the logit difference between input and baseline.",
+        "smoothgrad": " SmoothGrad is the gradient averaged over noisy copies of the input's embeddings.",
+    }
     blocks = [
         page.paragraph(
             "Red: the token pushes towards the predicted label; blue: away from it; the stronger the colour, "
             "the larger the attribution relative to the largest of that method (hover a token for its value, "
-            "in logit units). Integrated gradients start from a baseline where every non-special token is "
-            "[PAD]; its attributions sum to the logit difference between input and baseline."
+            "in logit units)." + "".join(note for method, note in notes.items() if method in methods)
         )
     ]
-    for method in METHODS:
+    for method in methods:
         blocks += [
             page.heading(METHOD_TITLES[method]),
             _coloured_tokens(explanation.tokens, explanation.attributions[method]),
         ]
     frame = pd.DataFrame(
-        {"token": explanation.tokens, **{METHOD_TITLES[m]: explanation.attributions[m] for m in METHODS}}
+        {"token": explanation.tokens, **{METHOD_TITLES[m]: explanation.attributions[m] for m in methods}}
     )
-    header = [
-        page.definitions(
-            {
-                "text": explanation.text,
-                "second text": explanation.text_b,
-                "predicted label": explanation.label,
-                "probability": round(explanation.probability, 4),
-                "logit (input / baseline)": f"{explanation.logit:.4g} / {explanation.baseline_logit:.4g}",
-                "integrated gradients": (
-                    f"{explanation.steps} steps, completeness gap {explanation.completeness_gap:.2g}"
-                ),
-            }
+    details: dict[str, object] = {
+        "text": explanation.text,
+        "second text": explanation.text_b,
+        "predicted label": explanation.label,
+        "probability": round(explanation.probability, 4),
+        "logit": f"{explanation.logit:.4g}",
+    }
+    gap = explanation.completeness_gap
+    if gap is not None:
+        details["integrated gradients"] = (
+            f"{explanation.steps} steps, baseline logit {explanation.baseline_logit:.4g}, completeness gap "
+            f"{gap:.2g}"
         )
-    ]
+    if "smoothgrad" in methods:
+        details["SmoothGrad"] = (
+            f"{explanation.samples} samples, noise level {explanation.noise:g}, seed {explanation.seed}"
+        )
+    header = [page.definitions(details)]
     sections = [
         page.Section("Attributions", "attributions", blocks),
         page.Section("Values", "values", [page.table(frame, float_format="{:+.4g}")]),
