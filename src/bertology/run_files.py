@@ -34,6 +34,16 @@ SUMMARY_FILE = "summary.json"
 #: JSON beside its page (the same name, ``.json``).
 EXPLANATION_FILE = "explanation.html"
 ATTACK_FILE = "attack.html"
+#: A GAP probe's folder of per-example answers, a file per system of its table (:func:`gap_predictions_file`).
+GAP_PREDICTIONS_FOLDER = "predictions"
+#: A coreference probe's per-mention choices of the best head and the baselines.
+ANTECEDENTS_FILE = "antecedents.csv"
+
+
+def gap_predictions_file(system: str) -> str:
+    """The path, in a GAP probe's folder, of one system's answers as GAP's scorer reads system output
+    (``predictions/head_5-3.tsv`` for the system ``"head 5-3"``, ``predictions/always_a.tsv``)."""
+    return f"{GAP_PREDICTIONS_FOLDER}/{system.replace(' ', '_')}.tsv"
 
 
 def mark_run(folder: str | Path, kind: RunKind, **details: str) -> Path:

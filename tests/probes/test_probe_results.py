@@ -19,6 +19,7 @@ from bertology.probes import (
     probe_parser,
 )
 from bertology.report.probes import write_probe_report
+from bertology.run_files import gap_predictions_file
 
 Verb = Callable[[Path, LoadedModel], ProbeResult]
 
@@ -87,9 +88,12 @@ def test_every_probe_gives_one_result_shape(
     summary = result.summary()
     assert summary["model"] == default_model.name and isinstance(summary["seconds"], float)
 
-    written = result.save(tmp_path / "saved")
-    assert [path.name for path in written] == files == result.files
-    assert sorted(path.name for path in (tmp_path / "saved").iterdir()) == sorted(files)
+    saved = tmp_path / "saved"
+    written = result.save(saved)
+    assert [path.relative_to(saved).as_posix() for path in written] == result.files
+    answers = [gap_predictions_file(system) for system in result.table()["system"]] if kind == "gap" else []
+    assert result.files == [*files, *answers]  # a GAP probe's answers per system, as GAP's scorer reads them
+    assert sorted(path.relative_to(saved).as_posix() for path in saved.rglob("*.*")) == sorted(result.files)
 
     report = write_probe_report(result, tmp_path / "report", dpi=40)
     assert report == tmp_path / "report" / "report.html"

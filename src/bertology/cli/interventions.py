@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from bertology.cli.app import app, out
+from bertology.cli.app import app, err, out
 from bertology.cli.options import (
     DeviceOption,
     DtypeOption,
@@ -99,6 +99,8 @@ def ablate(
                     run = ablate_on_pool(pool, loaded, **study)
         run = replace(run, pruned_dir=None if run.pruned_dir is None else output / run.pruned_dir.name)
         report = output / write_ablation_report(run, folder).name
+    if run.warning is not None:
+        err.print(f"[yellow]Warning:[/yellow] {run.warning}", highlight=False)
     pruning = run.pruning
     pruned = (
         f" Pruned {pruning.removed} heads: accuracy {pruning.accuracy:.4f}, {pruning.speedup:.2f}x as fast; "

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from bertology.cli.app import app, err, out, resumable
+from bertology.cli.app import app, out, resumable
 from bertology.cli.options import (
     DeviceOption,
     DtypeOption,
@@ -130,17 +130,18 @@ def probe_parser_command(
 
     check_output_folder(output)
     loaded = load_model(model, device=device, dtype=dtype)
-    err.print("Training the parser and scoring it (this reads both treebanks once)...")
-    run = probe_parser(
-        train,
-        evaluation,
-        loaded,
-        treebank_format=treebank_format,
-        mode=word_mode,
-        limit_train=limit_train,
-        limit_eval=limit_eval,
-        decode=decode,
-    )
+    with progress_bar("", None) as on_progress:  # a bar per treebank
+        run = probe_parser(
+            train,
+            evaluation,
+            loaded,
+            treebank_format=treebank_format,
+            mode=word_mode,
+            limit_train=limit_train,
+            limit_eval=limit_eval,
+            decode=decode,
+            on_progress=on_progress,
+        )
     with output_folder(output) as folder:
         report = output / write_probe_report(run, folder).name
     scores = run.report
@@ -198,17 +199,14 @@ def probe_coref(
     loaded = load_model(model, device=device, dtype=dtype)
     checkpoint = checkpoint_file(output, "probe-coref")
     reading = {"treebank": treebank, "coref_format": coref_format, "limit": limit, "batch_size": windows}
-    if cluster is None:
-        err.print("Probing coreference, one document window at a time...")
-        run = probe_coreference(corpus, loaded, **reading)
-    else:
-        with (
-            progress_bar("Probing coreference windows", None, rate="windows") as on_progress,
-            resumable(checkpoint),
-        ):
-            sharded = ShardedRun(checkpoint, resume, on_progress=on_progress)
-            with cluster_pool(CorefJob(ModelSpec(model, device, dtype)), cluster) as pool:
-                run = probe_coreference_on_pool(pool, corpus, loaded, **reading, sharded=sharded)
+    with progress_bar("Probing coreference windows", None, rate="windows") as on_progress:
+        if cluster is None:
+            run = probe_coreference(corpus, loaded, **reading, on_progress=on_progress)
+        else:
+            with resumable(checkpoint):
+                sharded = ShardedRun(checkpoint, resume, on_progress=on_progress)
+                with cluster_pool(CorefJob(ModelSpec(model, device, dtype)), cluster) as pool:
+                    run = probe_coreference_on_pool(pool, corpus, loaded, **reading, sharded=sharded)
     with output_folder(output) as folder:
         report = output / write_probe_report(run, folder).name
     checkpoint.unlink(missing_ok=True)  # the run is written; nothing is left to resume
@@ -239,7 +237,8 @@ def probe_gap_command(
 
     check_output_folder(output)
     loaded = load_model(model, device=device, dtype=dtype)
-    run = probe_gap(gap_file, loaded, limit=limit, syntax=syntax)
+    with progress_bar("Scoring GAP examples", limit, rate="examples") as on_progress:
+        run = probe_gap(gap_file, loaded, limit=limit, syntax=syntax, on_progress=on_progress)
     with output_folder(output) as folder:
         report = output / write_probe_report(run, folder).name
     best = run.table().iloc[0]

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from bertology.classify import predict_logits
 from bertology.errors import BertologyError
 from bertology.interventions.ablation import AblationResult, ablation_sweep
 from bertology.interventions.attention_gradients import AttentionGradients, attention_gradients
@@ -40,6 +41,8 @@ class AblationRun(Summarised):
     counts: heads removed at each point of the pruning curves; curve_by_ablation, curve_by_importance:
         [len(counts)] accuracy with that many heads removed in each ranking's order.
     pruning: the structurally pruned copy (``None`` when not asked for); pruned_dir: its run folder.
+    constant_label: the label the classifier gives every dev example with all its heads (a classifier
+        that learned nothing from its inputs), else ``None`` (:attr:`warning` says what it means).
     """
 
     model_name: str
@@ -54,6 +57,20 @@ class AblationRun(Summarised):
     pruning: PruningOutcome | None
     pruned_dir: Path | None
     seconds: float
+    constant_label: str | None = None
+
+    @property
+    def warning(self) -> str | None:
+        """What a constant classifier (:attr:`constant_label`) does to the study's numbers, or ``None``."""
+        if self.constant_label is None:
+            return None
+        return (
+            f"The classifier predicts '{self.constant_label}' for every one of the {self.examples} dev "
+            f"examples (accuracy {self.ablation.baseline:.4f}: the share of that label), so it has learned "
+            "nothing from its inputs; removing heads can hardly change its answers, and the ablation map and "
+            "pruning curves are flat for that reason, not because the heads are unimportant. Fine-tune it "
+            "again (more epochs, another learning rate) before ablating."
+        )
 
     def curve_frame(self) -> pd.DataFrame:
         """The pruning curves: ``heads_removed``, ``fraction_removed``, ``accuracy_by_ablation``,
@@ -79,6 +96,8 @@ class AblationRun(Summarised):
             "attention-gradient loss": self.attention_gradients.loss,
             "seconds": round(self.seconds, 1),
         }
+        if self.warning is not None:
+            summary["warning"] = self.warning
         if self.pruning is not None:
             summary |= {
                 "heads removed structurally": f"{self.pruning.removed} of {self.pruning.total_heads}",
@@ -99,6 +118,15 @@ def dev_examples(
     """
     task = read_glue(task_dir, max_dev=max_dev)
     return task, LabelledTexts.of_split(loaded, task, task.dev)
+
+
+def constant_label(loaded: LoadedModel, data: LabelledTexts, *, batch_size: int = 32) -> str | None:
+    """The label the classifier ``loaded`` (every head on) predicts for every example of ``data`` (at least
+    two), or ``None`` when its predictions differ."""
+    predicted = np.unique(predict_logits(loaded, data.texts, data.texts_b, batch_size=batch_size).argmax(-1))
+    if len(data) < 2 or len(predicted) > 1:
+        return None
+    return str(loaded.model.config.id2label[int(predicted[0])])
 
 
 def single_head_ablation(
@@ -152,6 +180,7 @@ def run_ablation(
     require_encoder(loaded, "Head ablation")
     started = time.perf_counter()
     task, data = dev_examples(loaded, task_dir, max_dev)
+    constant = constant_label(loaded, data, batch_size=batch_size)
 
     heads = loaded.num_layers * loaded.num_heads
     sweep_stage = part_of(on_progress, stage="Ablating single heads")
@@ -205,4 +234,5 @@ def run_ablation(
         pruning=pruning,
         pruned_dir=Path(pruned_dir) if pruning is not None and pruned_dir is not None else None,
         seconds=time.perf_counter() - started,
+        constant_label=constant,
     )

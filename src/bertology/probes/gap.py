@@ -40,6 +40,7 @@ from bertology.errors import BertologyError
 from bertology.probes.base import BestHead
 from bertology.probes.gap_scorer import GENDERS, GapCounts, decision_counts, pronoun_gender
 from bertology.probes.rows import query_word_rows
+from bertology.progress import Progress
 from bertology.readers.gap import GapExample
 from bertology.readers.spacy_parse import ParsedText, parse_texts
 from bertology.stats.base import check_same_shape
@@ -61,8 +62,9 @@ _PICK = {"A": (True, False), "B": (False, True)}
 
 @dataclass(frozen=True)
 class GapWords:
-    """One example as words: the pronoun's word, the words of names A and B, the gold answer and the
-    pronoun's gender (index into GAP's genders after "overall", :mod:`bertology.probes.gap_scorer`)."""
+    """One example as words: the pronoun's word, the words of names A and B, the gold answer, the
+    pronoun's gender (index into GAP's genders after "overall", :mod:`bertology.probes.gap_scorer`) and
+    the example's ID."""
 
     words: list[str]
     pronoun: int
@@ -70,6 +72,7 @@ class GapWords:
     b: list[int]
     gold: Answer
     gender: int
+    example_id: str = ""
 
 
 def _covering(spans: Sequence[tuple[int, int]], start: int, length: int) -> list[int]:
@@ -89,7 +92,7 @@ def gap_words(example: GapExample) -> GapWords:
     a = [w for w in _covering(spans, example.a_offset, len(example.a)) if w != pronoun]
     b = [w for w in _covering(spans, example.b_offset, len(example.b)) if w != pronoun]
     words = [example.text[s:e] for s, e in spans]
-    return GapWords(words, pronoun, a, b, (example.a_coref, example.b_coref), gender)
+    return GapWords(words, pronoun, a, b, (example.a_coref, example.b_coref), gender, example.id)
 
 
 # --- Baselines ------------------------------------------------------------------------------------
@@ -177,6 +180,21 @@ def syntax_unavailable() -> str | None:
 
 # --- Results --------------------------------------------------------------------------------------
 
+#: The columns of GAP's system output (``constants.SYSTEM_FIELDNAMES`` of its scorer).
+PREDICTION_COLUMNS = ("ID", "A-coref", "B-coref")
+
+
+@dataclass(frozen=True)
+class GapAnswers:
+    """Every example's answers, in the order scored: ``ids`` [examples]; ``heads`` [examples, 2, layers,
+    heads] bool, (A coreferent, B coreferent) of every head; ``answered`` [examples] bool, False for an
+    example cut to fit the model (no head answer); ``baselines`` [examples, 2, baselines] bool."""
+
+    ids: list[str]
+    heads: np.ndarray
+    answered: np.ndarray
+    baselines: np.ndarray
+
 
 @dataclass
 class GapProbe:
@@ -186,6 +204,7 @@ class GapProbe:
     correct: [layers, heads] int64 examples with exactly one coreferent name each head picks right, of
     ``one_name`` such examples (Clark et al.'s accuracy). examples: examples read; skipped: of them, cut to
     fit the model (no head answer). syntax_note: why the syntactic baselines are missing, or None.
+    answers: every example's answers, for :meth:`predictions`.
     """
 
     heads: GapCounts
@@ -196,6 +215,7 @@ class GapProbe:
     examples: int
     skipped: int
     syntax_note: str | None = None
+    answers: GapAnswers | None = None
 
     def heatmap(self, gender: str = "overall") -> np.ndarray:
         """[layers, heads] float64 F1 of every head, overall or for one gender (:data:`GENDERS`).
@@ -246,6 +266,39 @@ class GapProbe:
         scores = {name: values.reshape(-1) for name, values in self._scores(self.heads).items()}
         return pd.DataFrame({"layer": layer, "head": head, **scores, "accuracy": self.accuracy().reshape(-1)})
 
+    def predictions(self, system: str) -> pd.DataFrame:
+        """One system's answer to every example it answered, as GAP's scorer reads system output
+        (``gap_scorer.py --system_tsv``; written tab-separated without a header, :data:`PREDICTION_COLUMNS`):
+        ``ID``, ``A-coref``, ``B-coref``, the last two ``TRUE`` or ``FALSE``. system: a row of
+        :meth:`table` (``"head L-H"`` or a baseline's name). An example the head has no answer for (cut to
+        fit the model) is left out, which the scorer counts as a missing output, as :meth:`table` does.
+
+        Raises:
+            BertologyError: a system the table does not have, or a probe that kept no answers.
+        """
+        import pandas as pd
+
+        if self.answers is None:
+            raise BertologyError("This GAP probe kept no answers per example.")
+        best = self.best()
+        if system == f"head {best.label}":
+            picked, answered = self.answers.heads[:, :, best.layer, best.head], self.answers.answered
+        elif system in self.baseline_names:
+            picked = self.answers.baselines[:, :, self.baseline_names.index(system)]
+            answered = np.ones(len(picked), dtype=bool)
+        else:
+            systems = [f"head {best.label}", *self.baseline_names]
+            raise BertologyError(f"The GAP table has no system '{system}'; it has: {', '.join(systems)}.")
+        label = np.array(["FALSE", "TRUE"])
+        return pd.DataFrame(
+            {
+                "ID": np.array(self.answers.ids, dtype=object)[answered],
+                "A-coref": label[picked[answered, 0].astype(int)],
+                "B-coref": label[picked[answered, 1].astype(int)],
+            },
+            columns=list(PREDICTION_COLUMNS),
+        )
+
     def to_dict(self) -> dict[str, Any]:
         """The plain counts: ``[gender (masculine, feminine)][tp, fp, fn, tn]`` per head and baseline."""
         return {
@@ -272,6 +325,10 @@ class GapAccumulator:
         self.correct: np.ndarray | None = None
         self.baselines = np.zeros((2, 4, len(self.baseline_names)), dtype=np.int64)
         self.examples = self.skipped = self.one_name = 0
+        # every example's answers (GapAnswers): ids, [2, layers, heads] or None, [2, baselines]
+        self.ids: list[str] = []
+        self.head_answers: list[np.ndarray | None] = []
+        self.baseline_answers: list[np.ndarray] = []
 
     def _grids(self, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
         check_same_shape(None if self.correct is None else self.correct.shape, shape, "GAP probe")
@@ -289,14 +346,18 @@ class GapAccumulator:
         self.one_name += one_name
         answers = np.array(baselines, dtype=bool).reshape(-1, 2)
         self.baselines[words.gender] += decision_counts(words.gold, answers[:, 0], answers[:, 1])
+        self.ids.append(words.example_id)
+        self.baseline_answers.append(answers.T)
         if row is None:
             self.skipped += 1
+            self.head_answers.append(None)
             if self.heads is not None:
                 self.heads[words.gender] += decision_counts(words.gold, None, None)[:, None, None]
             return
         heads, correct = self._grids(row.shape[:2])
         to_a, to_b = row[..., words.a].sum(-1), row[..., words.b].sum(-1)
         heads[words.gender] += decision_counts(words.gold, to_a > to_b, to_b > to_a)
+        self.head_answers.append(np.stack([to_a > to_b, to_b > to_a]))
         if one_name:
             correct += (to_a > to_b) if words.gold[0] else (to_b > to_a)
 
@@ -311,7 +372,23 @@ class GapAccumulator:
         self.examples += other.examples
         self.skipped += other.skipped
         self.one_name += other.one_name
+        self.ids += other.ids
+        self.head_answers += other.head_answers
+        self.baseline_answers += other.baseline_answers
         return self
+
+    def _answers(self, shape: tuple[int, ...]) -> GapAnswers:
+        """:class:`GapAnswers` of the examples added (heads ``shape``: [layers, heads])."""
+        none = np.zeros((2, *shape), dtype=bool)
+        heads = [none if answer is None else answer for answer in self.head_answers]
+        return GapAnswers(
+            ids=list(self.ids),
+            heads=np.stack(heads) if heads else np.zeros((0, 2, *shape), dtype=bool),
+            answered=np.array([answer is not None for answer in self.head_answers], dtype=bool),
+            baselines=np.stack(self.baseline_answers).astype(bool)
+            if self.baseline_answers
+            else np.zeros((0, 2, len(self.baseline_names)), dtype=bool),
+        )
 
     def result(self, syntax_note: str | None = None) -> GapProbe:
         if self.heads is None or self.correct is None:
@@ -325,6 +402,7 @@ class GapAccumulator:
             self.examples,
             self.skipped,
             syntax_note,
+            self._answers(self.correct.shape),
         )
 
 
@@ -335,12 +413,14 @@ def score_gap(
     limit: int | None = None,
     batch_size: int = 16,
     syntax: bool = True,
+    on_progress: Progress | None = None,
 ) -> GapProbe:
     """Score every head of ``model`` and GAP's baselines on ``examples`` (at most ``limit``).
 
     Examples are batched by length (:func:`~bertology.batching.length_sorted_batches`, ``batch_size`` per
     forward pass) and only the pronoun's rows are kept (:func:`~bertology.probes.rows.query_word_rows`).
     syntax: run the syntactic baselines when spaCy and its English pipeline are installed.
+    on_progress: told the examples scored, with ``limit`` as the total.
 
     Raises:
         BertologyError: a pronoun GAP does not have, or no example fitted the model.
@@ -364,6 +444,8 @@ def score_gap(
                 missing.append((item, answers))
             else:
                 accumulator.update(item, rows.rows[:, :, 0], answers)
+        if on_progress is not None:
+            on_progress(accumulator.examples + len(missing), limit)
     if accumulator.heads is None:
         raise BertologyError(
             f"None of the {len(missing)} GAP examples read fits the model; they are all too long."

@@ -8,6 +8,7 @@ dependency relations), :class:`ParserResult` (the attention-only parser), :class
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
@@ -18,6 +19,7 @@ from bertology.probes.coreference import CorefProbe
 from bertology.probes.dependency import ALL, DIRECTIONS, DependencyProbe
 from bertology.probes.gap import GapProbe
 from bertology.probes.parser import AttentionParser, ParserReport
+from bertology.run_files import gap_predictions_file
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -241,6 +243,29 @@ class GapResult(CountsResult):
     gap_file: str
     model_name: str
     seconds: float
+
+    @property
+    def prediction_files(self) -> dict[str, str]:
+        """Each system of :meth:`table` (the best head, then the baselines) and the file of its answers to
+        every example, as GAP's own scorer reads system output (:meth:`GapProbe.predictions`,
+        :func:`~bertology.run_files.gap_predictions_file`); none when the probe kept no answers."""
+        if self.probe.answers is None:
+            return {}
+        return {system: gap_predictions_file(system) for system in self.table()["system"]}
+
+    @property
+    def files(self) -> list[str]:
+        return [*super().files, *self.prediction_files.values()]
+
+    def save(self, folder: str | Path) -> list[Path]:
+        """The data files of every probe, and each system's answers (:attr:`prediction_files`:
+        tab-separated, no header, as ``gap_scorer.py --system_tsv`` reads them)."""
+        paths = super().save(folder)  # the path of every file of :attr:`files`, the answers' written here
+        for system, name in self.prediction_files.items():
+            path = Path(folder) / name
+            path.parent.mkdir(exist_ok=True)
+            self.probe.predictions(system).to_csv(path, sep="\t", header=False, index=False)
+        return paths
 
     def summary(self) -> dict[str, str | int | float]:
         return {

@@ -180,19 +180,29 @@ def probe_parser(
     limit_eval: int | None = None,
     decode: Decode = "argmax",
     batch_size: int = 16,
+    on_progress: Progress | None = None,
 ) -> ParserResult:
     """Train the attention-only parser on ``train`` and report UAS (no punctuation) on ``evaluation``
-    beside the right-branching and best-single-head baselines."""
+    beside the right-branching and best-single-head baselines. on_progress: told the sentences read of
+    each treebank (the limit as the total), in the stages "Reading the training treebank" and "Scoring
+    the evaluation treebank"."""
     check_decode(decode)  # before the training, not after it
     require_encoder(loaded, "The attention parser")
     start = time.perf_counter()
 
-    def examples(path: str | Path, limit: int | None) -> Iterator[tuple[Sentence, WordAttention]]:
+    def examples(path: str | Path, limit: int | None, stage: str) -> Iterator[tuple[Sentence, WordAttention]]:
         sentences = itertools.islice(read_treebank(path, treebank_format), limit)
-        return iter_word_attention(sentences, loaded, mode=mode, batch_size=batch_size)
+        stream = iter_word_attention(sentences, loaded, mode=mode, batch_size=batch_size)
+        if on_progress is not None:
+            on_progress(0, limit, stage=stage)
+        for pair in stream:
+            yield pair
+            if on_progress is not None:
+                on_progress(stream.seen, limit, stage=stage)
 
-    parser = AttentionParser.fit(examples(train, limit_train))
-    report = evaluate_parser(parser, examples(evaluation, limit_eval), decode=decode)
+    parser = AttentionParser.fit(examples(train, limit_train, "Reading the training treebank"))
+    scored = examples(evaluation, limit_eval, "Scoring the evaluation treebank")
+    report = evaluate_parser(parser, scored, decode=decode)
     return ParserResult(
         parser=parser,
         report=report,
@@ -218,6 +228,7 @@ def probe_coreference(
     limit: int | None = None,
     batch_size: int = 8,
     score: CorefScorer | None = None,
+    on_progress: Progress | None = None,
 ) -> CoreferenceResult:
     """Antecedent selection per head over a coreference corpus.
 
@@ -226,6 +237,7 @@ def probe_coreference(
         word is its last word. CorefUD files (``coref_format="corefud"``, or ``.conllu`` files) carry
         their own trees, so they take none. limit: at most this many documents (the first ones).
         batch_size: windows per forward pass. score: where the batches are scored (default: here).
+        on_progress: told the windows scored (here; a ``score`` elsewhere reports its own).
 
     Raises:
         BertologyError: an unreadable corpus or treebank, a treebank given with CorefUD, or no mention
@@ -248,7 +260,12 @@ def probe_coreference(
         pairs = with_heads(documents, read_treebank(treebank)) if treebank is not None else documents
     batches = coref_batches(pairs, loaded, limit_documents=limit, batch_size=batch_size)
     try:
-        probe = check_scored(score_coref_batches(batches, loaded) if score is None else score(batches))
+        scored = (
+            score(batches)
+            if score is not None
+            else score_coref_batches(batches, loaded, on_progress=on_progress)
+        )
+        probe = check_scored(scored)
     except NoMentionScored as error:
         if not error.mentions:
             raise BertologyError(f"{path} has no coreference mentions.") from error
@@ -277,16 +294,22 @@ def probe_coreference(
 
 
 def probe_gap(
-    path: str | Path, loaded: LoadedModel, *, limit: int | None = None, syntax: bool = True
+    path: str | Path,
+    loaded: LoadedModel,
+    *,
+    limit: int | None = None,
+    syntax: bool = True,
+    on_progress: Progress | None = None,
 ) -> GapResult:
     """Every head and GAP's baselines on a GAP file, scored with GAP's own scorer
     (:mod:`bertology.probes.gap`). limit: at most this many examples (the first ones). syntax: run the
-    syntactic baselines when spaCy is installed.
+    syntactic baselines when spaCy is installed. on_progress: told the examples scored (the limit as the
+    total).
 
     Raises:
         BertologyError: an unreadable file, a pronoun GAP does not have, or no example fits the model.
     """
     require_encoder(loaded, "The GAP probe")
     start = time.perf_counter()
-    probe = score_gap(read_gap(path), loaded, limit=limit, syntax=syntax)
+    probe = score_gap(read_gap(path), loaded, limit=limit, syntax=syntax, on_progress=on_progress)
     return GapResult(probe, str(path), loaded.name, time.perf_counter() - start)

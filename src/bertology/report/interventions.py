@@ -208,9 +208,10 @@ def write_ablation_report(run: AblationRun, outdir: str | Path, *, dpi: int = 11
         sections.append(_pruning_section(run.pruning, run.pruned_dir))
     report = target / REPORT_FILE
     title = f"Head ablation: {run.model_name} on {run.task_name}"
-    report.write_text(
-        page.render_page(title, sections, header=[page.definitions(run.summary())]), encoding="utf-8"
-    )
+    header = [page.definitions({key: value for key, value in run.summary().items() if key != "warning"})]
+    if run.warning is not None:
+        header.insert(0, page.paragraph(f"Warning: {run.warning}", class_="warning"))
+    report.write_text(page.render_page(title, sections, header=header), encoding="utf-8")
     return report
 
 

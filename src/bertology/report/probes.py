@@ -163,6 +163,17 @@ def _gap_sections(result: GapResult, target: Path, dpi: int) -> list[page.Sectio
         page.figure(split, alt="F1 by gender", caption="Masculine and feminine F1 of every system."),
         page.figure(heads, alt="F1 per head", caption="F1 of each head (layer x head, 0-based)."),
     ]
+    if files := result.prediction_files:
+        best = next(iter(files.values()))
+        blocks.append(
+            page.paragraph(
+                "Every system's answer to every example, as GAP's own scorer reads system output (ID, "
+                f"A-coref, B-coref; tab-separated, no header): {', '.join(files.values())}. Score one with "
+                f"`python gap_scorer.py --gold_tsv {Path(result.gap_file).name} --system_tsv {best}`; the "
+                "gold file must hold the examples probed and no others (the first ones, with a limit). An "
+                "example cut to fit the model has no line in a head's file (a missing output, as above)."
+            )
+        )
     return [page.Section("GAP scorecard", "scorecard", blocks)]
 
 

@@ -17,6 +17,7 @@ from bertology.errors import BertologyError
 from bertology.probes.coreference.counts import CorefAccumulator, CorefProbe, DocumentsRead
 from bertology.probes.coreference.windows import CorefWindow, coref_windows
 from bertology.probes.rows import query_word_rows
+from bertology.progress import Progress
 from bertology.readers.coref import CorefDocument
 
 if TYPE_CHECKING:
@@ -170,13 +171,19 @@ def score_coref_batch(
 
 
 def score_coref_batches(
-    batches: Iterable[list[CorefItem]], model: LoadedModel, *, max_length: int | None = None
+    batches: Iterable[list[CorefItem]],
+    model: LoadedModel,
+    *,
+    max_length: int | None = None,
+    on_progress: Progress | None = None,
 ) -> CorefAccumulator:
     """A fresh accumulator with ``batches`` (of :func:`coref_batches`) scored into it, in this process, the
-    next batches made in a thread meanwhile."""
+    next batches made in a thread meanwhile. on_progress: told the windows scored (the total unknown)."""
     accumulator = CorefAccumulator()
     for batch in prefetched(batches):
         score_coref_batch(accumulator, batch, model, max_length=max_length)
+        if on_progress is not None:
+            on_progress(accumulator.windows)
     return accumulator
 
 
