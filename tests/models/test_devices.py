@@ -209,12 +209,12 @@ def test_accumulators_are_float64_after_a_bfloat16_batch(tiny_model_dirs: dict[s
     accumulators.update(batch)
     accumulators.add_captured(batch)
     assert accumulators.surface.means.sums is not None and accumulators.patterns.means.sums is not None
-    assert accumulators.surface.means.sums.dtype == np.float64
-    assert accumulators.patterns.means.sums.dtype == np.float64
+    assert accumulators.surface.means.sums.dtype == torch.float64
+    assert accumulators.patterns.means.sums.dtype == torch.float64
     assert (
         accumulators.patterns.best_score is not None and accumulators.patterns.best_score.dtype == np.float64
     )
-    assert accumulators.distances.js_sum is not None and accumulators.distances.js_sum.dtype == np.float64
+    assert accumulators.distances.js_sum is not None and accumulators.distances.js_sum.dtype == torch.float64
     result = accumulators.result()
     assert {values.dtype for values in result.surface.columns.values()} == {np.dtype(np.float64)}
 

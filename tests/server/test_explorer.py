@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from fastapi.testclient import TestClient
 from support.run_folders import MAX_LENGTH, PER_HEAD, write_analysis
 
@@ -82,12 +83,13 @@ def test_stored_examples_are_the_true_top_k(
 def test_top_k_is_the_same_merged_from_shards() -> None:
     rng = np.random.default_rng(0)
     scores = rng.random((len(PATTERNS), 2, 3, 40))  # [patterns, layers, heads, segments]
+    kept = torch.from_numpy(scores)
     whole, first, second = (PatternAccumulator(keep=4) for _ in range(3))
-    whole._keep_best(scores, np.broadcast_to(np.arange(40), scores.shape))
-    first._keep_best(scores[..., :25], np.broadcast_to(np.arange(25), scores[..., :25].shape))
-    second._keep_best(scores[..., 25:], np.broadcast_to(np.arange(25, 40), scores[..., 25:].shape))
-    assert first.top_segment is not None and second.top_segment is not None
-    second._keep_best(first.top_score, first.top_segment)  # as merge() folds another shard in
+    whole._keep_best(kept, torch.arange(40).expand(kept.shape))
+    first._keep_best(kept[..., :25], torch.arange(25).expand(kept[..., :25].shape))
+    second._keep_best(kept[..., 25:], torch.arange(25, 40).expand(kept[..., 25:].shape))
+    assert first._top_score is not None and first._top_segment is not None
+    second._keep_best(first._top_score, first._top_segment)  # as merge() folds another shard in
     expected = np.argsort(-scores, axis=-1, kind="stable")[..., :4]
     assert (whole.top_segment == expected).all() and (second.top_segment == expected).all()
 

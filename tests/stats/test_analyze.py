@@ -199,4 +199,6 @@ def test_one_batch_makes_the_same_few_host_transfers_whatever_the_layers_and_blo
         ),
     }
     assert len(set(counts.values())) == 1, counts
-    assert 0 < counts["6 layers"] <= 30
+    # the statistics stay on the device between batches: what is left are the few reads that size the
+    # batch's key-set pairs and the attention mask (5 here; 23 when every accumulator came to the host)
+    assert 0 < counts["6 layers"] <= 6

@@ -21,7 +21,7 @@ import torch
 
 from bertology.devices import float64_home
 from bertology.errors import BertologyError
-from bertology.stats.base import SegmentCounter, check_same_shape
+from bertology.stats.base import SegmentCounter, check_same_shape, on_the_host
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -266,7 +266,7 @@ class DistanceAccumulator:
         self.seed = seed
         self.group_columns = group_columns
         self.counter = SegmentCounter(first_segment)
-        self.js_sum: np.ndarray | None = None
+        self.js_sum: torch.Tensor | None = None  # [G, G] float64, where the rows are (the CPU for MPS)
         self.shape: tuple[int, int] | None = None
         self.tokens = 0
         self.segments = 0
@@ -315,8 +315,7 @@ class DistanceAccumulator:
                 total = sums if total is None else total + sums
                 group, width = [], 0
         assert total is not None
-        batch_sums = total.cpu().numpy()  # one transfer to the host per batch
-        self.js_sum = batch_sums if self.js_sum is None else self.js_sum + batch_sums
+        self.js_sum = total if self.js_sum is None else self.js_sum + total.to(self.js_sum.device)
         self.shape = shape
         self.tokens += sum(len(queries) for queries in sampler.queries)
         self.segments += len(sampler.lengths)
@@ -325,7 +324,9 @@ class DistanceAccumulator:
         if other.js_sum is None or other.shape is None:
             return self
         check_same_shape(self.shape, other.shape, "This distance accumulator")
-        self.js_sum = other.js_sum.copy() if self.js_sum is None else self.js_sum + other.js_sum
+        self.js_sum = (
+            other.js_sum.clone() if self.js_sum is None else self.js_sum + other.js_sum.to(self.js_sum.device)
+        )
         self.shape = other.shape
         self.tokens += other.tokens
         self.segments += other.segments
@@ -337,7 +338,10 @@ class DistanceAccumulator:
             raise BertologyError(
                 "The distance accumulator has seen no segments yet; update it with a batch first."
             )
-        return HeadDistances(self.js_sum.copy(), self.tokens, self.segments, *self.shape)
+        return HeadDistances(self.js_sum.cpu().numpy().copy(), self.tokens, self.segments, *self.shape)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return on_the_host(self.__dict__)
 
 
 def _precomputed_mds(seed: int) -> Any:

@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 import torch
+from torch.nn.functional import pad
 
 from bertology.errors import BertologyError
-from bertology.stats.base import HeadTable, SegmentCounter, SegmentMeans, check_same_shape
+from bertology.stats.base import HeadTable, SegmentCounter, SegmentMeans, check_same_shape, on_the_host
 from bertology.stats.rows import QueryValues, RowSummary, SpecialTokens, stack_segment_means
 from bertology.stats.surface import next_token, previous_token
 
@@ -49,6 +50,21 @@ PATTERN_DESCRIPTIONS = {
     "broad": "broad: near-uniform within its sentence",
     "none": "none of these",
 }
+
+#: The labels' colours in every figure, report and web page (one palette, here): matplotlib's tab10 in
+#: :data:`PATTERN_DESCRIPTIONS` order without its grey, which is kept for ``"none"``.
+PATTERN_COLOURS = {
+    "next": "#1f77b4",
+    "previous": "#ff7f0e",
+    "same_word": "#2ca02c",
+    "other_sentence": "#d62728",
+    "word_pieces": "#9467bd",
+    "delimiters": "#8c564b",
+    "broad": "#e377c2",
+    "none": "#7f7f7f",
+}
+#: The colour of a label not in :data:`PATTERN_COLOURS` (tab10's next colour).
+OTHER_PATTERN_COLOUR = "#bcbd22"
 
 
 @dataclass(frozen=True)
@@ -211,13 +227,24 @@ class PatternAccumulator:
         self.keep = keep
         self.means = SegmentMeans(PATTERNS)
         self.counter = SegmentCounter(first_segment)
-        self.top_score: np.ndarray | None = None  # [patterns, layers, heads, keep] float64, highest first
-        self.top_segment: np.ndarray | None = None  # [patterns, layers, heads, keep] int64
+        # [patterns, layers, heads, keep] float64 (highest first) and int64, where the scores are computed
+        self._top_score: torch.Tensor | None = None
+        self._top_segment: torch.Tensor | None = None
+
+    @property
+    def top_score(self) -> np.ndarray | None:
+        """[patterns, layers, heads, keep] float64: each pattern's highest segment scores per head so far."""
+        return None if self._top_score is None else self._top_score.cpu().numpy()
+
+    @property
+    def top_segment(self) -> np.ndarray | None:
+        """[patterns, layers, heads, keep] int64: the segments of :attr:`top_score` (-1 past them)."""
+        return None if self._top_segment is None else self._top_segment.cpu().numpy()
 
     @property
     def best_score(self) -> np.ndarray | None:
         """[patterns, layers, heads] float64: each pattern's highest segment score per head so far."""
-        return None if self.top_score is None else self.top_score[..., 0]
+        return None if self._top_score is None else self._top_score[..., 0].cpu().numpy()
 
     @property
     def items(self) -> int:
@@ -231,32 +258,41 @@ class PatternAccumulator:
         """Fold in a batch already summarised (e.g. once for several accumulators, or while streaming)."""
         values, defined = stack_segment_means(score(rows) for score in PATTERN_SCORES.values())
         self.means.add(values, defined)
-        scores = torch.where(defined[:, :, None, None], values, -torch.inf).cpu().numpy()  # [B, P, L, H]
-        segments = np.broadcast_to(self.counter.take(values.shape[0])[:, None, None, None], scores.shape)
-        self._keep_best(np.moveaxis(scores, 0, -1), np.moveaxis(segments, 0, -1))
+        scores = torch.where(defined[:, :, None, None], values, -torch.inf)  # [B, P, L, H]
+        segments = torch.as_tensor(self.counter.take(values.shape[0]), device=scores.device)
+        self._keep_best(scores.movedim(0, -1), segments.expand((*scores.shape[1:], -1)))
 
-    def _keep_best(self, score: np.ndarray, segment: np.ndarray) -> None:
+    def _keep_best(self, score: torch.Tensor, segment: torch.Tensor) -> None:
         """Keep, per pattern and head, the :attr:`keep` highest of the kept and the new ``score``
-        ``[patterns, layers, heads, M]`` (the lower segment index first on ties); -1 for undefined ones."""
-        if self.top_score is not None and self.top_segment is not None:
-            check_same_shape(self.top_score.shape[1:3], score.shape[1:3], "This pattern accumulator")
-            score = np.concatenate([self.top_score, score], axis=-1)
-            segment = np.concatenate([self.top_segment, segment], axis=-1)
-        order = np.lexsort((segment, -score), axis=-1)[..., : self.keep]
-        score = np.take_along_axis(score, order, axis=-1)
-        segment = np.where(np.isfinite(score), np.take_along_axis(segment, order, axis=-1), -1)
+        ``[patterns, layers, heads, M]`` float64 (the lower segment index first on ties; ``segment`` the
+        same shape, int64); -1 for undefined ones. Sorted where the kept scores are: nothing reaches the
+        host."""
+        if self._top_score is not None and self._top_segment is not None:
+            check_same_shape(
+                tuple(self._top_score.shape[1:3]), tuple(score.shape[1:3]), "This pattern accumulator"
+            )
+            score = torch.cat([self._top_score, score.to(self._top_score.device)], dim=-1)
+            segment = torch.cat([self._top_segment, segment.to(self._top_segment.device)], dim=-1)
+        by_segment = segment.argsort(dim=-1, stable=True)  # ties in score keep the lower segment first
+        score, segment = score.gather(-1, by_segment), segment.gather(-1, by_segment)
+        order = (-score).argsort(dim=-1, stable=True)[..., : self.keep]
+        score = score.gather(-1, order)
+        segment = torch.where(score.isfinite(), segment.gather(-1, order), -1)
         if score.shape[-1] < self.keep:  # fewer segments so far than kept places
-            missing = [(0, 0)] * 3 + [(0, self.keep - score.shape[-1])]
-            score = np.pad(score, missing, constant_values=-np.inf)
-            segment = np.pad(segment, missing, constant_values=-1)
-        self.top_score, self.top_segment = score, segment
+            missing = (0, self.keep - score.shape[-1])
+            score = pad(score, missing, value=-torch.inf)
+            segment = pad(segment, missing, value=-1)
+        self._top_score, self._top_segment = score, segment
 
     def merge(self, other: Self) -> Self:
         self.means.merge(other.means)
         self.counter.merge(other.counter)
-        if other.top_score is not None and other.top_segment is not None:
-            self._keep_best(other.top_score, other.top_segment)
+        if other._top_score is not None and other._top_segment is not None:
+            self._keep_best(other._top_score, other._top_segment)
         return self
+
+    def __getstate__(self) -> dict[str, Any]:
+        return on_the_host(self.__dict__)
 
     def result(self) -> HeadPatterns:
         scores = self.means.table("pattern accumulator")

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from bertology.devices import float64_home
 from bertology.errors import BertologyError
 
 if TYPE_CHECKING:
@@ -82,6 +83,12 @@ class HeadTable:
         return json.dumps(self.to_dict(), allow_nan=False)
 
 
+def on_the_host(state: dict[str, Any]) -> dict[str, Any]:
+    """An accumulator's ``__dict__`` with its tensors moved to the CPU: what it pickles to, so that a
+    checkpoint or another process need not have the device its sums were kept on."""
+    return {name: value.cpu() if isinstance(value, torch.Tensor) else value for name, value in state.items()}
+
+
 def check_same_shape(expected: tuple[int, int] | None, found: tuple[int, int], what: str) -> None:
     if expected is not None and expected != found:
         raise BertologyError(
@@ -96,12 +103,16 @@ class SegmentMeans:
     Each update gives every segment a value per statistic and head and says whether the statistic is
     defined for that segment (e.g. [SEP]-to-[SEP] needs a [SEP] query). The mean of statistic ``s`` is
     ``sums[s] / counts[s]``: the plain average over the segments where ``s`` is defined.
+
+    The sums stay where the values are computed, in float64 (:func:`~bertology.devices.float64_home`: on
+    the CPU for MPS, which has no float64), and reach the host only in :meth:`table` or when pickled, not
+    once per batch.
     """
 
     def __init__(self, names: Sequence[str]) -> None:
         self.names = tuple(names)
-        self.sums: np.ndarray | None = None  # [statistics, layers, heads] float64
-        self.counts = np.zeros(len(self.names), dtype=np.int64)
+        self.sums: torch.Tensor | None = None  # [statistics, layers, heads] float64
+        self.counts: torch.Tensor | None = None  # [statistics] int64
         self.segments = 0
 
     @property
@@ -112,31 +123,42 @@ class SegmentMeans:
     def add(self, values: torch.Tensor, defined: torch.Tensor) -> None:
         """values: [segments, statistics, layers, heads]; defined: [segments, statistics] bool."""
         check_same_shape(self.shape, (values.shape[2], values.shape[3]), "This accumulator")
-        kept = torch.where(defined[:, :, None, None], values.double(), 0.0).sum(0).cpu().numpy()
-        self.sums = kept if self.sums is None else self.sums + kept
-        self.counts += defined.sum(0).cpu().numpy()
+        home = float64_home(values.device)
+        kept = torch.where(defined[:, :, None, None], values.to(home, torch.float64), 0.0).sum(0)
+        self._fold(kept, defined.to(home).sum(0))
         self.segments += values.shape[0]
+
+    def _fold(self, sums: torch.Tensor, counts: torch.Tensor) -> None:
+        """Adds ``sums`` [statistics, layers, heads] and ``counts`` [statistics] to the running ones."""
+        if self.sums is None or self.counts is None:
+            self.sums, self.counts = sums.clone(), counts.clone()
+        else:
+            self.sums += sums.to(self.sums.device)
+            self.counts += counts.to(self.counts.device)
 
     def merge(self, other: SegmentMeans) -> None:
         if other.names != self.names:
             raise BertologyError("Cannot merge accumulators of different statistics.")
-        if other.sums is None:
+        if other.sums is None or other.counts is None:
             return
         check_same_shape(self.shape, other.shape, "This accumulator")
-        self.sums = other.sums.copy() if self.sums is None else self.sums + other.sums
-        self.counts += other.counts
+        self._fold(other.sums, other.counts)
         self.segments += other.segments
+
+    def __getstate__(self) -> dict[str, Any]:
+        return on_the_host(self.__dict__)
 
     def table(self, what: str) -> HeadTable:
         """The means as a :class:`HeadTable`; ``what`` names the accumulator in the error."""
-        if self.sums is None:
+        if self.sums is None or self.counts is None:
             raise BertologyError(f"The {what} has seen no segments yet; update it with a batch first.")
+        sums, counts = self.sums.cpu().numpy(), self.counts.cpu().numpy()
         with np.errstate(invalid="ignore", divide="ignore"):
-            means = self.sums / self.counts[:, None, None]
-        means[self.counts == 0] = np.nan
+            means = sums / counts[:, None, None]
+        means[counts == 0] = np.nan
         return HeadTable(
             columns=dict(zip(self.names, means, strict=True)),
-            defined_segments={name: int(count) for name, count in zip(self.names, self.counts, strict=True)},
+            defined_segments={name: int(count) for name, count in zip(self.names, counts, strict=True)},
             segments=self.segments,
         )
 

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch.nn.functional import pad
 
+from bertology.devices import float64_home
 from bertology.errors import BertologyError
 
 if TYPE_CHECKING:
@@ -198,11 +199,11 @@ class QueryValues:
 def stack_segment_means(statistics: Iterable[QueryValues]) -> tuple[torch.Tensor, torch.Tensor]:
     """Each statistic averaged over each segment's queries (or its sum divided by its ``denominator``).
 
-    Returns ``(values [B, S, L, H] float64, defined [B, S] bool)`` on the CPU for ``S`` statistics; a
-    segment where a statistic has no query gets 0 and ``defined`` False. Sums over queries are taken in
-    float32 where the rows are (at most a segment's tokens per sum), then brought to the host in one
-    transfer per batch, and the means taken there in float64 (whatever the model's precision; an Apple
-    GPU has no float64).
+    Returns ``(values [B, S, L, H] float64, defined [B, S] bool)`` for ``S`` statistics; a segment where a
+    statistic has no query gets 0 and ``defined`` False. Sums over queries are taken in float32 where the
+    rows are (at most a segment's tokens per sum), the means in float64 (whatever the model's precision)
+    on the same device, or on the CPU for an Apple GPU, which has no float64
+    (:func:`~bertology.devices.float64_home`): nothing reaches the host per batch on CUDA.
     """
     sums, counts, divisors = [], [], []
     for statistic in statistics:
@@ -212,9 +213,11 @@ def stack_segment_means(statistics: Iterable[QueryValues]) -> tuple[torch.Tensor
         divisors.append(
             (count.clamp_min(1) if statistic.denominator is None else statistic.denominator).float()
         )
-    kept = torch.stack(sums, dim=1).cpu().double()  # [B, S, L, H]
-    divisor = torch.stack(divisors, dim=1).cpu().double()  # [B, S]
-    return kept / divisor[:, :, None, None], torch.stack(counts, dim=1).cpu() > 0
+    kept = torch.stack(sums, dim=1)  # [B, S, L, H]
+    home = float64_home(kept.device)
+    kept = kept.to(home, torch.float64)
+    divisor = torch.stack(divisors, dim=1).to(home, torch.float64)  # [B, S]
+    return kept / divisor[:, :, None, None], torch.stack(counts, dim=1).to(home) > 0
 
 
 #: Probabilities are raised to at least this before taking logs; ``x ln x`` there is ~1e-28, i.e. 0.
