@@ -4,7 +4,8 @@ torch's.
 Devices are named as in :data:`bertology.options.DEVICE_FORMS`: ``auto`` picks a CUDA GPU when torch sees
 one, else an Apple GPU (MPS) when there is one, else the CPU. Precisions are
 :data:`bertology.options.DTYPES`; the weights and the forward pass take it, while every statistic is summed
-in float64 on the host whatever it is (:mod:`bertology.stats`).
+in float64 whatever it is, on the model's device (:func:`float64_home`: the CPU for MPS), brought to the
+host at the end of a run (:mod:`bertology.stats`).
 """
 
 from __future__ import annotations
