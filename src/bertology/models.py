@@ -380,3 +380,44 @@ def require_single_stack(loaded: LoadedModel, what: str) -> None:
 def resolve_model(model: LoadedModel | str | Path | None) -> LoadedModel:
     """Accept a loaded model, a name or path, or ``None`` (the default model)."""
     return model if isinstance(model, LoadedModel) else load_model(model)
+
+
+@contextmanager
+def model_in_use(
+    model: LoadedModel | PreTrainedModel | str | Path | None, tokenizer: object = None
+) -> Iterator[LoadedModel]:
+    """The :class:`LoadedModel` of ``model`` for the block: a loaded model, a name or path, ``None`` (the
+    default model), or a transformers model object the caller loaded, with its ``tokenizer``.
+
+    A transformers model is prepared as :func:`load_model` prepares its own (:func:`wrap_model`) for the
+    block and left as it was afterwards: its attention implementation, training mode, and the tokenizer's
+    padding side and pad token.
+
+    Raises:
+        BertologyError: a transformers model without its tokenizer, a tokenizer with a name or a
+            :class:`LoadedModel` (which carry their own), or a tokenizer that is not a fast one.
+    """
+    if not isinstance(model, PreTrainedModel):
+        if tokenizer is not None:
+            raise BertologyError(
+                "tokenizer= goes with a transformers model object; a model name, path or LoadedModel "
+                "brings its own tokenizer."
+            )
+        yield resolve_model(model)
+        return
+    if tokenizer is None:
+        raise BertologyError("Give tokenizer= with a transformers model object: the one loaded with it.")
+    if not getattr(tokenizer, "is_fast", False):
+        raise BertologyError(
+            f"The tokenizer ({type(tokenizer).__name__}) is not a fast tokenizer, which bertology needs for "
+            "word alignment; load it with AutoTokenizer.from_pretrained(..., use_fast=True)."
+        )
+    implementation, training = model.config._attn_implementation, model.training
+    padding_side, pad_token = tokenizer.padding_side, tokenizer.pad_token
+    try:
+        yield wrap_model(model, tokenizer, str(model.name_or_path or type(model).__name__))
+    finally:
+        if model.config._attn_implementation != implementation:
+            model.set_attn_implementation(implementation)
+        model.train(training)
+        tokenizer.padding_side, tokenizer.pad_token = padding_side, pad_token

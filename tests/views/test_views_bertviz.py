@@ -326,7 +326,7 @@ def generative(tmp_path_factory: pytest.TempPathFactory) -> dict[str, LoadedMode
 def test_decoder_attention_is_drawn_causal(generative: dict[str, LoadedModel]) -> None:
     outputs = Outputs(generative["gpt2"], TARGET)
     data = bertology.model_view(outputs.attentions, outputs.tokens, prettify_tokens=False).data
-    expected = bertology.model_view(TARGET, model=generative["gpt2"]).data
+    expected = bertology.model_view(TARGET, model=generative["gpt2"], prettify_tokens=False).data
     assert data["causal"] is True
     _assert_same_page(data, {**expected, "model": "model"})
 

@@ -95,7 +95,8 @@ def test_head_view_draws_switches_layers_and_filters_by_token(open_page: Callabl
 
 
 def test_head_selector_toggles_and_solos_heads(open_page: Callable[..., ViewPage]) -> None:
-    view = open_page(synthetic_view("head", n=24, layers=2, heads=4))
+    # Faint lines: a line's opacity does not depend on how many heads are shown, so fewer heads, less ink.
+    view = open_page({**synthetic_view("head", n=24, layers=2, heads=4), "faintLines": True})
     full = view.ink()
     swatch = '.bt-swatch[data-head="{}"]'
     view.page.click(swatch.format(0))
@@ -183,7 +184,8 @@ def test_hostile_token_is_shown_as_text_and_nothing_runs(
 
 
 def test_head_view_at_512_tokens_draws_fast(open_page: Callable[..., ViewPage]) -> None:
-    view = open_page(synthetic_view("head", n=512, layers=2, heads=12, seed=1))
+    # Faint lines: every weight of at least 1/255 is a line, far more than the budget.
+    view = open_page({**synthetic_view("head", n=512, layers=2, heads=12, seed=1), "faintLines": True})
     assert view.ink() > 10_000
     # Time a redraw including rasterisation (reading a pixel back waits for it).
     elapsed = view.js(

@@ -148,20 +148,57 @@ def test_hovering_a_token_shows_each_heads_weight_in_boxes(open_page: Callable[.
     view.assert_clean()
 
 
-def test_faint_lines_are_drawn_at_a_minimum_opacity(open_page: Callable[..., ViewPage]) -> None:
-    """A weight of 0.02 (a typical A -> B line) was drawn at opacity 0.03, 8 of 255: nearly invisible."""
-    n = 8
-    probs = synthetic_attention(1, 1, n, seed=2)
-    probs[0, 0, 0] = 0.0
-    probs[0, 0, 0, [0, n - 1]] = [0.98, 0.02]
-    data = {**synthetic_view("head", n=n, layers=1, heads=1), "attention": pack_attention(probs)}
-    view = open_page(data)
+def _line_alphas(view: ViewPage, n: int, keys: list[int], heads: int) -> list[int]:
+    """The most opaque pixel (alpha, 0-255) near the middle of the line from query token 0 to each key,
+    with token 0 pinned (only its lines drawn; they end where its weight boxes begin)."""
     view.js("window.bertology.focusToken('left', 0)")
     pixels = _pixels(view)
-    end = LINE_AREA - (10 + 4)  # the line ends where the weight boxes begin
+    end = LINE_AREA - (heads * 10 + 4)
     x = end // 2
-    y = round((ROW / 2 + (n - 0.5) * ROW) / 2)
-    assert pixels[y - 2 : y + 3, x - 2 : x + 3, 3].max() >= 20
+    alphas = []
+    for key in keys:
+        y = round((ROW / 2 + (key + 0.5) * ROW) / 2)
+        alphas.append(int(pixels[y - 2 : y + 3, x - 2 : x + 3, 3].max()))
+    return alphas
+
+
+def _two_head_lines(n: int = 8) -> dict[str, Any]:
+    """Two heads; from token 0, head 0 gives 0.98 to itself and 0.02 to the last token, head 1 all to
+    token 3."""
+    probs = synthetic_attention(1, 2, n, seed=2)
+    probs[0, :, 0] = 0.0
+    probs[0, 0, 0, [0, n - 1]] = [0.98, 0.02]
+    probs[0, 1, 0, 3] = 1.0
+    return {**synthetic_view("head", n=n, layers=1, heads=2), "attention": pack_attention(probs)}
+
+
+def test_lines_fade_with_their_weight_as_in_bertviz(open_page: Callable[..., ViewPage]) -> None:
+    """BertViz draws each line at an opacity of its weight divided by the heads shown: the strong lines
+    of the [CLS] / [SEP] patterns stand out and small weights fade (a floor of 0.1 on every line made the
+    all-heads view a dense grey mesh)."""
+    view = open_page(_two_head_lines())
+    strong, weak = _line_alphas(view, 8, [3, 7], heads=2)
+    # Weight 1 (the top opacity level, 31/32) over 2 heads: about 0.48, 123 of 255.
+    assert 105 <= strong <= 135, strong
+    assert weak <= 6, weak  # weight 0.02 / 2 heads: about 1% opacity
+    # Head 1 alone: its line at the weight itself.
+    view.js("window.bertology.setHeads([1])")
+    (alone,) = _line_alphas(view, 8, [3], heads=1)
+    assert alone >= 2 * strong - 20, (alone, strong)
+    assert view.state()["faintLines"] is False
+    view.assert_clean()
+
+
+def test_faint_lines_are_an_option(open_page: Callable[..., ViewPage]) -> None:
+    """faintLines (the "Faint" box): every line at an opacity of at least 0.1, so that a weight of 0.02
+    (a typical A -> B line) stays visible."""
+    view = open_page({**_two_head_lines(), "faintLines": True})
+    assert view.js("document.getElementById('bt-faint').checked") is True
+    strong, weak = _line_alphas(view, 8, [3, 7], heads=2)
+    assert weak >= 20 and strong >= 200, (weak, strong)
+    view.page.click("#bt-faint")  # off: as BertViz
+    assert view.state()["faintLines"] is False
+    assert _line_alphas(view, 8, [7], heads=2)[0] <= 6
     view.assert_clean()
 
 

@@ -6,20 +6,30 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bertology.attention import Attention, capture
 from bertology.capture_seq2seq import AttentionSetName, Seq2SeqAttention, capture_seq2seq
 from bertology.errors import BertologyError
 from bertology.inputs import Text
 from bertology.long_capture import LongAttention
-from bertology.models import KIND_PHRASES, LoadedModel, resolve_model
+from bertology.models import KIND_PHRASES, LoadedModel, model_in_use
 from bertology.norms import Weights
-from bertology.views.bertviz import ATTENTION_KEYWORDS, bertviz_view_data, is_attention_arrays
+from bertology.views.bertviz import (
+    ATTENTION_KEYWORDS,
+    bertviz_view_data,
+    is_attention_arrays,
+    pretty_tokens,
+    select_heads,
+    theme_of,
+)
 from bertology.views.build import VIEW_KINDS, Theme, ViewKind, seq2seq_view_data, view_data
 from bertology.views.long import long_view_data
 from bertology.views.notebook import MAX_FRAME_HEIGHT, notebook_frame
 from bertology.views.page import render_page
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 __all__ = [
     "VIEW_KINDS",
@@ -112,9 +122,10 @@ def render_view(
     text_b: Text | None = None,
     *,
     kind: ViewKind,
-    model: LoadedModel | str | Path | None = None,
-    layer: int = 0,
-    head: int = 0,
+    model: LoadedModel | PreTrainedModel | str | Path | None = None,
+    tokenizer: Any = None,
+    layer: int | None = None,
+    head: int | None = None,
     query: int = 0,
     theme: Theme = "light",
     weights: Weights = "attention",
@@ -123,13 +134,24 @@ def render_view(
     attention_set: AttentionSetName = "cross",
     window: tuple[int, int] | None = None,
     max_tokens: int | None = None,
+    heads: Sequence[int] | None = None,
+    include_layers: Sequence[int] | None = None,
+    include_heads: Sequence[int] | None = None,
+    prettify_tokens: bool = False,
+    faint_lines: bool = False,
 ) -> View:
     """Build a view from a captured :class:`Attention` or :class:`LongAttention`, or capture ``source``
     (and ``text_b``) first.
 
+    model: a loaded model, a name or path, or a transformers model object with its ``tokenizer``
+    (:func:`~bertology.models.model_in_use`; the model is left as it was).
     weights: when capturing, show the softmax output (``"attention"``) or the norm-based weights
     (``"norm"``, :mod:`bertology.norms`; the neuron view shows them beside the softmax).
     head_names: labels shown instead of the head numbers (one per head).
+    layer, head: shown first (default: the first); with ``include_layers`` / ``include_heads`` (show only
+    these, labelled with their own numbers) they are original numbers among those. heads: the heads the
+    head view shows first (default: all). prettify_tokens: show the word-start marks Ġ and ▁ as spaces.
+    faint_lines: draw every line at an opacity of at least 0.1 (see :func:`~bertology.views.build.view_data`).
     A decoder-only model's attention is drawn as causal. An encoder-decoder model takes ``source`` and
     ``target`` texts and shows ``attention_set`` first (see :func:`seq2seq_view`).
     A long input (a :class:`LongAttention`, which ``capture`` gives above
@@ -137,31 +159,58 @@ def render_view(
     describes: a ``window`` of ``(start, size)`` tokens (default: 256 around ``query``) and a minimap.
     max_tokens: when capturing, read at most this many tokens (default: the model's own limit).
     """
+    selection = {"heads": heads, "include_layers": include_layers, "include_heads": include_heads}
+    selected = [name for name, value in selection.items() if value is not None]
     if isinstance(source, Attention | LongAttention):
         attention = source
     else:
-        loaded = resolve_model(model)
-        if loaded.kind == "encoder-decoder":
-            if text_b is not None:
-                raise BertologyError(
-                    "An encoder-decoder model takes a source and a target, not a pair of texts."
+        with model_in_use(model, tokenizer) as loaded:
+            if loaded.kind == "encoder-decoder":
+                if text_b is not None:
+                    raise BertologyError(
+                        "An encoder-decoder model takes a source and a target, not a pair of texts."
+                    )
+                if selected:
+                    raise BertologyError(
+                        f"{selected[0]}= is not available for an encoder-decoder model's text; pass its "
+                        "attention tensors (encoder_attention=, ...) to choose layers and heads."
+                    )
+                text = source if isinstance(source, str) else " ".join(source)
+                return seq2seq_view(
+                    text,
+                    target,
+                    kind=kind,
+                    attention_set=attention_set,
+                    model=loaded,
+                    layer=layer or 0,
+                    theme=theme,
                 )
-            text = source if isinstance(source, str) else " ".join(source)
-            return seq2seq_view(
-                text, target, kind=kind, attention_set=attention_set, model=loaded, layer=layer, theme=theme
+            if target is not None:
+                raise BertologyError(
+                    "A target text is for encoder-decoder models; "
+                    f"'{loaded.name}' is {KIND_PHRASES[loaded.kind]} model."
+                )
+            attention = capture(
+                source, text_b, model=loaded, qk=kind == "neuron", weights=weights, max_length=max_tokens
             )
-        if target is not None:
-            raise BertologyError(
-                "A target text is for encoder-decoder models; "
-                f"'{loaded.name}' is {KIND_PHRASES[loaded.kind]} model."
-            )
-        attention = capture(
-            source, text_b, model=loaded, qk=kind == "neuron", weights=weights, max_length=max_tokens
-        )
-    options = {"layer": layer, "head": head, "query": query, "theme": theme, "head_names": head_names}
+    if prettify_tokens:
+        attention = pretty_tokens(attention)
+    options = {"query": query, "theme": theme, "head_names": head_names}
     if isinstance(attention, LongAttention):
-        return View(kind, long_view_data(attention, kind, window=window, **options))
-    return View(kind, view_data(attention, kind, **options))
+        if selected:
+            raise BertologyError(
+                f"{selected[0]}= is not available for a long input; its view shows all heads."
+            )
+        data = long_view_data(attention, kind, window=window, layer=layer or 0, head=head or 0, **options)
+        return View(kind, {**data, "faintLines": True} if faint_lines else data)
+    if not selected:
+        return View(
+            kind,
+            view_data(attention, kind, layer=layer or 0, head=head or 0, faint_lines=faint_lines, **options),
+        )
+    cut, shown = select_heads(attention, layer=layer, head=head, **selection)
+    data = view_data(cut, kind, layer=shown.layer, head=shown.head, faint_lines=faint_lines, **options)
+    return View(kind, {**shown.fields, **data})  # names given for the heads shown win over their numbers
 
 
 def seq2seq_view(
@@ -238,18 +287,65 @@ _BERTVIZ_POSITIONAL: dict[ViewKind, tuple[str, ...]] = {
     "model": ("sentence_b_start", "prettify_tokens", "display_mode"),
     "neuron": (),
 }
+#: Each view's theme when none is given: BertViz's (its model and neuron views are dark, its head view light).
+DEFAULT_DISPLAY_MODES: dict[ViewKind, Theme] = {"head": "light", "model": "dark", "neuron": "dark"}
+#: Keywords of the attention-tensor form that a text has no use for.
+_TENSOR_ONLY = (*ATTENTION_KEYWORDS, "tokens", "encoder_tokens", "decoder_tokens", "index")
+
+
+def _display_mode(kind: ViewKind, options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` with the theme under ``display_mode`` (BertViz's name; ``theme=`` is taken too), the
+    view's default when neither is given."""
+    options = dict(options)
+    theme = options.pop("theme", None)
+    if theme is not None and options.get("display_mode") is not None:
+        raise BertologyError("Give display_mode or theme, not both.")
+    options["display_mode"] = options.get("display_mode") or theme or DEFAULT_DISPLAY_MODES[kind]
+    return options
+
+
+def _text_view(kind: ViewKind, arguments: tuple[Any, ...], options: dict[str, Any]) -> View:
+    """The view of a text (and a second text) or a captured :class:`Attention` (:func:`render_view`), with
+    every keyword of the tensor form that applies to it: ``display_mode``, ``prettify_tokens`` (default
+    on, as BertViz), ``layer``, ``heads``, ``include_layers``, ``include_heads``, ``model_name`` and
+    ``sentence_b_start`` (checked against where ``text_b`` starts)."""
+    if len(arguments) > 2:
+        raise BertologyError(
+            f"{kind}_view takes a text and a second text positionally; give the other options by name."
+        )
+    for name in _TENSOR_ONLY:
+        if options.get(name) is not None:
+            raise BertologyError(
+                f"{name}= goes with a model's attention tensors; with a text, give model= (and the second "
+                "text of a pair after the first)."
+            )
+    options = _display_mode(
+        kind, {name: value for name, value in options.items() if name not in _TENSOR_ONLY}
+    )
+    sentence_b_start = options.pop("sentence_b_start", None)
+    model_name = options.pop("model_name", None)
+    options["theme"] = theme_of(options.pop("display_mode"))
+    options.setdefault("prettify_tokens", True)
+    view = render_view(*arguments, kind=kind, **options)
+    if sentence_b_start is not None:
+        segments = view.data.get("segments", [])
+        start = segments.index(1) if 1 in segments else None
+        if sentence_b_start != start:
+            where = f"at token {start}" if start is not None else "nowhere: there is one text"
+            raise BertologyError(
+                f"sentence_b_start is {sentence_b_start}, but the second text starts {where}; leave "
+                "sentence_b_start out with a text, the view finds it."
+            )
+    return view if model_name is None else View(kind, {**view.data, "model": str(model_name)})
 
 
 def _view(kind: ViewKind, arguments: tuple[Any, ...], options: dict[str, Any]) -> View | PageHTML | None:
-    """A text (and a second text) or a captured :class:`Attention` goes to :func:`render_view`; attention
+    """A text (and a second text) or a captured :class:`Attention` goes to :func:`_text_view`; attention
     tensors, positional in BertViz's order or under its keywords, to
-    :func:`~bertology.views.bertviz.bertviz_view_data`."""
+    :func:`~bertology.views.bertviz.bertviz_view_data`. Both take ``html_action`` (:func:`_deliver`)."""
+    html_action = options.pop("html_action", None)
     if arguments and arguments[0] is not None and not is_attention_arrays(arguments[0]):
-        if len(arguments) > 2:
-            raise BertologyError(
-                f"{kind}_view takes a text and a second text positionally; give the other options by name."
-            )
-        return render_view(*arguments, kind=kind, **options)
+        return _deliver(_text_view(kind, arguments, options), html_action)
     names = ("attention", "tokens", *_BERTVIZ_POSITIONAL[kind])
     if len(arguments) > len(names):
         raise BertologyError(
@@ -263,35 +359,44 @@ def _view(kind: ViewKind, arguments: tuple[Any, ...], options: dict[str, Any]) -
             f"Give a text to see, a captured Attention, or a model's attention tensors: "
             f"{kind}_view(attention=outputs.attentions, tokens=tokens)."
         )
-    html_action = options.pop("html_action", None)
-    return _deliver(View(kind, bertviz_view_data(kind, **options)), html_action)
+    return _deliver(View(kind, bertviz_view_data(kind, **_display_mode(kind, options))), html_action)
 
 
 def head_view(*arguments: Any, **options: Any) -> View | PageHTML | None:
     """All heads of one layer as lines between token columns.
 
-    Three forms: ``head_view(text[, text_b], model=...)`` captures first; ``head_view(attention)`` draws a
-    captured :class:`Attention` (options: :func:`render_view`); BertViz's
+    Three forms: ``head_view(text[, text_b], model=...)`` captures first (``model``: a name, a path, a
+    :class:`~bertology.models.LoadedModel`, or a transformers model object with ``tokenizer=``);
+    ``head_view(attention)`` draws a captured :class:`Attention`; BertViz's
     ``head_view(attention=outputs.attentions, tokens=tokens)``, or positionally ``head_view(attentions,
     tokens, sentence_b_start, prettify_tokens, layer, heads)``, draws the per-layer
-    ``[batch, heads, q, k]`` tensors any model returns, torch or numpy, with BertViz's
-    ``sentence_b_start``, ``prettify_tokens``, ``layer``, ``heads``, ``include_layers``, the
-    ``encoder_attention`` / ``decoder_attention`` / ``cross_attention`` / ``encoder_tokens`` /
-    ``decoder_tokens`` keywords of encoder-decoders and ``html_action``, and bertology's ``index`` (the
-    input of a batch), ``include_heads``, ``display_mode`` and ``model_name``
+    ``[batch, heads, q, k]`` tensors any model returns, torch or numpy, with the ``encoder_attention`` /
+    ``decoder_attention`` / ``cross_attention`` / ``encoder_tokens`` / ``decoder_tokens`` keywords of
+    encoder-decoders and bertology's ``index`` (the input of a batch)
     (:func:`~bertology.views.bertviz.bertviz_view_data`).
+
+    Every form takes BertViz's ``prettify_tokens`` (default on), ``layer``, ``heads`` (shown first),
+    ``include_layers``, ``include_heads``, ``display_mode`` (default ``"light"``; ``theme`` is the same)
+    and ``html_action``, and bertology's ``model_name`` and ``faint_lines`` (every line at an opacity of
+    at least 0.1; by default a line's opacity is its weight divided by the heads shown, as in BertViz);
+    the text forms also the options of :func:`render_view`.
     """
     return _view("head", arguments, options)
 
 
 def model_view(*arguments: Any, **options: Any) -> View | PageHTML | None:
-    """Every layer x head as a thumbnail in one grid; click one to enlarge it. The same three forms as
-    :func:`head_view`; BertViz's positional order is ``model_view(attentions, tokens, sentence_b_start,
-    prettify_tokens, display_mode)``, and it takes ``include_heads`` but no ``heads``."""
+    """Every layer x head as a thumbnail in one grid; click one to enlarge it. The same forms and keywords
+    as :func:`head_view`, but ``display_mode`` is ``"dark"`` unless given (BertViz's default); BertViz's
+    positional order is ``model_view(attentions, tokens, sentence_b_start, prettify_tokens, display_mode)``,
+    and it takes ``include_heads`` but no ``heads``. A pair of texts gets BertViz's "Sentence A -> Sentence
+    B" filter."""
     return _view("model", arguments, options)
 
 
 def neuron_view(*arguments: Any, **options: Any) -> View | PageHTML | None:
-    """Query, key, q×k, q·k and softmax for one layer, head and query token, of a text or of an
-    :class:`Attention` captured with ``qk=True`` (attention tensors have no query and key vectors)."""
+    """Query, key, q×k, q·k and softmax for one layer, head and query token, of a text (or a pair) or of
+    an :class:`Attention` captured with ``qk=True`` (attention tensors have no query and key vectors).
+    The text form takes the keywords of :func:`head_view`'s (``head`` as well; ``display_mode`` is
+    ``"dark"`` unless given, BertViz's default); BertViz's ``neuron_view.show(model, model_type,
+    tokenizer, sentence_a, sentence_b, ...)`` is :func:`bertology.bertviz.neuron_view.show`."""
     return _view("neuron", arguments, options)

@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import replace
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
 
 from bertology.attention import Attention
 from bertology.errors import BertologyError
+from bertology.inputs import InputDescription
 from bertology.options import AttentionSetName, Theme, ViewKind
 from bertology.views.build import (
     attention_set_entry,
@@ -30,6 +31,8 @@ from bertology.views.build import (
     is_causal,
     view_data,
 )
+
+Described = TypeVar("Described", bound=InputDescription)
 
 #: The keywords that carry attention tensors (BertViz's names).
 ATTENTION_KEYWORDS = ("attention", "encoder_attention", "decoder_attention", "cross_attention")
@@ -296,34 +299,99 @@ def _position(value: int | None, shown: list[int], name: str) -> int:
     return shown.index(value)
 
 
-def _select(
-    probs: np.ndarray,
-    layer: int | None,
-    heads: Sequence[int] | None,
-    include_layers: Sequence[int] | None,
-    include_heads: Sequence[int] | None,
-) -> tuple[np.ndarray, int, dict[str, Any]]:
-    """``probs [layers, heads, q, k]`` cut to ``include_layers`` x ``include_heads``, the position of
-    ``layer`` among the layers kept, and the page fields that name what is kept: ``layerNames`` and
-    ``headNames`` (the original numbers) and ``selectedHeads`` (the positions of ``heads``)."""
-    layer_count, head_count = probs.shape[:2]
+@dataclass(frozen=True)
+class Shown:
+    """The layers and heads a page shows (original numbers, in the page's order) and the positions of the
+    layer (and head) shown first among them."""
+
+    layers: list[int]
+    heads: list[int]
+    layer: int
+    head: int
+    fields: dict[str, Any]
+
+
+def _shown(
+    layer_count: int,
+    head_count: int,
+    *,
+    layer: int | None = None,
+    head: int | None = None,
+    heads: Sequence[int] | None = None,
+    include_layers: Sequence[int] | None = None,
+    include_heads: Sequence[int] | None = None,
+) -> Shown:
+    """What of ``layer_count`` x ``head_count`` heads a page shows: ``include_layers`` x ``include_heads``
+    (None: all), and the page fields that name it: ``layerNames`` and ``headNames`` (the original numbers,
+    when some are left out) and ``selectedHeads`` (the positions of ``heads``, the head view's first
+    selection). ``layer`` and ``head`` are original numbers among those kept (None: the first)."""
     kept_layers = _selection(include_layers, layer_count, "include_layers")
     kept_heads = _selection(include_heads, head_count, "include_heads")
     shown_layers = kept_layers or list(range(layer_count))
     shown_heads = kept_heads or list(range(head_count))
     fields: dict[str, Any] = {}
-    if kept_layers is not None or kept_heads is not None:
-        probs = probs[np.ix_(shown_layers, shown_heads)]
     if kept_layers is not None:
         fields["layerNames"] = [str(number) for number in kept_layers]
     if kept_heads is not None:
         fields["headNames"] = [str(number) for number in kept_heads]
     if heads is not None:
-        fields["selectedHeads"] = sorted({_position(head, shown_heads, "Head") for head in heads})
-    return probs, _position(layer, shown_layers, "Layer"), fields
+        fields["selectedHeads"] = sorted({_position(number, shown_heads, "Head") for number in heads})
+    return Shown(
+        shown_layers,
+        shown_heads,
+        _position(layer, shown_layers, "Layer"),
+        _position(head, shown_heads, "Head"),
+        fields,
+    )
 
 
-def _theme(display_mode: str) -> Theme:
+def _cut(values: np.ndarray, shown: Shown) -> np.ndarray:
+    """``values [layers, heads, ...]`` cut to the layers and heads shown (the array itself when all are)."""
+    if shown.layers == list(range(values.shape[0])) and shown.heads == list(range(values.shape[1])):
+        return values
+    return values[np.ix_(shown.layers, shown.heads)]
+
+
+def select_heads(
+    attention: Attention,
+    *,
+    layer: int | None = None,
+    head: int | None = None,
+    heads: Sequence[int] | None = None,
+    include_layers: Sequence[int] | None = None,
+    include_heads: Sequence[int] | None = None,
+) -> tuple[Attention, Shown]:
+    """``attention`` cut to ``include_layers`` x ``include_heads`` (its probabilities, queries, keys, value
+    norms ``[layers, heads, ...]`` and ``scaling [layers]``) and what :func:`_shown` says is shown."""
+    layer_count, head_count = attention.probs.shape[:2]
+    shown = _shown(
+        layer_count,
+        head_count,
+        layer=layer,
+        head=head,
+        heads=heads,
+        include_layers=include_layers,
+        include_heads=include_heads,
+    )
+    cut = replace(
+        attention,
+        probs=_cut(attention.probs, shown),
+        queries=None if attention.queries is None else _cut(attention.queries, shown),
+        keys=None if attention.keys is None else _cut(attention.keys, shown),
+        value_norms=None if attention.value_norms is None else _cut(attention.value_norms, shown),
+        scaling=attention.scaling[shown.layers],
+    )
+    return cut, shown
+
+
+def pretty_tokens(attention: Described) -> Described:
+    """``attention`` (an :class:`Attention` or another input's description) with its tokens as BertViz's
+    ``prettify_tokens`` shows them (:func:`prettify`)."""
+    return replace(attention, tokens=[prettify(token) for token in attention.tokens])
+
+
+def theme_of(display_mode: str) -> Theme:
+    """BertViz's ``display_mode`` ("light" or "dark") as a page theme."""
     if display_mode not in ("light", "dark"):
         raise BertologyError(f"display_mode must be 'light' or 'dark', not {display_mode!r}.")
     return "dark" if display_mode == "dark" else "light"
@@ -347,6 +415,7 @@ def bertviz_view_data(
     display_mode: str = "light",
     index: int | None = None,
     model_name: str = "model",
+    faint_lines: bool = False,
 ) -> dict[str, Any]:
     """The page data (as :func:`~bertology.views.build.view_data` gives) of BertViz's ``head_view`` /
     ``model_view`` arguments.
@@ -359,7 +428,8 @@ def bertviz_view_data(
     heads: the heads the head view shows first (default: all).
     include_layers, include_heads: show only these layers and heads, labelled with their own numbers.
     display_mode: ``"light"`` or ``"dark"``. index: the input of a batch to show.
-    model_name: the label the page shows for the model.
+    model_name: the label the page shows for the model. faint_lines: draw every line at an opacity of at
+    least 0.1 (default: at its weight divided by the heads shown, as BertViz does).
     """
     if kind == "neuron":
         raise BertologyError(
@@ -368,7 +438,7 @@ def bertviz_view_data(
         )
     if heads is not None and kind != "head":
         raise BertologyError("heads= picks the heads the head view shows first; use include_heads= here.")
-    theme = _theme(display_mode)
+    theme = theme_of(display_mode)
     sets: dict[AttentionSetName, Any] = {
         "encoder": encoder_attention,
         "decoder": decoder_attention,
@@ -391,10 +461,11 @@ def bertviz_view_data(
             prettify_tokens=prettify_tokens,
             model_name=model_name,
         )
-        probs, first, fields = _select(full.probs, layer, heads, include_layers, include_heads)
-        scaling = full.scaling[: len(probs)]  # all NaN: attention tensors carry no scaling
-        data = view_data(replace(full, probs=probs, scaling=scaling), kind, layer=first, theme=theme)
-        return {**data, **fields}
+        cut, shown = select_heads(
+            full, layer=layer, heads=heads, include_layers=include_layers, include_heads=include_heads
+        )
+        data = view_data(cut, kind, layer=shown.layer, theme=theme, faint_lines=faint_lines)
+        return {**data, **shown.fields}
     if not given:
         raise BertologyError(
             "Give the attention: attention=outputs.attentions with tokens=, or for an encoder-decoder "
@@ -413,10 +484,18 @@ def bertviz_view_data(
         keys = None if key_name is None else _token_list(token_lists[key_name], key_name, probs.shape[3])
         if keys is None:
             _check_square(probs, f"{name}_attention")
-        probs, position, fields = _select(probs, layer, heads, include_layers, include_heads)
-        first = position if not entries else first
+        kept = _shown(
+            *probs.shape[:2],
+            layer=layer,
+            heads=heads,
+            include_layers=include_layers,
+            include_heads=include_heads,
+        )
+        probs = _cut(probs, kept)
+        first = kept.layer if not entries else first
         causal = keys is None and is_causal(probs)
         key_tokens = None if keys is None else shown(keys)
         entry = attention_set_entry(name, probs, shown(queries), key_tokens, causal=causal)
-        entries.append({**entry, **fields})
-    return attention_sets_data(kind, model_name, entries, first=entries[0]["name"], layer=first, theme=theme)
+        entries.append({**entry, **kept.fields})
+    data = attention_sets_data(kind, model_name, entries, first=entries[0]["name"], layer=first, theme=theme)
+    return {**data, "faintLines": True} if faint_lines else data

@@ -43,6 +43,7 @@ def view_data(
     query: int = 0,
     theme: Theme = "light",
     head_names: Sequence[str] | None = None,
+    faint_lines: bool = False,
 ) -> dict[str, Any]:
     """The JSON-ready description of one view (the contract read by ``static/views.js``).
 
@@ -53,6 +54,9 @@ def view_data(
     not attendable: hatched in the model view, left out of the neuron view's softmax.
     head_names: one label per head (``headNames``), shown instead of the head numbers, e.g.
         ``["attention", "rollout", "flow"]`` for a page whose "heads" are three kinds of map.
+    faint_lines: the head view draws each line at an opacity of at least 0.1 (``faintLines``), so that
+        small weights stay visible; by default a line's opacity is its weight divided by the number of
+        heads shown, as in BertViz, and small weights fade out.
     """
     if kind not in VIEW_KINDS:
         raise BertologyError(f"Unknown view '{kind}'; choose one of {', '.join(VIEW_KINDS)}.")
@@ -77,6 +81,8 @@ def view_data(
     }
     if head_names is not None:
         data["headNames"] = _head_names(head_names, heads)
+    if faint_lines:
+        data["faintLines"] = True
     if is_causal(attention.probs):
         data["causal"] = True
     if kind == "neuron":

@@ -19,7 +19,10 @@
  *   #bt-layer  <select>               layer (head and neuron view)
  *   #bt-head   <select>               head (neuron view)
  *   #bt-query  <select>               query token (neuron view)
- *   #bt-filter <select>               all | AA | AB | BA | BB: segments of query -> key (head view, pairs only)
+ *   #bt-filter <select>               all | AA | AB | BA | BB: segments of query -> key (pairs only; head view:
+ *                                     lines, model view: the thumbnails' block and the enlarged head's lines,
+ *                                     neuron view: the query tokens offered and the key rows drawn)
+ *   #bt-faint <input type=checkbox>   head view: faint lines (see setFaintLines)
  *   #bt-heads                         head selector; .bt-swatch[data-head][aria-pressed] buttons
  *   .bt-col-label                     model view column headers (head numbers, or data.headNames)
  *   #bt-canvas                        main canvas (head view lines, neuron view vectors)
@@ -46,13 +49,15 @@
  * window.bertology:
  *   ready, view, error, firstPaintMs (since script start), lastDrawMs (last canvas draw)
  *   state()                           the current selection as a plain object
- *   setLayer(l), setHead(h), setQuery(i), setHeads([h, ...]), setFilter(f),
+ *   setLayer(l), setHead(h), setQuery(i), setHeads([h, ...]), setFilter(f) (head, model and neuron view of a pair),
+ *   setFaintLines(on) (head view: every line at an opacity of at least 0.1; data.faintLines starts with it on),
  *   focusToken(side, index) / focusToken(null)      pin a token ("left" | "right") or clear the pin
  *   weightBoxes()                     head view and enlarged head: what the weight boxes beside the other
  *                                     side's tokens show for the hovered or pinned token, null if none:
  *                                     {side, index, heads, rows: [token][head position] weight or null}
  *   openDetail(layer, head), closeDetail()          model view
- *   neuron()                          neuron view: {layer, head, query, dots, probs[, norms, normWeights]}
+ *   neuron()                          neuron view: {layer, head, query, dots, probs, masked, shownKeys (the key rows
+ *                                     the segment filter keeps), vectorScale, productScale[, norms, normWeights]}
  *   setTheme("light" | "dark"), toggleTheme()
  *   pngDataUrl(), exportPng()         the current picture as a PNG data URL / as a download
  *   svgText(), exportSvg()            head view (and model view detail) as SVG text / download
@@ -87,7 +92,7 @@
     "#f7b6d2", "#c7c7c7", "#dbdb8d", "#9edae5",
   ];
   const DARK_THEME_LIGHTEN = 0.3;
-  const MIN_LINE_ALPHA = 0.1; // opacity of the faintest drawn line (weight 1/255), so low weights stay visible
+  const MIN_LINE_ALPHA = 0.1; // faint lines (data.faintLines, the "Faint lines" box): the faintest line's opacity
 
   const SEGMENT_FILTERS = {
     all: { label: "All", query: null, key: null },
@@ -419,9 +424,21 @@
   /** code (0..255) -> opacity level 1..LEVELS; 0 = not drawn (weight below 1/255). */
   const LEVEL_OF_CODE = Uint8Array.from(range(256), (code) => Math.ceil((code * LEVELS) / 255));
   const FULL_BAND = { top: -Infinity, bottom: Infinity };
-  /** Opacity of a level: the middle of its weight range, lifted to at least MIN_LINE_ALPHA so that the
-   *  faintest drawn lines stay visible: MIN_LINE_ALPHA + (1 - MIN_LINE_ALPHA) * weight. */
-  const levelAlpha = (level) => +(MIN_LINE_ALPHA + (1 - MIN_LINE_ALPHA) * ((level - 0.5) / LEVELS)).toFixed(4);
+  /**
+   * Opacity of a level's lines, from the middle of its weight range w. By default w / (heads shown), as
+   * BertViz draws them: the strong lines of many heads add up where they agree (the [CLS] and [SEP]
+   * patterns) and small weights fade out. Faint lines: MIN_LINE_ALPHA + (1 - MIN_LINE_ALPHA) * w, so that
+   * every drawn line stays visible.
+   */
+  function levelAlpha(spec, level) {
+    const weight = (level - 0.5) / LEVELS;
+    const alpha = spec.faint ? MIN_LINE_ALPHA + (1 - MIN_LINE_ALPHA) * weight : weight / Math.max(1, spec.heads.length);
+    return +alpha.toFixed(4);
+  }
+
+  /** The smallest code drawn: by default a line must reach one step of 8-bit colour (weight / heads shown
+   *  at least 1/255, so code >= heads shown); faint lines: every weight of at least 1/255. */
+  const visibleCode = (spec) => (spec.faint ? 1 : Math.max(1, spec.heads.length));
 
   const rowCentre = (i) => (i + 0.5) * ROW;
 
@@ -435,7 +452,7 @@
   /**
    * Call visit(i, j, code) for each line of `head` with code >= minCode that passes the focus (one
    * token's row or column), the segment filter and crosses the band.
-   * spec: {values, n, m, headCount, layer, heads, focus, filter, segments, keySegments, band}
+   * spec: {values, n, m, headCount, layer, heads, focus, filter, segments, keySegments, band, faint}
    * (n query rows, m key rows: values is [layers, heads, n, m]).
    */
   function visitLines(spec, head, minCode, visit) {
@@ -458,17 +475,21 @@
     }
   }
 
-  /** The smallest code to draw so that at most `budget` lines are drawn: {minCode, lines, candidates}. */
+  /**
+   * The smallest code to draw so that at most `budget` of the visible lines (visibleCode) are drawn:
+   * {minCode, lines, candidates, floor}; lines were left out when minCode > floor.
+   */
   function lineThreshold(spec, budget) {
+    const floor = visibleCode(spec);
     const counts = new Float64Array(256);
-    for (const head of spec.heads) visitLines(spec, head, 1, (i, j, code) => counts[code]++);
+    for (const head of spec.heads) visitLines(spec, head, floor, (i, j, code) => counts[code]++);
     const candidates = counts.reduce((a, b) => a + b, 0);
     let lines = 0;
-    for (let code = 255; code >= 1; code--) {
-      if (lines + counts[code] > budget) return { minCode: code + 1, lines, candidates };
+    for (let code = 255; code >= floor; code--) {
+      if (lines + counts[code] > budget) return { minCode: code + 1, lines, candidates, floor };
       lines += counts[code];
     }
-    return { minCode: 1, lines, candidates };
+    return { minCode: floor, lines, candidates, floor };
   }
 
   /** Send each drawable line of `head` to a sink (moveTo / lineTo) per opacity level; returns the sinks. */
@@ -565,7 +586,7 @@
     for (const head of spec.heads) {
       ctx.strokeStyle = headColour(head);
       traceLines(spec, head, shown.minCode, width, () => new Path2D()).forEach((path, level) => {
-        ctx.globalAlpha = levelAlpha(level);
+        ctx.globalAlpha = levelAlpha(spec, level);
         ctx.stroke(path);
       });
     }
@@ -593,7 +614,7 @@
     const group = svgNode("g", { fill: "none", "stroke-width": shown.lines <= THICK_LINES ? 1.5 : 1 });
     for (const head of spec.heads) {
       traceLines(spec, head, shown.minCode, width, () => new PathText()).forEach((path, level) => {
-        const attributes = { d: path.parts.join(""), stroke: headColour(head), "stroke-opacity": levelAlpha(level) };
+        const attributes = { d: path.parts.join(""), stroke: headColour(head), "stroke-opacity": levelAlpha(spec, level) };
         group.append(svgNode("path", attributes));
       });
     }
@@ -602,7 +623,7 @@
 
   /** A one-line note when lines were left out, else "". */
   function linesNote(shown) {
-    if (shown.minCode <= 1) return "";
+    if (shown.minCode <= shown.floor) return "";
     const weight = ((shown.minCode - 0.5) / 255).toFixed(3);
     return `Showing the ${shown.lines.toLocaleString("en")} strongest of ${shown.candidates.toLocaleString("en")} `
       + `lines in view (weights \u2265 ${weight}); hover or click a token to see all of its lines.`;
@@ -831,6 +852,7 @@
       this.layer = data.layer;
       this.heads = heads;
       this.filter = "all";
+      this.faint = data.faintLines;
       this.hover = null;
       this.pinned = null;
       this.table = new TokenTable({
@@ -866,7 +888,7 @@
       return {
         values: this.attention.values, n: this.data.n, m: this.data.keyTokens.length, headCount: this.data.heads,
         layer: this.layer, heads: this.heads, focus: this.focus, filter: SEGMENT_FILTERS[this.filter],
-        segments: this.data.segments, keySegments: this.data.keySegments, band,
+        segments: this.data.segments, keySegments: this.data.keySegments, band, faint: this.faint,
       };
     }
 
@@ -925,6 +947,19 @@
     select.value = String(value);
     select.addEventListener("change", () => onChange(select.value));
     return { select, element: el("label", { class: "bt-control" }, [label, select]) };
+  }
+
+  function checkControl(id, label, checked, onChange, title) {
+    const input = el("input", { id, type: "checkbox" });
+    input.checked = checked;
+    input.addEventListener("change", () => onChange(input.checked));
+    return { input, element: el("label", { class: "bt-control", title }, [input, label]) };
+  }
+
+  /** The segment filter's select (#bt-filter): All, A → A, A → B, B → A, B → B. */
+  function filterControl(onChange) {
+    const options = Object.entries(SEGMENT_FILTERS).map(([key, { label }]) => [key, label]);
+    return selectControl("bt-filter", "Attention", options, "all", onChange);
   }
 
   const layerOptions = (data) => range(data.layers).map((layer) => [layer, layerLabel(data, layer)]);
@@ -1184,11 +1219,12 @@
       });
       const controls = [...leading, this.layerControl.element];
       if (data.pair) {
-        const options = Object.entries(SEGMENT_FILTERS).map(([key, { label }]) => [key, label]);
-        this.filterControl = selectControl("bt-filter", "Attention", options, "all", (v) => this.setFilter(v));
+        this.filterControl = filterControl((v) => this.setFilter(v));
         controls.push(this.filterControl.element);
       }
-      controls.push(this.picker.element);
+      const faintTitle = "Faint lines: every line at an opacity of at least 0.1 (default: its weight divided by the heads shown, as BertViz)";
+      this.faintControl = checkControl("bt-faint", "Faint", data.faintLines, (on) => this.setFaintLines(on), faintTitle);
+      controls.push(this.picker.element, this.faintControl.element);
       let hint = "Hover a token to see only its attention (left: from it, right: into it); "
         + "click to pin it, click again to release. Click a head colour to toggle it, double-click to show it alone.";
       this.holder = el("div", { class: "bt-lines-holder" }, [this.lines.element]);
@@ -1217,9 +1253,9 @@
     setWindow(start) {
       const { from, to } = this.long.clip(Number(start));
       const data = this.long.windowData(this.data, from, to);
-      const { heads, filter, layer } = this.lines;
+      const { heads, filter, layer, faint } = this.lines;
       this.lines = this.makeLines(data, this.long.windowAttention(from, to), heads);
-      Object.assign(this.lines, { filter, layer });
+      Object.assign(this.lines, { filter, layer, faint });
       this.holder.replaceChildren(this.lines.element);
       this.full = null;
       this.draw();
@@ -1284,6 +1320,12 @@
       this.draw();
     }
 
+    setFaintLines(on) {
+      this.lines.faint = Boolean(on);
+      this.faintControl.input.checked = this.lines.faint;
+      this.draw();
+    }
+
     focusToken(side, index) {
       this.lines.pin(side ? { side, index: Number(index) } : null);
     }
@@ -1293,10 +1335,10 @@
     }
 
     state() {
-      const { layer, heads, filter, pinned, hover } = this.lines;
+      const { layer, heads, filter, pinned, hover, faint } = this.lines;
       const window = this.long ? { start: this.long.start, stop: this.long.stop, n: this.long.n } : undefined;
       const full = this.long ? this.full : undefined; // the full-resolution block drawn, if any
-      return { view: "head", layer, heads: [...heads], filter, pinned, hover, window, full };
+      return { view: "head", layer, heads: [...heads], filter, faintLines: faint, pinned, hover, window, full };
     }
 
     picture() {
@@ -1344,21 +1386,24 @@
   }
 
   /**
-   * Max-pool the n x m matrix at `offset` into a pixels x pixels ImageData (rows = query, cols = key;
-   * `rows` and `cols` from poolBins). causal: a cell whose keys all come after its queries is hatched.
+   * Max-pool a block of the n x m matrix at `offset` into a pixels x pixels ImageData: the rows
+   * block.rows (query positions) by the columns block.cols (key positions), each an ascending list.
+   * causal: a cell whose keys all come after its queries is hatched.
    */
-  function heatmapImage(ctx, values, offset, m, pixels, rows, cols, lut, causal) {
+  function heatmapImage(ctx, values, offset, m, pixels, block, lut, causal) {
+    const { rows: rowAt, cols: colAt } = block;
+    const [rows, cols] = [poolBins(rowAt.length, pixels), poolBins(colAt.length, pixels)];
     const image = ctx.createImageData(pixels, pixels);
     const out = image.data;
     for (let py = 0; py < pixels; py++) {
       for (let px = 0; px < pixels; px++) {
         let best = 0;
         for (let r = rows.start[py]; r < rows.end[py]; r++) {
-          const row = offset + r * m;
-          for (let c = cols.start[px]; c < cols.end[px]; c++) if (values[row + c] > best) best = values[row + c];
+          const row = offset + rowAt[r] * m;
+          for (let c = cols.start[px]; c < cols.end[px]; c++) if (values[row + colAt[c]] > best) best = values[row + colAt[c]];
         }
         const target = (py * pixels + px) * 4;
-        const hatched = causal && cols.start[px] >= rows.end[py];
+        const hatched = causal && colAt[cols.start[px]] > rowAt[rows.end[py] - 1];
         const source = (hatched ? ((px + py) % 6 < 2 ? HATCH_DARK : HATCH_LIGHT) : best) * 4;
         out[target] = lut[source];
         out[target + 1] = lut[source + 1];
@@ -1369,15 +1414,22 @@
     return image;
   }
 
-  function paintHeatmap(canvas, attention, data, layer, head, size, lut) {
+  /** The query rows and key columns a segment filter keeps: {rows, cols}, positions in ascending order. */
+  function filterBlock(data, filter) {
+    const { query, key } = SEGMENT_FILTERS[filter];
+    const keep = (segments, segment) => Int32Array.from(
+      range(segments.length).filter((i) => segment === null || segments[i] === segment),
+    );
+    return { rows: keep(data.segments, query), cols: keep(data.keySegments, key) };
+  }
+
+  function paintHeatmap(canvas, attention, data, layer, head, size, lut, block) {
     const pixels = Math.max(1, Math.round(size * Math.min(window.devicePixelRatio || 1, 3)));
     if (canvas.width !== pixels) canvas.width = canvas.height = pixels;
     const ctx = canvas.getContext("2d");
     const m = data.keyTokens.length;
     const offset = (layer * data.heads + head) * data.n * m;
-    const [rows, cols] = [poolBins(data.n, pixels), poolBins(m, pixels)];
-    const image = heatmapImage(ctx, attention.values, offset, m, pixels, rows, cols, lut, data.causal);
-    ctx.putImageData(image, 0, 0);
+    ctx.putImageData(heatmapImage(ctx, attention.values, offset, m, pixels, block, lut, data.causal), 0, 0);
   }
 
   class DetailPanel {
@@ -1427,6 +1479,7 @@
       const available = window.innerWidth - 28 - GRID_LABEL - data.heads * 6;
       this.size = clamp(Math.floor(available / data.heads), 32, 96);
       this.thumbs = [];
+      this.filter = "all";
       this.grid = this.buildGrid();
       this.detail = new DetailPanel(data, this.attention, () => this.closeDetail());
       const columns = data.headNames ? data.headNames.join(", ") : "heads (0-based)";
@@ -1437,9 +1490,15 @@
         + (data.causal ? " Causal attention: hatched cells are later tokens, which a token cannot attend to." : "");
       const scroll = el("div", { class: "bt-scroll" }, [this.grid]);
       const body = [scroll, this.detail.element];
+      const controls = [...leading];
+      if (data.pair && !this.thumbnails) {
+        // BertViz's "Sentence A -> Sentence B" filter: the thumbnails show that block of each matrix.
+        this.filterControl = filterControl((v) => this.setFilter(v));
+        controls.push(this.filterControl.element);
+      }
       // SVG only through the API (for an enlarged head), so no SVG button here.
       const frameActions = { ...actions, exportSvg: null };
-      this.frame = frame({ data, title: "Model view", controls: leading, hint, body, actions: frameActions });
+      this.frame = frame({ data, title: "Model view", controls, hint, body, actions: frameActions });
       this.element = this.frame.element;
     }
 
@@ -1482,9 +1541,10 @@
     draw() {
       const start = performance.now();
       const lut = heatLookup(themeColours());
+      const block = filterBlock(this.thumbData, this.filter);
       for (const thumb of this.thumbs) {
         const [layer, head] = [Number(thumb.dataset.layer), Number(thumb.dataset.head)];
-        paintHeatmap(thumb, this.thumbnails || this.attention, this.thumbData, layer, head, this.size, lut);
+        paintHeatmap(thumb, this.thumbnails || this.attention, this.thumbData, layer, head, this.size, lut, block);
       }
       if (this.detail.isOpen) this.detail.lines.draw();
       api.lastDrawMs = performance.now() - start;
@@ -1496,6 +1556,15 @@
 
     closeDetail() {
       this.detail.close();
+    }
+
+    /** Segment filter (a pair's "A → B", ...): the thumbnails' block and the enlarged head's lines. */
+    setFilter(filter) {
+      if (!(filter in SEGMENT_FILTERS)) throw new Error(`unknown filter ${filter}`);
+      if (!this.filterControl) throw new Error("the filter is for a pair of texts");
+      this.filter = this.detail.lines.filter = filter;
+      this.filterControl.select.value = filter;
+      this.draw();
     }
 
     /** Show another attention array of the same shape (a training step of the watch page). */
@@ -1515,7 +1584,8 @@
 
     state() {
       const { layer, heads, pinned, hover } = this.detail.lines;
-      return { view: "model", detail: this.detail.isOpen ? { layer, head: heads[0], pinned, hover } : null };
+      const detail = this.detail.isOpen ? { layer, head: heads[0], pinned, hover } : null;
+      return { view: "model", filter: this.filter, detail };
     }
 
     svg() {
@@ -1533,7 +1603,8 @@
         ctx.fillStyle = colours.fg;
         ctx.font = canvasFont(colours, 13, "600");
         ctx.textBaseline = "middle";
-        ctx.fillText(`${model} · all layers × heads (rows = layers, columns = heads)`, 8, 14);
+        const filter = this.filter === "all" ? "" : ` · ${SEGMENT_FILTERS[this.filter].label}`;
+        ctx.fillText(`${model} · all layers × heads (rows = layers, columns = heads)${filter}`, 8, 14);
         ctx.font = canvasFont(colours, 11);
         ctx.fillStyle = colours.muted;
         ctx.textAlign = "center";
@@ -1643,12 +1714,13 @@
       this.layer = clamp(data.layer, 0, data.layers - 1);
       this.head = clamp(data.head, 0, data.heads - 1);
       this.query = clamp(data.query, 0, data.n - 1);
+      this.filter = "all";
       this.layout = neuronColumns(this.d, this.valueNorms !== null, window.innerWidth - NEURON_TOKEN_COLUMNS);
       this.table = new TokenTable({
         tokens: data.tokens, segments: data.segments, canvasId: "bt-canvas",
         headers: { left: "query token", right: "key token" },
         onHover: () => {},
-        onClick: (token) => token.side === "left" && this.setQuery(token.index),
+        onClick: (token) => token.side === "left" && this.queryShown(token.index) && this.setQuery(token.index),
         onViewport: () => this.draw(),
       });
       this.table.element.classList.add("bt-neuron");
@@ -1668,7 +1740,13 @@
         + (this.valueNorms ? " Norm-based weights: \u2016f(x)\u2016 is the norm of the key token's value vector "
           + "through the head's output projection; \u2016\u03b1 f(x)\u2016 = softmax \u00d7 \u2016f(x)\u2016, "
           + "each row divided by its sum (Kobayashi et al. 2020)." : "");
-      const controls = [...Object.values(this.controls).map((control) => control.element), this.legend];
+      const controls = Object.values(this.controls).map((control) => control.element);
+      if (data.pair) {
+        // BertViz's "Sentence A -> Sentence B" filter: queries from the first sentence, key rows of the second.
+        this.filterControl = filterControl((v) => this.setFilter(v));
+        controls.push(this.filterControl.element);
+      }
+      controls.push(this.legend);
       const body = [this.table.element];
       const frameActions = { ...actions, exportSvg: null };
       this.frame = frame({ data, title: "Neuron view", controls, hint, body, actions: frameActions });
@@ -1678,6 +1756,17 @@
     get scaling() {
       const scaling = this.data.scaling && this.data.scaling[this.layer];
       return typeof scaling === "number" ? scaling : 1 / Math.sqrt(this.d);
+    }
+
+    /** Whether the segment filter keeps query token `i` (left) or key row `j` (right). */
+    queryShown(i) {
+      const segment = SEGMENT_FILTERS[this.filter].query;
+      return segment === null || this.data.segments[i] === segment;
+    }
+
+    keyShown(j) {
+      const segment = SEGMENT_FILTERS[this.filter].key;
+      return segment === null || this.data.segments[j] === segment;
     }
 
     /** Whether key `j` is out of the query's reach (causal attention: a later token). */
@@ -1716,7 +1805,8 @@
       const probs = weights.map((w) => w / total);
       const vectorScale = Math.max(maxAbs(q), maxAbs(keys));
       const productScale = maxAbs(products);
-      const result = { q, keys, products, dots, probs, masked, vectorScale, productScale };
+      const hidden = range(n).map((j) => !this.keyShown(j)); // rows the segment filter leaves out
+      const result = { q, keys, products, dots, probs, masked, hidden, vectorScale, productScale };
       if (!this.valueNorms) return result;
       const norms = halfSlice(this.valueNorms, (this.layer * heads + this.head) * n, n);
       const weighted = probs.map((p, j) => p * norms[j]);
@@ -1740,6 +1830,7 @@
       ctx.fillRect(0, this.query * ROW, width, ROW);
       vectorRow(result.q, 0, result.vectorScale, columns.query, this.query);
       for (let j = from; j < to; j++) {
+        if (result.hidden[j]) continue;
         vectorRow(result.keys, j * d, result.vectorScale, columns.key, j);
         vectorRow(result.products, j * d, result.productScale, columns.product, j);
       }
@@ -1747,7 +1838,7 @@
       ctx.lineWidth = 1;
       ctx.strokeStyle = colours.border;
       ctx.stroke(outlines);
-      const hatched = range(to - from).map((k) => from + k).filter((j) => result.masked[j]);
+      const hatched = range(to - from).map((k) => from + k).filter((j) => result.masked[j] && !result.hidden[j]);
       if (hatched.length) {
         // Later keys: q × k and everything after it hatched; the key vector itself stays readable.
         ctx.fillStyle = hatchPattern(ctx, colours);
@@ -1776,6 +1867,7 @@
         ctx.fillText(value.toFixed(2), column.x + column.width, rowCentre(j));
       };
       for (let j = from; j < to; j++) {
+        if (result.hidden[j]) continue;
         if (result.masked[j]) {
           ctx.fillStyle = colours.muted;
           ctx.textAlign = "left";
@@ -1811,10 +1903,15 @@
       this.table.setColumnLabels(Object.entries(this.layout.columns).map(([name, { x, label }]) => ({
         x, text: name === "softmax" ? `softmax (s = ${+this.scaling.toPrecision(3)})` : label,
       })));
-      const { probs, masked } = this.result;
+      const { probs, masked, hidden } = this.result;
       this.table.right.childNodes.forEach((node, j) => {
-        node.style.setProperty("--bt-weight", probs[j].toFixed(3));
+        node.style.setProperty("--bt-weight", hidden[j] ? "0" : probs[j].toFixed(3));
         node.classList.toggle("bt-masked", masked[j]);
+        node.classList.toggle("bt-filtered", hidden[j]);
+      });
+      this.table.left.childNodes.forEach((node, i) => node.classList.toggle("bt-filtered", !this.queryShown(i)));
+      this.controls.query.select.querySelectorAll("option").forEach((option, i) => {
+        option.disabled = !this.queryShown(i);
       });
       this.showLegend();
       this.draw();
@@ -1850,19 +1947,35 @@
       this.update();
     }
 
+    /**
+     * Segment filter (a pair's "A → B", ...): queries from the first sentence (the query moves to its first
+     * token if it is not in it), key rows of the second; the softmax stays the model's, over all keys.
+     */
+    setFilter(filter) {
+      if (!(filter in SEGMENT_FILTERS)) throw new Error(`unknown filter ${filter}`);
+      if (!this.filterControl) throw new Error("the filter is for a pair of texts");
+      this.filter = filter;
+      this.filterControl.select.value = filter;
+      if (!this.queryShown(this.query)) this.query = range(this.data.n).find((i) => this.queryShown(i));
+      this.controls.query.select.value = String(this.query);
+      this.update();
+    }
+
     focusToken(side, index) {
       if (side === "left") this.setQuery(index);
     }
 
     state() {
-      return { view: "neuron", layer: this.layer, head: this.head, query: this.query, scaling: this.scaling };
+      const { layer, head, query, filter, scaling } = this;
+      return { view: "neuron", layer, head, query, filter, scaling };
     }
 
     neuron() {
-      const { dots, probs, masked, norms, normWeights, vectorScale, productScale } = this.result;
+      const { dots, probs, masked, hidden, norms, normWeights, vectorScale, productScale } = this.result;
       const { layer, head, query } = this;
+      const shownKeys = range(this.data.n).filter((j) => !hidden[j]);
       const shown = {
-        layer, head, query, dots: Array.from(dots), probs: Array.from(probs), masked: [...masked],
+        layer, head, query, dots: Array.from(dots), probs: Array.from(probs), masked: [...masked], shownKeys,
         vectorScale, productScale,
       };
       return norms ? { ...shown, norms: Array.from(norms), normWeights: Array.from(normWeights) } : shown;
@@ -1871,7 +1984,8 @@
     picture() {
       const { vectorScale, productScale } = this.result;
       const layer = layerLabel(this.data, this.layer);
-      const caption = `${this.data.model} · layer ${layer} · ${headCaption(this.data, this.head)} · query ${this.query}: `
+      const filter = this.filter === "all" ? "" : ` · ${SEGMENT_FILTERS[this.filter].label}`;
+      const caption = `${this.data.model} · layer ${layer} · ${headCaption(this.data, this.head)}${filter} · query ${this.query}: `
         + `${displayToken(this.data.tokens[this.query])} · colour scales: q, k \u00b1${scaleNumber(vectorScale)}; `
         + `q \u00d7 k \u00b1${scaleNumber(productScale)}`;
       const result = this.result;
@@ -2082,7 +2196,9 @@
     if (!Array.isArray(data.attentionSets) || data.attentionSets.length < 1) throw new Error('"attentionSets" is empty');
     return Promise.all(data.attentionSets.map(async (set) => {
       const { attention, ...fields } = set;
-      const setData = { view: data.view, model: data.model, layer: data.layer, head: data.head, query: 0, ...fields };
+      const setData = {
+        view: data.view, model: data.model, layer: data.layer, head: data.head, query: 0, faintLines: data.faintLines, ...fields,
+      };
       checkData(setData);
       const arrays = { attention: await decodeArray(attention, `${setData.name} attention`) };
       checkShapes(setData, arrays);
@@ -2162,6 +2278,7 @@
       data.keySegments = keySegmentsOk ? data.keySegments : data.keyTokens.map(() => 0);
     }
     data.causal = data.causal === true;
+    data.faintLines = data.faintLines === true;
     data.model = String(data.model || "model");
     for (const key of ["layer", "head", "query"]) data[key] = Number.isInteger(data[key]) ? data[key] : 0;
     data.layer = clamp(data.layer, 0, data.layers - 1);
@@ -2217,6 +2334,7 @@
       setQuery: call("setQuery"),
       setHeads: call("setHeads"),
       setFilter: call("setFilter"),
+      setFaintLines: call("setFaintLines"),
       focusToken: (side, index) => view.focusToken(side || null, index),
       openDetail: call("openDetail"),
       weightBoxes: call("weightBoxes"),
