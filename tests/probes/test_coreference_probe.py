@@ -77,6 +77,17 @@ def test_a_head_pointing_at_antecedents_scores_one() -> None:
     assert table.iloc[-1]["best_head"] == "1-2"
     assert json.loads(probe.to_json())["types"]["pronoun"]["count"] == 2
     assert len(probe.to_frame()) == (len(TYPES) + 1) * 6
+    # the best head's choice per mention: He -> John, her -> Mary; nearest picks Mary for He, He for her
+    chosen = probe.antecedents()
+    assert chosen[["mention_start", "mention_end", "mention", "type", "best_head"]].values.tolist() == [
+        [4, 5, "He", "pronoun", "1-2"],
+        [6, 7, "her", "pronoun", "1-2"],
+    ]
+    assert chosen[["predicted", "predicted_word", "correct", "gold"]].values.tolist() == [
+        ["John", 0, True, "0"],
+        ["Mary", 2, True, "2"],
+    ]
+    assert chosen["nearest"].tolist() == [False, False] and set(chosen["document"]) == {"doc"}
 
 
 def test_baselines_nearest_same_head_sieve() -> None:
@@ -239,6 +250,13 @@ def test_real_run_on_two_gum_documents(default_model: LoadedModel, shared_data: 
     assert table.loc[ALL, "sieve"] > table.loc[ALL, "nearest"]
     assert table.loc[ALL, "sieve"] >= table.loc[ALL, "same_head"]
     assert probe.best().score > table.loc[ALL, "nearest"]
+    # one row per scored mention; its right answers are the table's accuracies
+    chosen = probe.antecedents()
+    assert len(chosen) == probe.count() and set(chosen["best_head"]) == {probe.best().label}
+    for column, scored in (("correct", "accuracy"), ("nearest", "nearest"), ("sieve", "sieve")):
+        assert chosen[column].mean() == pytest.approx(table.loc[ALL, scored])
+    pronouns = chosen[chosen["type"] == "pronoun"]
+    assert pronouns["nearest"].mean() == pytest.approx(table.loc["pronoun", "nearest"])
 
 
 def test_window_search_with_an_estimate_gives_the_exact_windows() -> None:

@@ -49,7 +49,7 @@ RUNS: dict[str, tuple[Verb, str, list[str]]] = {
             limit=1,
         ),
         "pronoun",
-        ["table.csv", "accuracies.csv"],
+        ["table.csv", "accuracies.csv", "antecedents.csv"],
     ),
     "gap": (
         lambda data, model: probe_gap(data / "gap" / "gap-development.tsv", model, limit=12, syntax=False),

@@ -19,7 +19,7 @@ from bertology.probes.coreference import CorefProbe
 from bertology.probes.dependency import ALL, DIRECTIONS, DependencyProbe
 from bertology.probes.gap import GapProbe
 from bertology.probes.parser import AttentionParser, ParserReport
-from bertology.run_files import gap_predictions_file
+from bertology.run_files import ANTECEDENTS_FILE, gap_predictions_file
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -205,6 +205,17 @@ class CoreferenceResult(CountsResult):
     head_words: str
     seconds: float
     left_out: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def files(self) -> list[str]:
+        """The data files of every probe, and :data:`~bertology.run_files.ANTECEDENTS_FILE`: the best
+        head's choice for every scored mention (:meth:`CorefProbe.antecedents`)."""
+        return [*super().files, ANTECEDENTS_FILE]
+
+    def save(self, folder: str | Path) -> list[Path]:
+        paths = super().save(folder)  # the path of every file of :attr:`files`, the antecedents' written here
+        self.probe.antecedents().to_csv(Path(folder) / ANTECEDENTS_FILE, index=False)
+        return paths
 
     def summary(self) -> dict[str, str | int | float]:
         return {

@@ -13,7 +13,7 @@ from bertology.probes.dependency import ALL, DIRECTIONS, predicted_heads
 from bertology.probes.results import CoreferenceResult, DependencyResult, GapResult, ParserResult
 from bertology.report import page, plots
 from bertology.report.arcs import arc_diagram
-from bertology.run_files import REPORT_FILE, mark_run
+from bertology.run_files import ANTECEDENTS_FILE, REPORT_FILE, mark_run
 
 #: Relations shown as heatmaps and arc diagrams: the most frequent ones.
 MOST_RELATIONS = 12
@@ -123,6 +123,11 @@ def _coreference_sections(result: CoreferenceResult, target: Path, dpi: int) -> 
         page.paragraph(result.explanation),
         page.table(result.table(), float_format="{:.3f}"),
         page.figure(png, alt="accuracy per head", caption="Accuracy of each head (layer x head, 0-based)."),
+        page.paragraph(
+            f"{ANTECEDENTS_FILE}: for every scored mention (its words in the document, 0-based, end "
+            f"excluded), the antecedent the best head over all mentions ({result.best().label}) picks, "
+            "whether it is right, the gold antecedents' head words, and whether each baseline is right."
+        ),
     ]
     return [page.Section("Results", "results", blocks)]
 

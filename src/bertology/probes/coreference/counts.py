@@ -38,6 +38,29 @@ class DocumentsRead:
         return self.documents == 0 and not self.out_of_reach.any()
 
 
+@dataclass(frozen=True)
+class MentionAnswer:
+    """One scored mention and every head's choice of antecedent.
+
+    document: its document's name; span: its words ``[start, end)`` in the document; text: those words;
+    kind: its type (index into :data:`TYPES`). candidates: [k] document indices of the distinct head words
+    of its in-reach candidates; candidate_texts: [k] the nearest candidate's words for each;
+    antecedents: [k] bool, whether each is an antecedent's head word. choice: [layers, heads] int32, the
+    candidate each head picks (an index into ``candidates``). baselines: whether nearest, same head and
+    sieve (:data:`BASELINES`) are right.
+    """
+
+    document: str
+    span: tuple[int, int]
+    text: str
+    kind: int
+    candidates: np.ndarray
+    candidate_texts: tuple[str, ...]
+    antecedents: np.ndarray
+    choice: np.ndarray
+    baselines: tuple[bool, bool, bool]
+
+
 def _ratio(correct: np.ndarray, counts: np.ndarray) -> np.ndarray:
     counts = np.asarray(counts, dtype=np.float64).reshape(counts.shape + (1,) * (correct.ndim - counts.ndim))
     return np.divide(correct, counts, out=np.full(correct.shape, np.nan), where=counts > 0)
@@ -51,7 +74,8 @@ class CorefProbe:
     counts: [types] int64 mentions scored. baselines: [types, 3] int64 mentions each baseline
     (:data:`BASELINES`) gets right. out_of_reach: [types] coreferent mentions whose antecedents were all
     before their window. skipped: [types] mentions in sentences too long for the model alone, or whose
-    head word has no tokens. documents, windows: how many were read and captured.
+    head word has no tokens. documents, windows: how many were read and captured. answers: every scored
+    mention with each head's choice (:meth:`antecedents`), in the order scored.
 
     Every method taking ``kind`` takes a type name or ``ALL`` ("all", the default).
     """
@@ -63,6 +87,7 @@ class CorefProbe:
     skipped: np.ndarray
     documents: int
     windows: int
+    answers: list[MentionAnswer] = field(default_factory=list)
 
     @property
     def num_layers(self) -> int:
@@ -144,6 +169,39 @@ class CorefProbe:
             }
         )
 
+    def antecedents(self) -> pd.DataFrame:
+        """The antecedent the best head over all mentions (:meth:`best`) picks for every scored mention,
+        one row each: ``document``, ``mention_start``, ``mention_end`` (its words in the document,
+        0-based, end excluded), ``mention``, ``type``, ``best_head`` (``"layer-head"``), ``predicted``
+        (the words of the nearest candidate mention with the head word the head attends to most),
+        ``predicted_word`` (that head word's index in the document), ``correct`` (it is an antecedent's
+        head word), ``gold`` (the head words of the mention's in-reach antecedents, ``;``-separated) and
+        whether each baseline (:data:`BASELINES`) is right."""
+        import pandas as pd
+
+        best = self.best()
+        rows = []
+        for answer in self.answers:
+            picked = int(answer.choice[best.layer, best.head])
+            rows.append(
+                {
+                    "document": answer.document,
+                    "mention_start": answer.span[0],
+                    "mention_end": answer.span[1],
+                    "mention": answer.text,
+                    "type": TYPES[answer.kind],
+                    "best_head": best.label,
+                    "predicted": answer.candidate_texts[picked],
+                    "predicted_word": int(answer.candidates[picked]),
+                    "correct": bool(answer.antecedents[picked]),
+                    "gold": ";".join(str(word) for word in answer.candidates[answer.antecedents]),
+                    **{name: right for name, right in zip(BASELINES, answer.baselines, strict=True)},
+                }
+            )
+        columns = ["document", "mention_start", "mention_end", "mention", "type", "best_head", "predicted"]
+        columns += ["predicted_word", "correct", "gold", *BASELINES]
+        return pd.DataFrame(rows, columns=columns)
+
     def to_dict(self) -> dict[str, Any]:
         """Plain counts per type: every accuracy is ``correct / count``."""
         return {
@@ -181,6 +239,7 @@ class CorefAccumulator:
         self.skipped = np.zeros(len(TYPES), dtype=np.int64)
         self.documents = 0
         self.windows = 0
+        self.answers: list[MentionAnswer] = []
         #: Mentions in the documents read (scored or not).
         self.mentions = 0
         #: Items of a run's batches added (:func:`coref_batches`; the count a distributed run's progress
@@ -227,9 +286,23 @@ class CorefAccumulator:
                 self.skipped[mention.kind] += 1
                 continue
             scores = rows[:, :, index, mention.candidates]  # [L, H, k]
-            correct[mention.kind] += mention.antecedents[scores.argmax(-1)]
+            choice = scores.argmax(-1).astype(np.int32)
+            correct[mention.kind] += mention.antecedents[choice]
             self.counts[mention.kind] += 1
             self.baselines[mention.kind] += mention.baselines
+            self.answers.append(
+                MentionAnswer(
+                    window.document,
+                    mention.span,
+                    mention.text,
+                    mention.kind,
+                    mention.candidates + window.start,
+                    mention.candidate_texts,
+                    mention.antecedents,
+                    choice,
+                    mention.baselines,
+                )
+            )
 
     def merge(self, other: CorefAccumulator) -> CorefAccumulator:
         """Fold ``other``'s counts into this one and return ``self``."""
@@ -242,6 +315,7 @@ class CorefAccumulator:
         self.windows += other.windows
         self.mentions += other.mentions
         self.items += other.items
+        self.answers += other.answers
         return self
 
     def result(self) -> CorefProbe:
@@ -260,4 +334,5 @@ class CorefAccumulator:
             skipped=self.skipped.copy(),
             documents=self.documents,
             windows=self.windows,
+            answers=list(self.answers),
         )

@@ -21,6 +21,8 @@ class ScoredMention:
     candidates: [k] sorted distinct head words of its in-reach candidates.
     antecedents: [k] bool, whether each candidate word is the head word of an antecedent.
     baselines: whether nearest, same head and sieve (:data:`BASELINES`) are right.
+    span: the mention's words ``[start, end)`` in its document; text: those words.
+    candidate_texts: [k] the words of the nearest candidate with each head word.
     """
 
     head: int
@@ -28,6 +30,9 @@ class ScoredMention:
     candidates: np.ndarray
     antecedents: np.ndarray
     baselines: tuple[bool, bool, bool]
+    span: tuple[int, int] = (0, 0)
+    text: str = ""
+    candidate_texts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -145,6 +150,7 @@ def coref_windows(
                 out[info.kind] += 1
                 continue
             words = np.array(sorted({c.head for c in reach}), dtype=np.int64)
+            nearest = {c.head: c.mention for c in reach}  # in document order: the last one wins
             scored.append(
                 ScoredMention(
                     head=info.head - start,
@@ -152,6 +158,11 @@ def coref_windows(
                     candidates=words - start,
                     antecedents=np.isin(words, list(gold)),
                     baselines=baselines_right(info, reach),
+                    span=(info.mention.start, info.mention.end),
+                    text=" ".join(document.words[info.mention.start : info.mention.end]),
+                    candidate_texts=tuple(
+                        " ".join(document.words[nearest[word].start : nearest[word].end]) for word in words
+                    ),
                 )
             )
         tokens = count_tokens(first, sentence)
