@@ -12,7 +12,8 @@ generation folder:
   keys are token rows;
 * ``tokens.npz``: one entry per token row: ``segment``, ``position`` (in the model input), ``token_id``,
   ``word`` (index into the segment's words, -1 for a special token) and ``attends_<L>`` (the input
-  position the layer's heads, averaged, attend to most from this token); and one entry per segment:
+  position the layer's heads, averaged, attend to most from this token, special tokens left out); and
+  one entry per segment:
   ``start`` (the row of its first token);
 * ``segments.jsonl``: one line per segment, in corpus order: ``words``, ``split`` (where text B starts,
   or null), ``relations`` and ``tags`` (dependency relation and coarse part-of-speech tag per word, UPOS
@@ -136,7 +137,9 @@ class ForwardVectors:
     vectors: per layer, the L2-normalised output vectors [N, d] (float16) of the batch's N real tokens,
         batch-major.
     attends: per layer, for each of those tokens, the key position [N] its layer's heads, averaged,
-        attend to most (empty where not asked for).
+        attend to most among the segment's ordinary tokens (special tokens such as [CLS] and [SEP] left
+        out, which most heads of most layers attend to most and so say nothing; a segment of special
+        tokens only keeps them); empty where not asked for.
     """
 
     vectors: dict[int, np.ndarray]
@@ -155,6 +158,9 @@ def forward_vectors(
     padded = loaded.tokenizer.pad(inputs, return_tensors="pt", pad_to_multiple_of=PAD_MULTIPLE)
     padded = {name: tensor.to(loaded.device) for name, tensor in padded.items()}
     mask = padded["attention_mask"].bool()
+    special = torch.tensor(loaded.tokenizer.all_special_ids, device=mask.device)
+    ordinary = mask & ~torch.isin(padded["input_ids"], special)  # [B, T] keys that may be attended to
+    ordinary |= mask & ~ordinary.any(dim=-1, keepdim=True)  # a segment of special tokens only keeps them
     wanted = set(layers) if with_attends else set()
     tops: dict[int, torch.Tensor] = {}
     calls = count()  # the layer of each attention call: one call per layer, in order
@@ -162,7 +168,9 @@ def forward_vectors(
     def consume(probs: torch.Tensor) -> None:  # [B, heads, T, T]
         layer = next(calls)
         if layer in wanted:
-            tops[layer] = probs.mean(dim=1).argmax(dim=-1)  # [B, T] key position
+            mean = probs.mean(dim=1)  # [B, T, T]
+            keys = ordinary[:, None, : mean.shape[-1]]  # [B, 1, T]
+            tops[layer] = mean.masked_fill(~keys, -1.0).argmax(dim=-1)  # [B, T] key position
 
     with torch.inference_mode(), recording(consume=consume):
         hidden_states = loaded.model(**padded, output_hidden_states=True).hidden_states

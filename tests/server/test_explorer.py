@@ -5,11 +5,13 @@ dependency probe and an ablation beside it (known answers), paths and damaged fi
 from __future__ import annotations
 
 import itertools
+import json
 import shutil
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
+import matplotlib
 import numpy as np
 import pandas as pd
 import pytest
@@ -24,6 +26,7 @@ from bertology.attention import capture_batch
 from bertology.errors import BertologyError, TruncationWarning
 from bertology.models import LoadedModel
 from bertology.report.analysis import save_analysis
+from bertology.report.plots import label_style
 from bertology.server import create_app
 from bertology.stats.rows import SpecialTokens
 
@@ -199,7 +202,25 @@ def test_the_analysis_overview(client: TestClient, analysed: tuple[CorpusAnalysi
     np.testing.assert_allclose(answer["map"], analysis.mds(), atol=1e-6)  # the report's map
     assert answer["examples_per_head"] == PER_HEAD
     assert answer["summary"]["examples_per_head"] == PER_HEAD  # summary.json records --examples-per-head
-    assert answer["related"] == {"dependency": "probes/deps", "coreference": "coref", "ablation": "ablation"}
+    assert answer["related"] == {
+        "dependency": "probes/deps",
+        "coreference": "coref",
+        "ablation": "ablation",
+        "ablation_model": None,  # its folder has no summary.json: not taken for the analysis's model
+        "ablation_same_model": False,
+    }
+    # the labels' colours are the report's map's (matplotlib's tab10 order, grey for none)
+    tab10 = [matplotlib.colors.to_hex(colour) for colour in matplotlib.colormaps["tab10"].colors]
+    expected = {
+        "next": tab10[0],
+        "previous": tab10[1],
+        "delimiters": tab10[5],
+        "broad": tab10[6],
+        "none": tab10[7],
+    }
+    present = set(analysis.patterns.labels.ravel())
+    assert answer["label_colours"] == {label: expected[label] for label in present}
+    assert answer["label_colours"] == {label: label_style(label)[0] for label in present}
 
 
 def test_a_head_shows_its_neighbours_relations_and_ablation(
@@ -225,6 +246,39 @@ def test_a_head_shows_its_neighbours_relations_and_ablation(
     }
     assert answer["coreference"] == [{"type": "pronoun", "accuracy": 0.29, "rank": 72 - 29, "count": 40}]
     assert [example["rank"] for example in answer["examples"]] == list(range(PER_HEAD))
+
+
+def _ablation(folder: Path, model: str, change: np.ndarray) -> None:
+    """An ablation folder of ``model`` whose heads' accuracy changes are ``change`` [layers, heads]."""
+    folder.mkdir(parents=True)
+    layer, head = np.indices(change.shape).reshape(2, -1)
+    pd.DataFrame(
+        {"layer": layer, "head": head, "accuracy": 0.5 + change.ravel(), "change": change.ravel()}
+    ).to_csv(folder / "ablation.csv", index=False)
+    (folder / "summary.json").write_text(json.dumps({"model": model}), encoding="utf-8")
+
+
+def test_an_ablation_of_another_model_is_named_and_one_of_the_same_model_preferred(
+    default_model: LoadedModel, analysed: tuple[CorpusAnalysis, Path], tmp_path: Path
+) -> None:
+    _, folder = analysed
+    shutil.copytree(folder, tmp_path / "analysis")
+    changes = -np.arange(72.0).reshape(6, 12) / 1000
+    _ablation(tmp_path / "a_finetuned", "runs/finetuned", changes)  # found first, another model
+    with TestClient(create_app([default_model], runs=tmp_path)) as client:
+        related = client.post("/api/explore/analysis", json={"run": "analysis"}).json()["related"]
+        assert (related["ablation"], related["ablation_model"]) == ("a_finetuned", "runs/finetuned")
+        assert related["ablation_same_model"] is False
+        head = client.post("/api/explore/head", json={"run": "analysis", "layer": 0, "head": 1}).json()
+        assert head["ablation"]["rank"] == 71  # the second-smallest loss of accuracy
+
+    # an ablation of the analysis's own model beside it wins; every change 0: no head ranks first
+    _ablation(tmp_path / "b_same", "all-MiniLM-L6-v2", np.zeros((6, 12)))
+    with TestClient(create_app([default_model], runs=tmp_path)) as client:
+        related = client.post("/api/explore/analysis", json={"run": "analysis"}).json()["related"]
+        assert (related["ablation"], related["ablation_same_model"]) == ("b_same", True)
+        head = client.post("/api/explore/head", json={"run": "analysis", "layer": 0, "head": 1}).json()
+        assert head["ablation"] == {"change": 0.0, "accuracy": 0.5, "importance": None, "rank": None}
 
 
 def test_an_example_is_a_head_view_of_the_stored_attention(client: TestClient) -> None:

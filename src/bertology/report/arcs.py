@@ -1,4 +1,5 @@
-"""Dependency arcs of one sentence as inline SVG: gold arcs above the words, predicted arcs below.
+"""Dependency arcs of one sentence as inline SVG: gold arcs above the words, predicted arcs below,
+wrapped onto several lines when the sentence is longer than a report is wide.
 
 A predicted arc that matches the gold head is drawn in the "correct" colour, a wrong one in the
 "wrong" colour; punctuation and root words draw no arc. The SVG is the template ``arcs.html.j2``; words
@@ -16,6 +17,8 @@ from bertology.report.page import render
 
 CHAR_WIDTH = 7.2  # px per character of the 12 px label font
 GAP = 14.0  # px between words
+#: Widest line in px before a sentence wraps (a report's content column is 1,200 px at most).
+LINE_WIDTH = 1000.0
 
 #: Arc colours by kind.
 COLOURS = {"gold": "#555555", "correct": "#1a7f37", "wrong": "#cf222e"}
@@ -29,13 +32,25 @@ class Arc:
     kind: str
 
 
-def _word_centres(words: Sequence[str]) -> tuple[list[float], float]:
-    centres, x = [], GAP
+def _word_spans(words: Sequence[str]) -> list[tuple[float, float]]:
+    """(left, right) in px of each word laid out on one endless line."""
+    spans, x = [], GAP
     for word in words:
         width = max(len(word), 1) * CHAR_WIDTH
-        centres.append(x + width / 2)
+        spans.append((x, x + width))
         x += width + GAP
-    return centres, x
+    return spans
+
+
+def _line_breaks(spans: Sequence[tuple[float, float]], width: float) -> list[tuple[int, int]]:
+    """The words of each line, ``[(first, end)]``, as many as fit in ``width`` px (at least one)."""
+    lines, first = [], 0
+    for index, (_, right) in enumerate(spans):
+        if index > first and right + GAP - (spans[first][0] - GAP) > width:
+            lines.append((first, index))
+            first = index
+    lines.append((first, len(spans)))
+    return lines
 
 
 def _lift(distance: int) -> float:
@@ -49,6 +64,17 @@ def _arc(start: float, end: float, height: float, baseline: float, up: bool, kin
     return Arc(f"M{start:.1f},{baseline:.1f} {curve}", kind)
 
 
+@dataclass(frozen=True)
+class Line:
+    """One line of a wrapped arc diagram: its size in px, arcs and words (x of each word's centre)."""
+
+    width: str
+    height: str
+    arcs: list[Arc]
+    words: list[tuple[str, str]]
+    text_y: str
+
+
 def arc_diagram(
     words: Sequence[str],
     gold: Sequence[int],
@@ -56,36 +82,41 @@ def arc_diagram(
     *,
     skip: Sequence[bool] | None = None,
     caption: str = "",
+    width: float = LINE_WIDTH,
 ) -> Markup:
-    """An ``<svg>``: ``gold`` heads above the words, ``predicted`` heads below (0-based, -1 root), in a
-    ``<figure>`` with ``caption`` if one is given.
+    """``<svg>`` lines of at most ``width`` px: ``gold`` heads above the words, ``predicted`` heads below
+    (0-based, -1 root), in a ``<figure>`` with ``caption`` if one is given. A sentence too long for one
+    line wraps: each line draws every arc that reaches it, an arc to a word on another line leaving at
+    the line's edge (and coming back in on that word's line).
 
     skip: per word, draw no arc for it (e.g. punctuation, excluded from scoring).
     """
-    centres, width = _word_centres(words)
-    spans = [abs(h - d) for heads in (gold, predicted) for d, h in enumerate(heads) if h >= 0]
-    rise = _lift(max(spans, default=1))
-    baseline_top, baseline_bottom = rise + 8, rise + 40
-    arcs = []
+    spans = _word_spans(words)
+    centres = [(left + right) / 2 for left, right in spans]
+    pairs = []  # (from word, to word, kind, above)
     for dependent, (head, guess) in enumerate(zip(gold, predicted, strict=True)):
         if (skip is not None and skip[dependent]) or head < 0:
             continue
-        arcs.append(
-            _arc(centres[head], centres[dependent], _lift(abs(head - dependent)), baseline_top, True, "gold")
-        )
+        pairs.append((head, dependent, "gold", True))
         if guess >= 0:
-            kind = "correct" if guess == head else "wrong"
-            lift = _lift(abs(guess - dependent))
-            arcs.append(_arc(centres[guess], centres[dependent], lift, baseline_bottom, False, kind))
-    return Markup(
-        render(
-            "arcs.html.j2",
-            width=f"{width:.0f}",
-            height=f"{baseline_bottom + rise + 8:.0f}",
-            colours=COLOURS,
-            arcs=arcs,
-            words=[(f"{centre:.1f}", word) for centre, word in zip(centres, words, strict=True)],
-            text_y=f"{(baseline_top + baseline_bottom) / 2 + 4:.1f}",
-            caption=caption,
+            pairs.append((guess, dependent, "correct" if guess == head else "wrong", False))
+    lines = []
+    for first, end in _line_breaks(spans, width):
+        left = spans[first][0] - GAP
+        reaching = [pair for pair in pairs if min(pair[:2]) < end and max(pair[:2]) >= first]
+        rise = _lift(max((abs(a - b) for a, b, _, _ in reaching), default=1))
+        top, bottom = rise + 8, rise + 40
+        arcs = [
+            _arc(centres[a] - left, centres[b] - left, _lift(abs(a - b)), top if up else bottom, up, kind)
+            for a, b, kind, up in reaching
+        ]
+        lines.append(
+            Line(
+                width=f"{spans[end - 1][1] + GAP - left:.0f}",
+                height=f"{bottom + rise + 8:.0f}",
+                arcs=arcs,
+                words=[(f"{centres[index] - left:.1f}", words[index]) for index in range(first, end)],
+                text_y=f"{(top + bottom) / 2 + 4:.1f}",
+            )
         )
-    )
+    return Markup(render("arcs.html.j2", colours=COLOURS, lines=lines, caption=caption))

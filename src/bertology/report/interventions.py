@@ -61,8 +61,6 @@ def _gradient_figure(run: AblationRun) -> Figure:
     )
     figure = plots.layer_summary(table, {"gradient of the loss by attended-to token": list(CATEGORIES)})
     ax = figure.axes[0]
-    finite = per_head[np.isfinite(per_head)]
-    ax.set_ylim(0, float(finite.max()) * 1.05 if finite.size else 1.0)
     ax.set_ylabel(f"mean |∂L/∂attention| ({run.attention_gradients.loss} loss)", fontsize=9)
     return figure
 

@@ -22,7 +22,7 @@ from matplotlib.colors import Colormap
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from bertology.analysis.patterns import PATTERN_DESCRIPTIONS
+from bertology.analysis.patterns import OTHER_PATTERN_COLOUR, PATTERN_COLOURS, PATTERN_DESCRIPTIONS
 from bertology.stats.base import HeadTable
 
 if TYPE_CHECKING:
@@ -59,6 +59,11 @@ TITLES = {
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
 
 _TICK_SIZE = 8
+
+#: Inches a figure may be wide and still be shown at its own size in a report (the content column of
+#: ``report.css``, 84rem less 4rem of 15 px, at the 110 dpi of :func:`to_png`): wider ones are shrunk
+#: and their tick labels become too small to read.
+PAGE_WIDTH = 10.9
 _LABEL_SIZE = 9
 _TITLE_SIZE = 10
 
@@ -73,20 +78,18 @@ def unit_of(name: str) -> str:
     return "nats" if "entropy" in name else "attention weight"
 
 
-#: Pattern labels in colour order; "none" is grey.
+#: Pattern labels in marker order; "none" is a grey dot.
 _LABEL_ORDER = tuple(name for name in PATTERN_DESCRIPTIONS if name != "none")
-
-#: tab10 without its grey.
-_LABEL_PALETTE = tuple(colour for i, colour in enumerate(matplotlib.colormaps["tab10"].colors) if i != 7)
 
 
 def label_style(label: str) -> tuple[str, str]:
-    """(colour, marker) of a pattern label: tab10 in :data:`PATTERN_DESCRIPTIONS` order, grey for
-    ``"none"``; labels not listed there share the next colour."""
+    """(colour, marker) of a pattern label: its :data:`~bertology.analysis.patterns.PATTERN_COLOURS`
+    colour (the explorer's too) and a marker in :data:`PATTERN_DESCRIPTIONS` order, a grey dot for
+    ``"none"``; labels not listed there share the next colour and marker."""
     if label == "none":
-        return "tab:gray", "."
+        return PATTERN_COLOURS["none"], "."
     index = _LABEL_ORDER.index(label) if label in _LABEL_ORDER else len(_LABEL_ORDER)
-    return matplotlib.colors.to_hex(_LABEL_PALETTE[index]), MARKERS[index]
+    return PATTERN_COLOURS.get(label, OTHER_PATTERN_COLOUR), MARKERS[index]
 
 
 def new_figure(width: float, height: float) -> Figure:
@@ -187,14 +190,15 @@ def heatmaps(
     unit: str | None = None,
     cmap: Colormap = COLORMAP,
 ) -> Figure:
-    """Layer x head heatmaps of ``table``'s statistics ``names``, ``columns`` to a row.
+    """Layer x head heatmaps of ``table``'s statistics ``names``, ``columns`` to a row, or fewer where
+    that many would be wider than :data:`PAGE_WIDTH`.
 
     value_range: one colour range for every panel; default: each panel from 0 to its largest value.
     unit: the colour bars' label for every panel; default: :func:`unit_of` each statistic.
     cmap: the colour map (:data:`DIVERGING_COLORMAP` for signed values around 0).
     """
     panel_width, panel_height = _heatmap_panel_size(table.num_layers, table.num_heads)
-    across = min(columns, len(names))
+    across = max(1, min(columns, len(names), math.floor(PAGE_WIDTH / panel_width)))
     down = math.ceil(len(names) / across)
     figure = new_figure(panel_width * across, panel_height * down)
     axes = figure.subplots(down, across, squeeze=False).ravel()
@@ -256,7 +260,9 @@ def _layer_points(
 
 def layer_summary(table: HeadTable, panels: Mapping[str, Sequence[str]]) -> Figure:
     """Per-layer attention, one panel per ``title -> statistics`` item (Clark et al. 2019, Figs. 2-3):
-    for each statistic the mean over a layer's heads (line) and each head's value (faint points)."""
+    for each statistic the mean over a layer's heads (line) and each head's value (faint points). Each
+    panel's value axis runs from 0 to a little above its largest value, so values near 0.02 are not
+    flat lines on a 0-1 axis."""
     figure, axes = _layer_panels(len(panels), table.num_layers)
     for ax, (title, names) in zip(axes, panels.items(), strict=True):
         for index, name in enumerate(names):
@@ -268,7 +274,10 @@ def layer_summary(table: HeadTable, panels: Mapping[str, Sequence[str]]) -> Figu
                 marker=MARKERS[index],
                 offset=0.12 * (index - (len(names) - 1) / 2),
             )
-        ax.set_ylim(-0.03, 1.03)
+        values = np.concatenate([np.ravel(table[name]) for name in names])
+        finite = values[np.isfinite(values)]
+        top = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
+        ax.set_ylim(-0.03 * top, 1.05 * top)
         _layer_axes(ax, table.num_layers, title=title, ylabel="mean attention weight")
     return figure
 

@@ -46,15 +46,19 @@ def _heatmap_section(result: DependencyResult, rows: pd.DataFrame, outdir: Path,
 def _arcs_section(result: DependencyResult, rows: pd.DataFrame) -> page.Section:
     blocks: list[page.Markup] = [
         page.paragraph(
-            "For each relation, the first kept sentence that has it: gold arcs above the words, the arcs "
+            "For each relation, the first kept sentence that has it and is not shown for another relation "
+            "already (or the first that has it, if every one is): gold arcs above the words, the arcs "
             "predicted by the relation's best head below (green: right head, red: wrong head)."
         )
     ]
+    shown: set[int] = set()
     for row in rows.itertuples():
-        found = next(((s, w) for s, w in result.examples if row.relation in s.relations), None)
-        if found is None:
+        having = [index for index, (s, _) in enumerate(result.examples) if row.relation in s.relations]
+        if not having:
             continue
-        sentence, words = found
+        chosen = next((index for index in having if index not in shown), having[0])
+        shown.add(chosen)
+        sentence, words = result.examples[chosen]
         predicted = predicted_heads(words, int(row.layer), int(row.head), int(row.direction))
         caption = (
             f"{row.relation}: head ({row.layer}, {row.head}), {DIRECTIONS[int(row.direction)]} "

@@ -10,14 +10,14 @@ from typing import Any
 
 import numpy as np
 
-from bertology.analysis.patterns import PatternAccumulator
+from bertology.analysis.patterns import PATTERN_DESCRIPTIONS, PatternAccumulator
 from bertology.attention import capture, capture_batch
 from bertology.long_capture import LongAttention
 from bertology.models import LoadedModel
 from bertology.server.errors import RequestError
 from bertology.server.schemas import AttentionRequest, InputRequest, ViewRequest
 from bertology.stats.rows import SpecialTokens
-from bertology.stats.surface import SurfaceAccumulator
+from bertology.stats.surface import SURFACE_DESCRIPTIONS, SurfaceAccumulator
 from bertology.views import render_view
 
 #: Decimal places of the probabilities in ``/api/attention`` answers (absolute error <= 5e-7).
@@ -113,6 +113,11 @@ def statistics_answer(loaded: LoadedModel, request: InputRequest, *, max_tokens:
         "surface": surface.result().to_dict()["columns"],
         "patterns": scores.scores.to_dict()["columns"],
         "labels": scores.labels.tolist(),
+        "descriptions": {
+            "surface": SURFACE_DESCRIPTIONS,
+            "patterns": {name: f"score of the label {text}" for name, text in PATTERN_DESCRIPTIONS.items()},
+            "labels": {"label": "each head's primary pattern label, or none"},
+        },
     }
 
 

@@ -8,7 +8,10 @@ and the nearest heads), ``summary.json`` (the seed of the map) and, where presen
 the analysis (in its folder, or in its parent folder, up to :data:`RELATED_DEPTH` levels down) are
 joined in when their layer x head grid is the analysis's: a dependency probe (``accuracies.csv`` with a
 ``relation`` column and ``table.csv``), a coreference probe (``accuracies.csv`` with a ``type``
-column) and an ablation (``ablation.csv``, and ``importance.csv`` when there).
+column) and an ablation (``ablation.csv``, and ``importance.csv`` when there). An ablation names the
+model it removed heads from (its ``summary.json``): one of the analysis's own model is preferred, and one
+of another model (say, the classifier fine-tuned from it) is joined with that model's name, so the page
+can say whose heads it measured.
 
 Every file is opened below the analysis folder's descriptor without following links
 (:mod:`bertology.beneath`; a symbolic link is refused, 403) and read from that descriptor, so no file
@@ -30,7 +33,7 @@ import pandas as pd
 
 from bertology.analysis.distances import mds_embedding
 from bertology.analysis.examples import EXAMPLES_FILE, HeadExamples
-from bertology.analysis.patterns import PATTERN_DESCRIPTIONS
+from bertology.analysis.patterns import OTHER_PATTERN_COLOUR, PATTERN_COLOURS, PATTERN_DESCRIPTIONS
 from bertology.attention import Attention
 from bertology.beneath import OpenFolder, path_parts
 from bertology.errors import BertologyError
@@ -93,6 +96,17 @@ def _head_grid(frame: pd.DataFrame, column: str, layers: int, heads: int) -> np.
     return grid
 
 
+@dataclass(frozen=True)
+class Ablation:
+    """An ablation folder's per-head results: each ``[layers, heads]``."""
+
+    path: str  # relative to the runs folder
+    model: str | None  # the model its heads were removed from (its summary.json), None when unknown
+    change: np.ndarray  # dev accuracy without the head minus with every head
+    accuracy: np.ndarray  # dev accuracy without the head
+    importance: np.ndarray | None  # Michel et al.'s head importance, when computed
+
+
 @dataclass
 class Related:
     """Results of other commands for the analysis's heads (module docstring); paths relative to the runs
@@ -100,7 +114,7 @@ class Related:
 
     dependency: tuple[str, pd.DataFrame, pd.DataFrame] | None = None  # path, accuracies, table
     coreference: tuple[str, pd.DataFrame] | None = None  # path, accuracies
-    ablation: tuple[str, np.ndarray, np.ndarray, np.ndarray | None] | None = None  # change, accuracy, imp.
+    ablation: Ablation | None = None
 
 
 @dataclass
@@ -135,6 +149,7 @@ class AnalysisRun:
 
     def overview(self) -> dict[str, Any]:
         """The map and the grid: every head's statistics, label and place."""
+        ablation = self.related.ablation
         return {
             "path": self.path,
             "summary": {
@@ -144,13 +159,18 @@ class AnalysisRun:
             "heads": self.num_heads,
             "labels": self.labels.tolist(),
             "label_descriptions": PATTERN_DESCRIPTIONS,
+            "label_colours": {
+                label: PATTERN_COLOURS.get(label, OTHER_PATTERN_COLOUR) for label in np.unique(self.labels)
+            },
             "statistics": {name: _grid(values) for name, values in self.statistics.items()},
             "map": [[float(x), float(y)] for x, y in self.mds],
             "examples_per_head": 0 if self.examples is None else self.examples.per_head,
             "related": {
                 "dependency": None if self.related.dependency is None else self.related.dependency[0],
                 "coreference": None if self.related.coreference is None else self.related.coreference[0],
-                "ablation": None if self.related.ablation is None else self.related.ablation[0],
+                "ablation": None if ablation is None else ablation.path,
+                "ablation_model": None if ablation is None else ablation.model,
+                "ablation_same_model": ablation is not None and ablation.model == self.summary.get("model"),
             },
         }
 
@@ -243,15 +263,19 @@ class AnalysisRun:
         return rows
 
     def _ablation(self, layer: int, head: int) -> dict[str, Any] | None:
-        if self.related.ablation is None:
+        """The accuracy change of removing this head, and its rank (1: hurts most; ``None`` when every
+        head's change is the same, as for a classifier that answers the same whatever is removed)."""
+        ablation = self.related.ablation
+        if ablation is None:
             return None
-        _, change, accuracy, importance = self.related.ablation
-        rank = int((change < change[layer, head]).sum()) + 1  # 1: removing it hurts most
+        change = ablation.change
+        finite = change[np.isfinite(change)]
+        ranked = finite.size > 0 and finite.min() < finite.max()
         return {
             "change": _finite(change[layer, head]),
-            "accuracy": _finite(accuracy[layer, head]),
-            "importance": None if importance is None else _finite(importance[layer, head]),
-            "rank": rank,
+            "accuracy": _finite(ablation.accuracy[layer, head]),
+            "importance": None if ablation.importance is None else _finite(ablation.importance[layer, head]),
+            "rank": int((change < change[layer, head]).sum()) + 1 if ranked else None,
         }
 
     def example_page(self, layer: int, head: int, rank: int, theme: str) -> str:
@@ -306,9 +330,21 @@ def _related_folders(folder: RunsFolder, analysis: OpenFolder) -> Iterator[OpenF
         yield from (here for here in base.folders(RELATED_DEPTH) if here.label != analysis.label)
 
 
-def _find_related(folder: RunsFolder, analysis: OpenFolder, layers: int, heads: int) -> Related:
+def _ablation_model(here: OpenFolder) -> str | None:
+    """The model an ablation folder's ``summary.json`` names, ``None`` when it names none."""
+    if not here.is_file(SUMMARY_FILE):
+        return None
+    summary = json.loads(here.read_bytes(SUMMARY_FILE).decode("utf-8"))
+    model = summary.get("model") if isinstance(summary, dict) else None
+    return model if isinstance(model, str) else None
+
+
+def _find_related(
+    folder: RunsFolder, analysis: OpenFolder, layers: int, heads: int, model: object
+) -> Related:
     """The first dependency probe, coreference probe and ablation next to ``analysis`` whose heads are a
-    ``layers x heads`` grid (module docstring)."""
+    ``layers x heads`` grid (module docstring); an ablation of ``model`` (the analysis's) before one of
+    another model."""
     related = Related()
     for here in _related_folders(folder, analysis):
         try:
@@ -323,16 +359,18 @@ def _find_related(folder: RunsFolder, analysis: OpenFolder, layers: int, heads: 
                     related.dependency = (here.label, frame, _read_csv(here, "table.csv"))
                 elif fits and related.coreference is None and "type" in frame.columns:
                     related.coreference = (here.label, frame)
-            if here.is_file("ablation.csv") and related.ablation is None:
+            found = related.ablation
+            if here.is_file("ablation.csv") and (found is None or found.model != model):
                 frame = _read_csv(here, "ablation.csv")
                 change = _head_grid(frame, "change", layers, heads)
                 accuracy = _head_grid(frame, "accuracy", layers, heads)
                 importance = None
                 if here.is_file("importance.csv"):
                     importance = _head_grid(_read_csv(here, "importance.csv"), "importance", layers, heads)
-                if change is not None and accuracy is not None:
-                    related.ablation = (here.label, change, accuracy, importance)
-        except (BertologyError, KeyError, ValueError, TypeError):
+                ablation_model = _ablation_model(here)
+                if change is not None and accuracy is not None and (found is None or ablation_model == model):
+                    related.ablation = Ablation(here.label, ablation_model, change, accuracy, importance)
+        except (BertologyError, KeyError, ValueError, TypeError, UnicodeDecodeError):
             continue  # a damaged or foreign file (or a link) beside the analysis is left out, not an error
     return related
 
@@ -389,7 +427,9 @@ def read_analysis(folder: RunsFolder, analysis: OpenFolder) -> AnalysisRun:
         divergence=divergence,
         mds=mds_embedding(divergence, seed=int(seed) if isinstance(seed, int) else 0),
         examples=examples,
-        related=_find_related(folder, analysis, layers, count),
+        related=_find_related(
+            folder, analysis, layers, count, summary.get("model") if isinstance(summary, dict) else None
+        ),
     )
 
 

@@ -185,6 +185,10 @@ class StatisticsAnswer(BaseModel):
         description="Pattern scores (bertology.analysis.patterns), each [layers][heads]."
     )
     labels: list[list[str]] = Field(description="[layers][heads] primary pattern label, or 'none'.")
+    descriptions: dict[str, dict[str, str]] = Field(
+        description="One line on each statistic, by group and name: {'surface': {name: text}, "
+        "'patterns': {...}, 'labels': {...}}."
+    )
 
 
 class RunEntry(BaseModel):
@@ -238,6 +242,13 @@ class RelatedResults(BaseModel):
     dependency: str | None = Field(description="The dependency probe joined in (its folder), or null.")
     coreference: str | None = Field(description="The coreference probe joined in (its folder), or null.")
     ablation: str | None = Field(description="The ablation joined in (its folder), or null.")
+    ablation_model: str | None = Field(
+        description="The model the ablation removed heads from (its summary.json), or null when unknown."
+    )
+    ablation_same_model: bool = Field(
+        description="Whether that is the analysis's model; if not, its heads are another model's (e.g. a "
+        "classifier fine-tuned from it) and the page says so."
+    )
 
 
 class ExploreAnalysis(BaseModel):
@@ -247,6 +258,9 @@ class ExploreAnalysis(BaseModel):
     heads: int
     labels: list[list[str]] = Field(description="[layers][heads] primary pattern label, or 'none'.")
     label_descriptions: dict[str, str]
+    label_colours: dict[str, str] = Field(
+        description="Each label present: its colour (#rrggbb), the same as in the report's map."
+    )
     statistics: dict[str, PerHead] = Field(
         description="Every column of heads.csv: surface statistics, pattern scores (score_*), [layers][heads]"
     )
@@ -293,7 +307,10 @@ class AblationEntry(BaseModel):
     change: float | None = Field(description="Dev accuracy with the head removed, minus with every head.")
     accuracy: float | None
     importance: float | None
-    rank: int = Field(description="1: the head whose removal lowers the accuracy most.")
+    rank: int | None = Field(
+        description="1: the head whose removal lowers the accuracy most; null when every head's change is "
+        "the same (no head ranks above another)."
+    )
 
 
 class ExploreHead(BaseModel):
@@ -393,7 +410,10 @@ class CorpusToken(BaseModel):
         description="Its word's part-of-speech tag (UPOS in CoNLL-U; treebank corpora), or null."
     )
     origin: str = Field(description="Where its segment comes from: file and line.")
-    attends: str = Field(description="The token its layer's heads, averaged, attend to most.")
+    attends: str = Field(
+        description="The token its layer's heads, averaged, attend to most, special tokens ([CLS], [SEP]) "
+        "left out."
+    )
     similarity: float | None = Field(
         description="Cosine similarity to the query token; null for a word search."
     )

@@ -4,8 +4,9 @@ token of the current input, from an index folder that ``bertology index`` wrote
 
 - ``POST /api/search/info``: whether there is an index, and its model, layers and size;
 - ``POST /api/search/input``: the tokens of a typed input and, for one of them, its nearest corpus tokens at
-  a layer, each with its context, relation, part of speech and the token its layer attends to most, and
-  histograms of the neighbours' relations and parts of speech (exBERT's summary);
+  a layer, each with its context, relation, part of speech and the token its layer attends to most
+  (special tokens left out), and histograms of the neighbours' relations and parts of speech (exBERT's
+  summary);
 - ``POST /api/search/word``: corpus tokens whose word is the given text;
 - ``POST /api/search/token``: the nearest corpus tokens of a corpus token (e.g. one a word search found).
 """

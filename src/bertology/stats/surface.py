@@ -209,6 +209,25 @@ SURFACE_STATISTICS: dict[str, Statistic] = {
     "confidence_without_delimiters": confidence_without_delimiters,
 }
 
+#: One line on each surface statistic, for pickers and legends (the functions above give the formulas).
+SURFACE_DESCRIPTIONS = {
+    "previous": "attention to the previous token",
+    "next": "attention to the next token",
+    "current": "attention to the token itself",
+    "cls": "attention to [CLS]",
+    "sep": "attention to [SEP]",
+    "punct": 'attention to "." and ","',
+    "sep_to_sep": "attention of [SEP] to [SEP]",
+    "other_to_sep": "attention of the other tokens to [SEP]",
+    "entropy": "entropy of a token's attention, nats (low: focused, high: broad)",
+    "entropy_uniform": "entropy of uniform attention, nats (the baseline of entropy)",
+    "cls_entropy": "entropy of [CLS]'s attention, nats",
+    "cls_entropy_uniform": "entropy of uniform attention from [CLS], nats (the baseline of cls_entropy)",
+    "confidence": "largest attention weight of a token (every key counted)",
+    "voita_confidence": "largest weight with [SEP] left out (Voita et al. 2019's head confidence)",
+    "confidence_without_delimiters": "largest weight with [CLS] and [SEP] left out",
+}
+
 #: The statistics of the ``"clark"`` convention: the same columns, six computed as Clark et al.'s code does.
 CLARK_SURFACE_STATISTICS: dict[str, Statistic] = {
     **SURFACE_STATISTICS,

@@ -53,6 +53,7 @@ async function showView() {
     const html = await callApi("/api/view", body, "text");
     if (number !== viewRequest) return;
     $("view-frame").srcdoc = html;
+    $("view-frame").hidden = false;
     $("view-frame").dataset.view = body.view;
     $("view-frame").dataset.layer = String(body.layer);
     setState("ready", "");
@@ -69,15 +70,25 @@ function statisticNames(answer) {
   ];
 }
 
+const STATISTIC_GROUPS = { surface: "Surface statistics", patterns: "Pattern scores", labels: "Labels" };
+
+/** The statistic picker: one group per kind, each option named and described (answer.descriptions). */
 function fillStatisticChoice(answer) {
   const select = $("statistic");
   const keep = select.value;
   select.replaceChildren();
+  const groups = {};
   for (const [group, name] of statisticNames(answer)) {
+    if (!groups[group]) {
+      groups[group] = document.createElement("optgroup");
+      groups[group].label = STATISTIC_GROUPS[group];
+      select.append(groups[group]);
+    }
     const option = document.createElement("option");
     option.value = `${group}:${name}`;
-    option.textContent = group === "patterns" ? `pattern score: ${name}` : name;
-    select.append(option);
+    const description = answer.descriptions[group][name];
+    option.textContent = description ? `${name}: ${description}` : name;
+    groups[group].append(option);
   }
   if ([...select.options].some((option) => option.value === keep)) select.value = keep;
 }
@@ -213,6 +224,8 @@ async function start() {
     $("model").value = answer.default;
     onModelChange();
     listRuns(await callApi("/api/runs"));
+    const search = await callApi("/api/search/info", {});
+    $("search-item").hidden = !search.available;
     setState("idle", "");
   } catch (error) {
     setState("error", `Could not reach the server: ${error.message}`);

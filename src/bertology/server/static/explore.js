@@ -6,10 +6,14 @@
 // $, setState and callApi come from common.js.
 const SVG = "http://www.w3.org/2000/svg";
 const run = new URLSearchParams(location.search).get("run"); // null: no run chosen
-const LABEL_COLOURS = {
-  word_pieces: "#9467bd", other_sentence: "#8c564b", same_word: "#e377c2", next: "#ff7f0e",
-  previous: "#2ca02c", delimiters: "#d62728", broad: "#1f77b4", none: "#9aa0a6",
+// Short label names that fit a grid cell (the legend spells each out); colours come from the server
+// (analysis.label_colours), the same as the report's map.
+const SHORT_LABELS = {
+  word_pieces: "piece", other_sentence: "other", same_word: "same", next: "next", previous: "prev",
+  delimiters: "delim", broad: "broad", none: "none",
 };
+const UNDEFINED_COLOUR = "#9aa0a6";
+const MAP_FONT = 11; // px of the map's head names, in viewBox units
 let analysis = null;
 let selected = null; // [layer, head]
 let nearest = [];
@@ -17,19 +21,38 @@ let headRequest = 0; // number of the latest head request; older answers are dro
 
 const number = (value, digits = 3) => (typeof value === "number" ? value.toFixed(digits) : "–");
 
-/** The colour of every head, [layers][heads], for the choice in #colour; and the legend's text. */
+const shortLabel = (label) => SHORT_LABELS[label] || label;
+
+/** Black or white, whichever reads better on the colour #rrggbb (WCAG relative luminance). */
+function inkOnHex(hex) {
+  const channel = (start) => {
+    const value = parseInt(hex.slice(start, start + 2), 16) / 255;
+    return value <= 0.03928 ? value / 12.92 : ((value + 0.055) / 1.055) ** 2.4;
+  };
+  const luminance = 0.2126 * channel(1) + 0.7152 * channel(3) + 0.0722 * channel(5);
+  return luminance > 0.2 ? "#000000" : "#ffffff";
+}
+
+/** The colour of every head and the colour of text on it, [layers][heads] of {fill, ink}, for the choice
+ *  in #colour. */
 function colours() {
   const choice = $("colour").value;
   if (choice === "label") {
-    return analysis.labels.map((row) => row.map((label) => LABEL_COLOURS[label] || LABEL_COLOURS.none));
+    return analysis.labels.map((row) => row.map((label) => {
+      const fill = analysis.label_colours[label] || UNDEFINED_COLOUR;
+      return { fill, ink: inkOnHex(fill) };
+    }));
   }
   const grid = analysis.statistics[choice];
   const values = grid.flat().filter((value) => typeof value === "number");
   const low = Math.min(...values);
   const high = Math.max(...values);
   const span = high - low || 1;
-  return grid.map((row) => row.map((value) =>
-    typeof value === "number" ? `hsl(215, 75%, ${88 - (58 * (value - low)) / span}%)` : "#9aa0a6"));
+  return grid.map((row) => row.map((value) => {
+    if (typeof value !== "number") return { fill: UNDEFINED_COLOUR, ink: "#000000" };
+    const lightness = 88 - (58 * (value - low)) / span;
+    return { fill: `hsl(215, 75%, ${lightness}%)`, ink: lightness < 55 ? "#ffffff" : "#000000" };
+  }));
 }
 
 function drawLegend() {
@@ -37,13 +60,15 @@ function drawLegend() {
   legend.replaceChildren();
   const choice = $("colour").value;
   if (choice === "label") {
-    const present = new Set(analysis.labels.flat());
-    for (const [label, colour] of Object.entries(LABEL_COLOURS)) {
-      if (!present.has(label)) continue;
+    for (const [label, colour] of Object.entries(analysis.label_colours)) {
       const swatch = document.createElement("span");
       swatch.className = "swatch";
       swatch.style.backgroundColor = colour;
-      legend.append(swatch, label);
+      const description = (analysis.label_descriptions[label] || label).replace(`${label}: `, "");
+      const item = document.createElement("span");
+      item.className = "legend-item";
+      item.append(swatch, `${shortLabel(label)}: ${description}`);
+      legend.append(item);
     }
     return;
   }
@@ -55,6 +80,43 @@ function headName(layer, head) {
   return `${layer}-${head}`;
 }
 
+/** Head names beside the map's dots where they overlap no dot, no other name and stay inside the map:
+ *  the heads with a label first, then the rest. points: [{x, y, r, name, labelled}]. */
+function placeMapNames(svg, points) {
+  const taken = [];
+  const overlaps = (a, b) => a.x0 < b.x1 && b.x0 < a.x1 && a.y0 < b.y1 && b.y0 < a.y1;
+  const hitsDot = (box) => points.some((point) => {
+    const nearestX = Math.max(box.x0, Math.min(point.x, box.x1));
+    const nearestY = Math.max(box.y0, Math.min(point.y, box.y1));
+    return (nearestX - point.x) ** 2 + (nearestY - point.y) ** 2 < point.r ** 2;
+  });
+  const order = [...points].sort((a, b) => Number(b.labelled) - Number(a.labelled));
+  for (const point of order) {
+    const width = 0.62 * MAP_FONT * point.name.length;
+    const height = 1.25 * MAP_FONT; // the text's ascent and descent
+    const gap = point.r + 2;
+    const spots = [
+      [point.x + gap, point.y - height / 2], [point.x - gap - width, point.y - height / 2],
+      [point.x - width / 2, point.y - gap - height], [point.x - width / 2, point.y + gap],
+    ];
+    for (const [x0, y0] of spots) {
+      const box = { x0, y0, x1: x0 + width, y1: y0 + height };
+      if (box.x0 < 0 || box.y0 < 0 || box.x1 > 640 || box.y1 > 480) continue;
+      if (taken.some((other) => overlaps(box, other)) || hitsDot(box)) continue;
+      taken.push(box);
+      const text = document.createElementNS(SVG, "text");
+      text.setAttribute("x", x0.toFixed(1));
+      text.setAttribute("y", (y0 + MAP_FONT).toFixed(1)); // the baseline
+      text.setAttribute("font-size", String(MAP_FONT));
+      text.dataset.layer = point.layer;
+      text.dataset.head = point.head;
+      text.textContent = point.name;
+      svg.append(text);
+      break;
+    }
+  }
+}
+
 function drawMap(fill) {
   const svg = $("map");
   svg.replaceChildren();
@@ -63,15 +125,22 @@ function drawMap(fill) {
   const ys = points.map((point) => point[1]);
   const [minX, maxX, minY, maxY] = [Math.min(...xs), Math.max(...xs), Math.min(...ys), Math.max(...ys)];
   const confidence = analysis.statistics.confidence;
+  const placed = [];
   points.forEach(([x, y], index) => {
     const layer = Math.floor(index / analysis.heads);
     const head = index % analysis.heads;
     const circle = document.createElementNS(SVG, "circle");
-    circle.setAttribute("cx", String(30 + (580 * (x - minX)) / (maxX - minX || 1)));
-    circle.setAttribute("cy", String(30 + (420 * (y - minY)) / (maxY - minY || 1)));
     const size = confidence ? confidence[layer][head] : 0.5;
-    circle.setAttribute("r", String(4 + 9 * (typeof size === "number" ? size : 0)));
-    circle.setAttribute("fill", fill[layer][head]);
+    const dot = {
+      x: 30 + (580 * (x - minX)) / (maxX - minX || 1), y: 30 + (420 * (y - minY)) / (maxY - minY || 1),
+      r: 4 + 9 * (typeof size === "number" ? size : 0), name: headName(layer, head),
+      labelled: analysis.labels[layer][head] !== "none", layer: String(layer), head: String(head),
+    };
+    placed.push(dot);
+    circle.setAttribute("cx", dot.x.toFixed(1));
+    circle.setAttribute("cy", dot.y.toFixed(1));
+    circle.setAttribute("r", dot.r.toFixed(1));
+    circle.setAttribute("fill", fill[layer][head].fill);
     circle.dataset.layer = String(layer);
     circle.dataset.head = String(head);
     const title = document.createElementNS(SVG, "title");
@@ -80,6 +149,7 @@ function drawMap(fill) {
     circle.addEventListener("click", () => selectHead(layer, head));
     svg.append(circle);
   });
+  placeMapNames(svg, placed);
 }
 
 function drawGrid(fill) {
@@ -101,8 +171,9 @@ function drawGrid(fill) {
     line.append(name);
     row.forEach((label, head) => {
       const cell = line.insertCell();
-      cell.style.backgroundColor = fill[layer][head];
-      cell.textContent = choice === "label" ? label.slice(0, 4) : number(analysis.statistics[choice][layer][head], 2);
+      cell.style.backgroundColor = fill[layer][head].fill;
+      cell.style.color = fill[layer][head].ink;
+      cell.textContent = choice === "label" ? shortLabel(label) : number(analysis.statistics[choice][layer][head], 2);
       cell.title = `head ${headName(layer, head)}: ${label}`;
       cell.dataset.layer = String(layer);
       cell.dataset.head = String(head);
@@ -181,38 +252,64 @@ function showDetail(detail) {
   $("ablation-box").hidden = detail.ablation === null;
   if (detail.ablation !== null) {
     const entry = detail.ablation;
-    $("ablation").textContent = `Removing this head changes the dev accuracy by ${number(entry.change, 4)} ` +
-      `(to ${number(entry.accuracy)}; rank ${entry.rank}, 1 = hurts most)` +
+    const sameModel = related.ablation_same_model;
+    $("ablation-title").textContent = sameModel ? "Ablation" : "Ablation of another model";
+    const rank = entry.rank === null
+      ? "every head's removal changes it alike, so no head ranks above another"
+      : `rank ${entry.rank} of ${analysis.layers * analysis.heads}, 1 = hurts most`;
+    const whose = sameModel ? "this head" : `head ${headName(detail.layer, detail.head)} of that model`;
+    $("ablation-model").textContent = sameModel ? "" : `Measured on ${related.ablation_model || "a model " +
+      "the ablation does not name"}, not on this analysis's ${analysis.summary.model || "model"}: its heads ` +
+      "are that model's (say, a classifier fine-tuned from this one), not these.";
+    $("ablation").textContent = `Removing ${whose} changes the dev accuracy by ${number(entry.change, 4)} ` +
+      `(to ${number(entry.accuracy)}; ${rank})` +
       (entry.importance === null ? "" : `; importance ${number(entry.importance, 4)}`) + ` (${related.ablation}).`;
   }
 }
 
+/** The head view of a head's example `rank` in a new sandboxed frame appended to `box`; resolves once
+ *  its page has arrived (not for an answer to an older head request). */
+async function loadExample(box, detail, rank, request) {
+  const frame = document.createElement("iframe");
+  frame.setAttribute("sandbox", "allow-scripts allow-downloads");
+  frame.title = `Head view of example ${rank + 1}`;
+  frame.dataset.rank = String(rank);
+  box.append(frame);
+  const theme = matchMedia("(prefers-color-scheme: dark)").matches ? "dark" : "light";
+  const body = { run, layer: detail.layer, head: detail.head, rank, theme };
+  const html = await callApi("/api/explore/example", body, "text");
+  if (request === headRequest) frame.srcdoc = html;
+}
+
+/** The head's first example drawn at once; the others as closed <details>, each drawn when opened. */
 async function showExamples(detail, request) {
   const box = $("examples");
   box.replaceChildren();
   $("examples-note").textContent = analysis.examples_per_head === 0
     ? "This analysis stored no examples (run bertology analyze again, with --examples-per-head above 0)."
     : `The segments where this head's ${detail.example_pattern} score was highest, highest first, drawn from ` +
-      "the attention stored by the analysis (8-bit).";
+      "the attention stored by the analysis (8-bit). The first is shown; open another to draw it.";
+  let first = null;
   for (const example of detail.examples) {
-    const figure = document.createElement("figure");
-    figure.className = "example";
-    const caption = document.createElement("figcaption");
-    caption.textContent = `#${example.rank + 1}: score ${number(example.score)}, segment ${example.segment} ` +
+    const caption = `#${example.rank + 1}: score ${number(example.score)}, segment ${example.segment} ` +
       `(${example.origin}), ${example.tokens} tokens`;
-    const frame = document.createElement("iframe");
-    frame.setAttribute("sandbox", "allow-scripts allow-downloads");
-    frame.title = `Head view of example ${example.rank + 1}`;
-    frame.dataset.rank = String(example.rank);
-    figure.append(caption, frame);
-    box.append(figure);
+    const item = document.createElement("details");
+    item.className = "example";
+    item.dataset.rank = String(example.rank);
+    const summary = document.createElement("summary");
+    summary.textContent = caption;
+    item.append(summary);
+    item.addEventListener("toggle", () => {
+      if (item.open && !item.querySelector("iframe")) {
+        loadExample(item, detail, example.rank, request).catch((error) => setState("error", error.message));
+      }
+    });
+    box.append(item);
+    if (first === null) first = item;
   }
-  const theme = matchMedia("(prefers-color-scheme: dark)").matches ? "dark" : "light";
-  for (const frame of box.querySelectorAll("iframe")) {
-    const body = { run, layer: detail.layer, head: detail.head, rank: Number(frame.dataset.rank), theme };
-    const html = await callApi("/api/explore/example", body, "text");
-    if (request !== headRequest) return;
-    frame.srcdoc = html;
+  if (first !== null) {
+    await loadExample(first, detail, Number(first.dataset.rank), request);
+    first.open = true; // its toggle event finds the frame already there
   }
 }
 
@@ -227,6 +324,8 @@ async function selectHead(layer, head) {
     markSelection();
     showDetail(detail);
     $("head-panel").hidden = false;
+    const top = $("head-panel").getBoundingClientRect().top;
+    if (top < 0 || top > innerHeight * 0.6) $("head-panel").scrollIntoView({ block: "start" });
     await showExamples(detail, request);
     if (request === headRequest) setState("ready", "");
   } catch (error) {
@@ -271,7 +370,7 @@ function showSummary() {
 async function listAnalysisRuns() {
   $("analysis-view").hidden = true;
   $("run-picker").hidden = false;
-  $("report-link").hidden = true;
+  $("report-item").hidden = true;
   try {
     const answer = await callApi("/api/runs");
     const analyses = answer.runs.filter((entry) => entry.explore);

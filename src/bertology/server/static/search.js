@@ -24,7 +24,8 @@
       token.title = "Search the corpus tokens nearest to this one";
       token.textContent = item.token;
       token.addEventListener("click", () => searchCorpusToken(item));
-      head.append(token, ` · ${item.pos || "no POS"} · ${item.relation || "no relation"} · attends to ${item.attends}${similarity}`);
+      head.append(token, ` · ${item.pos || "no POS"} · ${item.relation || "no relation"} · attends most to ` +
+        `${item.attends}${similarity}`);
       const context = document.createElement("div");
       context.className = "context";
       item.context.forEach((word, position) => {
@@ -45,6 +46,7 @@
     }
     fillHistogram(byId("relation-histogram"), answer.histogram);
     fillHistogram(byId("pos-histogram"), answer.pos_histogram);
+    byId("histograms").hidden = answer.neighbours.length === 0;
     status(`${answer.neighbours.length} corpus tokens.`);
   }
 
@@ -138,6 +140,7 @@
     byId("search-form").addEventListener("submit", showTokens);
     byId("word-form").addEventListener("submit", findWord);
     byId("search").hidden = false;
+    if (location.hash === "#search") byId("search").scrollIntoView({ block: "start" });
   }
 
   start();
