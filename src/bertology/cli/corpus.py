@@ -1,4 +1,5 @@
-"""``bertology analyze``, ``index`` and ``compare``: commands that stream a corpus through models."""
+"""``bertology analyze``, ``index``, ``compare`` and ``heads``: commands that stream a corpus through
+models."""
 
 from __future__ import annotations
 
@@ -188,9 +189,15 @@ def index(
     check_index_folder(output)
     loaded = load_model(model, device=device, dtype=dtype)
     require_max_length(loaded, max_len)
-    with progress_bar("Indexing the corpus", None):
+    with progress_bar("Indexing segments", None, rate="segments") as on_progress:
         built = build_index(
-            corpus, output, model=loaded, layers=chosen, batch_size=batch_size, max_length=max_len
+            corpus,
+            output,
+            model=loaded,
+            layers=chosen,
+            batch_size=batch_size,
+            max_length=max_len,
+            on_progress=on_progress,
         )
     out.print(
         f"Indexed {len(built)} tokens of {len(built.segments)} segments at layers "
@@ -349,5 +356,75 @@ def compare(
         f"{comparison.seconds:.1f} s; most changed heads: {changed}. Wrote {report}, "
         f"{output / 'views.html'}, {output / 'comparison.csv'}, {output / 'comparison.json'} and the plots "
         f"in {output / 'plots'}.",
+        highlight=False,
+    )
+
+
+@app.command()
+def heads(
+    model: Annotated[
+        str,
+        typer.Argument(help="'smollm2-135m' (make real-models), 'default', a hub name or a local directory."),
+    ],
+    output: Annotated[
+        Path, typer.Option("-o", "--output", help="Folder for report.html, CSV, JSON and plots.")
+    ],
+    corpus: Annotated[
+        Path | None,
+        typer.Option("--corpus", help="Corpus of the sink score (default: the sample corpus)."),
+    ] = None,
+    length: Annotated[
+        int, typer.Option("--length", min=1, max=4096, help="Random tokens per half of a repeated sequence.")
+    ] = 50,
+    sequences: Annotated[
+        int, typer.Option("--sequences", min=1, max=MAX_COUNT, help="Repeated random sequences.")
+    ] = 20,
+    segments: Annotated[
+        int, typer.Option("--segments", min=1, max=MAX_COUNT, help="Corpus segments of the sink score.")
+    ] = 100,
+    max_len: Annotated[int, typer.Option("--max-len", min=2, help="Tokens per corpus segment.")] = 128,
+    seed: Annotated[int, typer.Option("--seed", min=0, max=MAX_SEED, help="Seed of the random tokens.")] = 0,
+    batch_size: SegmentBatchOption = BATCH_SIZE,
+    device: DeviceOption = DEFAULT_DEVICE,
+    dtype: DtypeOption = DEFAULT_DTYPE,
+) -> None:
+    """Previous-token, duplicate-token and induction heads on repeated random tokens (TransformerLens's
+    detectors) and attention sinks over a corpus, for decoder models: scores, labels, heatmaps and views."""
+    require_inputs({"--corpus": corpus})
+    from bertology.analysis.head_detectors import HEAD_SCORES, detect_heads, repeated_sequence_attention
+    from bertology.corpus import sample_corpus
+    from bertology.models import load_model, require_max_length
+    from bertology.outputs import check_output_folder, output_folder
+    from bertology.report.head_detectors import SCORES_FILE, write_head_detection
+
+    check_output_folder(output)
+    loaded = load_model(model, device=device, dtype=dtype)
+    require_max_length(loaded, max_len)
+    source = corpus or sample_corpus()
+    with progress_bar("Scoring heads", sequences + segments, rate="inputs") as on_progress:
+        detection = detect_heads(
+            loaded,
+            source,
+            length=length,
+            sequences=sequences,
+            seed=seed,
+            segments=segments,
+            max_length=max_len,
+            batch_size=batch_size,
+            on_progress=on_progress,
+        )
+    repeated = repeated_sequence_attention(loaded, length=length, seed=seed)
+    with output_folder(output) as folder:
+        report = output / write_head_detection(detection, repeated, folder).name
+    if detection.note:
+        err.print(f"Note: {detection.note}.", highlight=False)
+    strongest = "; ".join(
+        f"{name} L{layer} H{head} {score:.3f}"
+        for name in HEAD_SCORES
+        for layer, head, score in detection.top(name, 1)
+    )
+    out.print(
+        f"Strongest heads (0-based): {strongest}. Wrote {report}, {output / SCORES_FILE} and the plots and "
+        f"views in {output}.",
         highlight=False,
     )

@@ -186,8 +186,10 @@ def models() -> None:
     for model_type, reason in REFUSED.items():
         out.print(f"Not supported: {model_type}, which {reason}.", highlight=False)
     out.print(f"Default model ('default'): {DEFAULT_LABEL}, 6 layers x 12 heads, at {default_model_path()}")
-    for name in PACKAGED_MODELS:
+    for name, packaged in PACKAGED_MODELS.items():
         folder = assembled_path(name)
-        where = f"at {folder}" if folder else "assembled from its PyPI parts at first use (make real-models)"
-        out.print(f"Real model ('{name}'): {where}", highlight=False)
+        where = f"at {folder}" if folder else f"{packaged.origin} at first use (make real-models)"
+        out.print(
+            f"Real model ('{name}'): {where}{f'. {packaged.note}.' if packaged.note else ''}", highlight=False
+        )
     out.print("Any other hub name or local directory of a supported architecture also works.")
