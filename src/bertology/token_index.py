@@ -58,6 +58,7 @@ from bertology.index_store import (
     read_manifest,
 )
 from bertology.models import LoadedModel, load_model, require_encoder, require_max_length
+from bertology.progress import Progress
 from bertology.readers.treebank import read_treebank
 
 SEGMENTS = "segments.jsonl"
@@ -196,6 +197,7 @@ def build_index(
     batch_size: int = 32,
     max_length: int = 128,
     threads: int = 0,
+    on_progress: Progress | None = None,
 ) -> TokenIndex:
     """Index every token of ``corpus`` at ``layers`` (0-based; default :func:`default_layers`) into the
     folder ``out`` and open it. ``out`` is new, empty or an index, which is replaced whole only once the
@@ -209,6 +211,8 @@ def build_index(
         the additions run in one thread beside the model's forward passes; where the model runs on the CPU
         with torch's threads on every core, between them (a thread beside would only preempt torch's, which
         wait for each other: 1.6x the plain forward pass instead of 2.0x on 2 cores, benchmarks/RESULTS.md).
+    on_progress: told the segments indexed after each batch (no total: the corpus is read as it goes;
+        :class:`~bertology.progress.Progress`).
 
     Raises:
         BertologyError: an unreadable corpus, a model that is not a BERT-family encoder, a layer the
@@ -260,6 +264,7 @@ def build_index(
                 yield batch, [encode_segment(reader, segment, max_length) for _, segment in batch]
 
         # the corpus is read, segmented and encoded in a thread while the model runs
+        indexed = 0
         for batch, encoded in prefetched(encoded_batches()):
             computed = forward_vectors(loaded, [inputs for inputs, _ in encoded], chosen, with_attends=True)
             row = len(columns["segment"])
@@ -277,6 +282,9 @@ def build_index(
                 add(keys, computed.vectors)
             for layer in chosen:
                 attends[layer].append(computed.attends[layer])
+            indexed += len(batch)
+            if on_progress is not None:
+                on_progress(indexed)
             while len(pending) > PENDING_BATCHES or (pending and pending[0].done()):
                 pending.popleft().result()
         while pending:

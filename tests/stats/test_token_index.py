@@ -74,9 +74,21 @@ def test_both_insertion_layouts_build_the_same_index(
     fixture_overlapped = torch.get_num_threads() < token_index._usable_cores()
     other_cores = 1 if fixture_overlapped else torch.get_num_threads() + 1
     monkeypatch.setattr(token_index, "_usable_cores", lambda: other_cores)
-    other = build_index(sample_corpus(), tmp_path, model=default_model, layers=LAYERS, threads=1)
+    told: list[int] = []
+    other = build_index(
+        sample_corpus(),
+        tmp_path,
+        model=default_model,
+        layers=LAYERS,
+        threads=1,
+        batch_size=8,
+        on_progress=lambda done, total=None, *, stage="": told.append(done),
+    )
     rows = np.arange(len(sample_index))
     assert len(other) == len(sample_index)
+    # progress after each batch of 8 segments, the last report every segment
+    assert told[-1] == len(other.segments) > 8
+    assert np.diff([0, *told]).tolist() == [8] * (len(told) - 1) + [told[-1] - 8 * (len(told) - 1)]
     for layer in LAYERS:
         stored = sample_index.vectors(rows, layer)
         np.testing.assert_array_equal(other.vectors(rows, layer), stored)
