@@ -66,21 +66,6 @@ PATTERN_COLOURS = {
 #: The colour of a label not in :data:`PATTERN_COLOURS` (tab10's next colour).
 OTHER_PATTERN_COLOUR = "#bcbd22"
 
-#: The labels' colours in every figure, report and web page (one palette, here): matplotlib's tab10 in
-#: :data:`PATTERN_DESCRIPTIONS` order without its grey, which is kept for ``"none"``.
-PATTERN_COLOURS = {
-    "next": "#1f77b4",
-    "previous": "#ff7f0e",
-    "same_word": "#2ca02c",
-    "other_sentence": "#d62728",
-    "word_pieces": "#9467bd",
-    "delimiters": "#8c564b",
-    "broad": "#e377c2",
-    "none": "#7f7f7f",
-}
-#: The colour of a label not in :data:`PATTERN_COLOURS` (tab10's next colour).
-OTHER_PATTERN_COLOUR = "#bcbd22"
-
 
 @dataclass(frozen=True)
 class PatternThresholds:
