@@ -30,6 +30,10 @@ REPORT_FILE = "report.html"
 HEADS_FILE = "heads.csv"
 JS_DIVERGENCE_FILE = "head_js_divergence.csv"
 SUMMARY_FILE = "summary.json"
+#: The page ``bertology attribute`` writes when no ``-o`` is given (its JSON beside it, ``.json``), and an
+#: ablation folder's per-head self-attention attribution scores.
+ATTRIBUTION_FILE = "attribution.html"
+ATTRIBUTION_IMPORTANCE_FILE = "attribution_importance.csv"
 #: The pages ``bertology explain`` and ``bertology attack`` write when no ``-o`` is given; each writes its
 #: JSON beside its page (the same name, ``.json``).
 EXPLANATION_FILE = "explanation.html"

@@ -181,9 +181,8 @@ def sst2_task(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_ablate_command_writes_every_result(classifier_run: Path, sst2_task: Path, tmp_path: Path) -> None:
     output = tmp_path / "ablation"
-    result = CliRunner().invoke(
-        app, ["ablate", str(classifier_run), "--task", str(sst2_task), "--max-dev", "6", "-o", str(output)]
-    )
+    arguments = ["ablate", str(classifier_run), "--task", str(sst2_task), "--max-dev", "6", "-o", str(output)]
+    result = CliRunner().invoke(app, [*arguments, "--attribution-examples", "2"])
     assert result.exit_code == 0, result.output
     assert "Dev accuracy" in result.output and "Pruned 36 heads" in result.output
     ablation = pd.read_csv(output / "ablation.csv")
@@ -192,14 +191,22 @@ def test_ablate_command_writes_every_result(classifier_run: Path, sst2_task: Pat
     curve = pd.read_csv(output / "pruning_curve.csv")
     assert curve["heads_removed"].tolist() == [0, 3, 10, 20, 30, 40, 50, 60, 70, 72]
     assert curve["accuracy_by_ablation"][0] == curve["accuracy_by_importance"][0]
+    assert (
+        curve["accuracy_by_attribution"][0]
+        == curve["accuracy_at_random"][0]
+        == curve["accuracy_by_ablation"][0]
+    )
+    attribution = pd.read_csv(output / "attribution_importance.csv")
+    assert len(attribution) == 72 and (attribution["attribution"] != 0).any()
     gradients = pd.read_csv(output / "attention_gradients.csv")
     assert list(gradients.columns) == ["layer", "head", "sep", "punct", "other"]
     summary = json.loads((output / "summary.json").read_text())
     assert summary["pruning"]["heads_removed"] == 36 and summary["dev examples"] == 6
-    for name in ("ablation", "importance", "pruning_curve", "attention_gradients"):
+    for name in ("ablation", "importance", "pruning_curve", "attention_gradients", "attribution"):
         assert (output / "plots" / f"{name}.png").read_bytes().startswith(b"\x89PNG")
     report = (output / "report.html").read_text()
     assert "Single-head ablation" in report and "Structural pruning" in report
+    assert "Self-attention attribution" in report and "2 dev examples" in report
 
     pruned = load_model(output / "pruned", classifier=True)
     removed = {int(layer): heads for layer, heads in summary["pruning"]["removed"].items()}

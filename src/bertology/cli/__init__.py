@@ -16,5 +16,6 @@ from bertology.cli import probes  # isort: skip
 from bertology.cli import serve  # isort: skip
 from bertology.cli import training  # isort: skip
 from bertology.cli import interventions  # isort: skip
+from bertology.cli import attribution  # isort: skip
 
-__all__ = ["app", "corpus", "interventions", "main", "probes", "serve", "training", "views"]
+__all__ = ["app", "attribution", "corpus", "interventions", "main", "probes", "serve", "training", "views"]

@@ -63,13 +63,22 @@ def ablate(
         ),
     ] = 0.5,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Examples per forward pass.")] = 32,
+    attribution_examples: Annotated[
+        int,
+        typer.Option(
+            "--attribution-examples",
+            min=0,
+            max=MAX_COUNT,
+            help="Score heads by self-attention attribution on the first N dev examples (0: skip).",
+        ),
+    ] = 200,
     device: DeviceOption = DEFAULT_DEVICE,
     dtype: DtypeOption = DEFAULT_DTYPE,
     ray: RayOption = None,
     workers: WorkersOption = None,
     threads_per_worker: ThreadsPerWorkerOption = 1,
 ) -> None:
-    """Remove heads: each one alone, by importance and by ablation rank, and for real (a smaller model).
+    """Remove heads: each one alone, by importance, ablation rank, attribution and at random, and for real.
     With --ray the single-head sweep (split by heads) and the importance (by examples) run on the cluster."""
     cluster = cluster_options(ray, workers, threads_per_worker, False)  # a usage error before torch loads
     require_inputs({"--task": task_dir})
@@ -87,7 +96,12 @@ def ablate(
     with output_folder(output) as folder:
         pruned_dir = folder / "pruned" if prune else None
         with progress_bar("", None) as on_progress:  # a bar per stage of the study
-            study = {"prune_fraction": prune, "pruned_dir": pruned_dir, "on_progress": on_progress}
+            study = {
+                "prune_fraction": prune,
+                "pruned_dir": pruned_dir,
+                "on_progress": on_progress,
+                "attribution_examples": attribution_examples,
+            }
             if cluster is None:
                 run = run_ablation(loaded, task_dir, max_dev=max_dev or None, batch_size=batch_size, **study)
             else:

@@ -151,6 +151,7 @@ def ablate_on_pool(
     prune_fraction: float = 0.5,
     pruned_dir: str | Path | None = None,
     on_progress: Progress | None = None,
+    attribution_examples: int = 200,
 ) -> AblationRun:
     """:func:`~bertology.interventions.run.run_ablation` of the job's classifier and task with the
     single-head sweep and the importance on the pool's workers; the same numbers.
@@ -209,4 +210,5 @@ def ablate_on_pool(
         on_progress=on_progress,
         sweep=sweep,
         importance=importance,
+        attribution_examples=attribution_examples,
     )

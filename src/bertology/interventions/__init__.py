@@ -6,6 +6,8 @@
 - :func:`pruning_curve`: accuracy as more and more heads are removed in a given order.
 - :func:`prune_heads`: remove heads from the weights (a smaller model that saves and loads again).
 - :func:`attention_gradients`: Clark et al. (2019)'s gradient of the loss by attended-to token kind.
+- :func:`attribute`: Hao et al. (2021)'s self-attention attribution of one input, with its attribution tree;
+  :func:`attribution_importance`: their head scores over a data set.
 - :func:`explain`: signed per-token attributions (gradient, input x gradient, integrated gradients,
   SmoothGrad), the methods chosen by name.
 - :func:`attack`: explanations by changing the input (input reduction, HotFlip), chosen by name.
@@ -15,7 +17,14 @@
 from bertology.heads import HeadSelection
 from bertology.interventions.ablation import AblationResult, ablation_sweep
 from bertology.interventions.attacks import Attack, AttackStep, attack
+from bertology.interventions.attention_attribution import (
+    AttentionAttribution,
+    AttributionImportance,
+    attribute,
+    attribution_importance,
+)
 from bertology.interventions.attention_gradients import AttentionGradients, attention_gradients
+from bertology.interventions.attribution_tree import AttributionTree, attribution_tree
 from bertology.interventions.curves import pruning_curve, removal_counts
 from bertology.interventions.data import LabelledTexts
 from bertology.interventions.gates import head_gates
@@ -29,7 +38,10 @@ __all__ = [
     "AblationRun",
     "Attack",
     "AttackStep",
+    "AttentionAttribution",
     "AttentionGradients",
+    "AttributionImportance",
+    "AttributionTree",
     "Explanation",
     "HeadImportance",
     "HeadSelection",
@@ -38,6 +50,9 @@ __all__ = [
     "ablation_sweep",
     "attack",
     "attention_gradients",
+    "attribute",
+    "attribution_importance",
+    "attribution_tree",
     "explain",
     "head_gates",
     "head_importance",

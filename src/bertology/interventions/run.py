@@ -17,6 +17,7 @@ import pandas as pd
 from bertology.classify import predict_logits
 from bertology.errors import BertologyError
 from bertology.interventions.ablation import AblationResult, ablation_sweep
+from bertology.interventions.attention_attribution import AttributionImportance, attribution_importance
 from bertology.interventions.attention_gradients import AttentionGradients, attention_gradients
 from bertology.interventions.curves import pruning_curve, removal_counts
 from bertology.interventions.data import LabelledTexts
@@ -41,6 +42,10 @@ class AblationRun(Summarised):
     counts: heads removed at each point of the pruning curves; curve_by_ablation, curve_by_importance:
         [len(counts)] accuracy with that many heads removed in each ranking's order.
     pruning: the structurally pruned copy (``None`` when not asked for); pruned_dir: its run folder.
+    attribution: Hao et al.'s self-attention attribution score of every head on the first dev examples
+        (``None`` when not asked for); curve_by_attribution: [len(counts)] accuracy with heads removed
+        lowest score first. curve_at_random: [len(counts)] accuracy with heads removed in a seeded random
+        order (``random_seed``), the baseline every ranking should beat.
     constant_label: the label the classifier gives every dev example with all its heads (a classifier
         that learned nothing from its inputs), else ``None`` (:attr:`warning` says what it means).
     """
@@ -58,6 +63,10 @@ class AblationRun(Summarised):
     pruned_dir: Path | None
     seconds: float
     constant_label: str | None = None
+    attribution: AttributionImportance | None = None
+    curve_by_attribution: np.ndarray | None = None
+    curve_at_random: np.ndarray | None = None
+    random_seed: int = 0
 
     @property
     def warning(self) -> str | None:
@@ -74,7 +83,8 @@ class AblationRun(Summarised):
 
     def curve_frame(self) -> pd.DataFrame:
         """The pruning curves: ``heads_removed``, ``fraction_removed``, ``accuracy_by_ablation``,
-        ``accuracy_by_importance``."""
+        ``accuracy_by_importance`` and, where measured, ``accuracy_by_attribution`` and
+        ``accuracy_at_random``."""
         total = self.ablation.accuracy.size
         return pd.DataFrame(
             {
@@ -82,6 +92,12 @@ class AblationRun(Summarised):
                 "fraction_removed": np.array(self.counts) / total,
                 "accuracy_by_ablation": self.curve_by_ablation,
                 "accuracy_by_importance": self.curve_by_importance,
+                **(
+                    {}
+                    if self.curve_by_attribution is None
+                    else {"accuracy_by_attribution": self.curve_by_attribution}
+                ),
+                **({} if self.curve_at_random is None else {"accuracy_at_random": self.curve_at_random}),
             }
         )
 
@@ -96,6 +112,12 @@ class AblationRun(Summarised):
             "attention-gradient loss": self.attention_gradients.loss,
             "seconds": round(self.seconds, 1),
         }
+        if self.attribution is not None:
+            attribution = self.attribution
+            summary["self-attention attribution"] = (
+                f"{attribution.examples} examples, {attribution.rule} x {attribution.steps}, "
+                f"{attribution.seconds / max(attribution.examples, 1):.2f} s per example"
+            )
         if self.warning is not None:
             summary["warning"] = self.warning
         if self.pruning is not None:
@@ -161,6 +183,8 @@ def run_ablation(
     on_progress: Progress | None = None,
     sweep: SweepMeasure | None = None,
     importance: ImportanceMeasure | None = None,
+    attribution_examples: int = 200,
+    random_seed: int = 0,
 ) -> AblationRun:
     """Run every measurement of :class:`AblationRun` for the classifier ``loaded`` on the dev set of the
     GLUE-style task in ``task_dir`` (its first ``max_dev`` examples).
@@ -168,7 +192,9 @@ def run_ablation(
     prune_fraction: share of heads to remove structurally, least important (Michel et al.) first; 0 skips
         pruning. pruned_dir: where to save the pruned model as a run folder (not saved if ``None``).
         sweep, importance: where the single-head ablation and the importance run (default: here).
-        on_progress: told each stage's progress under the stage's name.
+        on_progress: told each stage's progress under the stage's name. attribution_examples: the first so
+        many dev examples score the heads by self-attention attribution (the paper's 200; 0 skips it).
+        random_seed: the order of the random pruning curve.
 
     Raises:
         BertologyError: a bad task folder, labels the classifier does not have, or a fraction outside 0..1.
@@ -193,6 +219,17 @@ def run_ablation(
         importance_of_heads = head_importance(loaded, data, on_progress=importance_stage)
     else:
         importance_of_heads = importance(data, importance_stage)
+    attribution = None
+    if attribution_examples > 0:
+        attribution = attribution_importance(
+            loaded,
+            data.part(0, attribution_examples),
+            on_progress=part_of(on_progress, stage="Self-attention attribution"),
+        )
+    random_order = [
+        (int(i // loaded.num_heads), int(i % loaded.num_heads))
+        for i in np.random.default_rng(random_seed).permutation(heads)
+    ]
     counts = removal_counts(heads)
     curves = [
         pruning_curve(
@@ -206,6 +243,8 @@ def run_ablation(
         for name, order in (
             ("ablation", ablation.removal_order()),
             ("importance", importance_of_heads.removal_order()),
+            *([] if attribution is None else [("attribution", attribution.removal_order())]),
+            ("random", random_order),
         )
     ]
     gradients = attention_gradients(
@@ -235,4 +274,8 @@ def run_ablation(
         pruned_dir=Path(pruned_dir) if pruning is not None and pruned_dir is not None else None,
         seconds=time.perf_counter() - started,
         constant_label=constant,
+        attribution=attribution,
+        curve_by_attribution=None if attribution is None else curves[2],
+        curve_at_random=curves[-1],
+        random_seed=random_seed,
     )

@@ -15,7 +15,7 @@ from bertology.interventions.pruning import PruningOutcome
 from bertology.interventions.run import AblationRun
 from bertology.interventions.saliency import Explanation
 from bertology.report import page, plots
-from bertology.run_files import REPORT_FILE, SUMMARY_FILE, mark_run
+from bertology.run_files import ATTRIBUTION_IMPORTANCE_FILE, REPORT_FILE, SUMMARY_FILE, mark_run
 from bertology.stats.base import HeadTable
 
 #: Display names of the saliency methods.
@@ -39,8 +39,12 @@ def _curve_figure(frame: pd.DataFrame) -> Figure:
         (
             ("accuracy_by_ablation", "ranked by single-head ablation"),
             ("accuracy_by_importance", "ranked by importance"),
+            ("accuracy_by_attribution", "ranked by self-attention attribution"),
+            ("accuracy_at_random", "in a seeded random order"),
         )
     ):
+        if column not in frame:
+            continue
         ax.plot(frame["heads_removed"], frame[column], marker=plots.MARKERS[index], ms=4, lw=1.6, label=label)
     ax.set_xlabel("heads removed (least useful first)", fontsize=9)
     ax.set_ylabel("dev accuracy", fontsize=9)
@@ -70,6 +74,30 @@ def _save_png(outdir: Path, name: str, figure: Figure, dpi: int) -> bytes:
     (outdir / "plots").mkdir(parents=True, exist_ok=True)
     (outdir / "plots" / f"{name}.png").write_bytes(png)
     return png
+
+
+def _attribution_section(run: AblationRun, outdir: Path, dpi: int) -> page.Section:
+    """Hao et al.'s head scores (``run.attribution``, not ``None``) as a heatmap."""
+    attribution = run.attribution
+    assert attribution is not None
+    png = plots.heatmap_png(
+        outdir, "attribution", {"self-attention attribution": attribution.scores}, dpi, unit="E[max Attr]"
+    )
+    text = (
+        "Hao et al. (2021)'s head score: the largest entry of the head's attribution matrix Attr(A) = A ⊙ "
+        "∫₀¹ ∂F(αA)/∂A dα (F the probability of the gold label, only that layer's attention scaled by α; "
+        f"{attribution.rule} integral, {attribution.steps} steps), averaged over the first "
+        f"{attribution.examples} dev examples ({attribution.seconds / max(attribution.examples, 1):.2f} s "
+        "per example). Heads of low score are pruned first in the curve by attribution."
+    )
+    return page.Section(
+        "Self-attention attribution",
+        "attribution",
+        [
+            page.paragraph(text),
+            page.figure(png, alt="attribution per head", caption="Layer x head, 0-based."),
+        ],
+    )
 
 
 def _pruning_section(outcome: PruningOutcome, pruned_dir: Path | None) -> page.Section:
@@ -119,6 +147,8 @@ def write_ablation_report(run: AblationRun, outdir: str | Path, *, dpi: int = 11
     curve = run.curve_frame()
     curve.to_csv(target / "pruning_curve.csv", index=False)
     gradients.to_frame().to_csv(target / "attention_gradients.csv", index=False)
+    if run.attribution is not None:
+        run.attribution.to_frame().to_csv(target / ATTRIBUTION_IMPORTANCE_FILE, index=False)
     by_layer = pd.DataFrame(gradients.per_layer, columns=list(CATEGORIES)).rename_axis("layer").reset_index()
     by_layer.to_csv(target / "attention_gradients_by_layer.csv", index=False)
     summary = {
@@ -180,8 +210,9 @@ def write_ablation_report(run: AblationRun, outdir: str | Path, *, dpi: int = 11
             [
                 page.paragraph(
                     "Dev accuracy after removing (gating to 0) more and more heads, least useful first: by "
-                    "the accuracy left when the head alone is removed (highest first), and by normalised "
-                    "importance (lowest first)."
+                    "the accuracy left when the head alone is removed (highest first), by normalised "
+                    "importance (lowest first), by self-attention attribution (lowest first, where measured) "
+                    f"and in a random order (seed {run.random_seed})."
                 ),
                 page.table(curve, float_format="{:.4f}"),
                 page.figure(curve_png, alt="pruning curves"),
@@ -202,6 +233,8 @@ def write_ablation_report(run: AblationRun, outdir: str | Path, *, dpi: int = 11
             ],
         ),
     ]
+    if run.attribution is not None:
+        sections.insert(2, _attribution_section(run, target, dpi))
     if run.pruning is not None:
         sections.append(_pruning_section(run.pruning, run.pruned_dir))
     report = target / REPORT_FILE
