@@ -34,6 +34,7 @@ SLOW_BLOCKS = (
     "ModernBERT",
     "AttentionMonitor",
     "head_gates",
+    "hotflip",
 )
 
 #: Names the README's Python examples use that are not on this machine -> the fixture that stands in.
