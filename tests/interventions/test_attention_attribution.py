@@ -131,7 +131,7 @@ def test_completeness_within_the_quadrature_error(
     scaled_head_classifier: LoadedModel, text: str, text_b: str | None
 ) -> None:
     """Per example and layer: Gauss-Legendre sums to F(A) - F(0) to float rounding; the paper's Riemann
-    sum misses by an error that halves when the steps double (first order), so it is the quadrature's."""
+    sum misses by an error that about halves when the steps double (first order): the quadrature's."""
     exact = attribute(scaled_head_classifier, text, text_b, steps=10, rule="gauss-legendre")
     change = exact.probability - exact.zeroed
     assert np.abs(change).min() > 1e-3
@@ -139,7 +139,8 @@ def test_completeness_within_the_quadrature_error(
     coarse = attribute(scaled_head_classifier, text, text_b, steps=10).completeness_gap
     fine = attribute(scaled_head_classifier, text, text_b, steps=20).completeness_gap
     assert np.all(np.abs(coarse) > 1e-4)  # well above float rounding
-    np.testing.assert_allclose(fine / coarse, 0.5, atol=0.05)
+    ratio = fine / coarse  # first order: about 1/2 once the steps are fine enough
+    assert np.all((ratio > 0.35) & (ratio < 0.75)), ratio
 
 
 def test_label_and_predicted(tiny_model_dirs: dict[str, Path]) -> None:
