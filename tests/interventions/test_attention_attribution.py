@@ -24,6 +24,7 @@ from bertology.interventions.attention_attribution import (
 )
 from bertology.interventions.attribution_tree import TreeEdge, attribution_tree
 from bertology.interventions.data import LabelledTexts
+from bertology.interventions.pruning import prune_heads
 from bertology.models import LoadedModel, load_model
 
 
@@ -152,6 +153,13 @@ def test_label_and_predicted(tiny_model_dirs: dict[str, Path]) -> None:
     assert given.probability == pytest.approx(1 - predicted.probability, abs=1e-6)
     with pytest.raises(BertologyError, match="no label 'maybe'"):
         attribute(loaded, "I went to the store.", label="maybe", steps=2)
+
+
+def test_a_pruned_model_is_refused(tiny_model_dirs: dict[str, Path]) -> None:
+    loaded = tiny_classifier(tiny_model_dirs["bert"])
+    prune_heads(loaded, {0: [1]})
+    with pytest.raises(BertologyError, match="structurally pruned heads"):
+        attribute(loaded, "I went to the store.", steps=2)
 
 
 def test_importance_is_the_mean_of_each_examples_largest_attribution(

@@ -45,6 +45,7 @@ from bertology.models import LoadedModel, require_encoder
 from bertology.options import INTEGRATION_RULES, MAX_IG_STEPS, IntegrationRule
 from bertology.progress import Progress
 from bertology.stats.base import head_index_frame
+from bertology.surgery import pruned_heads
 
 #: Integration rules: the paper's right Riemann sum, or Gauss–Legendre quadrature.
 RULES = INTEGRATION_RULES
@@ -54,6 +55,21 @@ DEFAULT_STEPS = 20
 DEFAULT_ROWS_PER_PASS = 20
 #: Keys of the JSON object :meth:`AttentionAttribution.to_json` writes that mark a file as its output.
 JSON_MARKS = ("text", "tokens", "label", "head_scores", "tree")
+
+
+def require_every_head(loaded: LoadedModel) -> None:
+    """Refuse a model that is no encoder, or whose heads were structurally pruned (its layers' attention
+    maps no longer have one row per head of the model).
+
+    Raises:
+        BertologyError: either case, in one sentence.
+    """
+    require_encoder(loaded, "Self-attention attribution")
+    if pruned_heads(loaded.model.config):
+        raise BertologyError(
+            f"'{loaded.name}' has structurally pruned heads; attribute the model it was pruned from (a head "
+            "gate of 0 removes a head there)."
+        )
 
 
 def integration_points(steps: int, rule: IntegrationRule = "riemann") -> tuple[np.ndarray, np.ndarray]:
@@ -267,7 +283,7 @@ def attribute(
     Raises:
         BertologyError: a model that is no encoder classifier, an unknown label, rule or number of steps.
     """
-    require_encoder(loaded, "Self-attention attribution")
+    require_every_head(loaded)
     integration_points(steps, rule)  # a clear error before any pass
     started = time.perf_counter()
     encoded = encode(
@@ -335,7 +351,7 @@ def attribution_importance(
     Raises:
         BertologyError: a model that is no encoder, an unknown rule or number of steps.
     """
-    require_encoder(loaded, "Self-attention attribution")
+    require_every_head(loaded)
     integration_points(steps, rule)
     started = time.perf_counter()
     total = np.zeros((loaded.num_layers, loaded.num_heads))
