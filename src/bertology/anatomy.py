@@ -43,7 +43,7 @@ def _layout(model: PreTrainedModel) -> Layout:
     entry = MODEL_TYPES.get(config.model_type)
     if entry is None or entry.layout is None:
         raise BertologyError(
-            f"Interventions and norm-based weights are for encoders whose attention projections bertology "
+            f"Interventions and norm-based weights are for models whose attention projections bertology "
             f"knows ({', '.join(described_types())}); a {config.model_type!r} model is not one of them."
         )
     if getattr(config, "talking_head", False):
@@ -78,11 +78,14 @@ class AttentionParts:
     """One layer's self-attention.
 
     module: the self-attention module (holds the head count that pruning updates).
-    query, key, value: :class:`Projection` from the hidden size to ``heads * head_dim`` features.
+    query: :class:`Projection` from the hidden size to ``heads * head_dim`` features; key, value: to
+        ``heads / groups * head_dim`` features (one block per key/value head).
     output: the projection from ``heads * head_dim`` features back to the hidden size.
-    head_dim: features per head. heads: heads the layer has now (fewer once pruned).
+    head_dim: features per head. heads: query heads the layer has now (fewer once pruned).
     per_head: further projections with ``head_dim`` rows per head (see :class:`Layout`).
     head_argument: see :class:`Layout`.
+    groups: query heads per key/value head (grouped-query attention; 1 without): query slot ``s`` reads
+        key/value slot ``s // groups``, as transformers' ``repeat_kv``.
     """
 
     module: nn.Module
@@ -94,15 +97,22 @@ class AttentionParts:
     heads: int
     per_head: tuple[Projection, ...] = ()
     head_argument: int | None = None
+    groups: int = 1
+
+    @property
+    def key_value_heads(self) -> int:
+        """Key/value heads the layer has now."""
+        return self.heads // self.groups
 
     def value_vectors(self, projected: torch.Tensor) -> torch.Tensor:
-        """[batch, heads, tokens, head_dim] value vectors from the value ``Linear``'s output ``projected``
-        [batch, tokens, out_features] (its separate bias added)."""
-        rows = torch.tensor(self.value.rows(list(range(self.heads)), self.head_dim), device=projected.device)
+        """[batch, key_value_heads, tokens, head_dim] value vectors from the value ``Linear``'s output
+        ``projected`` [batch, tokens, out_features] (its separate bias added)."""
+        slots = list(range(self.key_value_heads))
+        rows = torch.tensor(self.value.rows(slots, self.head_dim), device=projected.device)
         values = projected.index_select(-1, rows)
         if self.value.bias is not None:
             values = values + getattr(self.module, self.value.bias)
-        return values.unflatten(-1, (self.heads, self.head_dim)).transpose(1, 2)
+        return values.unflatten(-1, (self.key_value_heads, self.head_dim)).transpose(1, 2)
 
 
 def shares_layers(model: PreTrainedModel) -> bool:
@@ -137,9 +147,7 @@ def _head_dim(attention: nn.Module) -> int:
     return int(getattr(attention, "attention_head_size", None) or attention.head_dim)
 
 
-def _qkv(
-    layer: nn.Module, spec: tuple[str, str, str] | Fused, heads: int, head_dim: int
-) -> list[Projection]:
+def _qkv(layer: nn.Module, spec: tuple[str, str, str] | Fused, heads: int, head_dim: int) -> list[Projection]:
     if not isinstance(spec, Fused):
         return [Projection(layer.get_submodule(path), 0, head_dim) for path in spec]
     linear = layer.get_submodule(spec.path)
@@ -158,8 +166,9 @@ def _parts(layer: nn.Module, layout: Layout) -> AttentionParts:
         for path in layout.per_head
         if _has_submodule(layer, path)
     )
+    groups = int(getattr(attention, "num_key_value_groups", 1))
     return AttentionParts(
-        attention, query, key, value, output, head_dim, heads, per_head, layout.head_argument
+        attention, query, key, value, output, head_dim, heads, per_head, layout.head_argument, groups
     )
 
 

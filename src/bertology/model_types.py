@@ -6,8 +6,8 @@ Keyed by ``config.model_type``. Each :class:`ModelType` gives a display name, th
 decoder, encoder-decoder), the capture route (``"interface"``: transformers' ``AttentionInterface``,
 recorded by :mod:`bertology.hook`; ``"module"``: models that compute attention in their own code,
 recorded by :mod:`bertology.module_capture`), where the neuron view cannot be shown honestly, why, and,
-for the encoders whose heads can be gated, removed and weighed, the :class:`Layout` of their modules
-(read by :mod:`bertology.anatomy`). The other features follow from the kind and the layout
+for the encoders and decoders whose heads can be gated, removed and weighed, the :class:`Layout` of their
+modules (read by :mod:`bertology.anatomy`). The other features follow from the kind and the layout
 (:func:`features`). Types bertology knows and refuses on purpose are in :data:`REFUSED`, each with its
 reason.
 
@@ -58,7 +58,9 @@ class Fused:
 
 @dataclass(frozen=True)
 class Layout:
-    """Where one encoder type keeps its layers and attention projections, as module paths.
+    """Where one model type keeps its layers and attention projections, as module paths. With
+    grouped-query attention (Llama, Mistral, Qwen, Gemma) the key and value projections have ``head_dim``
+    rows per key/value head, each shared by ``num_key_value_groups`` consecutive query heads.
 
     layers: from the base model to the ``ModuleList`` of layers (ALBERT: its layer groups).
     attention: from a layer to its self-attention module (holds the head size; its head count is kept
@@ -177,17 +179,18 @@ MODEL_TYPES: dict[str, ModelType] = {
     "roformer": ModelType(
         "RoFormer", module_route=ModuleRoute("RoFormerSelfAttention", rotary_queries_keys), layout=_BERT
     ),
-    # Decoders (causal self-attention).
+    # Decoders (causal self-attention); grouped-query ones share each k/v head among query heads.
     "gpt2": ModelType("GPT-2", "decoder"),
-    "llama": ModelType("Llama", "decoder"),
-    "mistral": ModelType("Mistral", "decoder"),
-    "qwen2": ModelType("Qwen2", "decoder"),
-    "qwen3": ModelType("Qwen3", "decoder"),
-    "gemma": ModelType("Gemma", "decoder"),
+    "llama": ModelType("Llama", "decoder", layout=_SELF_ATTN),
+    "mistral": ModelType("Mistral", "decoder", layout=_SELF_ATTN),
+    "qwen2": ModelType("Qwen2", "decoder", layout=_SELF_ATTN),
+    "qwen3": ModelType("Qwen3", "decoder", layout=_SELF_ATTN),
+    "gemma": ModelType("Gemma", "decoder", layout=_SELF_ATTN),
     "gemma2": ModelType(
-        "Gemma 2", "decoder", no_neuron_view="caps its attention scores with tanh before the softmax"
+        "Gemma 2", "decoder", no_neuron_view="caps its attention scores with tanh before the softmax",
+        layout=_SELF_ATTN,
     ),
-    "gemma3_text": ModelType("Gemma 3 (text)", "decoder"),
+    "gemma3_text": ModelType("Gemma 3 (text)", "decoder", layout=_SELF_ATTN),
     # Encoder-decoders (views only).
     "bart": ModelType("BART", "encoder-decoder"),
     "t5": ModelType("T5", "encoder-decoder"),

@@ -21,6 +21,7 @@ import torch
 from transformers import (
     AutoConfig,
     AutoModel,
+    AutoModelForCausalLM,
     AutoModelForSequenceClassification,
     AutoTokenizer,
     PretrainedConfig,
@@ -252,6 +253,7 @@ def load_model(
     dtype: Dtype | torch.dtype | None = DEFAULT_DTYPE,
     classifier: bool = False,
     labels: Sequence[str] | None = None,
+    language_model: bool = False,
 ) -> LoadedModel:
     """Load ``name_or_path`` (``None`` or ``"default"``: the embedded all-MiniLM-L6-v2).
 
@@ -266,6 +268,8 @@ def load_model(
         encoder. labels: the task's label names; when they differ from the checkpoint's, the
         classification head is new (randomly initialised). Without ``labels`` the checkpoint must be
         a fine-tuned classifier.
+    language_model: load a decoder with its language-modelling head (``AutoModelForCausalLM``: next-token
+        logits ``[batch, tokens, vocabulary]``, for the language-model loss) instead of the bare decoder.
 
     Raises:
         BertologyError: unknown name, missing weights or tokenizer files, no network, an unsupported
@@ -281,6 +285,9 @@ def load_model(
         raise BertologyError(_describe_load_failure(source, error)) from error
     supported_type(config, label)
     auto_class = AutoModelForSequenceClassification if classifier else AutoModel
+    if language_model:
+        _require_decoder_type(config.model_type, label, "A language-model head (next-token loss)")
+        auto_class = AutoModelForCausalLM
     if classifier:
         _require_encoder_type(config.model_type, label, "A sequence classifier (finetune, ablate, explain)")
         _classifier_config(config, label, labels)
@@ -333,6 +340,15 @@ def _require_encoder_type(model_type: str, label: str, what: str) -> None:
     if entry.kind != "encoder":
         raise BertologyError(
             f"{what} works on encoder models only; '{label}' is {KIND_PHRASES[entry.kind]} "
+            f"{entry.name} model."
+        )
+
+
+def _require_decoder_type(model_type: str, label: str, what: str) -> None:
+    entry = MODEL_TYPES[model_type]
+    if entry.kind != "decoder":
+        raise BertologyError(
+            f"{what} needs a decoder language model; '{label}' is {KIND_PHRASES[entry.kind]} "
             f"{entry.name} model."
         )
 

@@ -123,7 +123,10 @@ class NormWeighting:
             if projected is None:
                 raise RuntimeError(f"No value projection ran before attention call {call}.")
             value = self.layers[layer].value_vectors(projected.detach())
-        norms = transformed_norms(value, self.grams[layer])
+        gram = self.grams[layer]
+        if value.shape[1] != gram.shape[0]:  # grouped-query attention: each query head's own k/v head
+            value = value.repeat_interleave(gram.shape[0] // value.shape[1], dim=1)
+        norms = transformed_norms(value, gram)
         if self.keep_norms:
             self.norms.append(norms)
         return norm_weights(probs, norms)

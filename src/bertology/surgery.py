@@ -11,6 +11,14 @@ model's config under :data:`PRUNED_HEADS_KEY` (``{"layer": [heads]}``, 0-based, 
 so a saved pruned model loads again: :func:`load_pruned` (called by :func:`bertology.models.load_model`)
 builds the model from its config, shrinks the same layers and then reads the saved weights.
 
+With grouped-query attention (Llama, Mistral, Qwen, Gemma: ``num_key_value_groups`` query heads share one
+key/value head) a query head loses its rows of ``q_proj`` and its columns of ``o_proj``, and a key/value
+head its rows of ``k_proj`` and ``v_proj`` only when all its query heads are removed. The model's
+``repeat_kv`` gives every key/value head the same number of query heads, so where the kept key/value heads
+keep different numbers of query heads, the ones with fewer also keep some of their removed query heads,
+with their output columns set to zero, and each layer's ``num_key_value_groups`` is set to the kept
+number (the config's head counts stay the original ones, which gates and the saved record refer to).
+
 A layer keeps at least one head's weights: when all its heads are removed, one stays with its output
 projection columns set to zero, so the layer adds only the projection's bias, as the gated model does.
 ALBERT shares one layer's weights between all layers, so its heads cannot be removed from one layer
@@ -28,7 +36,7 @@ from safetensors.torch import load_file
 from torch import nn
 from transformers import PretrainedConfig, PreTrainedModel
 
-from bertology.anatomy import AttentionParts, Projection, attention_parts, shares_layers
+from bertology.anatomy import AttentionParts, attention_parts, shares_layers
 from bertology.errors import BertologyError
 from bertology.heads import HeadSelection, heads_by_layer
 from bertology.hook import KEPT_HEADS
@@ -67,22 +75,37 @@ def _replace(module: nn.Module, old: nn.Linear, new: nn.Linear) -> None:
                 setattr(parent, name, new)
 
 
-def _shrink_projections(owner: nn.Module, parts: AttentionParts, slots: list[int]) -> nn.Linear:
-    """Keep only head ``slots`` in every projection with per-head output rows (several on one fused
-    ``Linear`` keep the union of their rows, in their order), in the separate per-head biases and in the
-    output projection's columns; returns the new output projection."""
+def _features(slots: list[int], head_dim: int) -> list[int]:
+    """Positions of head ``slots``' features among ``heads * head_dim`` side by side."""
+    return [slot * head_dim + offset for slot in slots for offset in range(head_dim)]
+
+
+def _shrink_projections(
+    owner: nn.Module, parts: AttentionParts, slots: list[int], shared: list[int]
+) -> nn.Linear:
+    """Keep only query head ``slots`` (ascending) and key/value head ``shared`` slots (ascending) in every
+    projection with per-head output rows (several on one fused ``Linear`` keep the union of their rows, in
+    their order), in the separate per-head biases and in the output projection's columns; returns the new
+    output projection."""
     rows: dict[nn.Linear, set[int]] = {}
-    projections: list[Projection] = [parts.query, parts.key, parts.value, *parts.per_head]
-    for projection in projections:
-        rows.setdefault(projection.linear, set()).update(projection.rows(slots, parts.head_dim))
-    for linear, kept in rows.items():
-        _replace(owner, linear, _select(linear, sorted(kept), 0))
-    features = [slot * parts.head_dim + offset for slot in slots for offset in range(parts.head_dim)]
-    for name in {projection.bias for projection in projections if projection.bias is not None}:
+    biases: dict[str, list[int]] = {}
+    own_slots = [
+        (parts.query, slots),
+        (parts.key, shared),
+        (parts.value, shared),
+        *((projection, slots) for projection in parts.per_head),
+    ]
+    for projection, kept in own_slots:
+        rows.setdefault(projection.linear, set()).update(projection.rows(kept, parts.head_dim))
+        if projection.bias is not None:
+            biases[projection.bias] = _features(kept, parts.head_dim)
+    for linear, kept_rows in rows.items():
+        _replace(owner, linear, _select(linear, sorted(kept_rows), 0))
+    for name, features in biases.items():
         bias = getattr(parts.module, name)
         narrower = nn.Parameter(bias.detach()[features].clone(), requires_grad=bias.requires_grad)
         setattr(parts.module, name, narrower)
-    output = _select(parts.output, features, 1)
+    output = _select(parts.output, _features(slots, parts.head_dim), 1)
     _replace(owner, parts.output, output)
     return output
 
@@ -102,22 +125,49 @@ class _KeptHeadsOf:
         return (*args[: self.position], values.index_select(1, kept), *args[self.position + 1 :])
 
 
+def _slots_to_keep(kept: list[int], remove: set[int], groups: int) -> tuple[list[int], list[int]]:
+    """(query slots, key/value slots) a layer keeps, both ascending, given the original numbers ``kept``
+    of its query heads by slot, the heads to ``remove`` and the query heads per key/value head ``groups``
+    (query slot ``s`` reads key/value slot ``s // groups``).
+
+    A key/value head stays while one of its query heads does. Every kept key/value head must serve the
+    same number of query slots (``repeat_kv``), the most survivors any of them has: one with fewer keeps
+    some of its removed heads as well (their output columns are zeroed afterwards). A layer whose heads
+    all go keeps its first slot."""
+    blocks = [list(range(start, start + groups)) for start in range(0, len(kept), groups)]
+    survivors = [[slot for slot in block if kept[slot] not in remove] for block in blocks]
+    width = max(len(alive) for alive in survivors)
+    if width == 0:
+        return [0], [0]
+    slots: list[int] = []
+    shared: list[int] = []
+    for index, (block, alive) in enumerate(zip(blocks, survivors, strict=True)):
+        if alive:
+            fillers = [slot for slot in block if slot not in alive][: width - len(alive)]
+            slots.extend(sorted(alive + fillers))
+            shared.append(index)
+    return slots, shared
+
+
 def _prune_layer(owner: nn.Module, parts: AttentionParts, remove: set[int], num_heads: int) -> None:
     """Remove the original heads ``remove`` from one layer of ``owner`` (see the module docstring)."""
     attention = parts.module
     kept = list(getattr(attention, KEPT_HEADS, range(num_heads)))
-    survivors = [head for head in kept if head not in remove]
-    staying = survivors or kept[:1]
-    output = _shrink_projections(owner, parts, [kept.index(head) for head in staying])
-    if not survivors:
-        with torch.no_grad():
-            output.weight.zero_()
+    slots, shared = _slots_to_keep(kept, remove, parts.groups)
+    staying = [kept[slot] for slot in slots]
+    output = _shrink_projections(owner, parts, slots, shared)
+    with torch.no_grad():
+        for position, head in enumerate(staying):
+            if head in remove:  # kept only as its group's filler, or as the last head of the layer
+                output.weight[:, position * parts.head_dim : (position + 1) * parts.head_dim] = 0
     if parts.head_argument is not None and not hasattr(attention, KEPT_HEADS):
         attention.register_forward_pre_hook(_KeptHeadsOf(parts.head_argument))
     setattr(attention, KEPT_HEADS, staying)
     for name in ("num_attention_heads", "n_heads"):
         if hasattr(attention, name):
             setattr(attention, name, len(staying))
+    if hasattr(attention, "num_key_value_groups"):
+        attention.num_key_value_groups = len(slots) // len(shared)
     if hasattr(attention, "all_head_size"):
         attention.all_head_size = len(staying) * parts.head_dim
 
@@ -147,7 +197,8 @@ def prune_model(model: PreTrainedModel, heads: HeadSelection) -> None:
 
 def load_pruned(auto_class: type, source: str | Path, config: PretrainedConfig) -> PreTrainedModel:
     """A pruned model saved in ``source``: built from ``config``, shrunk as recorded there, then loaded
-    with the saved weights (every weight must match: a pruned model keeps its own classifier).
+    with the saved weights (every weight must match: a pruned model keeps its own classifier; weights tied
+    to others, such as a decoder's output embeddings, are saved once and tied again).
 
     Raises:
         BertologyError: no weights in ``source``, or weights of other shapes than the config describes.
@@ -160,9 +211,14 @@ def load_pruned(auto_class: type, source: str | Path, config: PretrainedConfig) 
     weights: dict[str, torch.Tensor] = {}
     for file in files:
         weights.update(load_file(str(file)))
+    tied = set(getattr(model, "all_tied_weights_keys", None) or {})  # saved once, as their source
     try:
-        model.load_state_dict(weights, strict=True)
+        missing, unexpected = model.load_state_dict(weights, strict=False)
+        if set(missing) - tied or unexpected:
+            raise RuntimeError(f"\n  missing {sorted(set(missing) - tied)}, unexpected {sorted(unexpected)}")
     except RuntimeError as error:
         first = str(error).splitlines()[1].strip() if "\n" in str(error) else str(error)
         raise BertologyError(f"The weights in '{source}' do not fit its pruned config: {first}") from error
+    if missing:
+        model.tie_weights()
     return model

@@ -362,3 +362,13 @@ def tiny_classifier(directory: Path) -> LoadedModel:
             if not name.startswith(loaded.model.base_model_prefix):
                 parameter.mul_(30)
     return loaded
+
+
+def tiny_language_model(directory: Path) -> LoadedModel:
+    """A tiny random decoder saved by :func:`save_tiny_model` with a seeded language-modelling head, scaled
+    up so that its next-token losses differ visibly between heads removed."""
+    torch.manual_seed(0)
+    loaded = load_model(directory, language_model=True)
+    with torch.no_grad():
+        loaded.model.get_output_embeddings().weight.mul_(30)
+    return loaded

@@ -33,6 +33,7 @@ from bertology.options import (
     SMOOTHGRAD_NOISE,
     SMOOTHGRAD_SAMPLES,
     AttackMethod,
+    Dtype,
 )
 from bertology.run_files import ATTACK_FILE, EXPLANATION_FILE
 
@@ -44,14 +45,39 @@ ClassifierArgument = Annotated[
 
 @app.command()
 def ablate(
-    model: ClassifierArgument,
-    task_dir: Annotated[Path, typer.Option("--task", help="GLUE-style task folder; its dev set is scored.")],
+    model: Annotated[
+        str,
+        typer.Argument(
+            help="A fine-tuned classifier (a run folder from 'bertology finetune' or a model folder) with "
+            "--task, or a decoder language model (a name or folder) with --lm-corpus."
+        ),
+    ],
     output: Annotated[
         Path, typer.Option("-o", "--output", help="Folder for report.html, CSV, JSON and plots.")
     ],
     max_dev: Annotated[
         int, typer.Option("--max-dev", min=0, max=MAX_COUNT, help="Score the first N dev examples (0: all).")
     ] = 0,
+    task_dir: Annotated[
+        Path | None, typer.Option("--task", help="GLUE-style task folder; its dev set is scored.")
+    ] = None,
+    lm_corpus: Annotated[
+        Path | None,
+        typer.Option(
+            "--lm-corpus",
+            help="Corpus file (text, JSONL or CoNLL-U) scored by a decoder's next-token loss (not --task).",
+        ),
+    ] = None,
+    max_segments: Annotated[
+        int,
+        typer.Option(
+            "--max-segments", min=0, max=MAX_COUNT, help="--lm-corpus: its first N segments (0: all)."
+        ),
+    ] = 0,
+    max_len: Annotated[
+        int,
+        typer.Option("--max-len", min=2, help="--lm-corpus: tokens per segment, special tokens included."),
+    ] = 128,
     prune: Annotated[
         float,
         typer.Option(
@@ -79,8 +105,28 @@ def ablate(
     threads_per_worker: ThreadsPerWorkerOption = 1,
 ) -> None:
     """Remove heads: each one alone, by importance, ablation rank, attribution and at random, and for real.
+    Scored by a classifier's dev accuracy (--task) or a decoder's language-model loss (--lm-corpus).
     With --ray the single-head sweep (split by heads) and the importance (by examples) run on the cluster."""
     cluster = cluster_options(ray, workers, threads_per_worker, False)  # a usage error before torch loads
+    if (task_dir is None) == (lm_corpus is None):
+        raise typer.BadParameter("give either --task (a classifier) or --lm-corpus (a decoder).")
+    if lm_corpus is not None:
+        if cluster is not None:
+            raise typer.BadParameter("--lm-corpus runs here only; leave out --ray.")
+        require_inputs({"--lm-corpus": lm_corpus})
+        _ablate_language_model(
+            model,
+            lm_corpus,
+            output,
+            device,
+            dtype,
+            batch_size,
+            max_segments=max_segments or None,
+            max_length=max_len,
+            prune_fraction=prune,
+        )
+        return
+    assert task_dir is not None
     require_inputs({"--task": task_dir})
     from dataclasses import replace
 
@@ -125,6 +171,60 @@ def ablate(
     out.print(
         f"Dev accuracy {run.ablation.baseline:.4f} on {run.examples} examples ({run.seconds:.0f} s).{pruned} "
         f"Wrote {report} and the CSV, JSON and plots beside it.",
+        highlight=False,
+    )
+
+
+def _ablate_language_model(
+    model: str,
+    corpus: Path,
+    output: Path,
+    device: str,
+    dtype: Dtype,
+    batch_size: int,
+    *,
+    max_segments: int | None,
+    max_length: int,
+    prune_fraction: float,
+) -> None:
+    """``ablate --lm-corpus``: the study of
+    :func:`~bertology.interventions.language_model_run.run_language_model_ablation`."""
+    from dataclasses import replace
+
+    from bertology.interventions.language_model_run import run_language_model_ablation
+    from bertology.models import load_model
+    from bertology.outputs import check_output_folder, output_folder
+    from bertology.report.language_model import write_language_model_ablation_report
+
+    check_output_folder(output)
+    loaded = load_model(model, language_model=True, device=device, dtype=dtype)
+    with output_folder(output) as folder:
+        pruned_dir = folder / "pruned" if prune_fraction else None
+        with progress_bar("", None) as on_progress:  # a bar per stage of the study
+            run = run_language_model_ablation(
+                loaded,
+                corpus,
+                max_length=max_length,
+                max_segments=max_segments,
+                batch_size=batch_size,
+                prune_fraction=prune_fraction,
+                pruned_dir=pruned_dir,
+                on_progress=on_progress,
+            )
+        run = replace(run, pruned_dir=None if run.pruned_dir is None else output / run.pruned_dir.name)
+        report = output / write_language_model_ablation_report(run, folder).name
+    pruning = run.pruning
+    pruned = (
+        f" Pruned {pruning.removed} heads ({pruning.total_key_value_heads - pruning.key_value_heads} "
+        f"key/value heads with them): loss {pruning.loss:.4f}, {pruning.speedup:.2f}x as fast; saved in "
+        f"{run.pruned_dir}."
+        if pruning is not None
+        else ""
+    )
+    out.print(
+        f"Language-model loss {run.ablation.baseline:.4f} nats per token on {run.tokens} tokens of "
+        f"{run.sequences} segments ({run.seconds:.0f} s).{pruned} Wrote {report} and the CSV, JSON and plots "
+        "beside it.",
         highlight=False,
     )
 

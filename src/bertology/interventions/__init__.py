@@ -12,6 +12,10 @@
   SmoothGrad), the methods chosen by name.
 - :func:`attack`: explanations by changing the input (input reduction, HotFlip), chosen by name.
 - :func:`run_ablation`: all of the above for a classifier on a task's dev set (``bertology ablate``).
+- For decoders, by the language-model loss (mean next-token cross-entropy) on :class:`TokenSequences`:
+  :func:`language_model_loss`, :func:`loss_ablation_sweep`, :func:`loss_importance`,
+  :func:`loss_pruning_curve`, :func:`prune_decoder` and :func:`run_language_model_ablation`
+  (``bertology ablate MODEL --lm-corpus FILE``).
 """
 
 from bertology.heads import HeadSelection
@@ -27,8 +31,18 @@ from bertology.interventions.attention_gradients import AttentionGradients, atte
 from bertology.interventions.attribution_tree import AttributionTree, attribution_tree
 from bertology.interventions.curves import pruning_curve, removal_counts
 from bertology.interventions.data import LabelledTexts
+from bertology.interventions.decoder_pruning import DecoderPruning, prune_decoder
 from bertology.interventions.gates import head_gates
 from bertology.interventions.importance import HeadImportance, head_importance
+from bertology.interventions.language_model import (
+    LossAblation,
+    TokenSequences,
+    language_model_loss,
+    loss_ablation_sweep,
+    loss_importance,
+    loss_pruning_curve,
+)
+from bertology.interventions.language_model_run import LanguageModelAblationRun, run_language_model_ablation
 from bertology.interventions.pruning import PruningOutcome, prune_and_measure, prune_heads, save_model
 from bertology.interventions.run import AblationRun, run_ablation
 from bertology.interventions.saliency import Explanation, explain
@@ -42,11 +56,15 @@ __all__ = [
     "AttentionGradients",
     "AttributionImportance",
     "AttributionTree",
+    "DecoderPruning",
     "Explanation",
     "HeadImportance",
     "HeadSelection",
     "LabelledTexts",
+    "LanguageModelAblationRun",
+    "LossAblation",
     "PruningOutcome",
+    "TokenSequences",
     "ablation_sweep",
     "attack",
     "attention_gradients",
@@ -56,10 +74,16 @@ __all__ = [
     "explain",
     "head_gates",
     "head_importance",
+    "language_model_loss",
+    "loss_ablation_sweep",
+    "loss_importance",
+    "loss_pruning_curve",
     "prune_and_measure",
+    "prune_decoder",
     "prune_heads",
     "pruning_curve",
     "removal_counts",
     "run_ablation",
+    "run_language_model_ablation",
     "save_model",
 ]

@@ -21,7 +21,7 @@ from torch import nn
 
 from bertology.classify import accuracy, predict_logits
 from bertology.heads import HeadSelection
-from bertology.interventions.data import Batch, LabelledTexts, batches, eval_mode
+from bertology.interventions.data import LabelledTexts, batches, eval_mode
 from bertology.models import RUN_MODEL_FOLDER, LoadedModel, wrap_model
 from bertology.surgery import prune_model, pruned_heads
 
@@ -50,19 +50,20 @@ def count_parameters(model: nn.Module) -> int:
 
 
 def inference_seconds(
-    models: Sequence[LoadedModel], encoded: Iterable[Batch], *, repeats: int = 3
+    models: Sequence[LoadedModel], encoded: Iterable[dict[str, torch.Tensor]], *, repeats: int = 3
 ) -> list[float]:
-    """For each model, the fastest of ``repeats`` timed passes over the batches ``encoded`` (seconds of
-    wall time, forward passes only: no tokenization). The models take turns in every round, so a machine
-    that gets busier or quieter slows them alike; one untimed round warms up first."""
+    """For each model, the fastest of ``repeats`` timed passes over the batches ``encoded`` (each the
+    model's inputs; seconds of wall time, forward passes only: no tokenization). The models take turns in
+    every round, so a machine that gets busier or quieter slows them alike; one untimed round warms up
+    first."""
     batches = list(encoded)
     timings: list[list[float]] = [[] for _ in models]
     for attempt in range(repeats + 1):
         for model, times in zip(models, timings, strict=True):
             with torch.inference_mode(), eval_mode(model):
                 start = time.perf_counter()
-                for batch in batches:
-                    model.model(**batch.inputs)
+                for inputs in batches:
+                    model.model(**inputs)
                 if attempt > 0:
                     times.append(time.perf_counter() - start)
     return [min(times) for times in timings]
@@ -123,7 +124,7 @@ def prune_and_measure(
     inference time on ``data`` against the original's (same batches, forward passes only)."""
     pruned = wrap_model(copy.deepcopy(loaded.model), loaded.tokenizer, f"{loaded.name} (pruned)")
     prune_model(pruned.model, heads)
-    encoded = list(batches(loaded, data, batch_size=batch_size))
+    encoded = [batch.inputs for batch in batches(loaded, data, batch_size=batch_size)]
     scores = [
         accuracy(predict_logits(model, data.texts, data.texts_b, batch_size=batch_size), data.labels)
         for model in (pruned, loaded)

@@ -1,0 +1,309 @@
+"""Head interventions on a decoder, measured by its language-model loss on a corpus.
+
+The loss is the mean next-token cross-entropy, in nats per predicted token:
+
+    L = - (1 / N) sum_x sum_t log p(x_{t+1} | x_1 .. x_t)
+
+over every position ``t`` of every sequence ``x`` whose next token is a real token (not padding), ``N``
+such positions in all. A corpus file is read as :func:`bertology.corpus.iter_segments` reads it for a
+decoder (consecutive paragraphs packed into runs of at most ``max_length`` tokens, one running text each);
+constructed sequences (repeated random tokens, say) are given as token ids.
+
+- :func:`language_model_loss`: ``L`` with any head gates.
+- :func:`loss_ablation_sweep`: ``L`` with each single head removed (gate 0; Michel et al. 2019's
+  single-head ablation with the loss as the score), each batch's lower layers computed once
+  (:mod:`~bertology.interventions.partial`).
+- :func:`loss_importance`: Michel et al.'s importance ``I_h = E_x |∂L(x)/∂ξ_h|`` with ``L(x)`` the mean
+  next-token cross-entropy of sequence ``x``, the mean over sequences.
+- :func:`loss_pruning_curve`: ``L`` with more and more heads removed in a given order.
+
+With grouped-query attention each query head has its own gate (its output, before the output projection);
+the key/value head it shares is untouched until all of its query heads are removed, which then computes
+what removing the key/value head computes (:mod:`bertology.surgery` removes its weights only then).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from torch.nn.functional import cross_entropy
+
+from bertology.corpus import iter_segments
+from bertology.errors import BertologyError
+from bertology.heads import HeadSelection
+from bertology.interventions.curves import Head, lowest_first
+from bertology.interventions.data import eval_mode
+from bertology.interventions.gates import head_gates
+from bertology.interventions.importance import HeadImportance
+from bertology.interventions.partial import logits_from_layer, record_layer_inputs
+from bertology.models import LoadedModel
+from bertology.progress import Progress
+from bertology.stats.base import head_index_frame
+
+
+@dataclass(frozen=True)
+class TokenSequences:
+    """Token id sequences a decoder reads, each as its tokenizer builds it (special tokens included).
+
+    ids: per sequence, [tokens] int64. origins: where each came from (``"file:first-last"`` lines of a
+    corpus, or a description).
+    """
+
+    ids: list[np.ndarray]
+    origins: list[str]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def predicted_tokens(self) -> int:
+        """Positions whose next token is predicted: ``sum(len(x) - 1)``."""
+        return sum(max(len(ids) - 1, 0) for ids in self.ids)
+
+    def part(self, start: int, stop: int) -> TokenSequences:
+        """Sequences ``start .. stop - 1``."""
+        return TokenSequences(self.ids[start:stop], self.origins[start:stop])
+
+    @classmethod
+    def of_texts(
+        cls, loaded: LoadedModel, texts: Sequence[str], *, max_length: int | None = None
+    ) -> TokenSequences:
+        """``texts`` tokenized by ``loaded``'s tokenizer, each cut to ``max_length`` tokens (default: the
+        model's limit)."""
+        limit = loaded.max_length if max_length is None else min(max_length, loaded.max_length)
+        encoded = loaded.tokenizer(list(texts), truncation=True, max_length=limit)["input_ids"]
+        return cls(
+            [np.asarray(ids, dtype=np.int64) for ids in encoded], [f"text {i}" for i in range(len(texts))]
+        )
+
+    @classmethod
+    def of_ids(cls, ids: np.ndarray | Sequence[Sequence[int]], origin: str = "sequence") -> TokenSequences:
+        """Constructed sequences ``ids`` ([sequences, tokens] or a list of lists), taken as they are."""
+        rows = [np.asarray(row, dtype=np.int64) for row in ids]
+        return cls(rows, [f"{origin} {index}" for index in range(len(rows))])
+
+    @classmethod
+    def of_corpus(
+        cls,
+        loaded: LoadedModel,
+        path: str | Path,
+        *,
+        max_length: int = 128,
+        max_segments: int | None = None,
+    ) -> TokenSequences:
+        """The first ``max_segments`` (``None``: all) segments of the corpus file at ``path``, read as
+        :func:`~bertology.corpus.iter_segments` reads it for a decoder, tokenized and cut to ``max_length``.
+
+        Raises:
+            BertologyError: a missing or unreadable corpus, or one without text.
+        """
+        segments = list(
+            islice(iter_segments(path, loaded.tokenizer, max_length=max_length, pairs=False), max_segments)
+        )
+        texts = [" ".join(s.text_a) if isinstance(s.text_a, list) else s.text_a for s in segments]
+        sequences = cls.of_texts(loaded, texts, max_length=max_length)
+        return cls(sequences.ids, [segment.origin for segment in segments])
+
+
+def require_language_model(loaded: LoadedModel) -> None:
+    """Refuse a model without a language-modelling head (load decoders with ``language_model=True``).
+
+    Raises:
+        BertologyError: an encoder, or a decoder loaded without its head.
+    """
+    if loaded.kind != "decoder" or loaded.model.get_output_embeddings() is None:
+        raise BertologyError(
+            f"The language-model loss needs a decoder with its language-modelling head; load '{loaded.name}' "
+            "with load_model(..., language_model=True) (a decoder model such as Llama, Qwen or Gemma)."
+        )
+
+
+def token_batches(
+    loaded: LoadedModel, data: TokenSequences, *, batch_size: int = 8
+) -> Iterator[tuple[dict[str, torch.Tensor], np.ndarray]]:
+    """``data`` in batches of ``batch_size`` consecutive sequences: the model's inputs (``input_ids`` and
+    ``attention_mask`` [batch, tokens], right-padded, on its device; no key/value cache) and the rows."""
+    pad = loaded.tokenizer.pad_token_id or 0
+    for start in range(0, len(data), batch_size):
+        rows = np.arange(start, min(start + batch_size, len(data)))
+        width = max(len(data.ids[row]) for row in rows)
+        ids = torch.full((len(rows), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for index, row in enumerate(rows):
+            sequence = torch.as_tensor(data.ids[row])
+            ids[index, : len(sequence)] = sequence
+            mask[index, : len(sequence)] = 1
+        inputs = {"input_ids": ids.to(loaded.device), "attention_mask": mask.to(loaded.device)}
+        yield {**inputs, "use_cache": False}, rows  # type: ignore[dict-item]
+
+
+def next_token_losses(
+    logits: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per sequence, the sum of the next-token cross-entropies (nats, float32) and the number of positions
+    summed: ``logits`` [batch, tokens, vocabulary] at position ``t`` predict ``input_ids[:, t + 1]``, where
+    both tokens are real (``attention_mask`` 1). Returns ([batch], [batch])."""
+    targets = input_ids[:, 1:]
+    valid = (attention_mask[:, 1:] * attention_mask[:, :-1]).bool()
+    losses = cross_entropy(logits[:, :-1].float().transpose(1, 2), targets, reduction="none")
+    return torch.where(valid, losses, 0.0).sum(1), valid.sum(1)
+
+
+def _batch_loss(logits: torch.Tensor, inputs: dict[str, torch.Tensor]) -> tuple[float, int]:
+    total, counts = next_token_losses(logits, inputs["input_ids"], inputs["attention_mask"])
+    return float(total.sum()), int(counts.sum())
+
+
+def language_model_loss(
+    loaded: LoadedModel,
+    data: TokenSequences,
+    *,
+    gates: torch.Tensor | HeadSelection | None = None,
+    batch_size: int = 8,
+) -> float:
+    """The mean next-token cross-entropy ``L`` (nats per token) of ``loaded`` on ``data``, with head
+    ``gates`` if given (see :func:`~bertology.interventions.gates.head_gates`).
+
+    Raises:
+        BertologyError: a model without a language-modelling head, or no token to predict.
+    """
+    require_language_model(loaded)
+    total, count = 0.0, 0
+    with torch.inference_mode(), eval_mode(loaded):
+        for inputs, _ in token_batches(loaded, data, batch_size=batch_size):
+            if gates is None:
+                logits = loaded.model(**inputs).logits
+            else:
+                with head_gates(loaded, gates):
+                    logits = loaded.model(**inputs).logits
+            batch_total, batch_count = _batch_loss(logits, inputs)
+            total, count = total + batch_total, count + batch_count
+    if count == 0:
+        raise BertologyError("The sequences have no next token to predict (each needs 2 tokens or more).")
+    return total / count
+
+
+@dataclass
+class LossAblation:
+    """The language-model loss with each single head removed.
+
+    baseline: ``L`` with every head (nats per token). loss: [layers, heads] ``L`` with only that head's
+    gate at 0. tokens: predicted tokens averaged over.
+    """
+
+    baseline: float
+    loss: np.ndarray
+    tokens: int
+
+    @property
+    def change(self) -> np.ndarray:
+        """[layers, heads] loss with the head removed minus the baseline (positive: the head helped)."""
+        return self.loss - self.baseline
+
+    def removal_order(self) -> list[Head]:
+        """Every head, the one whose removal leaves the lowest loss first (ties: lower layer, head)."""
+        return lowest_first(self.loss)
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row per head: ``layer``, ``head`` (0-based), ``loss``, ``change``."""
+        return pd.DataFrame(
+            {**head_index_frame(*self.loss.shape), "loss": self.loss.ravel(), "change": self.change.ravel()}
+        )
+
+
+def loss_ablation_sweep(
+    loaded: LoadedModel,
+    data: TokenSequences,
+    *,
+    heads: Sequence[Head] | None = None,
+    batch_size: int = 8,
+    on_progress: Progress | None = None,
+) -> LossAblation:
+    """``L`` of ``loaded`` on ``data`` with each head removed alone (``heads``: only those, the others'
+    cells NaN), each batch's lower layers computed once.
+
+    on_progress: told the sequence passes done so far, out of ``heads * sequences``.
+    """
+    require_language_model(loaded)
+    layers, per_layer = loaded.num_layers, loaded.num_heads
+    sweep = list(np.ndindex(layers, per_layer)) if heads is None else list(heads)
+    totals = np.zeros(len(sweep))
+    baseline_total, count, done = 0.0, 0, 0
+    with torch.inference_mode(), eval_mode(loaded):
+        for inputs, rows in token_batches(loaded, data, batch_size=batch_size):
+            recorded = record_layer_inputs(loaded, inputs)
+            batch_total, batch_count = _batch_loss(recorded.logits, inputs)
+            baseline_total, count = baseline_total + batch_total, count + batch_count
+            for index, (layer, head) in enumerate(sweep):
+                gates = torch.ones(layers, per_layer)
+                gates[layer, head] = 0.0
+                logits = logits_from_layer(loaded, inputs, recorded, layer, gates)
+                totals[index] += _batch_loss(logits, inputs)[0]
+                done += len(rows)
+                if on_progress is not None:
+                    on_progress(done, len(sweep) * len(data))
+    if count == 0:
+        raise BertologyError("The sequences have no next token to predict (each needs 2 tokens or more).")
+    loss = np.full((layers, per_layer), np.nan)
+    for (layer, head), total in zip(sweep, totals, strict=True):
+        loss[layer, head] = total / count
+    return LossAblation(baseline_total / count, loss, count)
+
+
+def loss_importance(
+    loaded: LoadedModel,
+    data: TokenSequences,
+    *,
+    batch_size: int = 8,
+    on_progress: Progress | None = None,
+) -> HeadImportance:
+    """Michel et al.'s importance of every head of ``loaded`` on ``data``: ``raw`` [layers, heads] the mean
+    over sequences ``x`` of ``|∂L(x)/∂ξ_h|``, ``L(x)`` the mean next-token cross-entropy of ``x`` (nats per
+    token, per unit of gate), each sequence with its own gates so the magnitude is taken per sequence.
+
+    on_progress: told the sequences done, out of ``len(data)``.
+    """
+    require_language_model(loaded)
+    total = np.zeros((loaded.num_layers, loaded.num_heads))
+    done = 0
+    with torch.enable_grad(), eval_mode(loaded):
+        for inputs, rows in token_batches(loaded, data, batch_size=batch_size):
+            shape = (len(rows), loaded.num_layers, loaded.num_heads)
+            gates = torch.ones(shape, device=loaded.device, requires_grad=True)
+            with head_gates(loaded, gates):
+                logits = loaded.model(**inputs).logits
+            sums, counts = next_token_losses(logits, inputs["input_ids"], inputs["attention_mask"])
+            per_sequence = sums / counts.clamp_min(1)
+            (gradient,) = torch.autograd.grad(per_sequence.sum(), gates)
+            total += gradient.abs().sum(0).cpu().double().numpy()
+            done += len(rows)
+            if on_progress is not None:
+                on_progress(done, len(data))
+    return HeadImportance(total / max(done, 1), done)
+
+
+def loss_pruning_curve(
+    loaded: LoadedModel,
+    data: TokenSequences,
+    order: Sequence[Head],
+    counts: Sequence[int],
+    *,
+    batch_size: int = 8,
+    on_progress: Progress | None = None,
+) -> np.ndarray:
+    """[len(counts)] ``L`` on ``data`` with the first ``count`` heads of ``order`` removed (gate 0).
+
+    on_progress: told the curve points done, out of ``len(counts)``.
+    """
+    losses = []
+    for done, count in enumerate(counts, start=1):
+        losses.append(language_model_loss(loaded, data, gates=list(order[:count]), batch_size=batch_size))
+        if on_progress is not None:
+            on_progress(done, len(counts))
+    return np.array(losses)
