@@ -26,7 +26,6 @@ class _LazyPackage(ModuleType):
         raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}")
 
 
-
 def export_lazily(package: str, homes: dict[str, str]) -> None:
     """Give the package ``package`` (its ``__name__``) the names of ``homes`` (name -> submodule, relative
     to the package), each imported from its submodule when first used."""

@@ -98,4 +98,3 @@ def ray_address_problem(address: str) -> str | None:
     if RAY_HOST.fullmatch(host.strip("[]")) and port.isdigit() and 1 <= int(port) <= 65535:
         return None
     return f"'{address}' is not a Ray address; use local, auto, HOST:PORT or ray://HOST:PORT."
-
