@@ -102,6 +102,34 @@ def test_constructed_heads_have_known_statistics() -> None:
     np.testing.assert_allclose(stats["punct"][:, uniform], np.mean([1 / 6, 1 / 8, 0.0]), rtol=1e-6)
 
 
+def test_the_sink_is_a_decoders_mass_on_the_first_token_after_it() -> None:
+    """Causal heads on 3 segments: all on token 0 (sink 1), on the previous token (sink 1 only from query
+    1: the mean over queries 1..n-1 of [q == 1]), uniform over the keys up to the query (1 / (q + 1))."""
+    segments = [layout(["a", "b", "c", "d", "e"], None), layout(["a", "b", "c"], None), layout(["a"], None)]
+    probs = []
+    for segment in segments:
+        n = len(segment)
+        sink, previous, uniform = np.zeros((3, n, n))
+        sink[:, 0] = 1.0
+        previous[0, 0] = 1.0
+        previous[np.arange(1, n), np.arange(n - 1)] = 1.0
+        uniform[:] = np.tril(np.ones((n, n))) / np.arange(1, n + 1)[:, None]
+        probs.append(np.stack([sink, previous, uniform])[None])
+    batch = attention_batch(segments, probs)
+    decoder = surface(batch, SpecialTokens(None, None, causal=True))["sink"][0]
+    lengths = [len(segment) for segment in segments]
+    assert lengths[-1] > 1  # every segment has a query after its first token (with [CLS] and [SEP])
+    np.testing.assert_allclose(decoder[0], 1.0)
+    np.testing.assert_allclose(decoder[1], np.mean([1 / (n - 1) for n in lengths]), rtol=1e-6)
+    uniform_sinks = [np.mean([1 / (q + 1) for q in range(1, n)]) for n in lengths]
+    np.testing.assert_allclose(decoder[2], np.mean(uniform_sinks), rtol=1e-6)
+    assert np.isnan(surface(batch)["sink"]).all()  # an encoder's first token is [CLS]: no sink column
+    halves = [SurfaceAccumulator(SpecialTokens(None, None, causal=True)) for _ in range(2)]
+    for half, part in zip(halves, split(batch, 2), strict=True):  # shards, as a cluster runs them
+        half.update(part)
+    np.testing.assert_allclose(halves[1].merge(halves[0]).result()["sink"][0], decoder, rtol=1e-12)
+
+
 def test_roberta_special_tokens_are_found_by_their_own_strings() -> None:
     segments = [layout(["the", "cat"], ["a", "dog"], cls="<s>", sep="</s>", double_sep=True)]
     batch = batch_of(segments)

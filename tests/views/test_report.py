@@ -248,7 +248,9 @@ def test_undefined_statistics_are_grey_and_noted(tmp_path: Path) -> None:
     columns["cls_entropy"] = np.full((3, 4), np.nan)  # no [CLS] panel in the entropy figure
     surface = replace(results.surface, columns=columns)
     text = write(tmp_path, results, surface=surface)
-    assert "Grey hatched cells are undefined" in text and "sep_to_sep, cls_entropy" in text
+    assert "Grey hatched cells are undefined" in text and "(sep_to_sep; e.g." in text
+    # a statistic no head has (an encoder's sink, a decoder's [CLS]) gets no panel, only a mention
+    assert "Not drawn, undefined for every head: sink, cls_entropy." in text
     assert text.count("data:image/png") == FIGURES
 
 

@@ -196,13 +196,23 @@ def _undefined_note(surface: HeadTable, names: tuple[str, ...]) -> str:
     )
 
 
+def _defined_anywhere(surface: HeadTable, names: tuple[str, ...]) -> tuple[tuple[str, ...], str]:
+    """The statistics of ``names`` some head has a value of, and a caption sentence naming the others
+    (``""`` if none): a decoder has no [CLS] or [SEP], an encoder no attention sink."""
+    drawn = tuple(name for name in names if np.isfinite(surface[name]).any())
+    left_out = [name for name in names if name not in drawn]
+    note = f" Not drawn, undefined for every head: {', '.join(left_out)}." if left_out else ""
+    return drawn, note
+
+
 def _statistic_sections(surface: HeadTable, figures: Figures) -> list[Section]:
+    drawn, left_out = _defined_anywhere(surface, HEATMAP_STATISTICS)
     heatmaps = figures.embed(
         "surface_heatmaps",
-        plots.heatmaps(surface, HEATMAP_STATISTICS),
+        plots.heatmaps(surface, drawn),
         alt="Layer by head heatmaps of the surface statistics",
         caption="Each head's mean over segments; layers top to bottom, heads left to right, both 0-based; "
-        "each panel has its own colour scale, from 0." + _undefined_note(surface, HEATMAP_STATISTICS),
+        "each panel has its own colour scale, from 0." + _undefined_note(surface, drawn) + left_out,
     )
     summary = figures.embed(
         "layer_summary",

@@ -401,7 +401,18 @@ def write_comparison_report(
                         else "The models differ in shape, so see the curves by relative depth below."
                     )
                 ),
-                _side_by_side(comparison, HEATMAP_STATISTICS, target, dpi, fixed=None),
+                _side_by_side(
+                    comparison,
+                    [
+                        name
+                        for name in HEATMAP_STATISTICS
+                        if np.isfinite(comparison.a.surface[name]).any()
+                        or np.isfinite(comparison.b.surface[name]).any()
+                    ],
+                    target,
+                    dpi,
+                    fixed=None,
+                ),
             ],
         ),
         Section(

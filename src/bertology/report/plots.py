@@ -44,6 +44,7 @@ TITLES = {
     "cls": "to [CLS]",
     "sep": "to [SEP]",
     "punct": 'to "." or ","',
+    "sink": "to first token (sink)",
     "sep_to_sep": "[SEP] → [SEP]",
     "other_to_sep": "other → [SEP]",
     "entropy": "attention entropy",

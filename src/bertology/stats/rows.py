@@ -231,9 +231,10 @@ class RowSummary:
     Each quantity is ``[B, L, H, Q]`` float32 for row ``q`` of ``A = probs[b, l, h]`` (meaningless past
     the segment's length; statistics pick their queries with ``roles`` and the ``*_queries`` masks):
     previous ``A[q, q-1]``, next ``A[q, q+1]``, current ``A[q, q]`` (0 where the key does not exist);
-    cls / sep / punct: ``sum_k A[q, k]`` over the [CLS] / [SEP] / punctuation keys; entropy
-    ``-sum_k A[q, k] ln A[q, k]`` in nats; maximum ``max_k A[q, k]``; non_sep_maximum, the maximum over
-    keys that are not [SEP]; non_delimiter_maximum, over keys that are neither [CLS] nor [SEP];
+    first ``A[q, 0]``, the mass on the segment's first token; cls / sep / punct: ``sum_k A[q, k]`` over
+    the [CLS] / [SEP] / punctuation keys; entropy ``-sum_k A[q, k] ln A[q, k]`` in nats; maximum
+    ``max_k A[q, k]``; non_sep_maximum, the maximum over keys that are not [SEP]; non_delimiter_maximum,
+    over keys that are neither [CLS] nor [SEP];
     smoothed_entropy (only when summarised with ``smoothing`` ε > 0, else ``None``): the entropy of the
     smoothed row ``(1 - ε) A[q, k] + ε / n`` over the ``n`` keys the query may attend to (the segment's,
     or for causal attention those up to ``q``); same_word: the mass on keys
@@ -247,6 +248,7 @@ class RowSummary:
     previous: torch.Tensor
     next: torch.Tensor
     current: torch.Tensor
+    first: torch.Tensor
     cls: torch.Tensor
     sep: torch.Tensor
     punct: torch.Tensor
@@ -462,6 +464,7 @@ class RowSummarizer:
             "previous": _diagonal(probs, start - 1),
             "next": _diagonal(probs, start + 1),
             "current": _diagonal(probs, start),
+            "first": probs[..., 0],
             "cls": masses[..., 0],
             "sep": masses[..., 1],
             "punct": masses[..., 2],

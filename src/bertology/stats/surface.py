@@ -57,6 +57,15 @@ def current_token(rows: RowSummary) -> QueryValues:
     return QueryValues(rows.current, rows.roles.valid)
 
 
+def sink(rows: RowSummary) -> QueryValues:
+    """Attention sink of a decoder (Xiao et al. 2023, "Efficient Streaming Language Models with Attention
+    Sinks"): the mass on the segment's first token, ``v(q) = A[q, 0]`` over queries ``q = 1 .. n-1`` (the
+    first token itself has nowhere else to look). Defined for causal attention only; an encoder's first
+    token is its [CLS] (see ``cls``)."""
+    causal = torch.full_like(rows.roles.valid, rows.roles.causal)
+    return QueryValues(rows.first, rows.previous_queries & causal)
+
+
 def _with_any(rows: RowSummary, role: torch.Tensor) -> torch.Tensor:
     """[B, Q] bool: the real queries of segments that have a token of ``role`` ([B, N] bool) at all; a
     decoder's segments have no [CLS] or [SEP], so statistics about them stay undefined there (NaN)."""
@@ -198,6 +207,7 @@ SURFACE_STATISTICS: dict[str, Statistic] = {
     "cls": to_cls,
     "sep": to_sep,
     "punct": to_punct,
+    "sink": sink,
     "sep_to_sep": sep_to_sep,
     "other_to_sep": other_to_sep,
     "entropy": entropy,
@@ -217,6 +227,7 @@ SURFACE_DESCRIPTIONS = {
     "cls": "attention to [CLS]",
     "sep": "attention to [SEP]",
     "punct": 'attention to "." and ","',
+    "sink": "attention to a decoder's first token (attention sink)",
     "sep_to_sep": "attention of [SEP] to [SEP]",
     "other_to_sep": "attention of the other tokens to [SEP]",
     "entropy": "entropy of a token's attention, nats (low: focused, high: broad)",
