@@ -245,6 +245,28 @@ class ModelSpec:
         return load_model(self.name, device=self.device, dtype=self.dtype, classifier=self.classifier)
 
 
+def _config(source: str, label: str) -> PretrainedConfig:
+    """The configuration of the model at ``source`` (a folder or a hub name), of a supported type."""
+    _check_findable(source)
+    try:
+        config = AutoConfig.from_pretrained(source)
+    except (OSError, ValueError) as error:
+        raise BertologyError(_describe_load_failure(source, error)) from error
+    supported_type(config, label)
+    return config
+
+
+def model_kind(name_or_path: str | Path | None) -> ModelKind:
+    """The kind of model ``name_or_path`` names, as :func:`load_model` takes it ("encoder",
+    "encoder-decoder" or "decoder"), read from its configuration without loading the weights.
+
+    Raises:
+        BertologyError: as :func:`load_model` for a name or folder it cannot find or an unsupported type.
+    """
+    source, label = _source_of(name_or_path)
+    return MODEL_TYPES[_config(source, label).model_type].kind
+
+
 @_quiet_weight_loading()
 def load_model(
     name_or_path: str | Path | None = None,
@@ -278,12 +300,7 @@ def load_model(
     """
     target, precision = resolve_device(device), resolve_dtype(dtype)
     source, label = _source_of(name_or_path)
-    _check_findable(source)
-    try:
-        config = AutoConfig.from_pretrained(source)
-    except (OSError, ValueError) as error:
-        raise BertologyError(_describe_load_failure(source, error)) from error
-    supported_type(config, label)
+    config = _config(source, label)
     auto_class = AutoModelForSequenceClassification if classifier else AutoModel
     if language_model:
         _require_decoder_type(config.model_type, label, "A language-model head (next-token loss)")

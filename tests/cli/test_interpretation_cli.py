@@ -109,3 +109,23 @@ def test_interpretation_usage_errors(args: list[str], message: str) -> None:
     code, output = invoke(*args)
     assert code == 2
     assert message in " ".join(output.replace("│", " ").split())
+
+
+def test_explain_a_decoders_next_token(tiny_model_dirs: dict[str, Path], tmp_path: Path) -> None:
+    """A decoder's next token: the saliency of its prompt's tokens and the heads' direct logit attribution,
+    for a --target token the model does not predict."""
+    target = tmp_path / "next.html"
+    code, output = invoke(
+        "explain", str(tiny_model_dirs["llama"]), "the quick brown fox", "--target", "▁dog",
+        "--method", "integrated-gradients", "--steps", "10", "-o", str(target),
+    )  # fmt: skip
+    assert code == 0, output
+    data = json.loads(target.with_suffix(".json").read_text(encoding="utf-8"))
+    assert data["label"] == "dog" and data["tokens"][0] == "<s>"
+    assert list(data["attributions"]) == ["integrated-gradients"]
+    heads = data["direct_logit_attribution"]
+    assert len(heads["heads"]) == 2 and len(heads["heads"][0]) == 4  # the tiny Llama's 2 x 4 heads
+    assert heads["total"] == pytest.approx(data["logit"], abs=1e-5)
+    page = target.read_text(encoding="utf-8")
+    assert "Direct logit attribution" in page and page.count("data:image/png") == 1
+    assert "target next token" in page and "Explained 'dog'" in output

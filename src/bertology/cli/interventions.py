@@ -243,9 +243,23 @@ def saliency_methods(values: list[str] | None) -> list[str] | None:
 
 @app.command()
 def explain(
-    model: ClassifierArgument,
+    model: Annotated[
+        str,
+        typer.Argument(
+            help="A fine-tuned classifier (a run folder from 'bertology finetune' or a model folder), or a "
+            "decoder language model (a name or folder) whose next token after TEXT is explained."
+        ),
+    ],
     text: TextArgument,
     text_b: TextBArgument = None,
+    target: Annotated[
+        str | None,
+        typer.Option(
+            "--target",
+            help="What to explain instead of the prediction: a classifier's label name, or a decoder's next "
+            "token (one token; mind its leading space, e.g. ' Paris').",
+        ),
+    ] = None,
     output: Annotated[
         Path, typer.Option("-o", "--output", help="HTML file to write; the JSON goes beside it.")
     ] = Path(EXPLANATION_FILE),
@@ -282,18 +296,28 @@ def explain(
     device: DeviceOption = DEFAULT_DEVICE,
     dtype: DtypeOption = DEFAULT_DTYPE,
 ) -> None:
-    """Which tokens the prediction rests on: gradient, input x gradient, integrated gradients, SmoothGrad."""
+    """Which tokens the prediction rests on: gradient, input x gradient, integrated gradients, SmoothGrad;
+    for a decoder's next token also each head's direct contribution to its logit."""
     from bertology.interventions.saliency import JSON_MARKS
     from bertology.interventions.saliency import explain as explain_prediction
-    from bertology.models import load_model
+    from bertology.models import load_model, model_kind
     from bertology.outputs import check_output_file
     from bertology.report.interventions import write_explanation
 
     check_output_file(output, beside=(".json",), marks=JSON_MARKS)
-    loaded = load_model(model, classifier=True, device=device, dtype=dtype)
+    head = {"language_model": True} if model_kind(model) == "decoder" else {"classifier": True}
+    loaded = load_model(model, device=device, dtype=dtype, **head)
     methods = tuple(method or SALIENCY_METHODS)
     explanation = explain_prediction(
-        loaded, text, text_b, methods=methods, steps=steps, noise=noise, samples=samples, seed=seed
+        loaded,
+        text,
+        text_b,
+        target=target,
+        methods=methods,
+        steps=steps,
+        noise=noise,
+        samples=samples,
+        seed=seed,
     )
     page_path, json_path = write_explanation(explanation, output)
     gap = explanation.completeness_gap
@@ -302,8 +326,13 @@ def explain(
         if gap is None
         else f"integrated gradients miss f(x) - f(baseline) by {gap:.2g} (more --steps, less). "
     )
+    explained = (
+        f"Predicted {explanation.label!r}"
+        if explanation.label == explanation.predicted
+        else f"Explained {explanation.label!r} (predicted {explanation.predicted!r})"
+    )
     out.print(
-        f"Predicted {explanation.label!r} (probability {explanation.probability:.3f}); {completeness}"
+        f"{explained} (probability {explanation.probability:.3f}); {completeness}"
         f"Wrote {page_path} and {json_path}.",
         highlight=False,
     )

@@ -9,7 +9,8 @@
 - :func:`attribute`: Hao et al. (2021)'s self-attention attribution of one input, with its attribution tree;
   :func:`attribution_importance`: their head scores over a data set.
 - :func:`explain`: signed per-token attributions (gradient, input x gradient, integrated gradients,
-  SmoothGrad), the methods chosen by name.
+  SmoothGrad), the methods chosen by name, of a classifier's label or a decoder's next token; for a
+  decoder with each head's direct contribution to the token's logit (:func:`direct_logit_attribution`).
 - :func:`attack`: explanations by changing the input (input reduction, HotFlip), chosen by name.
 - :func:`run_ablation`: all of the above for a classifier on a task's dev set (``bertology ablate``).
 - For decoders, by the language-model loss (mean next-token cross-entropy) on :class:`TokenSequences`:
@@ -32,6 +33,7 @@ from bertology.interventions.attribution_tree import AttributionTree, attributio
 from bertology.interventions.curves import pruning_curve, removal_counts
 from bertology.interventions.data import LabelledTexts
 from bertology.interventions.decoder_pruning import DecoderPruning, prune_decoder
+from bertology.interventions.direct_logit import DirectLogitAttribution, direct_logit_attribution
 from bertology.interventions.gates import head_gates
 from bertology.interventions.importance import HeadImportance, head_importance
 from bertology.interventions.language_model import (
@@ -57,6 +59,7 @@ __all__ = [
     "AttributionImportance",
     "AttributionTree",
     "DecoderPruning",
+    "DirectLogitAttribution",
     "Explanation",
     "HeadImportance",
     "HeadSelection",
@@ -71,6 +74,7 @@ __all__ = [
     "attribute",
     "attribution_importance",
     "attribution_tree",
+    "direct_logit_attribution",
     "explain",
     "head_gates",
     "head_importance",

@@ -1,4 +1,5 @@
-"""A classifier run from its inputs' word embeddings, and gradients with respect to them.
+"""A classifier (or a decoder language model's next token) run from its inputs' word embeddings, and
+gradients with respect to them.
 
 The word (token) embeddings are what :mod:`~bertology.interventions.saliency` attributes to and what
 :mod:`~bertology.interventions.attacks` changes: the model adds its own position and segment embeddings
@@ -24,12 +25,21 @@ def word_embeddings(loaded: LoadedModel, inputs: dict[str, torch.Tensor]) -> tor
         return loaded.model.get_input_embeddings()(inputs["input_ids"])
 
 
+def is_language_model(loaded: LoadedModel) -> bool:
+    """True for a decoder loaded with its language-modelling head (next-token logits)."""
+    return loaded.kind == "decoder" and loaded.model.get_output_embeddings() is not None
+
+
 def logits_of(loaded: LoadedModel, embeddings: torch.Tensor, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
     """[k, labels] logits for word embeddings ``[k, n, dim]`` in place of ``inputs["input_ids"]``; the
-    other inputs are ``[k, n]`` or ``[1, n]`` (one input's masks for ``k`` embedded copies of it)."""
+    other inputs are ``[k, n]`` or ``[1, n]`` (one input's masks for ``k`` embedded copies of it). For a
+    decoder language model (:func:`is_language_model`) the labels are its vocabulary: the next-token
+    logits after the last token (the inputs are unpadded)."""
     others = {
         name: tensor.expand(len(embeddings), -1) for name, tensor in inputs.items() if name != "input_ids"
     }
+    if is_language_model(loaded):
+        return loaded.model(inputs_embeds=embeddings, logits_to_keep=1, **others).logits[:, -1]
     return loaded.model(inputs_embeds=embeddings, **others).logits
 
 

@@ -1,8 +1,11 @@
-"""Which input tokens a classifier's prediction rests on: signed per-token attributions.
+"""Which input tokens a prediction rests on: signed per-token attributions, for a classifier's label or
+a decoder language model's next token.
 
-``f`` is the logit of the predicted class; ``x`` the input's word (token) embeddings ``[tokens, dim]``,
-to which the model adds its own position and segment embeddings before a LayerNorm. Each method of
-:data:`METHODS` gives one signed number per token ``i``:
+``f`` is the logit of the target: a classifier's predicted class (or a given label), or a decoder's
+next-token logit of its most likely token (or a given token) after the prompt's last token. ``x`` is the
+input's word (token) embeddings ``[tokens, dim]``, to which the model adds its own position and segment
+embeddings (an encoder, before a LayerNorm) or which it rotates into its queries and keys (a Llama-style
+decoder, after an RMSNorm). Each method of :data:`METHODS` gives one signed number per token ``i``:
 
 - ``gradient``: ``‖∂f/∂x[i]‖₂ · sign(x[i] · ∂f/∂x[i])``, the size of the plain gradient (Simonyan et al.
   2014), signed by whether growing the token's own embedding raises ``f``. (Summing the gradient's
@@ -11,9 +14,15 @@ to which the model adds its own position and segment embeddings before a LayerNo
   token's embedding is scaled up.
 - ``integrated-gradients``: ``Σ_d (x − x')[i, d] · ∫₀¹ ∂f/∂x[i, d](x' + α (x − x')) dα``
   (Sundararajan et al. 2017). The baseline ``x'`` is the input with every non-special token replaced by
-  the [PAD] token's embedding, special tokens ([CLS], [SEP]) kept, the attention mask unchanged; so the
-  special tokens get 0 and the attributions sum to ``f(x) − f(x')`` (completeness), up to the error of
-  the integral. The integral is a Gauss–Legendre quadrature with ``steps`` points.
+  the padding token's embedding ([PAD]; a decoder without one pads with its end-of-text token, which
+  bertology makes its padding token, e.g. SmolLM2's ``<|im_end|>``), special tokens ([CLS], [SEP], a
+  decoder's BOS) kept, the attention mask and positions unchanged; so the special tokens get 0 and the
+  attributions sum to ``f(x) − f(x')`` (completeness), up to the error of the integral. A decoder's
+  first token is kept too (and gets 0): it is the attention sink, where most heads park their mass
+  (Xiao et al. 2023), and moving it moves every head's resting place at once, so ``f`` jumps along the
+  path (SmolLM2-135M: by up to 22 logits between neighbouring points 1/100 apart) where the integral
+  cannot follow; with it kept the path is smooth enough for the quadrature. The integral is a
+  Gauss–Legendre quadrature with ``steps`` points.
 - ``smoothgrad``: the ``gradient`` formula applied to the mean gradient over ``samples`` noisy copies of
   the input, ``G = (1/N) Σ_k ∂f/∂x (x + ε_k)`` (Smilkov et al. 2017), ``ε_k`` Gaussian with standard
   deviation ``σ = noise · (max x − min x)`` in every component (the paper's noise level
@@ -22,7 +31,9 @@ to which the model adds its own position and segment embeddings before a LayerNo
   ``randn([tokens, dim])`` per sample in order, so a seed gives the same result on every device and for
   every batch size; ``noise = 0`` gives ``gradient`` exactly (up to rounding).
 
-Positive values push towards the predicted class, negative values away from it.
+Positive values push towards the target, negative values away from it. For a decoder, each head's direct
+contribution to the target's logit comes with them
+(:func:`~bertology.interventions.direct_logit.direct_logit_attribution`).
 """
 
 from __future__ import annotations
@@ -38,8 +49,19 @@ import torch
 from bertology.errors import BertologyError
 from bertology.inputs import EncodedBatch, Text, encode
 from bertology.interventions.data import eval_mode
-from bertology.interventions.embeddings import logits_of, score_gradient, target_logit, word_embeddings
-from bertology.models import LoadedModel
+from bertology.interventions.direct_logit import (
+    DirectLogitAttribution,
+    decoder_parts,
+    direct_logit_attribution,
+)
+from bertology.interventions.embeddings import (
+    is_language_model,
+    logits_of,
+    score_gradient,
+    target_logit,
+    word_embeddings,
+)
+from bertology.models import LoadedModel, require_pair_template
 from bertology.options import (
     MAX_IG_STEPS,
     MAX_SMOOTHGRAD_SAMPLES,
@@ -59,13 +81,17 @@ JSON_MARKS = ("text", "tokens", "label", "attributions")
 class Explanation:
     """Attributions of one input's prediction.
 
-    text, text_b: the input (``text_b`` ``None`` for a single text).
+    text, text_b: the input (``text_b`` ``None`` for a single text; a decoder's prompt is one text).
     tokens: the n token strings. special: [n] bool, True for special tokens.
-    label: the predicted label's name; probability: its softmax probability.
+    label: the target explained: a classifier's label name, or a decoder's next token as text (e.g.
+        ``" Paris"``); probability: its softmax probability. predicted: the model's most likely label or
+        next token (the target unless one was given).
     attributions: method name (of :data:`METHODS`, those asked for) -> [n] float, signed, in logit units.
-    logit, baseline_logit: ``f(x)`` and ``f(x')``, the predicted class's logit for the input and the
+    logit, baseline_logit: ``f(x)`` and ``f(x')``, the target's logit for the input and the
         baseline of integrated gradients (``None`` without them). steps: quadrature points of integrated
         gradients. noise, samples, seed: SmoothGrad's noise level, noisy copies and seed.
+    heads: a decoder's direct logit attribution of the target (each head's direct contribution to its
+        logit), ``None`` for a classifier.
     """
 
     text: str
@@ -81,6 +107,8 @@ class Explanation:
     noise: float = SMOOTHGRAD_NOISE
     samples: int = SMOOTHGRAD_SAMPLES
     seed: int = 0
+    predicted: str | None = None
+    heads: DirectLogitAttribution | None = None
 
     @property
     def completeness_gap(self) -> float | None:
@@ -98,6 +126,7 @@ class Explanation:
             "tokens": self.tokens,
             "special": self.special.tolist(),
             "label": self.label,
+            "predicted": self.predicted,
             "probability": self.probability,
             "logit": self.logit,
             "baseline_logit": self.baseline_logit,
@@ -107,6 +136,7 @@ class Explanation:
             "samples": self.samples,
             "seed": self.seed,
             "attributions": {name: values.tolist() for name, values in self.attributions.items()},
+            "direct_logit_attribution": None if self.heads is None else self.heads.to_dict(),
         }
 
     def to_json(self) -> str:
@@ -127,7 +157,8 @@ class _Attribution:
     """One input being explained, and the settings of the methods.
 
     inputs: its model inputs ([1, n] each); x: [1, n, dim] its word embeddings; special: [n] bool;
-    target: the predicted label's id.
+    target: the target's label or token id. kept: [n] bool, the tokens integrated gradients' baseline
+    keeps (the special tokens, and a decoder's first token).
     """
 
     loaded: LoadedModel
@@ -140,6 +171,7 @@ class _Attribution:
     samples: int
     seed: int
     batch_size: int
+    kept: np.ndarray
     baseline_logit: float | None = None
 
     def weighted_gradient(self, points: WeightedPoints) -> torch.Tensor:
@@ -163,13 +195,13 @@ class _Attribution:
         return gradient.norm(dim=-1)[0] * torch.sign((gradient * self.x).sum(-1)[0])
 
     def integrated_gradients(self) -> torch.Tensor:
-        pad_id = self.loaded.tokenizer.pad_token_id
+        pad_id = self.loaded.tokenizer.pad_token_id  # a decoder's is its end-of-text token (wrap_model)
         if pad_id is None:
             raise BertologyError(
                 f"The tokenizer of '{self.loaded.name}' has no [PAD] token for the baseline."
             )
         ids = self.inputs["input_ids"]
-        keep = torch.as_tensor(self.special, device=ids.device)[None]
+        keep = torch.as_tensor(self.kept, device=ids.device)[None]
         baseline = word_embeddings(self.loaded, {"input_ids": torch.where(keep, ids, pad_id)})
         nodes, weights = np.polynomial.legendre.leggauss(self.steps)
         alphas, weights = (nodes + 1) / 2, weights / 2  # on [0, 1]; the weights sum to 1
@@ -236,11 +268,53 @@ def encode_one(loaded: LoadedModel, text: Text, text_b: Text | None) -> EncodedB
     )
 
 
+def _target_id(loaded: LoadedModel, target: str | int | None, scores: torch.Tensor) -> int:
+    """The id of ``target``: ``None`` the most likely (``scores``: [classes] logits); an int that id; a
+    string a classifier's label name or a decoder's single token (its text as the tokenizer splits it,
+    e.g. ``" Paris"``, or a vocabulary entry as is, e.g. ``"ĠParis"``).
+
+    Raises:
+        BertologyError: an id out of range, an unknown label, or a text that is not one token.
+    """
+    if target is None:
+        return int(scores.argmax())
+    if isinstance(target, int):
+        if not 0 <= target < len(scores):
+            raise BertologyError(f"Target {target} is not an id below {len(scores)}.")
+        return target
+    if not is_language_model(loaded):
+        label2id = loaded.model.config.label2id
+        if target not in label2id:
+            raise BertologyError(
+                f"'{target}' is not a label of '{loaded.name}'; use one of {list(label2id)}."
+            )
+        return int(label2id[target])
+    vocabulary = loaded.tokenizer.get_vocab()
+    ids = loaded.tokenizer(target, add_special_tokens=False)["input_ids"]
+    if len(ids) == 1:
+        return int(ids[0])
+    if target in vocabulary:
+        return int(vocabulary[target])
+    pieces = loaded.tokenizer.convert_ids_to_tokens(ids)
+    raise BertologyError(
+        f"The target {target!r} is {len(ids)} tokens ({' '.join(pieces)}), not one; give one token, e.g. "
+        f"{loaded.tokenizer.decode(ids[:1])!r} (mind a leading space)."
+    )
+
+
+def _label_of(loaded: LoadedModel, target: int) -> str:
+    """A classifier's label name or a decoder's token as text."""
+    if is_language_model(loaded):
+        return loaded.tokenizer.decode([target])
+    return str(loaded.model.config.id2label[target])
+
+
 def explain(
     loaded: LoadedModel,
     text: Text,
     text_b: Text | None = None,
     *,
+    target: str | int | None = None,
     methods: Sequence[SaliencyMethod] = METHODS,
     steps: int = 50,
     noise: float = SMOOTHGRAD_NOISE,
@@ -248,51 +322,71 @@ def explain(
     seed: int = 0,
     batch_size: int = 16,
 ) -> Explanation:
-    """Attributions of ``loaded``'s (a classifier) prediction for ``text`` (or the pair) by each of
-    ``methods`` (see the module docstring). steps: integrated gradients' quadrature points; noise,
+    """Attributions of ``loaded``'s prediction for ``text`` (or the pair) by each of ``methods`` (see the
+    module docstring): a classifier's label, or a decoder language model's next token after the prompt
+    ``text`` (loaded with ``language_model=True``), with each head's direct contribution to its logit.
+    target: the label name (classifier) or token (decoder: its text, one token, or its id) to explain;
+    ``None``: the model's most likely one. steps: integrated gradients' quadrature points; noise,
     samples, seed: SmoothGrad's noise level ``σ / (max x − min x)``, noisy copies and seed.
     batch_size: interpolated or noisy copies per forward pass.
 
     Raises:
-        BertologyError: an unknown method, ``steps`` outside 1 to
+        BertologyError: a decoder without its language-modelling head or given a pair, a target that is
+            no label or no single token, an unknown method, ``steps`` outside 1 to
             :data:`~bertology.options.MAX_IG_STEPS`, ``samples`` outside 1 to
             :data:`~bertology.options.MAX_SMOOTHGRAD_SAMPLES`, a negative noise level, or integrated
             gradients of a model without a [PAD] token.
     """
     _check_settings(methods, steps, noise, samples)
+    decoder = loaded.kind == "decoder"
+    if decoder and not is_language_model(loaded):
+        raise BertologyError(
+            f"Explaining a decoder's next token needs its language-modelling head; load '{loaded.name}' "
+            "with load_model(..., language_model=True)."
+        )
+    if decoder and text_b is not None:
+        require_pair_template(loaded)
+    if decoder:
+        decoder_parts(loaded)  # a type whose heads' direct contributions are known, before any work
     encoded = encode_one(loaded, text, text_b)
     inputs = loaded.model_inputs(encoded)
     with eval_mode(loaded):
         x = word_embeddings(loaded, inputs)  # [1, n, dim]
         with torch.no_grad():
             logits = logits_of(loaded, x, inputs)
-        target = int(logits[0].argmax())
+        target_id = _target_id(loaded, target, logits[0])
+        special = np.asarray(encoded.special[0], dtype=bool)
+        kept = special | (np.arange(len(special)) == 0) if decoder else special
         run = _Attribution(
             loaded,
             inputs,
             x,
-            np.asarray(encoded.special[0], dtype=bool),
-            target,
+            special,
+            target_id,
             steps,
             noise,
             samples,
             seed,
             batch_size,
+            kept,
         )
         attributions = {method: _METHODS[method](run) for method in dict.fromkeys(methods)}
+        heads = direct_logit_attribution(loaded, inputs, target_id) if decoder else None
     probabilities = torch.softmax(logits[0].float(), dim=-1)
     return Explanation(
         text=as_string(text),
         text_b=None if text_b is None else as_string(text_b),
         tokens=encoded.tokens[0],
         special=run.special,
-        label=str(loaded.model.config.id2label[target]),
-        probability=float(probabilities[target]),
+        label=_label_of(loaded, target_id),
+        probability=float(probabilities[target_id]),
         attributions={name: values.detach().float().cpu().numpy() for name, values in attributions.items()},
-        logit=float(logits[0, target]),
+        logit=float(logits[0, target_id]),
         baseline_logit=run.baseline_logit,
         steps=steps,
         noise=noise,
         samples=samples,
         seed=seed,
+        predicted=_label_of(loaded, int(logits[0].argmax())),
+        heads=heads,
     )

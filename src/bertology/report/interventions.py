@@ -10,11 +10,14 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from bertology.interventions import direct_logit
 from bertology.interventions.attention_gradients import CATEGORIES
+from bertology.interventions.direct_logit import DirectLogitAttribution
 from bertology.interventions.pruning import PruningOutcome
 from bertology.interventions.run import AblationRun
 from bertology.interventions.saliency import Explanation
 from bertology.report import page, plots
+from bertology.report.analysis import docstring
 from bertology.run_files import ATTRIBUTION_IMPORTANCE_FILE, REPORT_FILE, SUMMARY_FILE, mark_run
 from bertology.stats.base import HeadTable
 
@@ -267,22 +270,76 @@ def _coloured_tokens(tokens: list[str], values: np.ndarray) -> page.Markup:
     )
 
 
+#: The strongest direct contributions listed (largest in size, either sign).
+TOP_HEADS = 10
+
+
+def _direct_logit_section(heads: DirectLogitAttribution, label: str, dpi: int = 144) -> page.Section:
+    """A layer x head heatmap of the heads' direct contributions, the strongest heads and the remaining
+    terms of the logit."""
+    table = HeadTable(columns={"direct contribution": heads.heads}, defined_segments={}, segments=1)
+    largest = float(np.abs(heads.heads).max()) or 1.0
+    figure = plots.heatmaps(
+        table,
+        ["direct contribution"],
+        value_range=(-largest, largest),
+        unit="logit",
+        cmap=plots.DIVERGING_COLORMAP,
+    )
+    frame = heads.to_frame()
+    strongest = frame.iloc[
+        np.argsort(-np.abs(frame["logit_contribution"].to_numpy()), kind="stable")[:TOP_HEADS]
+    ]
+    terms = pd.DataFrame(
+        {
+            "term": ["all heads", "MLPs", "embedding", "output projection biases", "unembedding bias", "sum",
+                     "the model's logit"],
+            "logit": [heads.heads.sum(), heads.mlps.sum(), heads.embedding, heads.biases.sum(),
+                      heads.unembedding_bias, heads.total, heads.logit],
+        }
+    )  # fmt: skip
+    return page.Section(
+        "Direct logit attribution",
+        "heads",
+        [
+            page.figure(
+                plots.to_png(figure, dpi=dpi),
+                alt="Layer by head heatmap of each head's direct contribution to the target's logit",
+                caption=f"Each head's direct contribution to the logit of {label!r}: red raises it, blue "
+                "lowers it; layers top to bottom, heads left to right, both 0-based.",
+                width=round(figure.get_figwidth() * 96),
+            ),
+            page.heading("Strongest heads"),
+            page.table(strongest, float_format="{:+.4g}"),
+            page.heading("The logit, term by term"),
+            page.table(terms, float_format="{:+.6g}"),
+            page.docstring_html(docstring(direct_logit, summary=False)),
+        ],
+    )
+
+
 def write_explanation(explanation: Explanation, path: str | Path) -> tuple[Path, Path]:
-    """Write ``explanation`` as an HTML page at ``path`` (coloured tokens per method and a table) and as JSON
-    beside it (same name, ``.json``); return both paths."""
+    """Write ``explanation`` as an HTML page at ``path`` (coloured tokens per method and a table; for a
+    decoder also the heads' direct logit attribution as a layer x head heatmap) and as JSON beside it (same
+    name, ``.json``, the heads' grid included); return both paths."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     json_path = target.with_suffix(".json")
     json_path.write_text(explanation.to_json(), encoding="utf-8")
     methods = list(explanation.attributions)
+    decoder = explanation.heads is not None
+    baseline = (
+        "every token but the first is the padding token" if decoder else "every non-special token is [PAD]"
+    )
     notes = {
-        "integrated-gradients": " Integrated gradients start from a baseline where every non-special token "
-        "is [PAD]; their attributions sum to the logit difference between input and baseline.",
+        "integrated-gradients": f" Integrated gradients start from a baseline where {baseline}; their "
+        "attributions sum to the logit difference between input and baseline.",
         "smoothgrad": " SmoothGrad is the gradient averaged over noisy copies of the input's embeddings.",
     }
+    what = "next token" if decoder else "label"
     blocks = [
         page.paragraph(
-            "Red: the token pushes towards the predicted label; blue: away from it; the stronger the colour, "
+            f"Red: the token pushes towards the target {what}; blue: away from it; the stronger the colour, "
             "the larger the attribution relative to the largest of that method (hover a token for its value, "
             "in logit units)." + "".join(note for method, note in notes.items() if method in methods)
         )
@@ -298,7 +355,8 @@ def write_explanation(explanation: Explanation, path: str | Path) -> tuple[Path,
     details: dict[str, object] = {
         "text": explanation.text,
         "second text": explanation.text_b,
-        "predicted label": explanation.label,
+        f"target {what}": explanation.label,
+        f"predicted {what}": explanation.predicted,
         "probability": round(explanation.probability, 4),
         "logit": f"{explanation.logit:.4g}",
     }
@@ -317,5 +375,7 @@ def write_explanation(explanation: Explanation, path: str | Path) -> tuple[Path,
         page.Section("Attributions", "attributions", blocks),
         page.Section("Values", "values", [page.table(frame, float_format="{:+.4g}")]),
     ]
+    if explanation.heads is not None:
+        sections.append(_direct_logit_section(explanation.heads, explanation.label))
     target.write_text(page.render_page("Saliency", sections, header=header), encoding="utf-8")
     return target, json_path
