@@ -147,7 +147,8 @@ def test_encoder_only_work_is_refused_for_other_kinds(
         load_model(generative_dirs["bart"], classifier=True, labels=["a", "b"])
     with pytest.raises(
         bertology.BertologyError,
-        match=r"norm-based weights are for encoders .*; a 'gpt2' model is not one of them",
+        match=r"norm-based weights are for models whose attention projections bertology knows .*; a 'gpt2' "
+        r"model is not one of them",
     ):
         bertology.capture("One line of text.", model=loaded["gpt2"], weights="norm")
 
