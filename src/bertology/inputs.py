@@ -26,36 +26,36 @@ _WORD = re.compile(r"\S+")
 
 @dataclass(frozen=True)
 class WordSpans:
-    """A text as the tokenizer sees it and where each of its words ends.
-
-    ends: [words] int64, the character offset just past each word (a word's span is ``[start, end)``).
-    """
+    """A text as the tokenizer sees it and the character span ``[start, end)`` of each word."""
 
     text: str
     words: list[str]
-    ends: np.ndarray
+    spans: list[tuple[int, int]]
 
     @classmethod
     def of(cls, text: Text, where: str) -> WordSpans:
         if isinstance(text, str):
             matches = list(_WORD.finditer(text))
-            words = [m.group() for m in matches]
-            ends = np.array([m.end() for m in matches], dtype=np.int64)
+            words, spans = [m.group() for m in matches], [m.span() for m in matches]
             joined = text
         else:
             words = [str(word) for word in text]
             joined = " ".join(words)
-            ends = np.cumsum(np.fromiter(map(len, words), dtype=np.int64, count=len(words)) + 1) - 1
+            starts = np.cumsum([0] + [len(word) + 1 for word in words[:-1]]).tolist()
+            spans = [(start, start + len(word)) for start, word in zip(starts, words, strict=True)]
         if not any(word.strip() for word in words):
             raise BertologyError(f"{where} is empty or only whitespace; give some text to encode.")
-        return cls(joined, words, ends)
+        return cls(joined, words, spans)
 
     def word_of_char(self) -> np.ndarray:
         """``[len(text) + 1]`` int: for each character the index of the word that covers it, or of the
         next word when it is whitespace (``len(words)`` past the last word)."""
-        count = len(self.words)
-        covered = np.repeat(np.arange(count, dtype=np.int64), np.diff(self.ends, prepend=0))
-        return np.concatenate([covered, np.full(len(self.text) + 1 - len(covered), count, dtype=np.int64)])
+        owner = np.full(len(self.text) + 1, len(self.words), dtype=np.int64)
+        previous_end = 0
+        for index, (_, end) in enumerate(self.spans):
+            owner[previous_end:end] = index
+            previous_end = end
+        return owner
 
 
 @dataclass
