@@ -30,6 +30,9 @@ REPORT_FILE = "report.html"
 HEADS_FILE = "heads.csv"
 JS_DIVERGENCE_FILE = "head_js_divergence.csv"
 SUMMARY_FILE = "summary.json"
+#: A decoder's analysis: each head's detector scores on repeated random tokens
+#: (:mod:`bertology.analysis.head_detectors`), a row per head.
+DETECTORS_FILE = "head_detectors.csv"
 #: The page ``bertology attribute`` writes when no ``-o`` is given (its JSON beside it, ``.json``), and an
 #: ablation folder's per-head self-attention attribution scores.
 ATTRIBUTION_FILE = "attribution.html"

@@ -16,6 +16,8 @@ from typer.testing import CliRunner
 from bertology.analysis.head_detectors import (
     DETECTORS,
     HEAD_SCORES,
+    REPEATED_LENGTH,
+    SEQUENCES,
     DetectorThresholds,
     HeadDetection,
     detect_heads,
@@ -24,10 +26,14 @@ from bertology.analysis.head_detectors import (
     repeated_random_tokens,
     sink_scores,
 )
+from bertology.analysis_settings import AnalysisSettings
+from bertology.analyze import analyze_corpus
 from bertology.cli import app
 from bertology.corpus import sample_corpus
 from bertology.errors import BertologyError
 from bertology.models import LoadedModel
+from bertology.report.analysis import save_analysis
+from bertology.run_files import DETECTORS_FILE
 
 L = 12  # random tokens per half
 N = 2 * L + 1  # with the first token
@@ -164,3 +170,44 @@ def test_bertology_heads_writes_scores_plots_views_and_report(
     report = (output / "report.html").read_text()
     assert f"views/induction_L{summary['top_heads']['induction'][0]['layer']}_H" in report
     assert "Strongest heads (0-based): previous_token L" in result.stdout
+
+
+def _pattern_mass(
+    probs: np.ndarray, ids: np.ndarray, keys: Callable[[np.ndarray, int, int], bool]
+) -> np.ndarray:
+    """[layers, heads] mean over sequences of the mean over the query rows with a pattern key of the mass
+    on those keys, by loops: ``probs`` [sequences, layers, heads, n, n], ``keys(tokens, query, key)``."""
+    sequences, layers, heads, n, _ = probs.shape
+    total = np.zeros((layers, heads))
+    for s in range(sequences):
+        rows = [(i, [j for j in range(i + 1) if keys(ids[s], i, j)]) for i in range(n)]
+        rows = [(i, wanted) for i, wanted in rows if wanted]
+        total += np.mean([probs[s][:, :, i][:, :, wanted].sum(-1) for i, wanted in rows], axis=0)
+    return total / sequences
+
+
+def test_a_decoder_analysis_reports_its_detectors(
+    loaded_types: Callable[[str], LoadedModel], sample_corpus_head: Callable[[int], Path], tmp_path: Path
+) -> None:
+    """`analyze`'s report of a decoder draws its detector scores beside the sink, and head_detectors.csv
+    holds them: equal to the model's own eager attention on the same repeated sequences, scored here."""
+    loaded = loaded_types("llama")
+    analysis = analyze_corpus(sample_corpus_head(8), loaded, AnalysisSettings(max_length=32))
+    report = save_analysis(analysis, loaded, tmp_path)
+    assert 'id="decoder-heads"' in report.read_text(encoding="utf-8")
+    written = pd.read_csv(tmp_path / DETECTORS_FILE)
+    length = min(REPEATED_LENGTH, (loaded.max_length - 1) // 2)
+    ids = repeated_random_tokens(loaded.tokenizer, length=length, sequences=SEQUENCES, seed=0)
+    with torch.inference_mode():
+        attentions = loaded.model(input_ids=torch.from_numpy(ids), output_attentions=True).attentions
+    probs = torch.stack(attentions, dim=1).double().numpy()  # [sequences, layers, heads, n, n]
+    expected = {
+        "previous_token": _pattern_mass(probs, ids, lambda tokens, i, j: j == i - 1),
+        "duplicate_token": _pattern_mass(probs, ids, lambda tokens, i, j: j < i and tokens[j] == tokens[i]),
+        "induction": _pattern_mass(
+            probs, ids, lambda tokens, i, j: 1 <= j <= i and tokens[j - 1] == tokens[i]
+        ),
+    }
+    for name, grid in expected.items():
+        np.testing.assert_allclose(written[name].to_numpy(), grid.ravel(), atol=1e-5, err_msg=name)
+    assert (written[["layer", "head"]].to_numpy() == np.indices(grid.shape).reshape(2, -1).T).all()

@@ -55,7 +55,7 @@ from bertology.errors import BertologyError
 from bertology.inputs import EncodedBatch, Text, encode_token_ids
 from bertology.model_store import model_note
 from bertology.models import LoadedModel, require_single_stack
-from bertology.progress import Progress
+from bertology.progress import Progress, part_of
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -310,6 +310,31 @@ def _sink_sums(
     return sums["sink"], counted
 
 
+def detector_scores(
+    loaded: LoadedModel,
+    *,
+    length: int = REPEATED_LENGTH,
+    sequences: int = SEQUENCES,
+    seed: int = 0,
+    batch_size: int = 8,
+    on_progress: Progress | None = None,
+) -> dict[str, np.ndarray]:
+    """The detectors' scores of every head of ``loaded`` (module docstring), ``[layers, heads]`` float64 per
+    name of :data:`DETECTORS`, on ``sequences`` repeated random sequences of ``2 * length`` tokens (plus the
+    first): :func:`detect_heads` without the sink, which a corpus analysis measures over its own segments.
+    on_progress: sequences done of ``sequences``.
+
+    Raises:
+        BertologyError: an encoder-decoder model, or a sequence longer than the model takes.
+    """
+    require_single_stack(loaded, "Head detection")
+    ids = _repeated_ids(loaded, length=length, sequences=sequences, seed=seed)
+    sums = _detector_sums(
+        loaded, ids, batch_size, lambda done: on_progress(done, sequences) if on_progress else None
+    )
+    return {name: torch.stack(values).numpy() / sequences for name, values in sums.items()}
+
+
 def detect_heads(
     loaded: LoadedModel,
     corpus: str | Path,
@@ -334,21 +359,25 @@ def detect_heads(
             without a segment of two tokens or more.
     """
     require_single_stack(loaded, "Head detection")
-    ids = _repeated_ids(loaded, length=length, sequences=sequences, seed=seed)
     read = iter_segments(corpus, loaded.tokenizer, max_length=max_length, pairs=False)
     texts = [segment.text_a for segment in islice(read, segments)]
     total = sequences + len(texts)
-
-    def report(offset: int) -> Callable[[int], None]:
-        return lambda done: on_progress(offset + done, total) if on_progress is not None else None
-
-    detector_sums = _detector_sums(loaded, ids, batch_size, report(0))
-    sink_sums, counted = _sink_sums(loaded, texts, max_length, batch_size, report(sequences))
+    scores = detector_scores(
+        loaded,
+        length=length,
+        sequences=sequences,
+        seed=seed,
+        batch_size=batch_size,
+        on_progress=part_of(on_progress, total=total),
+    )
+    sink_part = part_of(on_progress, offset=sequences, total=total)
+    sink_sums, counted = _sink_sums(
+        loaded, texts, max_length, batch_size, lambda done: sink_part(done) if sink_part else None
+    )
     if counted == 0:
         raise BertologyError(
             f"The corpus '{corpus}' has no segment of two tokens or more for the sink score."
         )
-    scores = {name: torch.stack(sums).numpy() / sequences for name, sums in detector_sums.items()}
     scores["sink"] = torch.stack(sink_sums).numpy() / counted
     return HeadDetection(
         model_name=loaded.name,

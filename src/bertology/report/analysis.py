@@ -28,6 +28,7 @@ import numpy as np
 from bertology.analysis import distances as distances_module
 from bertology.analysis import patterns as patterns_module
 from bertology.analysis.examples import EXAMPLE_MAX_TOKENS, EXAMPLES_FILE, chosen_examples, collect_examples
+from bertology.analysis.head_detectors import DETECTORS, REPEATED_LENGTH, SCORE_DESCRIPTIONS, detector_scores
 from bertology.analysis.patterns import PATTERN_DESCRIPTIONS, HeadPatterns, label_heads
 from bertology.analyze import CorpusAnalysis, example_segments
 from bertology.attention import capture
@@ -36,6 +37,7 @@ from bertology.norms import WEIGHT_DESCRIPTIONS
 from bertology.report import page, plots
 from bertology.report.page import Markup, Section
 from bertology.run_files import (
+    DETECTORS_FILE,
     HEADS_FILE,
     JS_DIVERGENCE_FILE,
     REPORT_FILE,
@@ -43,6 +45,7 @@ from bertology.run_files import (
     mark_run,
 )
 from bertology.stats import surface as surface_module
+from bertology.stats.base import HeadTable
 from bertology.stats.surface import SURFACE_STATISTICS, Convention, statistics_of
 from bertology.views import head_view
 
@@ -52,7 +55,6 @@ if TYPE_CHECKING:
 
     from bertology.analysis.distances import HeadDistances
     from bertology.models import LoadedModel
-    from bertology.stats.base import HeadTable
 
 #: (statistic, uniform baseline) pairs of the entropy figure; [CLS] entropy only when defined.
 ENTROPY_PANELS = (("entropy", "entropy_uniform"), ("cls_entropy", "cls_entropy_uniform"))
@@ -246,6 +248,23 @@ def _statistic_sections(surface: HeadTable, figures: Figures) -> list[Section]:
     ]
 
 
+def _detectors_section(detectors: Mapping[str, np.ndarray], figures: Figures) -> Section:
+    """A decoder's previous-token, duplicate-token and induction scores as heatmaps (the sink, measured
+    over the corpus, is among the surface statistics)."""
+    table = HeadTable(columns=dict(detectors), defined_segments={}, segments=0)
+    definitions = "; ".join(f"{name.replace('_', ' ')}: {SCORE_DESCRIPTIONS[name]}" for name in detectors)
+    heatmaps = figures.embed(
+        "head_detectors",
+        plots.heatmaps(table, tuple(detectors), value_range=(0.0, 1.0), unit="attention mass"),
+        alt="Layer by head heatmaps of the previous-token, duplicate-token and induction scores",
+        caption=f"Each head's attention mass on the pattern's keys ({definitions}) on seeded repeated random "
+        "token sequences, averaged over the queries that have a key of the pattern (TransformerLens's "
+        "detection patterns; a perfect head scores 1); all panels on one scale. Every head's scores are in "
+        f"{DETECTORS_FILE}; 'bertology heads' draws the strongest heads' views.",
+    )
+    return Section("Decoder heads", "decoder-heads", [heatmaps])
+
+
 def _head_map_section(patterns: HeadPatterns, mds: np.ndarray, figures: Figures) -> Section:
     head_map = figures.embed(
         "head_map",
@@ -393,6 +412,7 @@ def write_analysis_report(
     examples: Mapping[tuple[int, int], str],
     meta: Mapping[str, str | int | float],
     convention: Convention = "bertology",
+    detectors: Mapping[str, np.ndarray] | None = None,
     dpi: int = 144,
 ) -> Path:
     """Write ``outdir/report.html`` and its figures as ``outdir/plots/*.png``; return the report's path.
@@ -406,6 +426,8 @@ def write_analysis_report(
         tokens_cut, seconds); ``meta["model"]`` is also in the title.
     convention: the convention ``surface`` was computed in (:mod:`bertology.stats.surface`); the
         formulas shown are that convention's.
+    detectors: a decoder's detector scores (:func:`~bertology.analysis.head_detectors.detector_scores`),
+        drawn after the surface statistics; ``None`` (an encoder): no such section.
     dpi: of the PNGs; the page shows them at 96 pixels per inch of figure, so 144 is sharp on 1.5x screens.
 
     The report is self-contained (images as data URIs, no script, no external URL) apart from the
@@ -416,6 +438,7 @@ def write_analysis_report(
     figures.directory.mkdir(parents=True, exist_ok=True)
     sections = [
         *_statistic_sections(surface, figures),
+        *([] if detectors is None else [_detectors_section(detectors, figures)]),
         _head_map_section(patterns, mds, figures),
         _labels_section(patterns, examples),
         _pairs_section(distances, patterns.labels),
@@ -494,6 +517,7 @@ def save_analysis(analysis: CorpusAnalysis, loaded: LoadedModel, outdir: str | P
     divergence.rename_axis("layer-head").to_csv(target / JS_DIVERGENCE_FILE)
     (target / SUMMARY_FILE).write_text(json.dumps(analysis.summary(), indent=2), encoding="utf-8")
     _head_examples(analysis, loaded, target)
+    detectors = _decoder_detectors(loaded, target)
     mark_run(target, "analysis")
     return write_analysis_report(
         target,
@@ -504,4 +528,21 @@ def save_analysis(analysis: CorpusAnalysis, loaded: LoadedModel, outdir: str | P
         examples=_example_views(analysis, loaded, target),
         meta=analysis.summary(),
         convention=analysis.convention,
+        detectors=detectors,
     )
+
+
+def _decoder_detectors(loaded: LoadedModel, target: Path) -> dict[str, np.ndarray] | None:
+    """For a decoder, its heads' detector scores (:func:`~bertology.analysis.head_detectors.detector_scores`,
+    the default sequences, shorter where the model takes fewer tokens), also written to
+    :data:`DETECTORS_FILE`; ``None`` for an encoder."""
+    if loaded.kind != "decoder":
+        return None
+    length = min(REPEATED_LENGTH, (loaded.max_length - 1) // 2)
+    scores = detector_scores(loaded, length=length)
+    layers, heads = np.indices(scores[DETECTORS[0]].shape).reshape(2, -1)
+    frame = {"layer": layers, "head": heads, **{name: values.ravel() for name, values in scores.items()}}
+    import pandas as pd
+
+    pd.DataFrame(frame).to_csv(target / DETECTORS_FILE, index=False)
+    return scores
