@@ -49,7 +49,9 @@ def notebook(chromium_browser: Any, tmp_path: Path) -> Iterator[Callable[..., An
         )
         page.goto(host.as_uri())
         frame = page.frames[1]
-        frame.wait_for_function(READY, timeout=10_000)
+        # polled by a timer: Playwright's default polls on animation frames, which a frame out of view
+        # never gets (the output below a spacer), so readiness after the loader's inflation went unseen
+        frame.wait_for_function(READY, polling=100, timeout=10_000)
         assert frame.evaluate("window.bertology.error") is None
         assert errors == []
         return page, frame
