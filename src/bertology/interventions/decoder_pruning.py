@@ -23,13 +23,13 @@ from bertology.interventions.language_model import (
     require_language_model,
     token_batches,
 )
-from bertology.interventions.pruning import count_parameters, inference_seconds
+from bertology.interventions.pruning import PrunedHeads, count_parameters, inference_seconds
 from bertology.models import LoadedModel, wrap_model
 from bertology.surgery import prune_model, pruned_heads
 
 
 @dataclass
-class DecoderPruning:
+class DecoderPruning(PrunedHeads):
     """A pruned copy of a decoder measured against the original on the same sequences.
 
     heads: the removed query heads, ``{layer: [head, ...]}`` (0-based). total_heads: query heads of the
@@ -56,15 +56,6 @@ class DecoderPruning:
     baseline_seconds: float
     parameters: int
     baseline_parameters: int
-
-    @property
-    def removed(self) -> int:
-        return sum(len(heads) for heads in self.heads.values())
-
-    @property
-    def speedup(self) -> float:
-        """How many times faster the pruned model ran (original seconds / pruned seconds)."""
-        return self.baseline_seconds / self.seconds
 
     def to_dict(self) -> dict[str, object]:
         return {

@@ -69,8 +69,26 @@ def inference_seconds(
     return [min(times) for times in timings]
 
 
+class PrunedHeads:
+    """What a structural pruning's outcome derives from its removed ``heads`` (``{layer: [head, ...]}``)
+    and its timings (``seconds``, ``baseline_seconds``): the outcomes of classifiers and of decoders."""
+
+    heads: dict[int, list[int]]
+    seconds: float
+    baseline_seconds: float
+
+    @property
+    def removed(self) -> int:
+        return sum(len(heads) for heads in self.heads.values())
+
+    @property
+    def speedup(self) -> float:
+        """How many times faster the pruned model ran (original seconds / pruned seconds)."""
+        return self.baseline_seconds / self.seconds
+
+
 @dataclass
-class PruningOutcome:
+class PruningOutcome(PrunedHeads):
     """A pruned copy of a classifier measured against the original on the same examples and batches.
 
     heads: the removed heads, ``{layer: [head, ...]}`` (0-based). total_heads: heads of the original.
@@ -87,15 +105,6 @@ class PruningOutcome:
     baseline_seconds: float
     parameters: int
     baseline_parameters: int
-
-    @property
-    def removed(self) -> int:
-        return sum(len(heads) for heads in self.heads.values())
-
-    @property
-    def speedup(self) -> float:
-        """How many times faster the pruned model ran (original seconds / pruned seconds)."""
-        return self.baseline_seconds / self.seconds
 
     def to_dict(self) -> dict[str, object]:
         return {

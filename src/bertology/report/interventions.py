@@ -13,6 +13,7 @@ from matplotlib.figure import Figure
 from bertology.interventions import direct_logit
 from bertology.interventions.attention_gradients import CATEGORIES
 from bertology.interventions.direct_logit import DirectLogitAttribution
+from bertology.interventions.language_model_run import LanguageModelAblationRun
 from bertology.interventions.pruning import PruningOutcome
 from bertology.interventions.run import AblationRun
 from bertology.interventions.saliency import Explanation
@@ -137,23 +138,19 @@ def _pruning_section(outcome: PruningOutcome, pruned_dir: Path | None) -> page.S
     return page.Section("Structural pruning", "pruning", blocks)
 
 
-def write_ablation_report(run: AblationRun, outdir: str | Path, *, dpi: int = 110) -> Path:
-    """Write the results of :func:`~bertology.interventions.run.run_ablation` into ``outdir``:
-    ``ablation.csv``, ``importance.csv``, ``pruning_curve.csv``, ``attention_gradients.csv`` (per head) and
-    ``attention_gradients_by_layer.csv``, ``summary.json`` (with ``pruning``), the PNGs in ``plots/`` and
-    ``report.html``; return the report."""
-    target = Path(outdir)
+def write_ablation_files(
+    run: AblationRun | LanguageModelAblationRun, target: Path, dpi: int, *, change: str, unit: str
+) -> tuple[pd.DataFrame, bytes, bytes]:
+    """What every ablation folder holds, a classifier's or a language model's: ``ablation.csv``,
+    ``importance.csv``, ``pruning_curve.csv``, ``summary.json`` (with the curve and ``pruning``), the
+    folder's mark, and the heatmaps of the single-head change (titled ``change``, in ``unit``) and of the
+    importance in ``plots/``. Returns the curve and the two heatmaps' PNG bytes."""
     target.mkdir(parents=True, exist_ok=True)
-    ablation, importance, gradients = run.ablation, run.importance, run.attention_gradients
+    ablation, importance = run.ablation, run.importance
     ablation.to_frame().to_csv(target / "ablation.csv", index=False)
     importance.to_frame().to_csv(target / "importance.csv", index=False)
     curve = run.curve_frame()
     curve.to_csv(target / "pruning_curve.csv", index=False)
-    gradients.to_frame().to_csv(target / "attention_gradients.csv", index=False)
-    if run.attribution is not None:
-        run.attribution.to_frame().to_csv(target / ATTRIBUTION_IMPORTANCE_FILE, index=False)
-    by_layer = pd.DataFrame(gradients.per_layer, columns=list(CATEGORIES)).rename_axis("layer").reset_index()
-    by_layer.to_csv(target / "attention_gradients_by_layer.csv", index=False)
     summary = {
         **run.summary(),
         "pruning_curve": curve.to_dict(orient="list"),
@@ -161,13 +158,12 @@ def write_ablation_report(run: AblationRun, outdir: str | Path, *, dpi: int = 11
     }
     (target / SUMMARY_FILE).write_text(json.dumps(summary, indent=2), encoding="utf-8")
     mark_run(target, "ablation")
-
     ablation_png = plots.heatmap_png(
         target,
         "ablation",
-        {"accuracy change when removed": ablation.change},
+        {change: ablation.change},
         dpi,
-        unit="accuracy change",
+        unit=unit,
         value_range=plots.value_range_of(ablation.change, symmetric=True),
         cmap=plots.DIVERGING_COLORMAP,
     )
@@ -179,6 +175,24 @@ def write_ablation_report(run: AblationRun, outdir: str | Path, *, dpi: int = 11
         columns=2,
         unit="E|dL/dξ|",
     )
+    return curve, ablation_png, importance_png
+
+
+def write_ablation_report(run: AblationRun, outdir: str | Path, *, dpi: int = 110) -> Path:
+    """Write the results of :func:`~bertology.interventions.run.run_ablation` into ``outdir``:
+    ``ablation.csv``, ``importance.csv``, ``pruning_curve.csv``, ``attention_gradients.csv`` (per head) and
+    ``attention_gradients_by_layer.csv``, ``summary.json`` (with ``pruning``), the PNGs in ``plots/`` and
+    ``report.html``; return the report."""
+    target = Path(outdir)
+    ablation, gradients = run.ablation, run.attention_gradients
+    curve, ablation_png, importance_png = write_ablation_files(
+        run, target, dpi, change="accuracy change when removed", unit="accuracy change"
+    )
+    gradients.to_frame().to_csv(target / "attention_gradients.csv", index=False)
+    if run.attribution is not None:
+        run.attribution.to_frame().to_csv(target / ATTRIBUTION_IMPORTANCE_FILE, index=False)
+    by_layer = pd.DataFrame(gradients.per_layer, columns=list(CATEGORIES)).rename_axis("layer").reset_index()
+    by_layer.to_csv(target / "attention_gradients_by_layer.csv", index=False)
     curve_png = _save_png(target, "pruning_curve", _curve_figure(curve), dpi)
     gradient_png = _save_png(target, "attention_gradients", _gradient_figure(run), dpi)
     sections = [

@@ -3,7 +3,6 @@ MODEL --lm-corpus FILE``)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +12,8 @@ from matplotlib.figure import Figure
 from bertology.interventions.decoder_pruning import DecoderPruning
 from bertology.interventions.language_model_run import LanguageModelAblationRun
 from bertology.report import page, plots
-from bertology.run_files import REPORT_FILE, SUMMARY_FILE, mark_run
+from bertology.report.interventions import write_ablation_files
+from bertology.run_files import REPORT_FILE
 
 #: The pruning curves' columns with their legends.
 CURVES = (
@@ -82,36 +82,9 @@ def write_language_model_ablation_report(
     into ``outdir``: ``ablation.csv``, ``importance.csv``, ``pruning_curve.csv``, ``summary.json`` (with
     ``pruning``), the PNGs in ``plots/`` and ``report.html``; return the report."""
     target = Path(outdir)
-    target.mkdir(parents=True, exist_ok=True)
-    ablation, importance = run.ablation, run.importance
-    ablation.to_frame().to_csv(target / "ablation.csv", index=False)
-    importance.to_frame().to_csv(target / "importance.csv", index=False)
-    curve = run.curve_frame()
-    curve.to_csv(target / "pruning_curve.csv", index=False)
-    summary = {
-        **run.summary(),
-        "pruning_curve": curve.to_dict(orient="list"),
-        "pruning": None if run.pruning is None else run.pruning.to_dict(),
-    }
-    (target / SUMMARY_FILE).write_text(json.dumps(summary, indent=2), encoding="utf-8")
-    mark_run(target, "ablation")
-
-    ablation_png = plots.heatmap_png(
-        target,
-        "ablation",
-        {"loss change when removed": ablation.change},
-        dpi,
-        unit="nats per token",
-        value_range=plots.value_range_of(ablation.change, symmetric=True),
-        cmap=plots.DIVERGING_COLORMAP,
-    )
-    importance_png = plots.heatmap_png(
-        target,
-        "importance",
-        {"importance, normalised per layer": importance.normalized, "importance": importance.raw},
-        dpi,
-        columns=2,
-        unit="E|dL/dξ|",
+    ablation = run.ablation
+    curve, ablation_png, importance_png = write_ablation_files(
+        run, target, dpi, change="loss change when removed", unit="nats per token"
     )
     curve_png = plots.to_png(_curve_figure(curve), dpi=dpi)
     (target / "plots" / "pruning_curve.png").write_bytes(curve_png)
