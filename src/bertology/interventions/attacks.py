@@ -27,7 +27,6 @@ original prediction, and its gradient with respect to the word embeddings ``e_i`
 
 from __future__ import annotations
 
-import json
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,7 +38,8 @@ from bertology.errors import BertologyError
 from bertology.inputs import Text
 from bertology.interventions.data import eval_mode
 from bertology.interventions.embeddings import score_gradient, target_log_probability, word_embeddings
-from bertology.interventions.saliency import as_string, encode_one
+from bertology.interventions.explained import ExplainedInput, as_string
+from bertology.interventions.saliency import encode_one
 from bertology.models import LoadedModel
 from bertology.options import ATTACK_METHODS, AttackMethod
 
@@ -77,7 +77,7 @@ class AttackStep:
 
 
 @dataclass
-class Attack:
+class Attack(ExplainedInput):
     """What an attack did to one input.
 
     method: of :data:`METHODS`. text, text_b: the input. tokens: its n tokens; special: [n] bool.
@@ -86,12 +86,6 @@ class Attack:
     """
 
     method: AttackMethod
-    text: str
-    text_b: str | None
-    tokens: list[str]
-    special: np.ndarray
-    label: str
-    probability: float
     steps: list[AttackStep] = field(default_factory=list)
 
     @property
@@ -107,18 +101,10 @@ class Attack:
     def to_dict(self) -> dict[str, Any]:
         return {
             "method": self.method,
-            "text": self.text,
-            "text_b": self.text_b,
-            "tokens": self.tokens,
-            "special": self.special.tolist(),
-            "label": self.label,
-            "probability": self.probability,
+            **self.input_dict(),
             "flipped": self.flipped,
             "steps": [step.__dict__ for step in self.steps],
         }
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, ensure_ascii=False)
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from bertology.inputs import Text, encode
 from bertology.interventions.attribution_tree import AttributionTree, attribution_tree
 from bertology.interventions.curves import Head, lowest_first
 from bertology.interventions.data import LabelledTexts, batches, eval_mode
+from bertology.interventions.explained import ExplainedInput, as_string
 from bertology.interventions.partial import logits_from_layer, record_layer_inputs
 from bertology.models import LoadedModel, require_encoder
 from bertology.options import INTEGRATION_RULES, MAX_IG_STEPS, IntegrationRule
@@ -180,7 +181,7 @@ def _label_index(loaded: LoadedModel, label: str | int | None, logits: torch.Ten
 
 
 @dataclass
-class AttentionAttribution:
+class AttentionAttribution(ExplainedInput):
     """Self-attention attribution of one input's prediction (:func:`attribute`).
 
     text, text_b: the input (``text_b`` ``None`` for a single text). tokens: the n token strings.
@@ -191,13 +192,7 @@ class AttentionAttribution:
     seconds: wall time of the attribution.
     """
 
-    text: str
-    text_b: str | None
-    tokens: list[str]
-    special: np.ndarray
-    label: str
     predicted: str
-    probability: float
     attention: np.ndarray
     attribution: np.ndarray
     zeroed: np.ndarray
@@ -241,13 +236,8 @@ class AttentionAttribution:
         """Everything but the [layers, heads, n, n] arrays (see :meth:`save_arrays`)."""
         tree = self.tree(threshold)
         return {
-            "text": self.text,
-            "text_b": self.text_b,
-            "tokens": self.tokens,
-            "special": self.special.tolist(),
-            "label": self.label,
+            **self.input_dict(),
             "predicted": self.predicted,
-            "probability": self.probability,
             "zeroed": self.zeroed.tolist(),
             "completeness_gap": self.completeness_gap.tolist(),
             "steps": self.steps,
@@ -259,10 +249,6 @@ class AttentionAttribution:
 
     def to_json(self, threshold: float = 0.4) -> str:
         return json.dumps(self.to_dict(threshold), indent=2, ensure_ascii=False)
-
-
-def _as_string(text: Text) -> str:
-    return text if isinstance(text, str) else " ".join(text)
 
 
 def attribute(
@@ -296,8 +282,8 @@ def attribute(
     result = attribute_input(loaded, inputs, target, steps=steps, rule=rule, rows_per_pass=rows_per_pass)
     id2label = loaded.model.config.id2label
     return AttentionAttribution(
-        text=_as_string(text),
-        text_b=None if text_b is None else _as_string(text_b),
+        text=as_string(text),
+        text_b=None if text_b is None else as_string(text_b),
         tokens=encoded.tokens[0],
         special=np.asarray(encoded.special[0], dtype=bool),
         label=str(id2label[target]),

@@ -38,7 +38,6 @@ contribution to the target's logit comes with them
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -61,6 +60,7 @@ from bertology.interventions.embeddings import (
     target_logit,
     word_embeddings,
 )
+from bertology.interventions.explained import ExplainedInput, as_string
 from bertology.models import LoadedModel, require_pair_template
 from bertology.options import (
     MAX_IG_STEPS,
@@ -78,7 +78,7 @@ JSON_MARKS = ("text", "tokens", "label", "attributions")
 
 
 @dataclass
-class Explanation:
+class Explanation(ExplainedInput):
     """Attributions of one input's prediction.
 
     text, text_b: the input (``text_b`` ``None`` for a single text; a decoder's prompt is one text).
@@ -94,12 +94,6 @@ class Explanation:
         logit), ``None`` for a classifier.
     """
 
-    text: str
-    text_b: str | None
-    tokens: list[str]
-    special: np.ndarray
-    label: str
-    probability: float
     attributions: dict[SaliencyMethod, np.ndarray]
     logit: float
     baseline_logit: float | None
@@ -121,13 +115,8 @@ class Explanation:
 
     def to_dict(self) -> dict[str, object]:
         return {
-            "text": self.text,
-            "text_b": self.text_b,
-            "tokens": self.tokens,
-            "special": self.special.tolist(),
-            "label": self.label,
+            **self.input_dict(),
             "predicted": self.predicted,
-            "probability": self.probability,
             "logit": self.logit,
             "baseline_logit": self.baseline_logit,
             "completeness_gap": self.completeness_gap,
@@ -138,14 +127,6 @@ class Explanation:
             "attributions": {name: values.tolist() for name, values in self.attributions.items()},
             "direct_logit_attribution": None if self.heads is None else self.heads.to_dict(),
         }
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, ensure_ascii=False)
-
-
-def as_string(text: Text) -> str:
-    """A text given as words, joined by spaces; a string as is."""
-    return text if isinstance(text, str) else " ".join(text)
 
 
 #: Points ``[m, n, dim]`` at which to take the gradient, with their weights ``[m]``.
