@@ -51,6 +51,7 @@ import torch
 
 from bertology.attention import Attention, capture_encoded, encode_for_model, stream_batch
 from bertology.corpus import iter_segments
+from bertology.devices import float64_home
 from bertology.errors import BertologyError
 from bertology.inputs import EncodedBatch, Text, encode_token_ids
 from bertology.model_store import model_note
@@ -139,7 +140,9 @@ def pattern_scores(probs: torch.Tensor, pattern: torch.Tensor) -> torch.Tensor:
     """Each sequence's score for one pattern: ``probs [batch, heads, n, n]`` (one layer),
     ``pattern [batch, n, n]`` bool -> ``[batch, heads]`` float64, the mass on the pattern's keys averaged
     over the queries that have one (NaN for a sequence where none has)."""
-    mass = (probs.double() * pattern[:, None]).sum(-1)  # [batch, heads, n]
+    probs = probs.to(float64_home(probs.device), torch.float64)  # MPS has no float64: the CPU there
+    pattern = pattern.to(probs.device)
+    mass = (probs * pattern[:, None]).sum(-1)  # [batch, heads, n]
     rows = pattern.any(-1)[:, None].double()  # [batch, 1, n]
     return (mass * rows).sum(-1) / rows.sum(-1)
 
@@ -147,9 +150,10 @@ def pattern_scores(probs: torch.Tensor, pattern: torch.Tensor) -> torch.Tensor:
 def sink_scores(probs: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """Each segment's mean attention on its first token over the queries after it: ``probs [batch, heads,
     N, N]`` (one layer, right-padded), ``lengths [batch]`` (at least 2) -> ``[batch, heads]`` float64."""
-    positions = torch.arange(probs.shape[-1], device=probs.device)
-    queries = ((positions >= 1) & (positions < lengths[:, None].to(probs.device))).double()  # [batch, N]
-    return (probs[..., 0].double() * queries[:, None]).sum(-1) / queries.sum(-1)[:, None]
+    first = probs[..., 0].to(float64_home(probs.device), torch.float64)  # [batch, heads, N]
+    positions = torch.arange(probs.shape[-1], device=first.device)
+    queries = ((positions >= 1) & (positions < lengths[:, None].to(first.device))).double()  # [batch, N]
+    return (first * queries[:, None]).sum(-1) / queries.sum(-1)[:, None]
 
 
 @dataclass(frozen=True)
@@ -231,13 +235,13 @@ def _summing(
 ) -> Callable[[torch.Tensor], None]:
     """What :func:`~bertology.attention.stream_batch` hands each layer's ``probs`` to, for one batch: the
     layer's per-input scores (``score_of(probs) -> {name: [batch, heads]}``, NaN where undefined) are
-    summed over the batch into ``sums[name][layer]`` ([heads] float64 on the host)."""
+    summed over the batch into ``sums[name][layer]`` ([heads] float64 where the scores are computed)."""
     layer = 0
 
     def take(probs: torch.Tensor) -> None:
         nonlocal layer
         for name, values in score_of(probs).items():
-            total = values.nansum(0).cpu()
+            total = values.nansum(0)  # stays where it was computed: one transfer at the end
             if layer == len(sums[name]):
                 sums[name].append(total)
             else:
@@ -332,7 +336,7 @@ def detector_scores(
     sums = _detector_sums(
         loaded, ids, batch_size, lambda done: on_progress(done, sequences) if on_progress else None
     )
-    return {name: torch.stack(values).numpy() / sequences for name, values in sums.items()}
+    return {name: torch.stack(values).cpu().numpy() / sequences for name, values in sums.items()}
 
 
 def detect_heads(
@@ -378,7 +382,7 @@ def detect_heads(
         raise BertologyError(
             f"The corpus '{corpus}' has no segment of two tokens or more for the sink score."
         )
-    scores["sink"] = torch.stack(sink_sums).numpy() / counted
+    scores["sink"] = torch.stack(sink_sums).cpu().numpy() / counted
     return HeadDetection(
         model_name=loaded.name,
         scores=scores,
