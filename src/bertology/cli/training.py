@@ -87,9 +87,17 @@ def finetune(
         str,
         typer.Option(
             "--rules",
-            help="Training rules to evaluate: default (all), none, or NAME,NAME,... (see README, Rules).",
+            help="Training rules to evaluate: default (ours), smdebug (SageMaker Debugger's), none, or "
+            "NAME,NAME,... (see README, Training rules).",
         ),
     ] = FINETUNE_DEFAULTS.rules,
+    rule_param: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--rule-param",
+            help="Set a rule's parameter, NAME.PARAM=VALUE (repeatable): LossNotDecreasing.num_steps=20.",
+        ),
+    ] = None,
     stop_on: Annotated[
         str, typer.Option("--stop-on", help="Stop the run when one of these rules fires: NAME,NAME,...")
     ] = "",
@@ -120,6 +128,7 @@ def finetune(
         dtype=dtype,
         rules=rules,
         stop_on=tuple(name.strip() for name in stop_on.split(",") if name.strip()),
+        rule_params=tuple(rule_param or ()),
     )
     settings.check()  # before the progress bar: a bad rule name is one sentence
     with training_progress(total=0) as on_progress:

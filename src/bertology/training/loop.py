@@ -21,6 +21,9 @@ A run folder holds:
 - ``monitor.zarr``: the attention monitor's archive (:mod:`bertology.training.archive`).
 - ``signals.jsonl``: the per-layer gradient norms, weight-update norms and activation saturation of every
   ``watch_every``-th step (:mod:`bertology.training.signals`), when rules are evaluated.
+
+SageMaker Debugger's rules (``rules="smdebug"``) read more of a watched step, measured only when one of
+them is selected (:mod:`bertology.training.tensor_recorder`), and the dev evaluations' confusion matrix.
 """
 
 from __future__ import annotations
@@ -53,8 +56,10 @@ from bertology.run_files import TRAINING_FILE
 from bertology.training.archive import ARCHIVE_FOLDER
 from bertology.training.monitor import AttentionMonitor, ProbeSet
 from bertology.training.rules import Alert, Rule, SignalRecord, Watchdog, select_rules
+from bertology.training.rules.smdebug import records_read
 from bertology.training.settings import FinetuneSettings, TrainingProgress
 from bertology.training.signals import SignalRecorder
+from bertology.training.tensor_recorder import TensorRecorder
 
 METRICS_JSONL = "metrics.jsonl"
 METRICS_CSV = "metrics.csv"
@@ -120,14 +125,20 @@ def _optimizer(model: torch.nn.Module, settings: FinetuneSettings) -> torch.opti
     return torch.optim.AdamW(groups, lr=settings.learning_rate, fused=fused)
 
 
-def evaluate(loaded: LoadedModel, split: Split, labels: list[int], max_length: int) -> tuple[float, float]:
-    """(accuracy, mean cross-entropy in nats) of classifier ``loaded`` on ``split``."""
+def evaluate(
+    loaded: LoadedModel, split: Split, labels: list[int], max_length: int
+) -> tuple[float, float, np.ndarray]:
+    """(accuracy, mean cross-entropy in nats, confusion matrix [C, C] of examples by true label (row) and
+    arg-max prediction (column)) of classifier ``loaded`` on ``split``."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TruncationWarning)  # counted in run.json instead
         logits = predict_logits(loaded, split.texts, split.texts_b, batch_size=64, max_length=max_length)
     log_probs = torch.log_softmax(torch.from_numpy(logits).double(), dim=1).numpy()
     loss = -float(np.mean(log_probs[np.arange(len(labels)), labels]))
-    return accuracy(logits, labels), loss
+    classes = logits.shape[1]
+    pairs = np.asarray(labels, dtype=np.int64) * classes + np.argmax(logits, axis=1)
+    confusion = np.bincount(pairs, minlength=classes * classes).reshape(classes, classes)
+    return accuracy(logits, labels), loss, confusion
 
 
 class _MetricsLog:
@@ -268,22 +279,30 @@ def _train_step(
     schedule: torch.optim.lr_scheduler.LRScheduler,
     precision: _MixedPrecision,
     recorder: SignalRecorder | None = None,
+    tensors: TensorRecorder | None = None,
 ) -> tuple[float, float]:
     """One optimizer step on a batch of (texts, second texts or None, label ids); returns the batch's
     mean cross-entropy and the learning rate the step used. ``recorder``: measure this step's signals
-    (read them with ``recorder.after_update``, which the step leaves to the caller)."""
+    (read them with ``recorder.after_update``, which the step leaves to the caller); ``tensors``: measure
+    what SageMaker Debugger's rules read (read it with ``tensors.record``)."""
     texts, texts_b, labels = inputs
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TruncationWarning)  # counted in run.json instead
         encoded = encode(loaded.tokenizer, texts, texts_b, max_length=max_length)
     targets = torch.tensor(labels, device=loaded.device)
-    with precision.forward(), recorder.activations() if recorder else nullcontext():
+    with (
+        precision.forward(),
+        recorder.activations() if recorder else nullcontext(),
+        tensors.watching() if tensors else nullcontext(),
+    ):
         loss = loaded.model(**loaded.model_inputs(encoded), labels=targets).loss
     scaler = precision.scaler
     scaler.scale(loss).backward()
     scaler.unscale_(optimizer)
     if recorder:
         recorder.gradients()
+    if tensors:
+        tensors.tensors()
     torch.nn.utils.clip_grad_norm_(loaded.model.parameters(), 1.0)
     rate = schedule.get_last_lr()[0]
     if recorder:
@@ -327,7 +346,7 @@ def finetune(
     if settings.threads is not None:
         torch.set_num_threads(settings.threads)
     try:
-        chosen = select_rules(settings.rules) if rules is None else list(rules)
+        chosen = select_rules(settings.rules, settings.rule_params) if rules is None else list(rules)
         watchdog = Watchdog(chosen, settings.stop_on)
         return _run(
             Path(task_dir), Path(run_dir), settings, overwrite, on_progress, _Alerts(watchdog, on_alert)
@@ -430,9 +449,11 @@ def _run(
     write_json(run_dir / TRAINING_FILE, run_info)
     with _marked_if_stopped(run_dir / TRAINING_FILE, run_info):
         metrics = _MetricsLog(run_dir / METRICS_JSONL)
-        recorder, signals = None, None
+        recorder, signals, tensors = None, None, None
         if watchdog.rules and settings.watch_every:
             recorder, signals = SignalRecorder(model), _MetricsLog(run_dir / SIGNALS_JSONL)
+            tensors = TensorRecorder.for_rules(model, watchdog.rules)
+        confusion = "confusion" in records_read(watchdog.rules)
         alerts(watchdog.labels(_label_counts(task.labels, train_labels)))
         if monitor is not None:
             monitor.record(loaded, 0)
@@ -447,13 +468,18 @@ def _run(
                 texts_b = None if train.texts_b is None else [train.texts_b[i] for i in batch]
                 inputs = ([train.texts[i] for i in batch], texts_b, [train_labels[i] for i in batch])
                 watched = recorder if recorder and (step + 1) % settings.watch_every == 0 else None
-                loss, rate = _train_step(loaded, inputs, limit, optimizer, schedule, precision, watched)
+                measured = tensors if watched else None
+                loss, rate = _train_step(
+                    loaded, inputs, limit, optimizer, schedule, precision, watched, measured
+                )
                 step += 1
                 window.append(loss)
                 if watched is not None and signals is not None:
                     record: SignalRecord = watched.after_update(step, rate)
                     signals.add(**record.to_json())
                     alerts(watchdog.signals(record))
+                if measured is not None:
+                    alerts(watchdog.tensors(measured.record(step)))
                 position = {"step": step, "epoch": round(step / batches_per_epoch, 4)}
                 if step % settings.log_every == 0:
                     metrics.add(**position, split="train", loss=float(np.mean(window)), learning_rate=rate,
@@ -466,14 +492,14 @@ def _run(
                 epoch_end = step == (epoch + 1) * batches_per_epoch
                 if epoch_end or (settings.eval_every and step % settings.eval_every == 0):
                     with precision.forward():
-                        dev_accuracy, dev_loss = evaluate(loaded, task.dev, dev_labels, limit)
+                        dev_accuracy, dev_loss, dev_confusion = evaluate(loaded, task.dev, dev_labels, limit)
                     metrics.add(**position, split="dev", loss=dev_loss, accuracy=dev_accuracy,
                                 seconds=round(time.perf_counter() - started, 2))  # fmt: skip
                     dev_step = step
-                    alerts(watchdog.dev(step, dev_loss, dev_accuracy))
+                    alerts(watchdog.dev(step, dev_loss, dev_accuracy, dev_confusion if confusion else None))
         if dev_step != step:  # stopped by a rule after the last evaluation
             with precision.forward():
-                dev_accuracy, dev_loss = evaluate(loaded, task.dev, dev_labels, limit)
+                dev_accuracy, dev_loss, _ = evaluate(loaded, task.dev, dev_labels, limit)
             metrics.add(step=step, epoch=round(step / batches_per_epoch, 4), split="dev", loss=dev_loss,
                         accuracy=dev_accuracy, seconds=round(time.perf_counter() - started, 2))  # fmt: skip
         if monitor is not None:

@@ -27,8 +27,10 @@ class FinetuneSettings:
     forward passes (mixed precision: the weights and the optimizer stay float32, since AdamW's small
     updates vanish in a bfloat16 weight; float16 scales the loss against underflow).
     rules: the training rules evaluated as the run goes (:mod:`bertology.training.rules`): ``"default"``
-    (all), ``"none"`` or ``"NAME,NAME,..."``; the per-layer signals they read are measured every
-    ``watch_every`` steps. stop_on: rule names whose first alert stops the run (status ``"stopped"``).
+    (ours), ``"smdebug"`` (SageMaker Debugger's), ``"none"`` or ``"NAME,NAME,..."``; the per-layer signals
+    they read are measured every ``watch_every`` steps. rule_params: ``"NAME.PARAM=VALUE"`` entries that
+    set a selected rule's parameter. stop_on: rule names whose first alert stops the run (status
+    ``"stopped"``).
     """
 
     model: str = "default"
@@ -50,6 +52,7 @@ class FinetuneSettings:
     dtype: Dtype = DEFAULT_DTYPE
     rules: str = "default"
     stop_on: tuple[str, ...] = ()
+    rule_params: tuple[str, ...] = ()
 
     def check(self) -> None:
         """Raises BertologyError for settings that cannot run."""
@@ -73,7 +76,9 @@ class FinetuneSettings:
             raise BertologyError(f"seed must be from 0 to {MAX_SEED}, not {self.seed}.")
         if self.threads is not None and self.threads > MAX_THREADS:
             raise BertologyError(f"threads must be at most {MAX_THREADS}, not {self.threads}.")
-        from bertology.training.rules import rule_names, stop_names
+        from bertology.training.rules import rule_names, select_rules, stop_names
+
+        select_rules(self.rules, self.rule_params)  # unknown names and bad parameters
 
         unwatched = sorted(set(stop_names(self.stop_on)) - set(rule_names(self.rules)))
         if unwatched:

@@ -56,6 +56,22 @@ def parameter_groups(model: nn.Module) -> tuple[list[str], list[int]]:
     return names, [owner.get(id(p), 0 if "embed" in name else head) for name, p in model.named_parameters()]
 
 
+def activation_modules(model: nn.Module) -> list[tuple[str, nn.Module, int]]:
+    """(path, module, group index into :func:`parameter_groups`' names) of each activation function
+    module of ``model``: the bounded ones (tanh, sigmoid...) and those that gate at 0 (ReLU, GELU...)."""
+    layers = layer_modules(model)  # type: ignore[arg-type]
+    inside = {id(module): index for index, layer in enumerate(layers) for module in layer.modules()}
+    shared = shares_layers(model)  # type: ignore[arg-type]
+    head = 2 if shared else len(layers) + 1  # after "embeddings" and the layers
+    found = []
+    for name, module in model.named_modules():
+        if type(module).__name__ in _BOUNDED or _is_gate(module):
+            layer = inside.get(id(module))
+            group = (1 if shared else layer + 1) if layer is not None else (0 if "embed" in name else head)
+            found.append((name, module, group))
+    return found
+
+
 class SignalRecorder:
     """Measures a watched step of ``model``'s training (module docstring); call, in a step's order,
     :meth:`activations` (around the forward pass), :meth:`gradients` (after ``backward``, before
@@ -66,27 +82,11 @@ class SignalRecorder:
         self.groups, group_of = parameter_groups(model)
         self._parameters = [p for p in model.parameters()]
         self._index = torch.tensor(group_of)
-        self._activations = self._activation_groups()
+        self._activations = [(module, group) for _, module, group in activation_modules(model)]
         self._saturated = np.zeros(len(self.groups))
         self._counted = np.zeros(len(self.groups))
         self._gradient_norm = np.zeros(len(self.groups))
         self._before: list[torch.Tensor] = []
-
-    def _activation_groups(self) -> list[tuple[nn.Module, int]]:
-        """Each activation function module of the model with its group (module docstring)."""
-        layers = layer_modules(self.model)  # type: ignore[arg-type]
-        inside = {id(module): index for index, layer in enumerate(layers) for module in layer.modules()}
-        shared = shares_layers(self.model)  # type: ignore[arg-type]
-        head = len(self.groups) - 1
-        found = []
-        for name, module in self.model.named_modules():
-            if type(module).__name__ in _BOUNDED or _is_gate(module):
-                layer = inside.get(id(module))
-                group = (
-                    (1 if shared else layer + 1) if layer is not None else (0 if "embed" in name else head)
-                )
-                found.append((module, group))
-        return found
 
     def _sums(self, values: list[torch.Tensor]) -> np.ndarray:
         """[G] sum per group of one value per parameter."""

@@ -4,7 +4,11 @@ rules for attention's own failure modes.
 Each rule is a small frozen dataclass: a ``name``, its thresholds as fields (the defaults), and
 ``check(history)`` whose docstring states the condition. A :class:`Watchdog` evaluates a list of rules on
 the run's records as they come (:mod:`~bertology.training.rules.records`) and raises each finding once.
-:func:`select_rules` turns the command line's ``--rules`` into rule objects.
+:func:`select_rules` turns the command line's ``--rules`` (and ``--rule-param``) into rule objects.
+
+``--rules smdebug`` selects instead SageMaker Debugger's built-in rules under Debugger's names, with its
+documented conditions and defaults (:mod:`~bertology.training.rules.smdebug`: ``VanishingGradient``,
+``LossNotDecreasing``, ...); names of both sets may be mixed in ``NAME,NAME``.
 
 =======================  ======================================================================
 rule                      fires when (defaults)
@@ -39,6 +43,7 @@ from bertology.training.rules.optimisation import (
     VanishingGradient,
     WeightUpdateRatio,
 )
+from bertology.training.rules.parameters import with_params
 from bertology.training.rules.records import (
     Alert,
     AttentionRecord,
@@ -47,7 +52,9 @@ from bertology.training.rules.records import (
     History,
     LossRecord,
     SignalRecord,
+    TensorRecord,
 )
+from bertology.training.rules.smdebug import SMDEBUG_RULES
 from bertology.training.rules.watchdog import Rule, Watchdog
 
 #: Every rule by name, with its default thresholds; ``--rules default`` evaluates them all.
@@ -69,46 +76,61 @@ RULES: dict[str, Rule] = {
 }
 
 
+#: Every rule, ours and SageMaker Debugger's, by name.
+KNOWN_RULES: dict[str, Rule] = RULES | SMDEBUG_RULES
+#: The presets of ``--rules``: ours (``default``) and SageMaker Debugger's (``smdebug``).
+PRESETS: dict[str, list[str]] = {"default": list(RULES), "smdebug": list(SMDEBUG_RULES), "none": []}
+
+
 def rule_names(spec: str) -> list[str]:
-    """The rule names of ``spec``: ``"default"`` (every rule), ``"none"`` or ``"NAME,NAME,..."``.
+    """The rule names of ``spec``: ``"default"`` (our rules), ``"smdebug"`` (SageMaker Debugger's),
+    ``"none"`` or ``"NAME,NAME,..."`` (names of either set).
 
     Raises:
         BertologyError: an unknown name (the message lists the known ones) or an empty list.
     """
     spec = spec.strip()
-    if spec == "default":
-        return list(RULES)
-    if spec == "none":
-        return []
+    if spec in PRESETS:
+        return list(PRESETS[spec])
     names = [name.strip() for name in spec.split(",") if name.strip()]
-    unknown = [name for name in names if name not in RULES]
+    unknown = [name for name in names if name not in KNOWN_RULES]
     if unknown or not names:
         raise BertologyError(
-            f"Unknown rule {', '.join(unknown) or repr(spec)}; give default, none or names among: "
-            f"{', '.join(RULES)}."
+            f"Unknown rule {', '.join(unknown) or repr(spec)}; give default, smdebug, none or names among: "
+            f"{', '.join(KNOWN_RULES)}."
         )
     return list(dict.fromkeys(names))
 
 
-def select_rules(spec: str) -> list[Rule]:
-    """The rules of ``spec`` (see :func:`rule_names`) with their default thresholds."""
-    return [RULES[name] for name in rule_names(spec)]
+def select_rules(spec: str, params: Sequence[str] = ()) -> list[Rule]:
+    """The rules of ``spec`` (see :func:`rule_names`) with their default parameters, except those that
+    ``params`` sets (``NAME.PARAM=VALUE`` each, :func:`~bertology.training.rules.parameters.with_params`).
+
+    Raises:
+        BertologyError: an unknown rule name, or a bad ``params`` entry.
+    """
+    return with_params([KNOWN_RULES[name] for name in rule_names(spec)], params)
 
 
 def stop_names(names: Sequence[str]) -> list[str]:
-    """``names`` (rules to stop on) checked against :data:`RULES`.
+    """``names`` (rules to stop on) checked against :data:`KNOWN_RULES`.
 
     Raises:
         BertologyError: an unknown name.
     """
-    unknown = [name for name in names if name not in RULES]
+    unknown = [name for name in names if name not in KNOWN_RULES]
     if unknown:
-        raise BertologyError(f"Unknown rule {', '.join(unknown)} to stop on; the rules: {', '.join(RULES)}.")
+        raise BertologyError(
+            f"Unknown rule {', '.join(unknown)} to stop on; the rules: {', '.join(KNOWN_RULES)}."
+        )
     return list(dict.fromkeys(names))
 
 
 __all__ = [
+    "KNOWN_RULES",
+    "PRESETS",
     "RULES",
+    "SMDEBUG_RULES",
     "Alert",
     "AttentionRecord",
     "ClassImbalance",
@@ -126,6 +148,7 @@ __all__ = [
     "SaturatedActivation",
     "SignalRecord",
     "StalledTraining",
+    "TensorRecord",
     "VanishingGradient",
     "Watchdog",
     "WeightUpdateRatio",

@@ -26,11 +26,14 @@ class LossRecord:
 
 @dataclass(frozen=True)
 class DevRecord:
-    """A dev evaluation at ``step``: mean cross-entropy (nats) and accuracy."""
+    """A dev evaluation at ``step``: mean cross-entropy (nats) and accuracy. confusion [C, C] int or None:
+    dev examples by true label (row) and predicted label (column, the arg-max of the logits), recorded
+    when a rule reads it (SageMaker Debugger's ``Confusion`` and ``ClassImbalance``)."""
 
     step: int
     loss: float
     accuracy: float
+    confusion: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,47 @@ class AttentionRecord:
         return self.stats[self.statistics.index(name)] if name in self.statistics else None
 
 
+@dataclass(frozen=True)
+class ActivationRecord:
+    """One activation function module's activity during a watched step's forward pass.
+
+    name: the module's path in the model; group: its parameter group (``"layer 3"``); kind: ``"tanh"``,
+    ``"sigmoid"`` or ``"relu"`` (ReLU and the functions that gate at 0 like it: GELU, SiLU...).
+    activity [N]: for each of the module's N nodes (the last dimension of its input), the fraction of the
+    batch's positions (padding included) at which the node was active: for tanh and sigmoid, its input
+    strictly inside the recorder's bounds; for ReLU-like functions, its output above 0.
+    input_variance: variance of all the module's inputs in the batch.
+    """
+
+    name: str
+    group: str
+    kind: str
+    activity: np.ndarray
+    input_variance: float
+
+
+@dataclass(frozen=True)
+class TensorRecord:
+    """Statistics of a watched step's tensors, per parameter group (``G`` groups as in
+    :class:`SignalRecord`), for SageMaker Debugger's rules (:mod:`bertology.training.rules.smdebug`).
+
+    Gradients are taken after ``backward`` and before clipping, weights before the optimizer step.
+    ``gradient`` and ``weight`` map a statistic's name to its [G] array (NaN for a group without
+    trainable tensors): ``abs_mean`` (mean absolute value), ``zero_fraction``, ``variance``, ``nan`` and
+    ``inf`` (counts of such values), ``spread`` (gradients only: 95th minus 5th percentile).
+    activations: the activation modules' records (empty unless recorded). token_counts: how often each
+    token id was among the word embeddings' inputs of the step (padding included); tokens: their number.
+    """
+
+    step: int
+    groups: tuple[str, ...]
+    gradient: dict[str, np.ndarray] = field(default_factory=dict)
+    weight: dict[str, np.ndarray] = field(default_factory=dict)
+    activations: tuple[ActivationRecord, ...] = ()
+    token_counts: dict[int, int] = field(default_factory=dict)
+    tokens: int = 0
+
+
 @dataclass
 class History:
     """Everything recorded so far, oldest first."""
@@ -94,6 +138,9 @@ class History:
     signals: list[SignalRecord] = field(default_factory=list)
     attention: list[AttentionRecord] = field(default_factory=list)
     label_counts: dict[str, int] | None = None
+    tensors: list[TensorRecord] = field(default_factory=list)
+    #: wall-clock time (seconds, monotonic) at which each record of any kind arrived, in order
+    record_times: list[float] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,11 @@ once (per rule and place), so an alert says when a condition first held."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+import time
+from collections.abc import Callable, Collection, Sequence
 from typing import Protocol
+
+import numpy as np
 
 from bertology.errors import BertologyError
 from bertology.training.rules.records import (
@@ -15,6 +18,7 @@ from bertology.training.rules.records import (
     History,
     LossRecord,
     SignalRecord,
+    TensorRecord,
 )
 
 #: Places listed in an alert's ``what`` before "and N more".
@@ -42,15 +46,22 @@ def _alert(rule: str, step: int, findings: list[Finding]) -> Alert:
 class Watchdog:
     """Evaluates ``rules`` on a run as it is recorded.
 
-    Feed it with :meth:`labels`, :meth:`train`, :meth:`dev`, :meth:`signals` and :meth:`attention`; each
-    returns the alerts raised by that record (a rule's new places, one alert per rule). ``alerts`` holds
-    them all; ``stop`` the first alert of a rule named in ``stop_on`` (the run should stop), else None.
+    Feed it with :meth:`labels`, :meth:`train`, :meth:`dev`, :meth:`signals`, :meth:`tensors` and
+    :meth:`attention`; each returns the alerts raised by that record (a rule's new places, one alert per
+    rule). ``alerts`` holds them all; ``stop`` the first alert of a rule named in ``stop_on`` (the run
+    should stop), else None. ``clock`` (seconds) stamps each record's arrival in
+    ``history.record_times``.
 
     Raises:
         BertologyError: a name in ``stop_on`` is not one of ``rules``.
     """
 
-    def __init__(self, rules: Sequence[Rule], stop_on: Collection[str] = ()) -> None:
+    def __init__(
+        self,
+        rules: Sequence[Rule],
+        stop_on: Collection[str] = (),
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         names = [rule.name for rule in rules]
         unknown = sorted(set(stop_on) - set(names))
         if unknown:
@@ -63,6 +74,7 @@ class Watchdog:
         self.history = History()
         self.alerts: list[Alert] = []
         self.stop: Alert | None = None
+        self.clock = clock
         self._fired: set[tuple[str, str]] = set()
 
     def labels(self, counts: dict[str, int]) -> list[Alert]:
@@ -74,12 +86,19 @@ class Watchdog:
         self.history.train.append(LossRecord(step, loss))
         return self._evaluate(step)
 
-    def dev(self, step: int, loss: float, accuracy: float) -> list[Alert]:
-        self.history.dev.append(DevRecord(step, loss, accuracy))
+    def dev(
+        self, step: int, loss: float, accuracy: float, confusion: np.ndarray | None = None
+    ) -> list[Alert]:
+        """A dev evaluation; ``confusion`` [C, C]: examples by true (row) and predicted (column) label."""
+        self.history.dev.append(DevRecord(step, loss, accuracy, confusion))
         return self._evaluate(step)
 
     def signals(self, record: SignalRecord) -> list[Alert]:
         self.history.signals.append(record)
+        return self._evaluate(record.step)
+
+    def tensors(self, record: TensorRecord) -> list[Alert]:
+        self.history.tensors.append(record)
         return self._evaluate(record.step)
 
     def attention(self, record: AttentionRecord) -> list[Alert]:
@@ -87,6 +106,7 @@ class Watchdog:
         return self._evaluate(record.step)
 
     def _evaluate(self, step: int) -> list[Alert]:
+        self.history.record_times.append(self.clock())
         raised = []
         for rule in self.rules:
             new = [f for f in rule.check(self.history) if (rule.name, f.where) not in self._fired]
