@@ -213,7 +213,7 @@ def test_rule_names_and_stop_on_are_checked() -> None:
     assert rule_names("default") == list(RULES) and len(RULES) == 11
     assert rule_names("none") == []
     assert rule_names("overfitting, frozen_heads,overfitting") == ["overfitting", "frozen_heads"]
-    with pytest.raises(BertologyError, match="Unknown rule overfit; give default, smdebug, none or names among"):
+    with pytest.raises(BertologyError, match="Unknown rule overfit; give default, smdebug, none or names"):
         rule_names("overfit")
     with pytest.raises(BertologyError, match="--stop-on names overfitting, which the run does not evaluate"):
         Watchdog([VanishingGradient()], stop_on=["overfitting"])

@@ -22,6 +22,9 @@ It feeds the watchdog the Trainer's logged training loss and evaluations (``loss
 (when given) and the training labels' counts (when given); an alert of a ``stop_on`` rule ends training
 (``control.should_training_stop``). The Trainer clips gradients before any callback sees them, so the
 gradient norms here are after clipping (``max_grad_norm``), unlike :func:`~bertology.training.finetune`'s.
+SageMaker Debugger's rules (``select_rules("smdebug")``) get their tensor statistics the same way
+(:mod:`~bertology.training.tensor_recorder`); the Trainer's evaluations carry no confusion matrix, so
+``Confusion`` and ``ClassImbalance``'s misprediction check see none.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from bertology.models import LoadedModel
 from bertology.training.monitor import AttentionMonitor
 from bertology.training.rules import Alert, Watchdog
 from bertology.training.signals import SignalRecorder
+from bertology.training.tensor_recorder import TensorRecorder
 
 
 class MonitorCallback(TrainerCallback):
@@ -82,6 +86,7 @@ class RulesCallback(TrainerCallback):
     ) -> None:
         self.watchdog = watchdog
         self.recorder = SignalRecorder(loaded.model)
+        self.tensors = TensorRecorder.for_rules(loaded.model, watchdog.rules)
         self.every = every
         self.monitor = monitor
         self.label_counts = label_counts
@@ -116,6 +121,8 @@ class RulesCallback(TrainerCallback):
         if (state.global_step + 1) % self.every == 0:
             self._watching = ExitStack()
             self._watching.enter_context(self.recorder.activations())
+            if self.tensors is not None:
+                self._watching.enter_context(self.tensors.watching())
 
     def on_pre_optimizer_step(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
@@ -123,6 +130,8 @@ class RulesCallback(TrainerCallback):
         if self._watching is not None:
             self._watching.close()  # the forward pass is over
             self.recorder.gradients()
+            if self.tensors is not None:
+                self.tensors.tensors()
             self.recorder.before_update()
             self._rate = float(kwargs["optimizer"].param_groups[0]["lr"])
 
@@ -133,6 +142,8 @@ class RulesCallback(TrainerCallback):
             self._watching = None
             record = self.recorder.after_update(state.global_step + 1, self._rate)
             self._raise(self.watchdog.signals(record), control)
+            if self.tensors is not None:
+                self._raise(self.watchdog.tensors(self.tensors.record(state.global_step + 1)), control)
 
     def on_step_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
