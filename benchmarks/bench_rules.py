@@ -15,7 +15,11 @@ Per ``watch_every`` steps a run adds one watched step, one change and the evalua
 steps' records (``watch_every / log_every`` training-loss rows, one signal and one attention record,
 ``watch_every / eval_every`` evaluations); the overhead is that time over ``watch_every`` plain steps.
 
-Run: ``.venv/bin/python benchmarks/bench_rules.py [--steps 16] [--threads N]``
+With ``--rules smdebug`` (SageMaker Debugger's rules, issue 33) the watched step also measures what those
+rules read (``TensorRecorder``: gradient and weight statistics, activation activity, token counts), and
+the evaluations are of Debugger's 16 rules, with tensor records and dev confusion matrices in the history.
+
+Run: ``.venv/bin/python benchmarks/bench_rules.py [--steps 16] [--threads N] [--rules smdebug]``
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=16, help="plain and watched steps each")
     parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--rules", default="default", help="the rules measured: default or smdebug")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -58,6 +63,7 @@ def main() -> None:
     from bertology.training.rules import AttentionRecord, Watchdog, select_rules
     from bertology.training.settings import FinetuneSettings
     from bertology.training.signals import SignalRecorder
+    from bertology.training.tensor_recorder import TensorRecorder
 
     settings = FinetuneSettings()
     task = read_glue(SST2, max_train=settings.batch_size * args.steps * 2, max_dev=64)
@@ -68,6 +74,8 @@ def main() -> None:
     schedule = get_linear_schedule_with_warmup(optimizer, 0, 1000)
     precision = _MixedPrecision(loaded.device, torch.float32)
     recorder = SignalRecorder(loaded.model)
+    rules = select_rules(args.rules)
+    tensors = TensorRecorder.for_rules(loaded.model, rules)
     loaded.model.train()
     print(f"torch threads {torch.get_num_threads()}, load average {os.getloadavg()}", flush=True)
 
@@ -78,9 +86,12 @@ def main() -> None:
         inputs = ([task.train.texts[i] for i in rows], None, [labels[i] for i in rows])
         watch = recorder if index % 2 else None
         start = time.perf_counter()
-        _train_step(loaded, inputs, settings.max_length, optimizer, schedule, precision, watch)
+        measure = tensors if watch is not None else None
+        _train_step(loaded, inputs, settings.max_length, optimizer, schedule, precision, watch, measure)
         if watch is not None:
             record = watch.after_update(index, schedule.get_last_lr()[0])
+        if measure is not None:
+            tensor_record = measure.record(index)
         seconds = time.perf_counter() - start
         if index >= 2:  # the first two warm up
             (watched if watch is not None else plain).append(seconds)
@@ -98,29 +109,35 @@ def main() -> None:
     rng = np.random.default_rng(0)
     layers, heads = loaded.num_layers, loaded.num_heads
     names = ("cls", "sep", "entropy")
-    watchdog = Watchdog(select_rules("default"))
+    watchdog = Watchdog(rules)
+    confusion = np.array([[380, 48], [80, 364]])
     watchdog.labels({"0": 13000, "1": 17000})
     for at in range(10, 938, 10):
         watchdog.train(at, 0.7 * np.exp(-at / 300) + 0.2 + 0.01 * rng.random())
         if at % 100 == 0:
             watchdog.signals(record)
+            if tensors is not None:
+                watchdog.tensors(tensor_record)
             stats = rng.random((3, layers, heads)) + np.array([0, 0, 1.0])[:, None, None]
             watchdog.attention(AttentionRecord(at, names, stats, rng.random((layers, heads)) * 1e-2))
         if at % 250 == 0:
-            watchdog.dev(at, 0.3, 0.85)
+            watchdog.dev(at, 0.3, 0.85, confusion)
     history = watchdog.history
     costs = {
         "train": timed(watchdog.train, 940, 0.25)[0],
         "signals": timed(watchdog.signals, record)[0],
         "attention": timed(watchdog.attention, history.attention[-1])[0],
-        "dev": timed(watchdog.dev, 940, 0.3, 0.85)[0],
+        "dev": timed(watchdog.dev, 940, 0.3, 0.85, confusion)[0],
     }
+    if tensors is not None:
+        costs["tensors"] = timed(watchdog.tensors, tensor_record)[0]
     every = settings.watch_every
     evaluations = (
         costs["train"] * every / settings.log_every
         + costs["signals"]
         + costs["attention"]
         + costs["dev"] * every / (settings.eval_every or every)
+        + costs.get("tensors", 0.0)
     )
     added = (step_watched - step) + change_seconds + evaluations
     print(f"plain step: median {step * 1e3:.0f} ms over {len(plain)}")
@@ -130,7 +147,7 @@ def main() -> None:
     )
     print(f"monitor: each head's change since the previous record {change_seconds * 1e3:.1f} ms")
     print(
-        "rule evaluation (all 11 rules) per record: "
+        f"rule evaluation (all {len(rules)} {args.rules} rules) per record: "
         + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in costs.items())
     )
     print(

@@ -5,15 +5,19 @@ Debugger's own tests of five rules; the registry, ``--rule-param`` and the tenso
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from support.cli import run_in_process
+from support.run_folders import write_tiny_task
 
 from bertology.errors import BertologyError
 from bertology.models import LoadedModel, load_model
-from bertology.training import FinetuneSettings
+from bertology.training import FinetuneSettings, finetune
 from bertology.training.rules import (
     KNOWN_RULES,
     SMDEBUG_RULES,
@@ -466,6 +470,24 @@ def test_bad_rule_params_are_one_sentence(params: list[str], message: str) -> No
         FinetuneSettings(rules="smdebug", rule_params=tuple(params)).check()
 
 
+def test_the_command_line_takes_rule_params(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    task = write_tiny_task(tmp_path / "task")
+    base = ["finetune", str(task), "-o", str(tmp_path / "run"), "--rules", "smdebug"]
+    for extra, message in (
+        (["--rule-param", "Overfit.patience=x"], "Error: Overfit.patience takes an integer, not 'x'."),
+        (
+            ["--rule-param", "overfitting.min_rise=0.1"],
+            "names rule overfitting, which the run does not evaluate",
+        ),
+        (["--stop-on", "Overfitt"], "Unknown rule Overfitt to stop on"),
+    ):
+        code, err = run_in_process(base + extra, capsys)
+        assert code != 0 and message in err and "Traceback" not in err
+        assert (
+            len(err.strip().splitlines()) == 1 and not (tmp_path / "run").exists()
+        )  # before the model loads
+
+
 # --- what the run records for them
 @pytest.fixture
 def tiny_classifier(tiny_model_dirs: dict) -> LoadedModel:
@@ -531,3 +553,38 @@ def test_tensor_recorder_numbers(tiny_classifier: LoadedModel) -> None:
     assert record.tokens == inputs["input_ids"].numel()
     assert fires(DeadRelu(), History(tensors=[record]))
     assert TensorRecorder.for_rules(model, select_rules("default")) is None  # nothing measured for ours
+
+
+# --- real runs
+def test_a_tiny_run_under_smdebug_stops_on_a_debugger_rule(tiny_model_dirs: dict, tmp_path: Path) -> None:
+    task = write_tiny_task(tmp_path / "task")
+    settings = FinetuneSettings(
+        model=str(tiny_model_dirs["bert"]), max_train=40, batch_size=8, epochs=2, max_length=32,
+        learning_rate=1e3, eval_every=None, log_every=1, watch_every=1, probe_set=2, threads=1,
+        rules="smdebug", stop_on=("VanishingGradient",), rule_params=("TensorVariance.max_threshold=1e6",),
+    )  # fmt: skip
+    result = finetune(task, tmp_path / "run", settings)
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert run["status"] == "stopped" and run["stopped_by"]["rule"] == "VanishingGradient"
+    assert result.steps == result.stopped_by.step < 10  # type: ignore[union-attr]
+    assert run["rules"] == list(SMDEBUG_RULES) and run["settings"]["rule_params"] == list(
+        settings.rule_params
+    )
+    fired = {alert["rule"] for alert in run["alerts"]}
+    assert fired <= set(SMDEBUG_RULES) and "VanishingGradient" in fired
+
+
+@pytest.mark.slow
+def test_the_divergence_of_issue_33_under_smdebug(shared_data: Path, tmp_path: Path) -> None:
+    """``bertology finetune SST-2 --lr 0.5 --max-train 320 --watch-every 2 --rules smdebug``: 10 steps; the
+    gradients vanish from step 4 (the loss grows to about 23 nats, finite), the pooler's tanh saturates
+    and every dev example gets label 0 (benchmarks/RESULTS.md)."""
+    settings = FinetuneSettings(learning_rate=0.5, max_train=320, watch_every=2, rules="smdebug", threads=1)
+    result = finetune(shared_data / "glue" / "SST-2", tmp_path / "run", settings)
+    first = {}
+    for alert in result.alerts:
+        first.setdefault(alert.rule, alert.step)
+    assert first == {
+        "WeightUpdateRatio": 2, "PoorWeightInitialization": 2, "VanishingGradient": 4,
+        "SaturatedActivation": 4, "AllZero": 4, "ClassImbalance": 10, "Confusion": 10,
+    }  # fmt: skip
