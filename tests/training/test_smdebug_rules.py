@@ -572,6 +572,11 @@ def test_a_tiny_run_under_smdebug_stops_on_a_debugger_rule(tiny_model_dirs: dict
     )
     fired = {alert["rule"] for alert in run["alerts"]}
     assert fired <= set(SMDEBUG_RULES) and "VanishingGradient" in fired
+    lines = [json.loads(line) for line in (tmp_path / "run" / "tensors.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines] == list(range(1, result.steps + 1))  # every watched step
+    assert lines[0]["groups"] == ["embeddings", "layer 0", "layer 1", "layer 2", "head"]
+    means = [mean for mean in lines[-1]["gradient"]["abs_mean"] if mean is not None]
+    assert min(means) < 1e-7  # what VanishingGradient read when it fired
 
 
 @pytest.mark.slow

@@ -22,8 +22,10 @@ A run folder holds:
 - ``signals.jsonl``: the per-layer gradient norms, weight-update norms and activation saturation of every
   ``watch_every``-th step (:mod:`bertology.training.signals`), when rules are evaluated.
 
-SageMaker Debugger's rules (``rules="smdebug"``) read more of a watched step, measured only when one of
-them is selected (:mod:`bertology.training.tensor_recorder`), and the dev evaluations' confusion matrix.
+- ``tensors.jsonl``: what SageMaker Debugger's rules (``rules="smdebug"``) read of every watched step
+  (per-layer gradient and weight statistics, activation activity, token counts), when one of them is
+  selected (:mod:`bertology.training.tensor_recorder`); they also read each dev evaluation's confusion
+  matrix.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ from bertology.training.tensor_recorder import TensorRecorder
 METRICS_JSONL = "metrics.jsonl"
 METRICS_CSV = "metrics.csv"
 SIGNALS_JSONL = "signals.jsonl"
+TENSORS_JSONL = "tensors.jsonl"
 #: Consecutive batches whose examples are sorted by length together.
 BUCKET_BATCHES = 50
 
@@ -161,7 +164,9 @@ class _MetricsLog:
 
 
 #: What a run writes in its folder; nothing else there is touched.
-RUN_OUTPUTS = (TRAINING_FILE, METRICS_JSONL, METRICS_CSV, RUN_MODEL_FOLDER, ARCHIVE_FOLDER, SIGNALS_JSONL)
+RUN_OUTPUTS = (
+    TRAINING_FILE, METRICS_JSONL, METRICS_CSV, RUN_MODEL_FOLDER, ARCHIVE_FOLDER, SIGNALS_JSONL, TENSORS_JSONL,
+)  # fmt: skip
 
 
 def check_run_dir(run_dir: Path, overwrite: bool) -> None:
@@ -449,10 +454,11 @@ def _run(
     write_json(run_dir / TRAINING_FILE, run_info)
     with _marked_if_stopped(run_dir / TRAINING_FILE, run_info):
         metrics = _MetricsLog(run_dir / METRICS_JSONL)
-        recorder, signals, tensors = None, None, None
+        recorder, signals, tensors, tensor_log = None, None, None, None
         if watchdog.rules and settings.watch_every:
             recorder, signals = SignalRecorder(model), _MetricsLog(run_dir / SIGNALS_JSONL)
             tensors = TensorRecorder.for_rules(model, watchdog.rules)
+            tensor_log = _MetricsLog(run_dir / TENSORS_JSONL) if tensors is not None else None
         confusion = "confusion" in records_read(watchdog.rules)
         alerts(watchdog.labels(_label_counts(task.labels, train_labels)))
         if monitor is not None:
@@ -478,8 +484,10 @@ def _run(
                     record: SignalRecord = watched.after_update(step, rate)
                     signals.add(**record.to_json())
                     alerts(watchdog.signals(record))
-                if measured is not None:
-                    alerts(watchdog.tensors(measured.record(step)))
+                if measured is not None and tensor_log is not None:
+                    measures = measured.record(step)
+                    tensor_log.add(**measures.to_json())
+                    alerts(watchdog.tensors(measures))
                 position = {"step": step, "epoch": round(step / batches_per_epoch, 4)}
                 if step % settings.log_every == 0:
                     metrics.add(**position, split="train", loss=float(np.mean(window)), learning_rate=rate,

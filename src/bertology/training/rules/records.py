@@ -128,6 +128,30 @@ class TensorRecord:
     token_counts: dict[int, int] = field(default_factory=dict)
     tokens: int = 0
 
+    def to_json(self) -> dict[str, Any]:
+        """The record as a line of ``tensors.jsonl`` (NaN as null): the per-group statistics, each
+        activation module's mean activity and input variance, and the token count with the most frequent
+        ids."""
+
+        def listed(values: np.ndarray) -> list[float | None]:
+            return [float(v) if np.isfinite(v) else None for v in values]
+
+        activations = [
+            {"name": a.name, "kind": a.kind, "mean_activity": float(np.mean(a.activity)),
+             "input_variance": a.input_variance}
+            for a in self.activations
+        ]  # fmt: skip
+        commonest = sorted(self.token_counts.items(), key=lambda item: -item[1])[:10]
+        return {
+            "step": self.step,
+            "groups": list(self.groups),
+            "gradient": {name: listed(values) for name, values in self.gradient.items()},
+            "weight": {name: listed(values) for name, values in self.weight.items()},
+            "activations": activations,
+            "tokens": self.tokens,
+            "commonest_tokens": [[token, count] for token, count in commonest],
+        }
+
 
 @dataclass
 class History:
