@@ -17,8 +17,14 @@ A run folder holds:
   and the training rules' ``alerts`` (rewritten as they fire; :mod:`bertology.training.rules`).
 - ``metrics.jsonl`` (a line per log and evaluation, appended as training goes) and ``metrics.csv``:
   ``split`` = ``train`` rows (mean loss over the last ``log_every`` steps, learning rate) and ``dev``
-  rows (accuracy and mean cross-entropy over the dev examples).
-- ``monitor.zarr``: the attention monitor's archive (:mod:`bertology.training.archive`).
+  rows (accuracy and mean cross-entropy over the dev examples; the accuracy is NaN when a logit is not
+  finite, since the arg-max of NaN logits is no prediction).
+
+The training rules get the loss of every step (before the step's signals, so a divergence in the loss
+is seen before what it does to the gradients), every dev evaluation, the signals and the monitor's
+records.
+- ``monitor.zarr``: the attention monitor's archive (:mod:`bertology.training.archive`), with the training
+  loss of every step (``losses``).
 - ``signals.jsonl``: the per-layer gradient norms, weight-update norms and activation saturation of every
   ``watch_every``-th step (:mod:`bertology.training.signals`), when rules are evaluated.
 """
@@ -121,13 +127,15 @@ def _optimizer(model: torch.nn.Module, settings: FinetuneSettings) -> torch.opti
 
 
 def evaluate(loaded: LoadedModel, split: Split, labels: list[int], max_length: int) -> tuple[float, float]:
-    """(accuracy, mean cross-entropy in nats) of classifier ``loaded`` on ``split``."""
+    """(accuracy, mean cross-entropy in nats) of classifier ``loaded`` on ``split``. The accuracy is NaN
+    (undefined) when any logit is not finite: the arg-max of NaN logits would count every such example
+    as the first label, giving that label's share of the dev set instead of an accuracy."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TruncationWarning)  # counted in run.json instead
         logits = predict_logits(loaded, split.texts, split.texts_b, batch_size=64, max_length=max_length)
     log_probs = torch.log_softmax(torch.from_numpy(logits).double(), dim=1).numpy()
     loss = -float(np.mean(log_probs[np.arange(len(labels)), labels]))
-    return accuracy(logits, labels), loss
+    return (accuracy(logits, labels) if np.isfinite(logits).all() else math.nan), loss
 
 
 class _MetricsLog:
@@ -450,6 +458,9 @@ def _run(
                 loss, rate = _train_step(loaded, inputs, limit, optimizer, schedule, precision, watched)
                 step += 1
                 window.append(loss)
+                if monitor is not None:
+                    monitor.loss(step, loss)
+                alerts(watchdog.train(step, loss))
                 if watched is not None and signals is not None:
                     record: SignalRecord = watched.after_update(step, rate)
                     signals.add(**record.to_json())
@@ -458,7 +469,6 @@ def _run(
                 if step % settings.log_every == 0:
                     metrics.add(**position, split="train", loss=float(np.mean(window)), learning_rate=rate,
                                 seconds=round(time.perf_counter() - started, 2))  # fmt: skip
-                    alerts(watchdog.train(step, float(np.mean(window))))
                 if on_progress is not None:
                     on_progress(TrainingProgress(step, total, float(np.mean(window)), rate))
                 if monitor is not None and monitor.step(loaded, step):
