@@ -9,10 +9,10 @@ process and on the same batches:
   a busy machine slows both alike; medians;
 - the attention monitor's extra work at a record (each head's change since the previous record);
 - one evaluation of every default rule by the watchdog, on the history of a whole default run (938
-  steps: 93 training-loss rows, 9 signal and attention records, 4 evaluations), per kind of record.
+  steps: a training loss per step, 9 signal and attention records, 3 evaluations), per kind of record.
 
 Per ``watch_every`` steps a run adds one watched step, one change and the evaluations of that many
-steps' records (``watch_every / log_every`` training-loss rows, one signal and one attention record,
+steps' records (``watch_every`` training losses, one signal and one attention record,
 ``watch_every / eval_every`` evaluations); the overhead is that time over ``watch_every`` plain steps.
 
 With ``--rules smdebug`` (SageMaker Debugger's rules, issue 33) the watched step also measures what those
@@ -105,14 +105,14 @@ def main() -> None:
     examples = [probs[i, ..., :n, :n] for i, n in enumerate(lengths)]
     change_seconds = min(timed(head_change, examples, examples)[0] for _ in range(3))
 
-    # A whole default run's history: 938 steps, rows every 10, records every 100, evaluations every 250.
+    # A whole default run's history: 938 steps, a loss per step, records every 100, evaluations every 250.
     rng = np.random.default_rng(0)
     layers, heads = loaded.num_layers, loaded.num_heads
     names = ("cls", "sep", "entropy")
     watchdog = Watchdog(rules)
     confusion = np.array([[380, 48], [80, 364]])
     watchdog.labels({"0": 13000, "1": 17000})
-    for at in range(10, 938, 10):
+    for at in range(1, 938):
         watchdog.train(at, 0.7 * np.exp(-at / 300) + 0.2 + 0.01 * rng.random())
         if at % 100 == 0:
             watchdog.signals(record)
@@ -133,7 +133,7 @@ def main() -> None:
         costs["tensors"] = timed(watchdog.tensors, tensor_record)[0]
     every = settings.watch_every
     evaluations = (
-        costs["train"] * every / settings.log_every
+        costs["train"] * every
         + costs["signals"]
         + costs["attention"]
         + costs["dev"] * every / (settings.eval_every or every)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -20,7 +21,7 @@ from bertology.errors import BertologyError, TruncationWarning
 from bertology.models import load_model
 from bertology.readers.glue import read_glue
 from bertology.training import FinetuneSettings, finetune, read_archive
-from bertology.training.loop import length_batches
+from bertology.training.loop import evaluate, length_batches
 
 BERTOLOGY = [sys.executable, "-m", "bertology"]
 
@@ -138,6 +139,22 @@ def test_model_and_settings_are_checked_before_an_earlier_run_is_replaced(
             finetune(task, run_dir, bad, overwrite=True)
         assert (run_dir / "run.json").read_text() == before
         assert (run_dir / "model" / "config.json").is_file()
+
+
+def test_dev_accuracy_with_logits_that_are_not_finite_is_undefined(
+    tiny_model_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    task = read_glue(write_tiny_task(tmp_path / "task"))
+    loaded = load_model(str(tiny_model_dirs["bert"]), classifier=True, labels=task.labels)
+    labels = task.label_ids(task.dev)
+    accuracy_now, _ = evaluate(loaded, task.dev, labels, 32)
+    assert 0.0 <= accuracy_now <= 1.0
+    with torch.no_grad():
+        loaded.model.classifier.bias.fill_(math.nan)  # every logit becomes NaN
+    logits = predict_logits(loaded, task.dev.texts, task.dev.texts_b, max_length=32)
+    assert np.isnan(logits).all() and accuracy(logits, labels) == np.mean(np.asarray(labels) == 0)
+    accuracy_nan, loss = evaluate(loaded, task.dev, labels, 32)
+    assert math.isnan(accuracy_nan) and math.isnan(loss)
 
 
 def test_a_run_stopped_by_ctrl_c_says_interrupted(tiny_model_dirs: dict[str, Path], tmp_path: Path) -> None:

@@ -70,12 +70,52 @@ def test_exploding_gradient_on_the_norm_and_the_loss() -> None:
     assert found(ExplodingGradient(), History(signals=[signals(gradient_norm=[0.5, math.inf, 0.5])])) == [
         "gradients"
     ]
-    rising = [LossRecord(1, 0.7), LossRecord(2, 7.5)]  # more than 10 times the first loss
-    assert found(ExplodingGradient(), History(train=rising)) == ["training loss"]
     assert found(ExplodingGradient(), History(train=[LossRecord(1, 0.7), LossRecord(2, math.nan)])) == [
         "training loss"
     ]
-    assert found(ExplodingGradient(), History(train=[LossRecord(1, 0.7), LossRecord(2, 6.9)])) == []
+
+
+def diverged(losses: list[float], window: int, growth: float) -> bool:
+    """The divergence condition as the rule states it, by hand: the mean of the last ``window`` losses
+    (fewer at the start) against ``growth`` times the lowest such mean before it."""
+    means = [sum(losses[max(0, i + 1 - window) : i + 1]) / (i + 1 - max(0, i + 1 - window))
+             for i in range(len(losses))]  # fmt: skip
+    return means[-1] > growth * min(means[:-1])
+
+
+@pytest.mark.parametrize("window", [1, 3, 10])
+def test_exploding_gradient_on_the_running_mean_of_the_training_loss(window: int) -> None:
+    rule = ExplodingGradient(window=window)
+    # Steps 1-12 at 0.5 (every running mean 0.5), then one step whose loss puts the running mean exactly
+    # at 10 x 0.5 (the boundary: silent), or a little past it (fires).
+    flat = [0.5] * 12
+    at = 5.0 * window - 0.5 * (window - 1)  # the mean of window - 1 steps at 0.5 and this one is 5.0
+    for last, fires in [(at, False), (at + 1e-6, True), (at - 1e-6, False)]:
+        losses = [*flat, last]
+        assert diverged(losses, window, 10.0) is fires
+        history = History(train=[LossRecord(step, loss) for step, loss in enumerate(losses, start=1)])
+        assert found(rule, history) == (["training loss"] if fires else [])
+
+
+def test_exploding_gradient_is_silent_on_one_unlucky_batch() -> None:
+    # A healthy run late in training: batch losses 0.05 and 0.6 (12 x 0.05) alternate. The running mean of
+    # 10 steps stays at 0.325; the single batches would cross 10 x their lowest at every 0.6.
+    losses = [0.05, 0.6] * 20
+    rows = [LossRecord(step, loss) for step, loss in enumerate(losses, start=1)]
+    for end in range(2, len(rows) + 1):  # the watchdog evaluates the rule at every step
+        assert not diverged(losses[:end], 10, 10.0)
+        assert found(ExplodingGradient(), History(train=rows[:end])) == []
+    assert found(ExplodingGradient(window=1), History(train=rows[:2])) == ["training loss"]
+
+
+def test_exploding_gradient_on_the_dev_loss() -> None:
+    def dev(*losses: float) -> History:
+        return History(dev=[DevRecord(100 * i, loss, 0.5) for i, loss in enumerate(losses, start=1)])
+
+    assert found(ExplodingGradient(), dev(0.4, 0.3, 3.0)) == []  # exactly 10 x the lowest, 0.3
+    assert found(ExplodingGradient(), dev(0.4, 0.3, 3.0001)) == ["dev loss"]
+    assert found(ExplodingGradient(), dev(0.4, math.inf)) == ["dev loss"]
+    assert found(ExplodingGradient(), dev(0.4)) == []  # nothing to rise from
 
 
 def test_weight_update_ratio_too_small_and_too_large() -> None:
@@ -174,6 +214,25 @@ def test_entropy_collapse_per_head_and_per_layer() -> None:
     assert found(EntropyCollapse(), History(attention=[low, attention(10, entropy=[((1, 1), 0.09)])])) == []
 
 
+def test_entropy_collapse_needs_a_head_that_started_above_the_floor() -> None:
+    # Two heads fall to 0 nats: (0, 1) from exactly the floor (0.5 nats: silent), (1, 0) from just above it.
+    # Their layers' means stay far above 0.2.
+    start = attention(0, entropy=[((0, 1), 0.5), ((1, 0), 0.5001)])
+    now = attention(10, entropy=[((0, 1), 0.0), ((1, 0), 0.0)])
+    first, last = start.statistic("entropy"), now.statistic("entropy")
+    expected = [
+        f"layer {layer} head {head}"
+        for layer in range(LAYERS)
+        for head in range(HEADS)
+        if first[layer, head] > 0.5 and last[layer, head] <= min(0.25 * first[layer, head], 0.2)
+    ]
+    assert expected == ["layer 1 head 0"]
+    assert found(EntropyCollapse(), History(attention=[start, now])) == expected
+    assert found(EntropyCollapse(floor=0.4), History(attention=[start, now])) == [
+        "layer 0 head 1", "layer 1 head 0"
+    ]  # fmt: skip
+
+
 def test_no_op_heads_above_threshold_and_rising() -> None:
     first = attention(0, sep=[((0, 1), 0.5), ((1, 0), 0.85)])
     now = attention(10, cls=[((0, 1), 0.3), ((1, 0), 0.1)], sep=[((0, 1), 0.65), ((1, 0), 0.85)])
@@ -181,6 +240,19 @@ def test_no_op_heads_above_threshold_and_rising() -> None:
     assert found(NoOpHeads(), History(attention=[first, now])) == ["layer 0 head 1"]
     below = attention(10, sep=[((0, 1), 0.75)])  # 0.85 < 0.9
     assert found(NoOpHeads(), History(attention=[first, below])) == []
+
+
+def test_no_op_heads_needs_a_rise_of_0_3() -> None:
+    # [CLS] + [SEP] mass before -> after (sep 0.1 unless given): (0, 0) 0.79 -> 0.91, a healthy drift as
+    # layer 4 head 5 of a real run shows; (0, 1) 0.64 -> 0.95, up 0.31; (1, 2) 0.66 -> 0.95, up 0.29.
+    first = attention(0, cls=[((0, 0), 0.59), ((0, 1), 0.54), ((1, 2), 0.56)], sep=[((0, 0), 0.2)])
+    now = attention(10, cls=[((0, 0), 0.71), ((0, 1), 0.85), ((1, 2), 0.85)], sep=[((0, 0), 0.2)])
+    before = first.statistic("cls") + first.statistic("sep")  # type: ignore[operator]
+    after = now.statistic("cls") + now.statistic("sep")  # type: ignore[operator]
+    hits = zip(*np.nonzero((after >= 0.9) & (after - before >= 0.3)), strict=True)
+    expected = [f"layer {layer} head {head}" for layer, head in hits]
+    assert expected == ["layer 0 head 1"]
+    assert found(NoOpHeads(), History(attention=[first, now])) == expected
 
 
 def test_frozen_heads_unchanged_across_records() -> None:
@@ -207,6 +279,27 @@ def test_watchdog_raises_each_place_once_and_stops() -> None:
     assert [alert.where for alert in again] == [("layer 0",)]
     assert watchdog.alerts == first + again
     assert Alert.from_json(again[0].to_json()) == again[0]
+
+
+def test_divergence_comes_first_and_later_alerts_follow_it() -> None:
+    # Listed last, the divergence rule is still evaluated first: one signal record with a gradient that is
+    # not finite and 90 % of layer 0's activations saturated raises it, then saturation as following it.
+    watchdog = Watchdog([SaturatedActivation(), VanishingGradient(), ExplodingGradient()])
+    assert watchdog.train(1, 0.7) == []
+    record = signals(2, gradient_norm=[0.5, math.inf, 0.5], saturation=[math.nan, 0.9, 0.2])
+    first = watchdog.signals(record)
+    assert [(alert.rule, alert.follows) for alert in first] == [
+        ("exploding_gradient", None), ("saturated_activation", "exploding_gradient at step 2"),
+    ]  # fmt: skip
+    later = watchdog.signals(signals(4, gradient_norm=[1e-9, 0.5, 0.5]))
+    assert [(alert.rule, alert.follows) for alert in later] == [
+        ("vanishing_gradient", "exploding_gradient at step 2")
+    ]
+    assert str(later[0]).startswith("step 4: vanishing_gradient (after exploding_gradient at step 2): ")
+    assert Alert.from_json(later[0].to_json()) == later[0]
+    # Before any divergence, an alert follows nothing.
+    calm = Watchdog([SaturatedActivation(), ExplodingGradient()])
+    assert [alert.follows for alert in calm.signals(signals(2, saturation=[math.nan, 0.9, 0.2]))] == [None]
 
 
 def test_rule_names_and_stop_on_are_checked() -> None:

@@ -9,6 +9,9 @@ the probe set's longest input in tokens, ``S`` statistics):
 - ``stats`` [T, S, L, H] float32: per-head surface statistics over the probe set
   (:class:`~bertology.stats.surface.SurfaceAccumulator`), NaN where undefined; one chunk per record.
 - ``lengths`` [K] int32: real token count of each probe example.
+- ``losses`` [P] float32: the training loss of every optimizer step (index ``i``: step ``i + 1``; NaN for a
+  step whose loss was not given), up to the latest record's step; written with each record, in chunks of
+  :data:`LOSS_CHUNK` steps. Archives written before it existed have none (read as no steps).
 - group attributes: ``format``, ``version``, ``model``, ``layers``, ``heads``, ``max_tokens`` (N),
   ``statistics`` (the S names), ``every`` (steps between records), ``probe`` (``texts``, ``texts_b``,
   ``labels``, ``tokens``, ``segments``, ``truncated``) and ``recorded``, the number of complete records.
@@ -42,6 +45,8 @@ FORMAT = "bertology-monitor"
 VERSION = 1
 #: The archive's folder inside a training run folder.
 ARCHIVE_FOLDER = "monitor.zarr"
+#: Steps per chunk of the ``losses`` array.
+LOSS_CHUNK = 1024
 
 
 @dataclass(frozen=True)
@@ -136,6 +141,9 @@ class ArchiveWriter:
             fill_value=0.0,
         )
         group.create_array(
+            "losses", shape=(0,), dtype="float32", chunks=(LOSS_CHUNK,), fill_value=float("nan")
+        )
+        group.create_array(
             "stats",
             shape=(0, len(statistics), layers, heads),
             dtype="float32",
@@ -148,12 +156,16 @@ class ArchiveWriter:
         os.replace(staging, final)
         return cls(zarr.open_group(str(final), mode="r+"))
 
-    def append(self, step: int, attention: np.ndarray, stats: np.ndarray) -> None:
+    def append(
+        self, step: int, attention: np.ndarray, stats: np.ndarray, losses: np.ndarray | None = None
+    ) -> None:
         """Add one record.
 
         attention: [K, L, H, n, n] probabilities with n <= N (a padded batch: whatever lies past an
             example's length, e.g. the rows of padding queries, is stored as 0).
         stats: [S, L, H] the statistics in the archive's order.
+        losses: [P] the training loss of steps 1 to P (NaN: not known), P <= ``step``; the steps past the
+            archive's ``losses`` so far are written (None: none).
         """
         arrays = {name: self.group[name] for name in ("steps", "attention", "stats")}
         target = arrays["attention"].shape[1:]
@@ -171,8 +183,18 @@ class ArchiveWriter:
         arrays["attention"][index] = padded
         arrays["stats"][index] = stats.astype(np.float32)
         arrays["steps"][index] = step
+        if losses is not None and "losses" in self.group:
+            self._append_losses(self.group["losses"], losses)
         self.recorded = index + 1
         self.group.attrs["recorded"] = self.recorded
+
+    @staticmethod
+    def _append_losses(array: Any, losses: np.ndarray) -> None:
+        """Grow ``array`` to ``losses`` [P] and write the steps it did not hold."""
+        known = array.shape[0]
+        if len(losses) > known:
+            array.resize((len(losses),))
+            array[known:] = losses[known:].astype(np.float32)
 
 
 @dataclass
@@ -180,7 +202,9 @@ class MonitorArchive:
     """The complete records of an archive, as read at one moment.
 
     steps: [T] int; stats: [T, S, L, H] float32; statistics: the S names; lengths: [K] int;
-    probe: the probe examples' texts and tokens; model, layers, heads, every: as recorded.
+    probe: the probe examples' texts and tokens; model, layers, heads, every: as recorded;
+    losses: [P] float32 the training loss of steps 1 to P (NaN: not given; P: the last record's step, 0
+    for an archive without losses).
     """
 
     path: str  # the archive's folder, as messages name it
@@ -193,6 +217,7 @@ class MonitorArchive:
     statistics: list[str]
     lengths: np.ndarray
     probe: ProbeTokens
+    losses: np.ndarray
     _files: ArchiveFiles
     _attention: Any
 
@@ -317,6 +342,16 @@ def _records(files: ArchiveFiles, array: Any, count: int) -> np.ndarray:
     return np.stack([_read_chunk(files, array, (t,), t) for t in range(count)]) if count else array[:0]
 
 
+def _losses(files: ArchiveFiles, array: Any, steps: int) -> np.ndarray:
+    """[P] float32: the first ``min(steps, stored)`` values of the ``losses`` array, each chunk checked."""
+    size = min(steps, array.shape[0])
+    chunks = [
+        _read_chunk(files, array, (c,), slice(c * LOSS_CHUNK, min((c + 1) * LOSS_CHUNK, size)))
+        for c in range(-(-size // LOSS_CHUNK))
+    ]
+    return np.concatenate(chunks).astype(np.float32) if chunks else np.zeros(0, np.float32)
+
+
 def read_archive(path: str | Path | OpenFolder) -> MonitorArchive:
     """Open the archive at ``path`` (an archive folder or a run folder holding ``monitor.zarr``; a path, or
     a folder already opened, whose files are then read below it without following links).
@@ -377,8 +412,11 @@ def read_archive(path: str | Path | OpenFolder) -> MonitorArchive:
         statistics=statistics,
         lengths=_read_chunk(files, arrays["lengths"], (0,), slice(None)).astype(np.int64),
         probe=probe_tokens,
+        losses=np.zeros(0, np.float32),
         _attention=arrays["attention"],
     )
+    if "losses" in group and count:
+        archive.losses = _losses(files, group["losses"], int(archive.steps[-1]))
     for example in range(len(archive.lengths)):  # every attention chunk is there, before anything is read
         for record in range(count):
             _chunk_key(files, arrays["attention"], (record, example))

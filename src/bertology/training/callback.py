@@ -10,15 +10,18 @@ trainer = Trainer(model=loaded.model, args=args, train_dataset=data,
 
 The model must be the one in ``loaded`` (its attention routed through bertology's capture, as
 :func:`~bertology.models.load_model` prepares it). Records: step 0 when training begins, every
-``monitor.every`` optimizer steps, and the last step when training ends.
+``monitor.every`` optimizer steps, and the last step when training ends; the archive's ``losses`` get the
+Trainer's logged training loss at each logging step (every step with ``logging_steps=1``).
 
 :class:`RulesCallback` evaluates the same rules as ``bertology finetune`` (:mod:`bertology.training.rules`)::
 
     watchdog = Watchdog(select_rules("default"), stop_on=["exploding_gradient"])
     callbacks = [MonitorCallback(monitor, loaded), RulesCallback(watchdog, loaded, every=50, monitor=monitor)]
 
-It feeds the watchdog the Trainer's logged training loss and evaluations (``loss``, ``eval_loss``,
-``eval_accuracy``), the per-layer signals of every ``every``-th optimizer step, the monitor's records
+It feeds the watchdog the Trainer's logged training loss (one value per logging step:
+``logging_steps=1`` gives the rules every step's loss, as :func:`~bertology.training.finetune` does) and
+evaluations (``loss``, ``eval_loss``, ``eval_accuracy``), the per-layer signals of every ``every``-th
+optimizer step, the monitor's records
 (when given) and the training labels' counts (when given); an alert of a ``stop_on`` rule ends training
 (``control.should_training_stop``). The Trainer clips gradients before any callback sees them, so the
 gradient norms here are after clipping (``max_grad_norm``), unlike :func:`~bertology.training.finetune`'s.
@@ -59,6 +62,17 @@ class MonitorCallback(TrainerCallback):
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
         self.monitor.step(self.loaded, state.global_step)
+
+    def on_log(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        logs: dict[str, float] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if logs and "loss" in logs and state.global_step > 0:
+            self.monitor.loss(state.global_step, float(logs["loss"]))
 
     def on_train_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any

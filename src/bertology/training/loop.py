@@ -17,15 +17,20 @@ A run folder holds:
   and the training rules' ``alerts`` (rewritten as they fire; :mod:`bertology.training.rules`).
 - ``metrics.jsonl`` (a line per log and evaluation, appended as training goes) and ``metrics.csv``:
   ``split`` = ``train`` rows (mean loss over the last ``log_every`` steps, learning rate) and ``dev``
-  rows (accuracy and mean cross-entropy over the dev examples).
-- ``monitor.zarr``: the attention monitor's archive (:mod:`bertology.training.archive`).
+  rows (accuracy and mean cross-entropy over the dev examples; the accuracy is NaN when a logit is not
+  finite, since the arg-max of NaN logits is no prediction).
+- ``monitor.zarr``: the attention monitor's archive (:mod:`bertology.training.archive`), with the training
+  loss of every step (``losses``).
 - ``signals.jsonl``: the per-layer gradient norms, weight-update norms and activation saturation of every
   ``watch_every``-th step (:mod:`bertology.training.signals`), when rules are evaluated.
-
 - ``tensors.jsonl``: what SageMaker Debugger's rules (``rules="smdebug"``) read of every watched step
   (per-layer gradient and weight statistics, activation activity, token counts), when one of them is
   selected (:mod:`bertology.training.tensor_recorder`); they also read each dev evaluation's confusion
   matrix.
+
+The training rules get the loss of every step (before the step's signals, so a divergence in the loss
+is seen before what it does to the gradients), every dev evaluation, the signals and the monitor's
+records.
 """
 
 from __future__ import annotations
@@ -132,7 +137,9 @@ def evaluate(
     loaded: LoadedModel, split: Split, labels: list[int], max_length: int
 ) -> tuple[float, float, np.ndarray]:
     """(accuracy, mean cross-entropy in nats, confusion matrix [C, C] of examples by true label (row) and
-    arg-max prediction (column)) of classifier ``loaded`` on ``split``."""
+    arg-max prediction (column)) of classifier ``loaded`` on ``split``. The accuracy is NaN (undefined)
+    when any logit is not finite: the arg-max of NaN logits would count every such example as the first
+    label, giving that label's share of the dev set instead of an accuracy."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TruncationWarning)  # counted in run.json instead
         logits = predict_logits(loaded, split.texts, split.texts_b, batch_size=64, max_length=max_length)
@@ -141,7 +148,7 @@ def evaluate(
     classes = logits.shape[1]
     pairs = np.asarray(labels, dtype=np.int64) * classes + np.argmax(logits, axis=1)
     confusion = np.bincount(pairs, minlength=classes * classes).reshape(classes, classes)
-    return accuracy(logits, labels), loss, confusion
+    return (accuracy(logits, labels) if np.isfinite(logits).all() else math.nan), loss, confusion
 
 
 class _MetricsLog:
@@ -480,6 +487,9 @@ def _run(
                 )
                 step += 1
                 window.append(loss)
+                if monitor is not None:
+                    monitor.loss(step, loss)
+                alerts(watchdog.train(step, loss))
                 if watched is not None and signals is not None:
                     record: SignalRecord = watched.after_update(step, rate)
                     signals.add(**record.to_json())
@@ -492,7 +502,6 @@ def _run(
                 if step % settings.log_every == 0:
                     metrics.add(**position, split="train", loss=float(np.mean(window)), learning_rate=rate,
                                 seconds=round(time.perf_counter() - started, 2))  # fmt: skip
-                    alerts(watchdog.train(step, float(np.mean(window))))
                 if on_progress is not None:
                     on_progress(TrainingProgress(step, total, float(np.mean(window)), rate))
                 if monitor is not None and monitor.step(loaded, step):

@@ -7,7 +7,8 @@ captures the probe examples' attention in eval mode (no dropout; the model's mod
 random numbers are drawn, so training runs the same with or without the monitor) and the per-head
 surface statistics of :mod:`bertology.stats.surface` over the probe set. The monitor's ``latest``
 record (statistics and each head's change since the previous record) is what the training rules read
-(:mod:`bertology.training.rules`).
+(:mod:`bertology.training.rules`). The training loss of each step, given with :meth:`AttentionMonitor.loss`,
+goes into the archive's ``losses`` with the next record.
 """
 
 from __future__ import annotations
@@ -81,6 +82,14 @@ class AttentionMonitor:
         self.last_step: int | None = None
         self.latest: AttentionRecord | None = None
         self._previous: list[np.ndarray] | None = None
+        self._losses: list[float] = []  # index i: step i + 1
+
+    def loss(self, step: int, value: float) -> None:
+        """Keep the training loss (nats) of optimizer step ``step`` (1-based) for the archive's ``losses``
+        (written with the next record; steps without a loss are NaN there)."""
+        if step > len(self._losses):
+            self._losses += [np.nan] * (step - len(self._losses))
+        self._losses[step - 1] = float(value)
 
     def step(self, loaded: LoadedModel, step: int) -> bool:
         """Record if ``step`` is a multiple of ``every``; returns whether it recorded."""
@@ -94,7 +103,8 @@ class AttentionMonitor:
         if self.writer is None:
             self.writer = self._create(loaded, batch)
         statistics = _statistics_of(batch, SpecialTokens.of(loaded))
-        self.writer.append(step, batch.probs.half().cpu().numpy(), statistics)
+        losses = np.array(self._losses[:step], dtype=np.float32)
+        self.writer.append(step, batch.probs.half().cpu().numpy(), statistics, losses)
         probs = batch.probs.float().cpu().numpy()
         examples = [probs[i, ..., :n, :n] for i, n in enumerate(self.writer.lengths)]  # [L, H, n, n] each
         change = None if self._previous is None else head_change(self._previous, examples)

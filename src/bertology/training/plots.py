@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import matplotlib
 import numpy as np
 import pandas as pd
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
@@ -29,35 +30,89 @@ _LABEL_SIZE = 9
 _TITLE_SIZE = 10
 
 
-def training_curves(metrics: pd.DataFrame, alerts: Sequence[tuple[int, str]] = ()) -> Figure:
-    """Loss (training rows and dev evaluations) and dev accuracy against the optimizer step.
+#: Numbered alert marks on the training curves closer than this share of the x range go a row down.
+_MARK_GAP = 0.04
+#: Loss curves spanning more than this ratio are drawn on a log scale (a divergence next to 0.3 nats).
+_LOG_SPAN = 100.0
+
+
+def alert_steps(alerts: Sequence[tuple[int, str]]) -> list[tuple[int, list[str]]]:
+    """The distinct steps of ``alerts`` ((step, rule name) pairs) in step order, each with its rules in
+    their order of firing: mark ``i + 1`` on :func:`training_curves` is entry ``i``."""
+    steps: dict[int, list[str]] = {}
+    for step, rule in alerts:
+        steps.setdefault(int(step), []).append(rule)
+    return sorted(steps.items())
+
+
+def _mark_alerts(ax: Axes, alerts: Sequence[tuple[int, str]]) -> None:
+    """A dashed line at each alert step and a numbered mark at its top (:func:`alert_steps` numbers them;
+    marks that would touch are stacked in rows, so none is drawn over another)."""
+    low, high = ax.get_xlim()
+    gap = _MARK_GAP * (high - low)
+    last_in_row: list[float] = []
+    for number, (step, _) in enumerate(alert_steps(alerts), start=1):
+        row = next((r for r, x in enumerate(last_in_row) if step - x >= gap), len(last_in_row))
+        if row == len(last_in_row):
+            last_in_row.append(step)
+        last_in_row[row] = step
+        ax.axvline(step, color=ALERT_COLOUR, lw=0.9, ls="--", alpha=0.8)
+        ax.annotate(
+            str(number), (step, 1), xycoords=("data", "axes fraction"), xytext=(0, -8 - 11 * row),
+            textcoords="offset points", ha="center", va="center", fontsize=6, color=ALERT_COLOUR,
+            bbox={"boxstyle": "circle,pad=0.2", "fc": "white", "ec": ALERT_COLOUR, "lw": 0.7},
+        )  # fmt: skip
+
+
+def training_curves(
+    metrics: pd.DataFrame, alerts: Sequence[tuple[int, str]] = (), losses: np.ndarray | None = None
+) -> Figure:
+    """Loss (the training loss of every step, its running mean, dev evaluations) and dev accuracy against
+    the optimizer step.
 
     metrics: the rows of ``metrics.jsonl`` (columns ``step``, ``split``, ``loss``, ``accuracy``).
-    alerts: (step, rule name) of the training rules' alerts, drawn as labelled dashed lines.
+    alerts: (step, rule name) of the training rules' alerts, drawn as dashed lines with numbered marks
+        (:func:`alert_steps`; the watch page's caption gives the key).
+    losses: [P] the training loss of steps 1 to P (NaN: not recorded), e.g. the archive's ``losses``.
+    Dev accuracies that are NaN (undefined: the logits were not finite) are marked and labelled.
     """
     figure = new_figure(9.0, 3.2)
     loss_ax, accuracy_ax = figure.subplots(1, 2)
     train = metrics[metrics["split"] == "train"]
     dev = metrics[metrics["split"] == "dev"]
-    loss_ax.plot(train["step"], train["loss"], color="C0", lw=1.2, label="training (running mean)")
+    drawn = [train["loss"].to_numpy(float), dev["loss"].to_numpy(float)]
+    if losses is not None and np.isfinite(losses).any():
+        steps = np.arange(1, len(losses) + 1)
+        loss_ax.plot(steps, losses, color="C0", lw=0.6, alpha=0.4, label="training (each step)")
+        drawn.append(losses)
+    few = len(train) < 30  # a line of one or two points needs its markers to be seen
+    loss_ax.plot(train["step"], train["loss"], color="C0", lw=1.2, marker="." if few else None,
+                 label="training (running mean)")  # fmt: skip
     loss_ax.plot(dev["step"], dev["loss"], color="C1", marker="o", ms=4, lw=1.2, label="dev")
+    values = np.concatenate(drawn)
+    values = values[np.isfinite(values) & (values > 0)]
+    if values.size and values.max() > _LOG_SPAN * values.min():
+        loss_ax.set_yscale("log")
     loss_ax.set_ylabel("cross-entropy (nats)", fontsize=_LABEL_SIZE)
     loss_ax.set_title("loss", fontsize=_TITLE_SIZE)
     loss_ax.legend(fontsize=_TICK_SIZE, frameon=False)
     if "accuracy" in dev:
-        accuracy_ax.plot(dev["step"], dev["accuracy"], color="C1", marker="o", ms=4, lw=1.2)
+        accuracy = dev["accuracy"].to_numpy(float)
+        accuracy_ax.plot(dev["step"], accuracy, color="C1", marker="o", ms=4, lw=1.2)
+        undefined = dev["step"].to_numpy()[np.isnan(accuracy)]
+        if undefined.size:
+            accuracy_ax.plot(undefined, np.full(undefined.size, 0.05), "x", color="0.3", ms=6, mew=1.5,
+                             transform=accuracy_ax.get_xaxis_transform(),
+                             label="undefined: logits not finite")  # fmt: skip
+            accuracy_ax.legend(fontsize=_TICK_SIZE, frameon=False, loc="lower left", bbox_to_anchor=(0, 0.1))
     accuracy_ax.set_ylabel("accuracy", fontsize=_LABEL_SIZE)
     accuracy_ax.set_title("dev accuracy", fontsize=_TITLE_SIZE)
     for ax in (loss_ax, accuracy_ax):
-        for step, rule in alerts:
-            ax.axvline(step, color=ALERT_COLOUR, lw=0.9, ls="--", alpha=0.8)
-            ax.annotate(
-                rule, (step, 1), xycoords=("data", "axes fraction"), xytext=(2, -2),
-                textcoords="offset points", rotation=90, va="top", fontsize=6, color=ALERT_COLOUR,
-            )  # fmt: skip
         ax.set_xlabel("optimizer step", fontsize=_LABEL_SIZE)
         ax.tick_params(labelsize=_TICK_SIZE)
         ax.grid(alpha=0.3, lw=0.5)
+        if alerts:
+            _mark_alerts(ax, alerts)
     return figure
 
 

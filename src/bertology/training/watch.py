@@ -148,7 +148,7 @@ def _ranked_table(archive: MonitorArchive, change: np.ndarray) -> dict[str, Any]
     before, after = _table_at(archive, 0), _table_at(archive, len(archive) - 1)
     order = np.argsort(-change, axis=None, kind="stable")
     columns = ["rank", "layer", "head", "change (nats)"]
-    columns += [f"{title_of(name)}: before → after" for name in CURVE_STATISTICS]
+    columns += [title_of(name) for name in CURVE_STATISTICS]
     rows = []
     for rank, flat in enumerate(order, start=1):
         layer, head = divmod(int(flat), archive.heads)
@@ -160,7 +160,8 @@ def _ranked_table(archive: MonitorArchive, change: np.ndarray) -> dict[str, Any]
     caption = (
         "Every head, most changed first. Change: mean Jensen-Shannon divergence (nats, at most ln 2 ≈ 0.693) "
         "between a query token's attention at the first and the last record, over all tokens of the probe "
-        "examples. Layers and heads are 0-based."
+        "examples; each statistic as before → after (at the first record → at the last). Layers and heads "
+        "are 0-based."
     )
     return {"caption": caption, "columns": columns, "rows": rows}
 
@@ -169,10 +170,10 @@ def _facts(archive: MonitorArchive, run: dict[str, Any]) -> list[list[str]]:
     facts = [["model", archive.model]]
     if run:
         facts += [["task", str(run.get("task", ""))], ["status", run_status(run)]]
-        if isinstance(run.get("dev_accuracy"), int | float):
-            facts.append(
-                ["final dev accuracy", f"{run['dev_accuracy']:.4f} on {run.get('dev_examples')} examples"]
-            )
+        accuracy = run.get("dev_accuracy")
+        if isinstance(accuracy, int | float):
+            value = f"{accuracy:.4f}" if np.isfinite(accuracy) else "undefined (the logits are not finite)"
+            facts.append(["final dev accuracy", f"{value} on {run.get('dev_examples')} examples"])
         if isinstance(run.get("seconds"), int | float):
             facts.append(["optimizer steps", f"{run.get('steps')} in {run['seconds']:.0f} s"])
         stopped = run.get("stopped_by")
@@ -192,8 +193,15 @@ def _sections(
 ) -> list[dict[str, Any]]:
     sections = []
     if metrics is not None:
-        figure = plots.training_curves(metrics, [(alert.step, alert.rule) for alert in alerts])
-        caption = "Dashed: the training rules' alerts." if alerts else ""
+        marked = [(alert.step, alert.rule) for alert in alerts]
+        figure = plots.training_curves(metrics, marked, archive.losses)
+        caption = ""
+        if alerts:
+            key = "; ".join(
+                f"{number}: step {step}, {', '.join(rules)}"
+                for number, (step, rules) in enumerate(plots.alert_steps(marked), start=1)
+            )
+            caption = f"Dashed: the training rules' alerts ({key})."
         sections.append(
             {
                 "id": "training",

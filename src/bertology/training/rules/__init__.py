@@ -1,9 +1,11 @@
-"""Rules that watch a training run and raise alerts, as SageMaker Debugger's built-in rules did, and
-rules for attention's own failure modes.
+"""Rules that watch a training run and raise alerts: bertology's own rules on the optimisation (several
+watch what a SageMaker Debugger built-in rule of a similar name watches, with other conditions, stated in
+each rule's docstring) and rules for attention's own failure modes.
 
 Each rule is a small frozen dataclass: a ``name``, its thresholds as fields (the defaults), and
 ``check(history)`` whose docstring states the condition. A :class:`Watchdog` evaluates a list of rules on
-the run's records as they come (:mod:`~bertology.training.rules.records`) and raises each finding once.
+the run's records as they come (:mod:`~bertology.training.rules.records`) and raises each finding once,
+the divergence rule first (the alerts of other rules after a divergence say that they follow it).
 :func:`select_rules` turns the command line's ``--rules`` (and ``--rule-param``) into rule objects.
 
 ``--rules smdebug`` selects instead SageMaker Debugger's built-in rules under Debugger's names, with its
@@ -14,15 +16,18 @@ documented conditions and defaults (:mod:`~bertology.training.rules.smdebug`: ``
 rule                      fires when (defaults)
 =======================  ======================================================================
 vanishing_gradient        a group's RMS gradient < 1e-7
-exploding_gradient        gradient norm > 1000 or not finite, or training loss > 10 x first or not finite
+exploding_gradient        the divergence rule: the training loss's 10-step running mean > 10 x its lowest
+                          or not finite, the dev loss > 10 x its lowest or not finite, or the gradient
+                          norm > 1000 or not finite
 weight_update_ratio       a group's update / weight norm < 1e-8 or > 1
 saturated_activation      > 50 % of a group's activations saturated (tanh, sigmoid) or dead (ReLU-like)
 loss_not_decreasing       no 1 % fall of the mean training loss in 4 windows of 50 steps
 overfitting               dev loss 5 % above its lowest while the training loss fell
 stalled_training          weights unchanged at 2 watched steps with a learning rate above 0
 class_imbalance           most / least frequent training label >= 10, or a label without examples
-entropy_collapse          a head's or layer's attention entropy <= 0.25 x its first and <= 0.2 nats
-no_op_heads               a head's [CLS] + [SEP] attention >= 0.9 and up by >= 0.1
+entropy_collapse          a head's or layer's attention entropy, first above 0.5 nats, <= 0.25 x that
+                          first value and <= 0.2 nats
+no_op_heads               a head's [CLS] + [SEP] attention >= 0.9 and up by >= 0.3
 frozen_heads              a head's attention changed <= 1e-9 nats between 2 pairs of records
 =======================  ======================================================================
 """

@@ -1,13 +1,17 @@
 """Rules on the optimisation: gradients, weight updates, activations, the losses and the training labels.
 
-After SageMaker Debugger's built-in rules (VanishingGradient, ExplodingTensor, WeightUpdateRatio,
-SaturatedActivation / DeadRelu, LossNotDecreasing, Overfit, StalledTrainingRule, ClassImbalance); each
-rule's docstring gives its exact condition, its fields the defaults. Every rule reads only the
+These are bertology's own rules. Several watch what a SageMaker Debugger built-in rule of a similar name
+watches (VanishingGradient, ExplodingTensor, WeightUpdateRatio, SaturatedActivation / DeadRelu,
+LossNotDecreasing, Overfit, StalledTrainingRule, ClassImbalance), but none computes Debugger's condition:
+each docstring states our exact condition and how it differs from Debugger's, as Debugger's rule
+documentation (``FirstPartyRules.md`` of the sagemaker-debugger repository) and the AWS developer guide's
+built-in rules page define it. Every rule reads only the
 :class:`~bertology.training.rules.records.History` and returns what it finds now.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
 from typing import ClassVar
@@ -15,6 +19,21 @@ from typing import ClassVar
 import numpy as np
 
 from bertology.training.rules.records import Finding, History, LossRecord, SignalRecord
+
+
+def running_means(values: np.ndarray, window: int) -> np.ndarray:
+    """[n] the mean of ``values`` [n] over the last ``window`` entries up to each one (fewer at the start).
+    A non-finite value makes every later mean non-finite."""
+    sums = np.cumsum(np.concatenate([[0.0], values.astype(np.float64)]))
+    ends = np.arange(1, len(values) + 1)
+    starts = np.maximum(ends - window, 0)
+    with np.errstate(invalid="ignore"):
+        return (sums[ends] - sums[starts]) / (ends - starts)
+
+
+def _from(lowest: float) -> str:
+    """The message part ", from LOWEST", or nothing when there was no earlier (finite) value."""
+    return f", from {lowest:.4g}" if math.isfinite(lowest) else ""
 
 
 def _latest_signals(history: History, moving: bool = False) -> SignalRecord | None:
@@ -46,23 +65,43 @@ class VanishingGradient:
 
 @dataclass(frozen=True)
 class ExplodingGradient:
-    """Fires when, at the latest watched step, the gradient norm over all groups is above ``max_norm`` or
-    a group's gradient is not finite (before clipping); or when the latest training loss is not finite
-    or above ``loss_growth`` times the lowest earlier one (with gradients clipped, an explosion shows in
-    the loss first: a learning rate of 1e3 saturates every activation, so the gradients even vanish
-    for a while, as the loss grows a thousandfold). After SageMaker Debugger's ExplodingTensor."""
+    """The divergence rule. Fires when any of these holds:
+
+    - training loss: the running mean of the training loss over the last ``window`` steps (fewer at the
+      start; one value per training-loss row, every step in :func:`~bertology.training.finetune`) is not
+      finite or above ``loss_growth`` times the lowest earlier running mean;
+    - dev loss: the latest dev loss is not finite or above ``loss_growth`` times the lowest earlier one;
+    - gradients: at the latest watched step the gradient norm over all groups is above ``max_norm`` or a
+      group's gradient is not finite (before clipping).
+
+    With gradients clipped, a divergence shows in the loss first: a learning rate of 1e3 saturates every
+    activation, so the gradients even vanish, as the loss grows a thousandfold. The running mean keeps
+    one unlucky batch from firing the rule on a healthy run (a batch's loss late in training ranges over
+    more than a factor 10).
+
+    Differs from SageMaker Debugger's ExplodingTensor, which fires when any saved tensor has a NaN or
+    infinite value (``only_nan``: NaN only) and has no threshold on a loss or a gradient norm."""
 
     name: ClassVar[str] = "exploding_gradient"
+    #: The watchdog marks the other rules' later alerts as following this rule's first alert.
+    divergence: ClassVar[bool] = True
     max_norm: float = 1000.0
     loss_growth: float = 10.0
+    window: int = 10
 
     def check(self, history: History) -> list[Finding]:
         found = []
         if history.train:
-            latest = history.train[-1].loss
-            lowest = min((row.loss for row in history.train[:-1]), default=math.inf)
+            means = running_means(np.array([row.loss for row in history.train]), self.window)
+            latest, lowest = float(means[-1]), float(np.min(means[:-1], initial=np.inf))
             if not math.isfinite(latest) or latest > self.loss_growth * lowest:
-                found.append(Finding("training loss", f"training loss {latest:.4g}, from {lowest:.4g}"))
+                what = f"training loss {latest:.4g} (mean of the last {self.window} steps){_from(lowest)}"
+                found.append(Finding("training loss", what))
+        if history.dev:
+            latest = history.dev[-1].loss
+            lowest = min((row.loss for row in history.dev[:-1]), default=math.inf)
+            if not math.isfinite(latest) or latest > self.loss_growth * lowest:
+                found.append(Finding("dev loss", f"dev loss {latest:.4g}{_from(lowest)}"))
         record = _latest_signals(history)
         if record is None:
             return found
@@ -80,8 +119,11 @@ class ExplodingGradient:
 class WeightUpdateRatio:
     """Fires for a group whose update ratio ``update_norm / weight_norm`` (one step's change of its weights
     relative to the weights) is below ``small`` or above ``large``, at the latest watched step with a
-    learning rate above 0. Typical fine-tuning steps give about 1e-4 to 1e-2; SageMaker Debugger's
-    ``small_threshold`` is the same 1e-8."""
+    learning rate above 0. Typical fine-tuning steps give about 1e-4 to 1e-2.
+
+    Differs from SageMaker Debugger's WeightUpdateRatio ("ratio of updates to weights is larger than
+    ``large_threshold`` or ... smaller than ``small_threshold``", defaults 10.0 and 1e-8, with ``epsilon``
+    1e-9 added to the divisor) in the upper bound: ours is 1, a step that moves a group by its own size."""
 
     name: ClassVar[str] = "weight_update_ratio"
     small: float = 1e-8
@@ -112,9 +154,15 @@ class WeightUpdateRatio:
 @dataclass(frozen=True)
 class SaturatedActivation:
     """Fires for a group whose saturated fraction of activations is above ``max_fraction`` at the latest
-    watched step (tanh and sigmoid outputs within 3 % of a bound; ReLU-like units, GELU and SiLU included,
-    that are not positive for any token of the batch: dead units). SageMaker Debugger's SaturatedActivation
-    and DeadRelu use the same 50 %."""
+    watched step (tanh and sigmoid *outputs* within 3 % of their range from a bound, a margin of our
+    choosing; ReLU-like units, GELU and SiLU included, that are not positive for any token of the batch:
+    dead units), counted over all the group's outputs.
+
+    Differs from SageMaker Debugger's SaturatedActivation, which looks at the activations' *inputs*
+    (tanh inputs outside (-9.4999, 9.4999), sigmoid inputs outside (-23, 16.99999)), counts a node as
+    saturated when it is active for less than ``threshold_inactivity`` 1 % of the batch, and fires when
+    more than ``threshold_layer`` 50 % of a layer's nodes are; and from DeadRelu (ReLU nodes active for
+    less than 1 %, more than 50 % of a layer), which we fold in as units never positive."""
 
     name: ClassVar[str] = "saturated_activation"
     max_fraction: float = 0.5
@@ -147,7 +195,13 @@ def _window_means(rows: list[LossRecord], window: int) -> list[tuple[int, float]
 class LossNotDecreasing:
     """Fires when the mean training loss has not fallen for ``patience`` windows: the training-loss rows
     are cut into windows of ``window`` steps, and none of the last ``patience`` complete windows has a
-    mean below ``(1 - min_decrease)`` times the lowest mean of the windows before them."""
+    mean below ``(1 - min_decrease)`` times the lowest mean of the windows before them. Evaluated when a
+    window completes (what it finds changes only then).
+
+    Differs from SageMaker Debugger's LossNotDecreasing, which every ``num_steps`` (10) steps compares
+    the loss at that step with the loss at the newest saved step at least ``num_steps`` back and fires
+    unless it is lower by ``diff_percent`` (0 %): a loss flat over steps 10 to 40 fires there at step 20
+    and is silent here until 4 windows of 50 steps have passed."""
 
     name: ClassVar[str] = "loss_not_decreasing"
     window: int = 50
@@ -155,7 +209,10 @@ class LossNotDecreasing:
     min_decrease: float = 0.01
 
     def check(self, history: History) -> list[Finding]:
-        means = _window_means(history.train, self.window)
+        rows = history.train
+        if len(rows) < 2 or rows[-1].step // self.window == rows[-2].step // self.window:
+            return []
+        means = _window_means(rows, self.window)
         if len(means) <= self.patience:
             return []
         best = min(mean for _, mean in means[: -self.patience])
@@ -173,18 +230,22 @@ class LossNotDecreasing:
 
 def _train_loss_near(rows: list[LossRecord], step: int, window: int) -> float:
     """Mean training loss of the rows in ``(step - window, step]`` (else the last row up to ``step``)."""
-    near = [row.loss for row in rows if step - window < row.step <= step]
-    if near:
-        return float(np.mean(near))
-    before = [row.loss for row in rows if row.step <= step]
-    return before[-1] if before else math.nan
+    end = bisect.bisect_right(rows, step, key=lambda row: row.step)  # rows are in step order
+    start = bisect.bisect_right(rows, step - window, key=lambda row: row.step)
+    if end > start:
+        return float(np.mean([row.loss for row in rows[start:end]]))
+    return rows[end - 1].loss if end else math.nan
 
 
 @dataclass(frozen=True)
 class Overfitting:
     """Fires when the latest dev loss is at least ``min_rise`` (relative) above the lowest earlier dev loss
     while the training loss fell since that evaluation (training loss: the mean of the rows in the
-    ``window`` steps up to each evaluation)."""
+    ``window`` steps up to each evaluation).
+
+    Differs from SageMaker Debugger's Overfit, which fires when ``(validation - training) / training``
+    loss exceeds ``ratio_threshold`` 0.1 (``patience`` 1): a dev loss of 0.6 against a steady training
+    loss of 0.3 fires there and not here, where the dev loss must rise from its own lowest."""
 
     name: ClassVar[str] = "overfitting"
     min_rise: float = 0.05
@@ -214,7 +275,10 @@ class Overfitting:
 class StalledTraining:
     """Fires when the weights have not changed at the last ``records`` watched steps with a learning rate
     above 0: the update norm over all groups is at most ``max_ratio`` times the weight norm (or nothing
-    trains at all)."""
+    trains at all).
+
+    Not SageMaker Debugger's StalledTrainingRule, which fires when no new data has been saved for
+    ``threshold`` 1,800 seconds (wall time); this rule watches the weights, not the clock."""
 
     name: ClassVar[str] = "stalled_training"
     records: int = 2
@@ -236,8 +300,12 @@ class StalledTraining:
 @dataclass(frozen=True)
 class ClassImbalance:
     """Fires when the training labels' most frequent class has at least ``max_ratio`` times the examples
-    of the least frequent one, or a label has no training example (SageMaker Debugger's
-    ``threshold_imbalance`` is the same 10)."""
+    of the least frequent one, or a label has no training example.
+
+    Differs from SageMaker Debugger's ClassImbalance, which fires when the ratio is *larger than*
+    ``threshold_imbalance`` 10 (a ratio of exactly 10 fires here, not there), and also when a class's
+    misprediction rate exceeds ``threshold_misprediction`` 0.7 over ``samples`` 500; we do not look at
+    predictions."""
 
     name: ClassVar[str] = "class_imbalance"
     max_ratio: float = 10.0

@@ -18,7 +18,9 @@ import numpy as np
 
 @dataclass(frozen=True)
 class LossRecord:
-    """A training-loss row: mean cross-entropy (nats) over the steps logged up to ``step``."""
+    """A training-loss row: the training loss (mean cross-entropy over the batch, nats) at optimizer step
+    ``step``; :func:`~bertology.training.finetune` gives one per step, a ``Trainer`` one per log (the mean
+    since the previous log)."""
 
     step: int
     loss: float
@@ -182,29 +184,39 @@ class Finding:
 @dataclass(frozen=True)
 class Alert:
     """A rule that fired: its name, the step it fired at, what it found and where (one entry per place;
-    ``heads``: the ``[layer, head]`` pairs it names, 0-based, for the watch page's marks)."""
+    ``heads``: the ``[layer, head]`` pairs it names, 0-based, for the watch page's marks). ``follows``:
+    the divergence it came after (``"exploding_gradient at step 3"``), so likely a consequence of it;
+    None when the run had not diverged (:mod:`~bertology.training.rules.watchdog`)."""
 
     rule: str
     step: int
     what: str
     where: tuple[str, ...]
     heads: tuple[tuple[int, int], ...] = ()
+    follows: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """As ``run.json`` keeps it: ``{"rule", "step", "what", "where": [...], "heads": [[l, h], ...]}``."""
+        """As ``run.json`` keeps it: ``{"rule", "step", "what", "where": [...], "heads": [[l, h], ...],
+        "follows"}``."""
         return {
             "rule": self.rule,
             "step": self.step,
             "what": self.what,
             "where": list(self.where),
             "heads": [list(head) for head in self.heads],
+            "follows": self.follows,
         }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Alert:
         """The alert of :meth:`to_json`'s object."""
         heads = tuple((int(layer), int(head)) for layer, head in data.get("heads", []))
-        return cls(str(data["rule"]), int(data["step"]), str(data["what"]), tuple(data["where"]), heads)
+        follows = data.get("follows")
+        return cls(
+            str(data["rule"]), int(data["step"]), str(data["what"]), tuple(data["where"]), heads,
+            None if follows is None else str(follows),
+        )  # fmt: skip
 
     def __str__(self) -> str:
-        return f"step {self.step}: {self.rule}: {self.what}"
+        after = "" if self.follows is None else f" (after {self.follows})"
+        return f"step {self.step}: {self.rule}{after}: {self.what}"

@@ -1,5 +1,11 @@
 """The watchdog: keeps a run's history, evaluates the rules on every new record and raises each finding
-once (per rule and place), so an alert says when a condition first held."""
+once (per rule and place), so an alert says when a condition first held.
+
+Divergence comes first: the rules that mark a divergence (a ``divergence`` class attribute that is
+true, e.g. :class:`~bertology.training.rules.optimisation.ExplodingGradient`) are evaluated before the
+others on every record, and once one has fired, every later alert of another rule is raised as
+following it (``Alert.follows``): vanishing gradients, saturated activations or collapsed attention after
+a divergence are its consequences, not news."""
 
 from __future__ import annotations
 
@@ -27,7 +33,9 @@ WHAT_PLACES = 3
 
 class Rule(Protocol):
     """A rule: a name and a check of the history that returns what it finds now (module docstrings of
-    :mod:`~bertology.training.rules.optimisation` and :mod:`~bertology.training.rules.attention`)."""
+    :mod:`~bertology.training.rules.optimisation` and :mod:`~bertology.training.rules.attention`). A rule
+    may also have a ``divergence`` attribute: true marks a rule whose alerts say the run diverged (module
+    docstring)."""
 
     @property
     def name(self) -> str: ...
@@ -35,12 +43,17 @@ class Rule(Protocol):
     def check(self, history: History) -> list[Finding]: ...
 
 
-def _alert(rule: str, step: int, findings: list[Finding]) -> Alert:
+def _marks_divergence(rule: Rule) -> bool:
+    return bool(getattr(rule, "divergence", False))
+
+
+def _alert(rule: str, step: int, findings: list[Finding], follows: Alert | None) -> Alert:
     whats = [finding.what for finding in findings[:WHAT_PLACES]]
     more = len(findings) - WHAT_PLACES
     what = "; ".join(whats) + (f"; and {more} more" if more > 0 else "")
     heads = tuple(finding.head for finding in findings if finding.head is not None)
-    return Alert(rule, step, what, tuple(finding.where for finding in findings), heads)
+    after = None if follows is None else f"{follows.rule} at step {follows.step}"
+    return Alert(rule, step, what, tuple(finding.where for finding in findings), heads, after)
 
 
 class Watchdog:
@@ -70,6 +83,10 @@ class Watchdog:
                 f"{', '.join(names) or 'none'}."
             )
         self.rules = list(rules)
+        #: The rules in the order they are evaluated: those that mark a divergence first.
+        self._order = sorted(self.rules, key=lambda rule: not _marks_divergence(rule))
+        #: The first alert of a rule that marks a divergence, once one fired.
+        self.diverged: Alert | None = None
         self.stop_on = frozenset(stop_on)
         self.history = History()
         self.alerts: list[Alert] = []
@@ -108,12 +125,15 @@ class Watchdog:
     def _evaluate(self, step: int) -> list[Alert]:
         self.history.record_times.append(self.clock())
         raised = []
-        for rule in self.rules:
+        for rule in self._order:
             new = [f for f in rule.check(self.history) if (rule.name, f.where) not in self._fired]
             if not new:
                 continue
             self._fired |= {(rule.name, finding.where) for finding in new}
-            alert = _alert(rule.name, step, new)
+            divergence = _marks_divergence(rule)
+            alert = _alert(rule.name, step, new, None if divergence else self.diverged)
+            if divergence and self.diverged is None:
+                self.diverged = alert
             raised.append(alert)
             if self.stop is None and rule.name in self.stop_on:
                 self.stop = alert

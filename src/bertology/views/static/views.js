@@ -2001,7 +2001,8 @@
   // data: {view: "watch", title, model, layers, heads, layer, theme, steps: [T],
   //        examples: [{tokens, segments, pair, n, caption, text, attention: packed [T, layers, heads, n, n]}],
   //        facts: [[term, value]], sections: [{id, title, figures: [{png, alt, caption}], table?}],
-  //        alerts?: [{rule, step, what, where: [..], heads: [[layer, head]], record}]} (the training rules')
+  //        alerts?: [{rule, step, what, where: [..], heads: [[layer, head]], follows, record}]} (the training
+  //        rules'; follows: the divergence an alert came after, or null)
   // ---------------------------------------------------------------------------------------------
 
   const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
@@ -2051,7 +2052,7 @@
       const where = Array.isArray(alert.where) ? alert.where.join(", ") : "";
       const button = el("button", {
         class: "bt-alert", type: "button", "data-rule": String(alert.rule), "data-step": String(alert.step),
-        text: `step ${alert.step} · ${alert.rule}: ${alert.what}${where ? ` (${where})` : ""}`,
+        text: `step ${alert.step} · ${alert.rule}${alert.follows ? ` (after ${alert.follows})` : ""}: ${alert.what}${where ? ` (${where})` : ""}`,
       });
       button.addEventListener("click", () => show(i));
       return el("li", {}, [button]);
