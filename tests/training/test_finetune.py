@@ -147,13 +147,13 @@ def test_dev_accuracy_with_logits_that_are_not_finite_is_undefined(
     task = read_glue(write_tiny_task(tmp_path / "task"))
     loaded = load_model(str(tiny_model_dirs["bert"]), classifier=True, labels=task.labels)
     labels = task.label_ids(task.dev)
-    accuracy_now, _ = evaluate(loaded, task.dev, labels, 32)
+    accuracy_now, _, _ = evaluate(loaded, task.dev, labels, 32)
     assert 0.0 <= accuracy_now <= 1.0
     with torch.no_grad():
         loaded.model.classifier.bias.fill_(math.nan)  # every logit becomes NaN
     logits = predict_logits(loaded, task.dev.texts, task.dev.texts_b, max_length=32)
     assert np.isnan(logits).all() and accuracy(logits, labels) == np.mean(np.asarray(labels) == 0)
-    accuracy_nan, loss = evaluate(loaded, task.dev, labels, 32)
+    accuracy_nan, loss, _ = evaluate(loaded, task.dev, labels, 32)
     assert math.isnan(accuracy_nan) and math.isnan(loss)
 
 
