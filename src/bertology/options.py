@@ -34,6 +34,10 @@ SALIENCY_METHODS: tuple[SaliencyMethod, ...] = get_args(SaliencyMethod)
 #: Explanations by changing the input (:mod:`bertology.interventions.attacks`).
 AttackMethod = Literal["input-reduction", "hotflip"]
 ATTACK_METHODS: tuple[AttackMethod, ...] = get_args(AttackMethod)
+#: Whose definitions ``explain`` and ``attack`` follow: bertology's own, or AllenNLP Interpret's code
+#: (:mod:`bertology.interventions.saliency`, :mod:`bertology.interventions.allennlp_attacks`).
+InterpretConvention = Literal["bertology", "allennlp"]
+INTERPRET_CONVENTIONS: tuple[InterpretConvention, ...] = get_args(InterpretConvention)
 #: Integration rules of self-attention attribution (:mod:`bertology.interventions.attention_attribution`).
 IntegrationRule = Literal["riemann", "gauss-legendre"]
 INTEGRATION_RULES: tuple[IntegrationRule, ...] = get_args(IntegrationRule)
@@ -84,6 +88,10 @@ MAX_SMOOTHGRAD_SAMPLES = 10_000
 #: less than their range, so the 10 to 20% Smilkov et al. found for images would drown the input) and the
 #: paper's 50 samples.
 SMOOTHGRAD_NOISE, SMOOTHGRAD_SAMPLES = 0.01, 50
+#: Integrated gradients' points and SmoothGrad's samples by convention: bertology's 50 Gauss-Legendre
+#: points and 50 samples, AllenNLP Interpret's ``steps = 10`` and ``self.num_samples = 10``.
+IG_STEPS: dict[InterpretConvention, int] = {"bertology": 50, "allennlp": 10}
+SAMPLES: dict[InterpretConvention, int] = {"bertology": SMOOTHGRAD_SAMPLES, "allennlp": 10}
 
 #: The host of a Ray address: a name, an IPv4 address or an IPv6 address (its brackets taken off).
 RAY_HOST = re.compile(r"[\w.:-]+")

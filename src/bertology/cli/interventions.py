@@ -12,6 +12,7 @@ from bertology.cli.app import app, err, out
 from bertology.cli.options import (
     DeviceOption,
     DtypeOption,
+    InterpretConventionOption,
     RayOption,
     TextArgument,
     TextBArgument,
@@ -31,7 +32,6 @@ from bertology.options import (
     MAX_SMOOTHGRAD_SAMPLES,
     SALIENCY_METHODS,
     SMOOTHGRAD_NOISE,
-    SMOOTHGRAD_SAMPLES,
     AttackMethod,
     Dtype,
 )
@@ -273,9 +273,14 @@ def explain(
         ),
     ] = None,
     steps: Annotated[
-        int,
-        typer.Option("--steps", min=1, max=MAX_IG_STEPS, help="Integration points of integrated gradients."),
-    ] = 50,
+        int | None,
+        typer.Option(
+            "--steps",
+            min=1,
+            max=MAX_IG_STEPS,
+            help="Integration points of integrated gradients (default: the convention's, 50 or 10).",
+        ),
+    ] = None,
     noise: Annotated[
         float,
         typer.Option(
@@ -287,37 +292,44 @@ def explain(
         ),
     ] = SMOOTHGRAD_NOISE,
     samples: Annotated[
-        int,
+        int | None,
         typer.Option(
-            "--samples", min=1, max=MAX_SMOOTHGRAD_SAMPLES, help="Noisy copies SmoothGrad averages."
+            "--samples",
+            min=1,
+            max=MAX_SMOOTHGRAD_SAMPLES,
+            help="Noisy copies SmoothGrad averages (default: the convention's, 50 or 10).",
         ),
-    ] = SMOOTHGRAD_SAMPLES,
+    ] = None,
     seed: Annotated[int, typer.Option("--seed", min=0, max=MAX_SEED, help="Seed of SmoothGrad's noise.")] = 0,
+    convention: InterpretConventionOption = "bertology",
     device: DeviceOption = DEFAULT_DEVICE,
     dtype: DtypeOption = DEFAULT_DTYPE,
 ) -> None:
     """Which tokens the prediction rests on: gradient, input x gradient, integrated gradients, SmoothGrad;
-    for a decoder's next token also each head's direct contribution to its logit."""
-    from bertology.interventions.saliency import JSON_MARKS
+    for a decoder's next token also each head's direct contribution to its logit. --convention allennlp:
+    AllenNLP Interpret's definitions (a classifier)."""
+    from bertology.interventions.saliency import JSON_MARKS, explanation_settings
     from bertology.interventions.saliency import explain as explain_prediction
     from bertology.models import load_model, model_kind
     from bertology.outputs import check_output_file
     from bertology.report.interventions import write_explanation
 
     check_output_file(output, beside=(".json",), marks=JSON_MARKS)
-    head = {"language_model": True} if model_kind(model) == "decoder" else {"classifier": True}
+    decoder = model_kind(model) == "decoder"
+    explanation_settings(method, steps, noise, samples, convention, decoder=decoder)
+    head = {"language_model": True} if decoder else {"classifier": True}
     loaded = load_model(model, device=device, dtype=dtype, **head)
-    methods = tuple(method or SALIENCY_METHODS)
     explanation = explain_prediction(
         loaded,
         text,
         text_b,
         target=target,
-        methods=methods,
+        methods=method,
         steps=steps,
         noise=noise,
         samples=samples,
         seed=seed,
+        convention=convention,
     )
     page_path, json_path = write_explanation(explanation, output)
     gap = explanation.completeness_gap
@@ -332,7 +344,7 @@ def explain(
         else f"Explained {explanation.label!r} (predicted {explanation.predicted!r})"
     )
     out.print(
-        f"{explained} (probability {explanation.probability:.3f}); {completeness}"
+        f"{explained} (probability {explanation.probability:.3f}; {convention} convention); {completeness}"
         f"Wrote {page_path} and {json_path}.",
         highlight=False,
     )
@@ -365,20 +377,30 @@ def attack(
             "--subwords", help="Let HotFlip swap in any non-special vocabulary entry, not only whole words."
         ),
     ] = False,
+    convention: InterpretConventionOption = "bertology",
     device: DeviceOption = DEFAULT_DEVICE,
     dtype: DtypeOption = DEFAULT_DTYPE,
 ) -> None:
-    """Explain a prediction by changing the input: the reduced input, or the swaps that flip it."""
-    from bertology.interventions.attacks import JSON_MARKS
+    """Explain a prediction by changing the input: the reduced input, or the swaps that flip it.
+    --convention allennlp: AllenNLP Interpret's definitions."""
+    from bertology.interventions.attacks import JSON_MARKS, check_attack_settings
     from bertology.interventions.attacks import attack as attack_input
     from bertology.models import load_model
     from bertology.outputs import check_output_file
     from bertology.report.attacks import write_attack
 
     check_output_file(output, beside=(".json",), marks=JSON_MARKS)
+    check_attack_settings(method, beam, max_flips or None, subwords, convention)
     loaded = load_model(model, classifier=True, device=device, dtype=dtype)
     result = attack_input(
-        loaded, text, text_b, method=method, beam=beam, max_flips=max_flips or None, subwords=subwords
+        loaded,
+        text,
+        text_b,
+        method=method,
+        beam=beam,
+        max_flips=max_flips or None,
+        subwords=subwords,
+        convention=convention,
     )
     page_path, json_path = write_attack(result, output)
     last = result.result
@@ -390,7 +412,8 @@ def attack(
         + ("" if last.text_b is None else f" / {last.text_b!r}")
     )
     out.print(
-        f"Predicted {result.label!r} (probability {result.probability:.3f}); {method}: {outcome}. "
+        f"Predicted {result.label!r} (probability {result.probability:.3f}); {method} ({convention} "
+        f"convention): {outcome}. "
         f"Wrote {page_path} and {json_path}.",
         highlight=False,
     )

@@ -15,6 +15,7 @@ from bertology.options import (
     MAX_THREADS,
     Convention,
     Dtype,
+    InterpretConvention,
     Weights,
     is_device_name,
     ray_address_problem,
@@ -94,6 +95,14 @@ ResumeOption = Annotated[
     typer.Option(
         "--resume",
         help="With --ray: continue from the checkpoint an interrupted run left in the output folder.",
+    ),
+]
+InterpretConventionOption = Annotated[
+    InterpretConvention,
+    typer.Option(
+        "--convention",
+        help="bertology (our definitions) or allennlp (AllenNLP Interpret's: the loss of the prediction, "
+        "|scores| summing to 1, its points, samples, beam and ignored tokens).",
     ),
 ]
 ConventionOption = Annotated[

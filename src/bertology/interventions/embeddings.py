@@ -43,21 +43,37 @@ def logits_of(loaded: LoadedModel, embeddings: torch.Tensor, inputs: dict[str, t
     return loaded.model(inputs_embeds=embeddings, **others).logits
 
 
+def logits_gradient(
+    loaded: LoadedModel, embeddings: torch.Tensor, inputs: dict[str, torch.Tensor], score: Score
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(logits [k, labels], ∂score/∂embeddings [k, n, dim])`` at word embeddings ``[k, n, dim]``, from
+    one forward pass: each input's score differentiated by its own embeddings (the inputs do not
+    interact)."""
+    with torch.enable_grad():
+        point = embeddings.detach().clone().requires_grad_(True)
+        logits = logits_of(loaded, point, inputs)
+        (gradient,) = torch.autograd.grad(score(logits).sum(), point)
+    return logits.detach(), gradient
+
+
 def score_gradient(
     loaded: LoadedModel, embeddings: torch.Tensor, inputs: dict[str, torch.Tensor], score: Score
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(score(logits) [k], ∂score/∂embeddings [k, n, dim])`` at word embeddings ``[k, n, dim]``: each
-    input's score differentiated by its own embeddings (the inputs do not interact)."""
-    with torch.enable_grad():
-        point = embeddings.detach().clone().requires_grad_(True)
-        values = score(logits_of(loaded, point, inputs))
-        (gradient,) = torch.autograd.grad(values.sum(), point)
-    return values.detach(), gradient
+    """``(score(logits) [k], ∂score/∂embeddings [k, n, dim])`` at word embeddings ``[k, n, dim]``
+    (:func:`logits_gradient`)."""
+    logits, gradient = logits_gradient(loaded, embeddings, inputs, score)
+    return score(logits), gradient
 
 
 def target_logit(target: int) -> Score:
     """The score that is the logit of label ``target``."""
     return lambda logits: logits[:, target]
+
+
+def cross_entropy(target: int) -> Score:
+    """The cross-entropy loss of label ``target``, ``−log softmax(logits)[target]`` (what an AllenNLP
+    classifier's ``forward`` returns as ``loss`` for an instance labelled ``target``)."""
+    return lambda logits: -torch.log_softmax(logits.float(), dim=-1)[:, target]
 
 
 def target_log_probability(target: int) -> Score:

@@ -1,11 +1,14 @@
-"""Which input tokens a prediction rests on: signed per-token attributions, for a classifier's label or
-a decoder language model's next token.
+"""Which input tokens a prediction rests on: per-token attributions, for a classifier's label or a
+decoder language model's next token, in one of two conventions (:data:`CONVENTIONS`): bertology's own
+(the default) or AllenNLP Interpret's.
 
-``f`` is the logit of the target: a classifier's predicted class (or a given label), or a decoder's
-next-token logit of its most likely token (or a given token) after the prompt's last token. ``x`` is the
-input's word (token) embeddings ``[tokens, dim]``, to which the model adds its own position and segment
-embeddings (an encoder, before a LayerNorm) or which it rotates into its queries and keys (a Llama-style
-decoder, after an RMSNorm). Each method of :data:`METHODS` gives one signed number per token ``i``:
+``x`` is the input's word (token) embeddings ``[tokens, dim]``, to which the model adds its own position
+and segment embeddings (an encoder, before a LayerNorm) or which it rotates into its queries and keys (a
+Llama-style decoder, after an RMSNorm).
+
+**bertology** (ours). ``f`` is the logit of the target: a classifier's predicted class (or a given
+label), or a decoder's next-token logit of its most likely token (or a given token) after the prompt's
+last token. Each method of :data:`METHODS` gives one signed number per token ``i``:
 
 - ``gradient``: ``‖∂f/∂x[i]‖₂ · sign(x[i] · ∂f/∂x[i])``, the size of the plain gradient (Simonyan et al.
   2014), signed by whether growing the token's own embedding raises ``f``. (Summing the gradient's
@@ -34,6 +37,44 @@ decoder, after an RMSNorm). Each method of :data:`METHODS` gives one signed numb
 Positive values push towards the target, negative values away from it. For a decoder, each head's direct
 contribution to the target's logit comes with them
 (:func:`~bertology.interventions.direct_logit.direct_logit_attribution`).
+
+**allennlp**: AllenNLP Interpret's saliency interpreters as its code (allenai/allennlp 2.10,
+``allennlp/interpret/saliency_interpreters/``) defines them, for a classifier. What is differentiated is
+the loss of the prediction: ``Predictor.get_gradients`` "Gets the gradients of the loss with respect to
+the model inputs" of the instance that ``predictions_to_labeled_instances`` labels with the prediction
+(``label = numpy.argmax(outputs["probs"])``), so ``L = −log softmax(logits)[y]``, the cross-entropy of the
+predicted label ``y`` (or of a given label). The gradients are those of the output of the layer
+``find_embedding_layer`` picks, which for a transformers BERT model is the word embeddings alone
+(``if isinstance(module, BertEmbeddings): return module.word_embeddings``; likewise RoBERTa's and
+ALBERT's), before the position and segment embeddings and the LayerNorm: ``x`` above. Every token is
+scored, the special ones included (AllenNLP's text field holds [CLS] and [SEP]), and every method
+normalises alike: ``normalized_grad = [math.fabs(e) / norm for e in emb_grad]`` with ``norm =
+numpy.linalg.norm(emb_grad, ord=1)``, so the scores are ``|s_i| / Σ_j |s_j|``, not negative and summing
+to 1, for the per-token sums ``s_i``:
+
+- ``input-x-gradient`` (AllenNLP's ``simple-gradient``): ``s_i = Σ_d ∂L/∂x[i, d] · x[i, d]``
+  (``numpy.sum(grad[0] * embeddings_list[input_idx][0], axis=1)``, the gradient times the embedding
+  output a forward hook saved). Since AllenNLP 1.2 that hook's ``output.squeeze(0)`` has already
+  dropped the batch axis when no token offsets are used, so the ``[0]`` meant to undo the batching picks
+  the first token's embedding instead; here, as its comment and the offsets case intend, each token's
+  gradient is multiplied by its own embedding. (AllenNLP has no plain ``gradient``.)
+- ``integrated-gradients`` (AllenNLP's ``integrated-gradient``): ``s_i = Σ_d x[i, d] · (1/m) Σ_k
+  ∂L/∂x[i, d](α_k x)``, ``α_k = k/m`` for ``k = 0 … m−1`` (``for alpha in numpy.linspace(0, 1.0,
+  num=steps, endpoint=False)``, ``steps = 10``: a left Riemann sum), the baseline the zero vector in
+  every position, special tokens included (a forward hook scales the embedding output,
+  ``output.mul_(alpha)``), the mean gradient times the input (``ig_grads[key] *= input_embedding``).
+- ``smoothgrad`` (AllenNLP's ``smooth-gradient``): ``s_i = Σ_d (1/N) Σ_k ∂L/∂x[i, d](x + ε_k)``, the
+  mean gradient over ``N = 10`` noisy copies (``self.num_samples = 10``), *not* times the input
+  (``# TODO (@Eric-Wallace), SmoothGrad is not using times input normalization``), ``ε_k`` Gaussian of
+  standard deviation ``0.01 · (max x − min x)`` (``self.stdev = 0.01``;
+  ``scale = output.detach().max() - output.detach().min()``). AllenNLP draws from torch's global
+  generator; here, as in bertology's SmoothGrad, the draw is one ``randn([tokens, dim])`` per copy, in
+  order, from a CPU ``torch.Generator`` seeded with ``seed``, so the same seed gives the same noise.
+
+The points and samples default to AllenNLP's 10 (``steps``, ``samples`` and ``noise`` may be changed, as
+``SmoothGradient``'s ``stdev`` and ``num_samples`` may). For a model type whose embeddings
+``find_embedding_layer`` does not know (AllenNLP then falls back to its text field embedder's output),
+the word embeddings are used all the same. A decoder's next token has no AllenNLP counterpart here.
 """
 
 from __future__ import annotations
@@ -54,6 +95,8 @@ from bertology.interventions.direct_logit import (
     direct_logit_attribution,
 )
 from bertology.interventions.embeddings import (
+    Score,
+    cross_entropy,
     is_language_model,
     logits_of,
     score_gradient,
@@ -63,15 +106,25 @@ from bertology.interventions.embeddings import (
 from bertology.interventions.explained import ExplainedInput, as_string
 from bertology.models import LoadedModel, require_pair_template
 from bertology.options import (
+    IG_STEPS,
+    INTERPRET_CONVENTIONS,
     MAX_IG_STEPS,
     MAX_SMOOTHGRAD_SAMPLES,
     SALIENCY_METHODS,
+    SAMPLES,
     SMOOTHGRAD_NOISE,
     SMOOTHGRAD_SAMPLES,
+    InterpretConvention,
     SaliencyMethod,
 )
 
 METHODS: tuple[SaliencyMethod, ...] = SALIENCY_METHODS
+CONVENTIONS: tuple[InterpretConvention, ...] = INTERPRET_CONVENTIONS
+#: The methods of each convention (AllenNLP has no plain gradient).
+CONVENTION_METHODS: dict[InterpretConvention, tuple[SaliencyMethod, ...]] = {
+    "bertology": METHODS,
+    "allennlp": ("input-x-gradient", "integrated-gradients", "smoothgrad"),
+}
 #: Keys of the JSON object :meth:`Explanation.to_json` writes that mark a file as its output (so a later
 #: run may replace it).
 JSON_MARKS = ("text", "tokens", "label", "attributions")
@@ -86,10 +139,12 @@ class Explanation(ExplainedInput):
     label: the target explained: a classifier's label name, or a decoder's next token as text (e.g.
         ``" Paris"``); probability: its softmax probability. predicted: the model's most likely label or
         next token (the target unless one was given).
-    attributions: method name (of :data:`METHODS`, those asked for) -> [n] float, signed, in logit units.
+    attributions: method name (of :data:`METHODS`, those asked for) -> [n] float: signed, in logit units
+        (``bertology``), or not negative and summing to 1 (``allennlp``).
     logit, baseline_logit: ``f(x)`` and ``f(x')``, the target's logit for the input and the
-        baseline of integrated gradients (``None`` without them). steps: quadrature points of integrated
-        gradients. noise, samples, seed: SmoothGrad's noise level, noisy copies and seed.
+        baseline of bertology's integrated gradients (``None`` without them, and in the allennlp
+        convention). steps: points of integrated gradients. noise, samples, seed: SmoothGrad's noise
+        level, noisy copies and seed. convention: of :data:`CONVENTIONS`, whose definitions made them.
     heads: a decoder's direct logit attribution of the target (each head's direct contribution to its
         logit), ``None`` for a classifier.
     """
@@ -103,6 +158,7 @@ class Explanation(ExplainedInput):
     seed: int = 0
     predicted: str | None = None
     heads: DirectLogitAttribution | None = None
+    convention: InterpretConvention = "bertology"
 
     @property
     def completeness_gap(self) -> float | None:
@@ -116,6 +172,7 @@ class Explanation(ExplainedInput):
     def to_dict(self) -> dict[str, object]:
         return {
             **self.input_dict(),
+            "convention": self.convention,
             "predicted": self.predicted,
             "logit": self.logit,
             "baseline_logit": self.baseline_logit,
@@ -138,8 +195,9 @@ class _Attribution:
     """One input being explained, and the settings of the methods.
 
     inputs: its model inputs ([1, n] each); x: [1, n, dim] its word embeddings; special: [n] bool;
-    target: the target's label or token id. kept: [n] bool, the tokens integrated gradients' baseline
-    keeps (the special tokens, and a decoder's first token).
+    target: the target's label or token id. kept: [n] bool, the tokens bertology's integrated gradients'
+    baseline keeps (the special tokens, and a decoder's first token). score: what is differentiated (the
+    target's logit, or the cross-entropy of the target in the allennlp convention).
     """
 
     loaded: LoadedModel
@@ -153,13 +211,14 @@ class _Attribution:
     seed: int
     batch_size: int
     kept: np.ndarray
+    score: Score
     baseline_logit: float | None = None
 
     def weighted_gradient(self, points: WeightedPoints) -> torch.Tensor:
         """[1, n, dim]: ``Σ_k w_k ∂f/∂x (p_k)`` over the weighted points."""
         total = torch.zeros_like(self.x)
         for batch, weights in points:
-            _, gradient = score_gradient(self.loaded, batch, self.inputs, target_logit(self.target))
+            _, gradient = score_gradient(self.loaded, batch, self.inputs, self.score)
             total += (gradient * weights[:, None, None]).sum(0, keepdim=True)
         return total
 
@@ -198,37 +257,95 @@ class _Attribution:
             self.baseline_logit = float(logits_of(self.loaded, baseline, self.inputs)[0, self.target])
         return ((self.x - baseline) * integral).sum(-1)[0]
 
-    def smoothgrad(self) -> torch.Tensor:
+    def noisy_copies(self) -> WeightedPoints:
+        """The ``samples`` noisy copies ``x + ε_k`` of SmoothGrad (module docstring), each weighted
+        ``1 / samples``: ``ε_k = σ · randn([n, dim])`` drawn in order from a CPU generator seeded with
+        ``seed``, ``σ = noise · (max x − min x)``."""
         generator = torch.Generator().manual_seed(self.seed)
         sigma = self.noise * float(self.x.max() - self.x.min())
         shape = tuple(self.x.shape[1:])
         weight = self._weights([1.0 / self.samples])
+        for start in range(0, self.samples, self.batch_size):
+            count = min(self.batch_size, self.samples - start)
+            noise = torch.stack([torch.randn(shape, generator=generator) for _ in range(count)])
+            points = self.x + sigma * noise.to(device=self.x.device, dtype=self.x.dtype)
+            yield points, weight.expand(count)
 
-        def noisy_copies() -> WeightedPoints:
-            for start in range(0, self.samples, self.batch_size):
-                count = min(self.batch_size, self.samples - start)
-                noise = torch.stack([torch.randn(shape, generator=generator) for _ in range(count)])
-                points = self.x + sigma * noise.to(device=self.x.device, dtype=self.x.dtype)
-                yield points, weight.expand(count)
+    def smoothgrad(self) -> torch.Tensor:
+        return self.signed_norm(self.weighted_gradient(self.noisy_copies()))
 
-        return self.signed_norm(self.weighted_gradient(noisy_copies()))
+    def left_riemann_integral(self) -> torch.Tensor:
+        """[1, n, dim] AllenNLP's ``(1/m) Σ_k ∂L/∂x (α_k x)``, ``α_k = k/m``, ``k = 0 … m−1``
+        (``numpy.linspace(0, 1.0, num=steps, endpoint=False)``)."""
+        alphas = np.linspace(0, 1.0, num=self.steps, endpoint=False)
+
+        def path() -> WeightedPoints:
+            for start in range(0, self.steps, self.batch_size):
+                alpha = self._weights(alphas[start : start + self.batch_size])
+                yield alpha[:, None, None] * self.x, self._weights([1.0 / self.steps]).expand(len(alpha))
+
+        return self.weighted_gradient(path())
 
 
-_METHODS: dict[SaliencyMethod, Callable[[_Attribution], torch.Tensor]] = {
-    "gradient": lambda run: run.signed_norm(run.gradient),
-    "input-x-gradient": lambda run: (run.gradient * run.x).sum(-1)[0],
-    "integrated-gradients": _Attribution.integrated_gradients,
-    "smoothgrad": _Attribution.smoothgrad,
+def l1_normalised(sums: torch.Tensor) -> torch.Tensor:
+    """[n] AllenNLP Interpret's normalisation of per-token sums ``s`` [n]: ``|s_i| / Σ_j |s_j|``
+    (``[math.fabs(e) / norm for e in emb_grad]``, ``norm = numpy.linalg.norm(emb_grad, ord=1)``)."""
+    return sums.abs() / sums.abs().sum()
+
+
+_METHODS: dict[InterpretConvention, dict[SaliencyMethod, Callable[[_Attribution], torch.Tensor]]] = {
+    "bertology": {
+        "gradient": lambda run: run.signed_norm(run.gradient),
+        "input-x-gradient": lambda run: (run.gradient * run.x).sum(-1)[0],
+        "integrated-gradients": _Attribution.integrated_gradients,
+        "smoothgrad": _Attribution.smoothgrad,
+    },
+    "allennlp": {
+        "input-x-gradient": lambda run: l1_normalised((run.gradient * run.x).sum(-1)[0]),
+        "integrated-gradients": lambda run: l1_normalised((run.left_riemann_integral() * run.x).sum(-1)[0]),
+        "smoothgrad": lambda run: l1_normalised(run.weighted_gradient(run.noisy_copies()).sum(-1)[0]),
+    },
 }
 
 
-def _check_settings(methods: Sequence[str], steps: int, noise: float, samples: int) -> None:
-    unknown = [method for method in methods if method not in METHODS]
+def check_convention(convention: str) -> None:
+    """Raises a :class:`BertologyError` for a convention not of :data:`CONVENTIONS`."""
+    if convention not in CONVENTIONS:
+        raise BertologyError(f"Unknown convention {convention!r}; use {' or '.join(CONVENTIONS)}.")
+
+
+def explanation_settings(
+    methods: Sequence[SaliencyMethod] | None,
+    steps: int | None,
+    noise: float,
+    samples: int | None,
+    convention: InterpretConvention,
+    *,
+    decoder: bool = False,
+) -> tuple[tuple[SaliencyMethod, ...], int, int]:
+    """``(methods, steps, samples)`` of :func:`explain`, each ``None`` replaced by the convention's
+    default, checked (for a decoder when ``decoder``) before any model runs.
+
+    Raises:
+        BertologyError: what :func:`explain` raises for its settings.
+    """
+    check_convention(convention)
+    if decoder and convention == "allennlp":
+        raise BertologyError(
+            "The allennlp convention explains a classifier's label; explain a decoder's next token in the "
+            "bertology convention."
+        )
+    known = CONVENTION_METHODS[convention]
+    methods = known if methods is None else tuple(methods)
+    steps = IG_STEPS[convention] if steps is None else steps
+    samples = SAMPLES[convention] if samples is None else samples
+    unknown = [method for method in methods if method not in known]
     if unknown or not methods:
         raise BertologyError(
-            f"Unknown saliency method {', '.join(map(repr, unknown))}; use {', '.join(METHODS)}."
+            f"Unknown saliency method {', '.join(map(repr, unknown))} in the {convention} convention; use "
+            f"{', '.join(known)}."
             if unknown
-            else f"Give at least one saliency method of {', '.join(METHODS)}."
+            else f"Give at least one saliency method of {', '.join(known)}."
         )
     if not 1 <= steps <= MAX_IG_STEPS:
         raise BertologyError(
@@ -240,6 +357,7 @@ def _check_settings(methods: Sequence[str], steps: int, noise: float, samples: i
         )
     if not (np.isfinite(noise) and noise >= 0):
         raise BertologyError(f"SmoothGrad's noise level must be a finite number of at least 0, not {noise}.")
+    return methods, steps, samples
 
 
 def encode_one(loaded: LoadedModel, text: Text, text_b: Text | None) -> EncodedBatch:
@@ -296,30 +414,36 @@ def explain(
     text_b: Text | None = None,
     *,
     target: str | int | None = None,
-    methods: Sequence[SaliencyMethod] = METHODS,
-    steps: int = 50,
+    methods: Sequence[SaliencyMethod] | None = None,
+    steps: int | None = None,
     noise: float = SMOOTHGRAD_NOISE,
-    samples: int = SMOOTHGRAD_SAMPLES,
+    samples: int | None = None,
     seed: int = 0,
     batch_size: int = 16,
+    convention: InterpretConvention = "bertology",
 ) -> Explanation:
     """Attributions of ``loaded``'s prediction for ``text`` (or the pair) by each of ``methods`` (see the
-    module docstring): a classifier's label, or a decoder language model's next token after the prompt
-    ``text`` (loaded with ``language_model=True``), with each head's direct contribution to its logit.
-    target: the label name (classifier) or token (decoder: its text, one token, or its id) to explain;
-    ``None``: the model's most likely one. steps: integrated gradients' quadrature points; noise,
-    samples, seed: SmoothGrad's noise level ``σ / (max x − min x)``, noisy copies and seed.
-    batch_size: interpolated or noisy copies per forward pass.
+    module docstring; ``None``: all of the convention's): a classifier's label, or a decoder language
+    model's next token after the prompt ``text`` (loaded with ``language_model=True``), with each head's
+    direct contribution to its logit. target: the label name (classifier) or token (decoder: its text,
+    one token, or its id) to explain; ``None``: the model's most likely one. steps: integrated
+    gradients' points (``None``: the convention's, 50 or 10); noise, samples, seed: SmoothGrad's noise
+    level ``σ / (max x − min x)``, noisy copies (``None``: 50 or 10) and seed. batch_size: interpolated
+    or noisy copies per forward pass. convention: ``bertology`` (ours) or ``allennlp`` (AllenNLP
+    Interpret's definitions, a classifier only).
 
     Raises:
-        BertologyError: a decoder without its language-modelling head or given a pair, a target that is
-            no label or no single token, an unknown method, ``steps`` outside 1 to
+        BertologyError: an unknown convention, the allennlp convention for a decoder, a decoder without
+            its language-modelling head or given a pair, a target that is no label or no single token,
+            an unknown method (``gradient`` in the allennlp convention), ``steps`` outside 1 to
             :data:`~bertology.options.MAX_IG_STEPS`, ``samples`` outside 1 to
             :data:`~bertology.options.MAX_SMOOTHGRAD_SAMPLES`, a negative noise level, or integrated
             gradients of a model without a [PAD] token.
     """
-    _check_settings(methods, steps, noise, samples)
     decoder = loaded.kind == "decoder"
+    methods, steps, samples = explanation_settings(
+        methods, steps, noise, samples, convention, decoder=decoder
+    )
     if decoder and not is_language_model(loaded):
         raise BertologyError(
             f"Explaining a decoder's next token needs its language-modelling head; load '{loaded.name}' "
@@ -350,8 +474,9 @@ def explain(
             seed,
             batch_size,
             kept,
+            cross_entropy(target_id) if convention == "allennlp" else target_logit(target_id),
         )
-        attributions = {method: _METHODS[method](run) for method in dict.fromkeys(methods)}
+        attributions = {method: _METHODS[convention][method](run) for method in dict.fromkeys(methods)}
         heads = direct_logit_attribution(loaded, inputs, target_id) if decoder else None
     probabilities = torch.softmax(logits[0].float(), dim=-1)
     return Explanation(
@@ -370,4 +495,5 @@ def explain(
         seed=seed,
         predicted=_label_of(loaded, int(logits[0].argmax())),
         heads=heads,
+        convention=convention,
     )

@@ -8,6 +8,7 @@ import pandas as pd
 
 from bertology.interventions.attacks import Attack, AttackStep
 from bertology.report import page
+from bertology.report.interventions import CONVENTION_NAMES
 
 #: Display names of the attacks.
 METHOD_TITLES = {"input-reduction": "Input reduction", "hotflip": "HotFlip"}
@@ -86,6 +87,7 @@ def write_attack(attack: Attack, path: str | Path) -> tuple[Path, Path]:
         page.definitions(
             {
                 "attack": METHOD_TITLES[attack.method],
+                "convention": CONVENTION_NAMES[attack.convention],
                 "text": attack.text,
                 "second text": attack.text_b,
                 "predicted label": attack.label,

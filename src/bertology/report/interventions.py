@@ -332,6 +332,45 @@ def _direct_logit_section(heads: DirectLogitAttribution, label: str, dpi: int = 
     )
 
 
+#: How the pages name each convention.
+CONVENTION_NAMES = {
+    "bertology": "bertology (ours)",
+    "allennlp": "allennlp (AllenNLP Interpret's definitions)",
+}
+
+
+def _reading(explanation: Explanation, methods: list[str], what: str) -> str:
+    """How to read the coloured tokens of ``explanation``, in its convention."""
+    if explanation.convention == "allennlp":
+        notes = {
+            "integrated-gradients": f" Integrated gradients: the mean gradient at {explanation.steps} points "
+            "from the zero embedding (a left Riemann sum) times the input.",
+            "smoothgrad": " SmoothGrad: the mean gradient over noisy copies of the input's embeddings, not "
+            "times the input.",
+        }
+        return (
+            f"AllenNLP Interpret's convention: the gradient of the loss of the {what} with respect to the "
+            "word embeddings, summed over the embedding dimension per token, its absolute value divided by "
+            "the sum over the tokens (each method's scores are at least 0 and sum to 1); the stronger the "
+            "colour, the larger the share." + "".join(note for m, note in notes.items() if m in methods)
+        )
+    baseline = (
+        "every token but the first is the padding token"
+        if explanation.heads is not None
+        else "every non-special token is [PAD]"
+    )
+    notes = {
+        "integrated-gradients": f" Integrated gradients start from a baseline where {baseline}; their "
+        "attributions sum to the logit difference between input and baseline.",
+        "smoothgrad": " SmoothGrad is the gradient averaged over noisy copies of the input's embeddings.",
+    }
+    return (
+        f"Red: the token pushes towards the target {what}; blue: away from it; the stronger the colour, "
+        "the larger the attribution relative to the largest of that method (hover a token for its value, "
+        "in logit units)." + "".join(note for method, note in notes.items() if method in methods)
+    )
+
+
 def write_explanation(explanation: Explanation, path: str | Path) -> tuple[Path, Path]:
     """Write ``explanation`` as an HTML page at ``path`` (coloured tokens per method and a table; for a
     decoder also the heads' direct logit attribution as a layer x head heatmap) and as JSON beside it (same
@@ -342,22 +381,8 @@ def write_explanation(explanation: Explanation, path: str | Path) -> tuple[Path,
     json_path.write_text(explanation.to_json(), encoding="utf-8")
     methods = list(explanation.attributions)
     decoder = explanation.heads is not None
-    baseline = (
-        "every token but the first is the padding token" if decoder else "every non-special token is [PAD]"
-    )
-    notes = {
-        "integrated-gradients": f" Integrated gradients start from a baseline where {baseline}; their "
-        "attributions sum to the logit difference between input and baseline.",
-        "smoothgrad": " SmoothGrad is the gradient averaged over noisy copies of the input's embeddings.",
-    }
     what = "next token" if decoder else "label"
-    blocks = [
-        page.paragraph(
-            f"Red: the token pushes towards the target {what}; blue: away from it; the stronger the colour, "
-            "the larger the attribution relative to the largest of that method (hover a token for its value, "
-            "in logit units)." + "".join(note for method, note in notes.items() if method in methods)
-        )
-    ]
+    blocks = [page.paragraph(_reading(explanation, methods, what))]
     for method in methods:
         blocks += [
             page.heading(METHOD_TITLES[method]),
@@ -373,6 +398,7 @@ def write_explanation(explanation: Explanation, path: str | Path) -> tuple[Path,
         f"predicted {what}": explanation.predicted,
         "probability": round(explanation.probability, 4),
         "logit": f"{explanation.logit:.4g}",
+        "convention": CONVENTION_NAMES[explanation.convention],
     }
     gap = explanation.completeness_gap
     if gap is not None:
@@ -380,6 +406,8 @@ def write_explanation(explanation: Explanation, path: str | Path) -> tuple[Path,
             f"{explanation.steps} steps, baseline logit {explanation.baseline_logit:.4g}, completeness gap "
             f"{gap:.2g}"
         )
+    elif "integrated-gradients" in methods:
+        details["integrated gradients"] = f"{explanation.steps} steps"
     if "smoothgrad" in methods:
         details["SmoothGrad"] = (
             f"{explanation.samples} samples, noise level {explanation.noise:g}, seed {explanation.seed}"
