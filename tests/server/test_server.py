@@ -261,6 +261,8 @@ def test_bad_requests_say_what_is_wrong(
         (b'{"text": "\\ud800 lone surrogate"}', 422, "text: Input should be a valid string"),
         (b"\xff\xfe", 422, "not valid JSON"),
         (b'{"text": "\xff\xff"}', 400, "the body could not be read; send JSON encoded as UTF-8"),
+        (b'{"a": ' * 1000 + b"1" + b"}" * 1000, 400, "the body's JSON is nested too deeply to read"),
+        (b"[" * 30_000 + b"]" * 30_000, 400, "the body's JSON is nested too deeply to read"),
     ],
 )
 def test_malformed_bodies_are_refused(client: TestClient, raw: bytes, status: int, message: str) -> None:
