@@ -272,17 +272,42 @@ def test_a_worker_that_cannot_load_the_model_says_why(ray_cluster: None, tmp_pat
         WorkerPool(AnalysisJob(ModelSpec(str(tmp_path / "missing"))), ClusterOptions(workers=1))
 
 
+#: ``python -c`` for a `bertology` command line whose driver stays in its merge loop after writing the
+#: checkpoint of its first shard (until a signal interrupts the pause), so a Ctrl-C lands mid-run however
+#: slow the machine is: without it the first checkpoint may be the one written as the run ends, and the
+#: signal then races the run's last second (exit 0 once the process has finished).
+PAUSED_AFTER_FIRST_CHECKPOINT = """
+import sys, time
+from bertology.cli import main
+from bertology.cluster import driver
+
+class PausedAfterFirst(driver.Checkpointer):
+    paused = False
+
+    def save(self, shards, items, state, *, force=False):
+        written = super().save(shards, items, state, force=True)
+        if not PausedAfterFirst.paused:
+            PausedAfterFirst.paused = True
+            time.sleep(600)
+        return written
+
+driver.Checkpointer = PausedAfterFirst
+sys.argv = ["bertology", *sys.argv[1:]]
+main()
+"""
+
+
 @pytest.mark.slow
 def test_ctrl_c_on_a_ray_run_exits_130_and_says_that_resume_continues_it(tmp_path: Path) -> None:
     """Ctrl-C (SIGINT to the process group, as a terminal sends it) once `bertology analyze --ray local`
     has written its first checkpoint: exit code 130 and a message naming the checkpoint and --resume
-    (before, the driver stopped silently with exit code 0)."""
+    (before, the driver stopped silently with exit code 0); the checkpoint keeps the shard done."""
     corpus = tmp_path / "corpus.txt"
     corpus.write_text(sample_corpus().read_text(encoding="utf-8") * 4, encoding="utf-8")
     output = tmp_path / "out"
     checkpoint = checkpoint_file(output, "analyze")
-    command = [sys.executable, "-m", "bertology", "analyze", str(corpus), "--ray", "local", "--workers", "1"]
-    command += ["--batch-size", "2", "-o", str(output)]
+    command = [sys.executable, "-c", PAUSED_AFTER_FIRST_CHECKPOINT, "analyze", str(corpus), "--ray", "local"]
+    command += ["--workers", "1", "--batch-size", "2", "-o", str(output)]
     with subprocess.Popen(
         command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
     ) as driver:
@@ -298,4 +323,5 @@ def test_ctrl_c_on_a_ray_run_exits_130_and_says_that_resume_continues_it(tmp_pat
     message = " ".join(stderr.split())
     assert f"Interrupted: stopped by Ctrl-C; the work done is kept in {checkpoint}" in message
     assert "the same command with --resume continues it." in message
-    assert checkpoint.exists()
+    with checkpoint.open("rb") as file:
+        assert pickle.load(file).shards == 1

@@ -26,6 +26,7 @@ from bertology.interventions.language_model import (
     loss_ablation_sweep,
     loss_importance,
     loss_pruning_curve,
+    next_token_losses,
 )
 from bertology.interventions.pruning import save_model
 from bertology.models import LoadedModel, load_model
@@ -95,6 +96,27 @@ def test_loss_is_the_mean_next_token_cross_entropy(llama: LoadedModel, corpus: T
     assert language_model_loss(llama, corpus, batch_size=2) == pytest.approx(
         float(sums.sum() / counts.sum()), rel=1e-5
     )
+
+
+def test_next_token_losses_are_exact_on_a_large_vocabulary() -> None:
+    """Float32 logits over a SmolLM2-sized vocabulary (49,152), scored against a float64 log-sum-exp written
+    here: a float32 cross-entropy is off by about 7e-5 nats per token on these, the exact one by < 1e-9."""
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(2, 40, 49152, generator=generator) * 4 + 20
+    ids = torch.randint(0, 49152, (2, 40), generator=generator)
+    mask = torch.ones(2, 40, dtype=torch.long)
+    mask[1, 30:] = 0
+    sums, counts = next_token_losses(logits, ids, mask, chunk=16)
+    table = logits.double().numpy()
+    expected = []
+    for row, length in enumerate((40, 30)):
+        scores = table[row, : length - 1]
+        top = scores.max(1, keepdims=True)
+        log_sum_exp = top[:, 0] + np.log(np.exp(scores - top).sum(1))
+        targets = ids[row, 1:length].numpy()
+        expected.append(float((log_sum_exp - scores[np.arange(length - 1), targets]).sum()))
+    assert counts.tolist() == [39, 29]
+    np.testing.assert_allclose(sums.numpy(), expected, rtol=0, atol=1e-9 * 39)
 
 
 def test_single_head_ablation_equals_zeroing_its_output_by_hand(

@@ -85,6 +85,57 @@ def test_constructed_document_gives_nested_mentions_chains_and_counts(tmp_path: 
     ]
 
 
+# The official CorefUD scorer's own test files (forms are "_", every word a root), counted by hand from
+# each key's Entity column and its test-case README: per entity, its mentions as 1-based (first, last)
+# word numbers of the document (the sentences' words numbered on), and what is left out.
+SCORER_KEYS = {
+    # a: 2-13 (head 10) and c: 48 in one entity; b: 30-32, d: 63-64, e: 67 in the other
+    "noncontig_mentions/TC-NCMA.key": (
+        71,
+        {"e10043": [(2, 13), (48, 48)], "e10054": [(30, 32), (63, 64), (67, 67)]},
+        {},
+    ),
+    # a is discontinuous (parts 2-7, 10-11, 13: [1/3] .. [3/3]): dropped and counted once
+    "noncontig_mentions/TC-NCMB.key": (
+        71,
+        {"e10043": [(48, 48)], "e10054": [(30, 32), (63, 64), (67, 67)]},
+        {"discontinuous mentions": 1},
+    ),
+    # crossing mentions of two entities: e10043 opens at 2 and closes at 8 inside e10054 (4-13)
+    "overlapping_mentions/TC-OLMD.key": (
+        71,
+        {"e10043": [(2, 8), (48, 48)], "e10054": [(4, 13), (30, 32), (63, 64), (67, 67)]},
+        {},
+    ),
+    # two sentences (9 and 10 words): {a} {bc} {def}, e the zero on empty node 5.1 of sentence 2
+    "zeros/TC-ZA.key": (
+        19,
+        {"e0": [(1, 2)], "e1": [(4, 7), (10, 10)], "e2": [(12, 13), (16, 18)]},
+        {"mentions on empty nodes only": 1},
+    ),
+    # e and f both zeros, on empty nodes 5.1 and 5.2 of sentence 2 (9 and 8 words)
+    "zeros/TC-ZB.key": (
+        17,
+        {"e0": [(1, 2)], "e1": [(4, 7), (10, 10)], "e2": [(12, 13)]},
+        {"mentions on empty nodes only": 2},
+    ),
+}
+
+
+@pytest.mark.parametrize("key", sorted(SCORER_KEYS))
+def test_the_corefud_scorers_own_test_files(shared_data: Path, key: str) -> None:
+    words, entities, skipped = SCORER_KEYS[key]
+    reader = read_corefud(shared_data / "corefud_scorer_tests" / key)
+    ((document, heads),) = list(reader)
+    assert document.name == ("LuoTestCase" if key.startswith("zeros/") else "modified.nw.xinhua.00.chtb_0009")
+    assert len(document.words) == len(heads) == words and set(heads) == {-1}  # a forest of roots
+    found: dict[str, list[tuple[int, int]]] = {}
+    for mention in document.mentions:
+        found.setdefault(mention.entity, []).append((mention.start + 1, mention.end))
+    assert {entity: sorted(spans) for entity, spans in found.items()} == entities
+    assert {what: count for what, count in reader.skipped.items().items() if count} == skipped
+
+
 @pytest.mark.parametrize(
     ("entity", "message"),
     [("e1)", "ends but none is open"), ("(e1-x", "starts but never ends"), ("((", "not a run of")],

@@ -6,6 +6,7 @@ need the Hugging Face hub."""
 
 from __future__ import annotations
 
+import inspect
 import re
 import shlex
 from collections.abc import Iterator
@@ -182,3 +183,36 @@ def test_view_commands_run(view: str, tmp_path: Path, monkeypatch: pytest.Monkey
     assert code == 0, err
     output = tmp_path / words[words.index("-o") + 1]
     assert f'"view":"{view}"' in output.read_text(encoding="utf-8")
+
+
+def _backticked(text: str) -> list[str]:
+    """The parameter names written in backticks in ``text`` (snake_case words)."""
+    return re.findall(r"`([a-z_]+)`", text)
+
+
+def test_the_bertviz_claims_hold_against_bertviz_1_4_1() -> None:
+    """What the README says of BertViz's ``head_view`` and ``model_view`` is checked against the
+    ``bertviz`` package's own signatures (the test extra installs bertviz 1.4.1), and bertology's
+    functions take BertViz's parameters in its order, so a notebook's signature help shows them."""
+    import bertviz
+
+    import bertology
+
+    text = " ".join(README.read_text(encoding="utf-8").split())
+    said = re.search(r"in its order \(.*?\): `head_view`'s (.*?), and `model_view`'s (.*?) work as", text)
+    assert said is not None, "the README's sentence on BertViz's parameters"
+    theirs = {
+        "head": list(inspect.signature(bertviz.head_view).parameters),
+        "model": list(inspect.signature(bertviz.model_view).parameters),
+    }
+    assert set(_backticked(said[1])) <= set(theirs["head"]) and "layer" in _backticked(said[1])
+    assert set(_backticked(said[2])) <= set(theirs["model"]) and "include_heads" in _backticked(said[2])
+    added = re.search(r"bertology's `head_view` also takes (.*?), which BertViz's does not\.", text)
+    assert added is not None and _backticked(added[1]) == ["include_heads", "display_mode"]
+    assert not set(_backticked(added[1])) & set(theirs["head"])
+    for kind, names in theirs.items():
+        ours = inspect.signature(getattr(bertology, f"{kind}_view")).parameters.values()
+        positional = [p for p in ours if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
+        assert [p.name for p in positional] == names
+        assert set(_backticked(added[1])) <= {p.name for p in ours}
+        assert next(p for p in positional if p.name == "prettify_tokens").default is True

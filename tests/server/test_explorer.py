@@ -309,3 +309,61 @@ def test_refused_requests(client: TestClient, body: dict[str, object], status: i
 def test_a_head_outside_the_grid(client: TestClient) -> None:
     answer = client.post("/api/explore/head", json={"run": "analysis", "layer": 6, "head": 0})
     assert answer.status_code == 422 and "6 layers x 12 heads" in answer.json()["error"]
+
+
+def _cut_lines(text: str, keep: int) -> str:
+    """The first ``keep`` lines of ``text`` and half of the next, as a copy stopped mid-write leaves it."""
+    lines = text.splitlines(keepends=True)
+    return "".join(lines[:keep]) + lines[keep][: len(lines[keep]) // 2]
+
+
+@pytest.mark.parametrize(
+    ("name", "damage", "message"),
+    [
+        (
+            "heads.csv",
+            lambda text: _cut_lines(
+                text, 1 + 50
+            ).encode(),  # the header and 50 of the 72 heads, then half a row
+            "has a damaged heads.csv: it lists 51 heads, where its layers and heads span 5 x 12 = 60 and "
+            "head_js_divergence.csv has 72 (is it cut short?).",
+        ),
+        (
+            "summary.json",
+            lambda _: bytes(range(256)),
+            "has a damaged summary.json: it is not UTF-8 text (byte 128).",
+        ),
+        (
+            "summary.json",
+            lambda _: b"\x00{}",
+            "has a damaged summary.json: it is not JSON (Expecting value at line 1, column 1).",
+        ),
+        (
+            "summary.json",
+            lambda _: b"[1, 2]",
+            "has a damaged summary.json: it holds a JSON list, not an object.",
+        ),
+        (
+            "head_js_divergence.csv",
+            lambda text: _cut_lines(text, 1 + 30).encode(),
+            "has a damaged head_js_divergence.csv: it holds 31 rows of 72 distances, not one row and column "
+            "per head.",
+        ),
+    ],
+)
+def test_a_damaged_analysis_file_is_named_with_what_is_wrong(
+    default_model: LoadedModel,
+    analysed: tuple[CorpusAnalysis, Path],
+    tmp_path: Path,
+    name: str,
+    damage: object,
+    message: str,
+) -> None:
+    _, folder = analysed
+    copy = tmp_path / "runs" / "damaged"
+    shutil.copytree(folder, copy)
+    (copy / name).write_bytes(damage((folder / name).read_text(encoding="utf-8")))  # type: ignore[operator]
+    with TestClient(create_app([default_model], runs=tmp_path / "runs")) as fresh:
+        answer = fresh.post("/api/explore/analysis", json={"run": "damaged"})
+    assert answer.status_code == 422
+    assert answer.json()["error"] == f"The analysis 'damaged' {message}"

@@ -199,13 +199,15 @@ def test_neuron_view_show_is_a_drop_in(
 def test_text_forms_refuse_what_only_tensors_carry(
     outputs: dict[str, Any], default_model: LoadedModel
 ) -> None:
+    with pytest.raises(TypeError, match="multiple values for argument 'tokens'"):  # the 2nd text's place
+        bertology.head_view(TEXT_A, TEXT_B, model=default_model, tokens=outputs["tokens"])
     cases = [
-        ({"tokens": outputs["tokens"]}, "tokens= goes with a model's attention tensors"),
         ({"index": 0}, "index= goes with"),
         ({"sentence_b_start": 3}, "the second text starts at token 9"),
         ({"display_mode": "light", "theme": "dark"}, "Give display_mode or theme, not both"),
         ({"display_mode": "sepia"}, "display_mode must be 'light' or 'dark'"),
         ({"include_layers": [9]}, "include_layers holds 9"),
+        ({"encoder_tokens": ["a"]}, "encoder_tokens= goes with a model's attention tensors"),
     ]
     for options, message in cases:
         with pytest.raises(bertology.BertologyError, match=message):

@@ -32,9 +32,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-from torch.nn.functional import cross_entropy
 
 from bertology.corpus import iter_segments
+from bertology.devices import float64_home
 from bertology.errors import BertologyError
 from bertology.heads import HeadSelection
 from bertology.interventions.curves import Head, lowest_first
@@ -144,15 +144,31 @@ def token_batches(
 
 
 def next_token_losses(
-    logits: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor
+    logits: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, chunk: int = 256
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per sequence, the sum of the next-token cross-entropies (nats, float32) and the number of positions
-    summed: ``logits`` [batch, tokens, vocabulary] at position ``t`` predict ``input_ids[:, t + 1]``, where
-    both tokens are real (``attention_mask`` 1). Returns ([batch], [batch])."""
-    targets = input_ids[:, 1:]
+    """Per sequence, the sum of the next-token cross-entropies ``-log p(x_{t+1} | x_1 .. x_t)`` (nats,
+    float64) and the number of positions summed: ``logits`` [batch, tokens, vocabulary] at position ``t``
+    predict ``input_ids[:, t + 1]``, where both tokens are real (``attention_mask`` 1).
+
+    Only those positions are scored, as rows of a [positions, vocabulary] matrix taken ``chunk`` rows at a
+    time into float64 for the log-softmax (a float32 log-sum-exp over a 49k vocabulary is off by about 1e-4
+    nats), on the CPU for MPS (:func:`~bertology.devices.float64_home`). Differentiable. Returns ([batch],
+    [batch]) on the float64 device.
+    """
+    home = float64_home(logits.device)
     valid = (attention_mask[:, 1:] * attention_mask[:, :-1]).bool()
-    losses = cross_entropy(logits[:, :-1].float().transpose(1, 2), targets, reduction="none")
-    return torch.where(valid, losses, 0.0).sum(1), valid.sum(1)
+    batch, position = valid.nonzero(as_tuple=True)
+    targets = input_ids[:, 1:][batch, position].to(home)
+    scored = logits[:, :-1][batch, position].to(home)
+    losses = torch.cat(
+        [
+            -torch.log_softmax(rows.double(), -1).gather(1, wanted[:, None])[:, 0]
+            for rows, wanted in zip(scored.split(chunk), targets.split(chunk), strict=True)
+        ]
+        or [scored.new_zeros(0, dtype=torch.float64)]
+    )
+    sums = torch.zeros(len(valid), dtype=torch.float64, device=home).index_add(0, batch.to(home), losses)
+    return sums, valid.sum(1).to(home)
 
 
 def _batch_loss(logits: torch.Tensor, inputs: dict[str, torch.Tensor]) -> tuple[float, int]:

@@ -1,7 +1,9 @@
 """CorefUD: coreference in CoNLL-U, as brackets in the ``Entity`` attribute of MISC (Nedoluzhko et al. 2022).
 
 The words and dependency trees are read as by the treebank reader (:mod:`bertology.readers.treebank`:
-multiword-token ranges skipped, so the words are the syntactic words; empty nodes are not words). A
+multiword-token ranges skipped, so the words are the syntactic words; empty nodes are not words), except
+that a sentence may have several roots (the trees only find mention heads; the CorefUD scorer's own test
+files make every word a root). A
 ``# newdoc`` comment starts a document, named by its ``id`` (a file without one is one document named
 after the file). ``Entity=`` holds brackets written one after another: ``(e12-person-1`` opens a mention
 of entity ``e12`` (what follows the first ``-`` is left alone), ``e12)`` closes the innermost open
@@ -99,7 +101,9 @@ class CorefUDReader(Iterator[tuple[CorefDocument, list[int]]]):
                     name = (newdoc[1] or "").strip() or f"{path.stem}:{number}"
                     document = _Document(name, f"{path.name}:{number}")
             tokens = token_lines(block)
-            sentence = block_sentence(block[0][0], tokens, path, "conllu") if tokens else None
+            sentence = (
+                block_sentence(block[0][0], tokens, path, "conllu", single_root=False) if tokens else None
+            )
             if sentence is None:
                 continue
             if document is None:

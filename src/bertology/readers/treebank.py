@@ -129,8 +129,11 @@ def _invalid(path: Path, number: int, format: str, problem: str) -> BertologyErr
     return BertologyError(f"{path.name} line {number} is not valid {_FORMAT_NAMES[format]} ({problem}).")
 
 
-def block_sentence(first_line: int, tokens: TokenLines, path: Path, format: str) -> Sentence | None:
-    """The sentence of one block (``None`` when it has no word), checked to be a tree."""
+def block_sentence(
+    first_line: int, tokens: TokenLines, path: Path, format: str, *, single_root: bool = True
+) -> Sentence | None:
+    """The sentence of one block (``None`` when it has no word), checked to be a tree (with one root for
+    CoNLL-U unless ``single_root`` is false: then a forest, several words with head 0)."""
     words: list[str] = []
     heads: list[int] = []
     relations: list[str] = []
@@ -161,12 +164,13 @@ def block_sentence(first_line: int, tokens: TokenLines, path: Path, format: str)
         lines.append(number)
     if not words:
         return None
-    _check_tree(heads, lines, path, format)
+    _check_tree(heads, lines, path, format, single_root=single_root)
     return Sentence(words, heads, relations, punct, f"{path.name}:{first_line}", tags)
 
 
-def _check_tree(heads: list[int], lines: list[int], path: Path, format: str) -> None:
-    """Raise unless every head is in the sentence and every word leads up to a root (one for CoNLL-U)."""
+def _check_tree(heads: list[int], lines: list[int], path: Path, format: str, *, single_root: bool) -> None:
+    """Raise unless every head is in the sentence and every word leads up to a root (one for CoNLL-U when
+    ``single_root``)."""
     for head, number in zip(heads, lines, strict=True):
         if not -1 <= head < len(heads):
             problem = f"the head {head + 1} is outside the sentence of {len(heads)} words"
@@ -175,7 +179,7 @@ def _check_tree(heads: list[int], lines: list[int], path: Path, format: str) -> 
     if cycle is not None:
         raise _invalid(path, lines[cycle], format, f"word {cycle + 1} is its own ancestor (a cycle of heads)")
     roots = heads.count(-1)
-    if format == "conllu" and roots != 1:
+    if format == "conllu" and single_root and roots != 1:
         raise _invalid(path, lines[0], format, f"the sentence has {roots} roots where CoNLL-U requires one")
 
 

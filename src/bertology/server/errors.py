@@ -23,8 +23,21 @@ from bertology.errors import BertologyError
 
 log = logging.getLogger("bertology.server")
 
-#: FastAPI's 400 detail for a body that is not even text (e.g. invalid UTF-8).
+#: FastAPI's 400 detail for a body it could not parse (not UTF-8 text, or JSON nested too deeply).
 _UNPARSABLE_BODY = "There was an error parsing the body"
+
+
+def _unparsable_body(cause: BaseException | None) -> str:
+    """The sentence for a body FastAPI could not parse, by why (``cause``): JSON nested deeper than Python's
+    decoder goes (about 1,000 levels), or bytes that are not UTF-8 text."""
+    if isinstance(cause, RecursionError):
+        return (
+            "Bad request: the body's JSON is nested too deeply to read (about 1,000 levels or more); "
+            "send an object of the documented fields."
+        )
+    return "Bad request: the body could not be read; send JSON encoded as UTF-8."
+
+
 #: Most characters of a value sent by the client (a field name, a path, a model name) an error repeats.
 ECHO_CHARS = 60
 #: Most problems of one invalid body that an error answer lists.
@@ -102,7 +115,7 @@ def install_error_handlers(app: FastAPI) -> None:
     async def http_error(_: Request, error: HTTPException) -> JSONResponse:
         message = str(error.detail)
         if message == _UNPARSABLE_BODY:
-            message = "Bad request: the body could not be read; send JSON encoded as UTF-8."
+            message = _unparsable_body(error.__cause__)
         return error_response(error.status_code, message, getattr(error, "headers", None))
 
     @app.exception_handler(Exception)

@@ -66,19 +66,6 @@ def _grid(values: np.ndarray) -> list[list[float | None]]:
     return [[_finite(value) for value in row] for row in values]
 
 
-def _read_csv(folder: OpenFolder, name: str) -> pd.DataFrame:
-    """The CSV file ``name`` of ``folder``.
-
-    Raises:
-        BertologyError: it cannot be read (named); LinkRefused: it is a symbolic link.
-    """
-    try:
-        with folder.file(name) as handle:
-            return pd.read_csv(handle)
-    except (OSError, ValueError) as error:
-        raise BertologyError(f"{name} could not be read: {error}") from None
-
-
 def _head_grid(frame: pd.DataFrame, column: str, layers: int, heads: int) -> np.ndarray | None:
     """``[layers, heads]`` of ``column`` from a one-row-per-head frame, ``None`` when the frame's heads
     are not exactly that grid."""
@@ -375,6 +362,82 @@ def _find_related(
     return related
 
 
+def _damaged(analysis: OpenFolder, name: str, what: str) -> BertologyError:
+    """The one sentence for the file ``name`` of ``analysis`` that cannot be used, saying ``what`` is
+    wrong."""
+    return BertologyError(f"The analysis '{analysis.label}' has a damaged {name}: {what}.")
+
+
+def _read_csv(analysis: OpenFolder, name: str) -> pd.DataFrame:
+    """The CSV file ``name`` of ``analysis`` (or of a folder beside it).
+
+    Raises:
+        BertologyError: it cannot be read or parsed (named); LinkRefused: it is a symbolic link.
+    """
+    try:
+        with analysis.file(name) as handle:
+            return pd.read_csv(handle)
+    except UnicodeDecodeError as error:
+        raise _damaged(analysis, name, f"it is not UTF-8 text (byte {error.start})") from None
+    except (OSError, ValueError) as error:
+        raise _damaged(analysis, name, f"it cannot be read as CSV ({error})") from None
+
+
+def _read_summary(analysis: OpenFolder) -> dict[str, Any]:
+    """The analysis's ``summary.json``, a JSON object.
+
+    Raises:
+        BertologyError: it is not UTF-8 text, not JSON, or not an object (each named).
+    """
+    try:
+        text = analysis.read_bytes(SUMMARY_FILE).decode("utf-8")
+        summary = json.loads(text)
+    except UnicodeDecodeError as error:
+        raise _damaged(analysis, SUMMARY_FILE, f"it is not UTF-8 text (byte {error.start})") from None
+    except json.JSONDecodeError as error:
+        where = f"line {error.lineno}, column {error.colno}"
+        raise _damaged(analysis, SUMMARY_FILE, f"it is not JSON ({error.msg} at {where})") from None
+    except RecursionError:
+        raise _damaged(analysis, SUMMARY_FILE, "its JSON is nested too deeply to read") from None
+    except OSError as error:
+        raise _damaged(analysis, SUMMARY_FILE, f"it cannot be read ({error.strerror or error})") from None
+    if not isinstance(summary, dict):
+        raise _damaged(analysis, SUMMARY_FILE, f"it holds a JSON {type(summary).__name__}, not an object")
+    return summary
+
+
+def _head_grid_of(analysis: OpenFolder, heads: pd.DataFrame, divergence: pd.DataFrame) -> tuple[int, int]:
+    """``(layers, heads)`` of the analysis, from its ``heads.csv`` (one row per head of the whole grid, with
+    integer ``layer`` and ``head`` from 0) checked against its ``head_js_divergence.csv`` (a ``layer-head``
+    column and one row and column of distances per head).
+
+    Raises:
+        BertologyError: which file does not hold what, and how (e.g. a ``heads.csv`` cut short).
+    """
+    missing = [name for name in ("layer", "head", "label") if name not in heads.columns]
+    if missing:
+        raise _damaged(analysis, HEADS_FILE, f"it has no {' or '.join(missing)} column")
+    keys = heads[["layer", "head"]]
+    if len(heads) == 0 or not all(pd.api.types.is_integer_dtype(kind) for kind in keys.dtypes):
+        raise _damaged(analysis, HEADS_FILE, "its layer and head columns are not whole numbers on every row")
+    if int(keys.min().min()) < 0 or keys.duplicated().any():
+        raise _damaged(analysis, HEADS_FILE, "it lists a head twice or a negative layer or head")
+    layers, count = int(heads["layer"].max()) + 1, int(heads["head"].max()) + 1
+    if "layer-head" not in divergence.columns:
+        raise _damaged(analysis, JS_DIVERGENCE_FILE, "it has no layer-head column")
+    rows, columns = len(divergence), len(divergence.columns) - 1
+    if rows != columns:
+        shape = f"{rows} rows of {columns} distances"
+        raise _damaged(analysis, JS_DIVERGENCE_FILE, f"it holds {shape}, not one row and column per head")
+    if len(heads) != layers * count or len(heads) != rows:
+        what = (
+            f"it lists {len(heads)} heads, where its layers and heads span {layers} x {count} = "
+            f"{layers * count} and {JS_DIVERGENCE_FILE} has {rows} (is it cut short?)"
+        )
+        raise _damaged(analysis, HEADS_FILE, what)
+    return layers, count
+
+
 def read_analysis(folder: RunsFolder, analysis: OpenFolder) -> AnalysisRun:
     """Read the opened analysis folder ``analysis`` (named by its path in the runs folder).
 
@@ -388,48 +451,45 @@ def read_analysis(folder: RunsFolder, analysis: OpenFolder) -> AnalysisRun:
     if not all(analysis.stat(name) is not None for name in needed):
         missing = f"no {', '.join(needed[:2])} or {needed[2]}"
         raise RequestError(404, f"'{shown(path)}' is not an analysis folder ({missing}).")
+    summary = _read_summary(analysis)
     heads = _read_csv(analysis, HEADS_FILE)
+    divergence = _read_csv(analysis, JS_DIVERGENCE_FILE)
+    layers, count = _head_grid_of(analysis, heads, divergence)
+    labels = np.full((layers, count), "none", dtype=object)
+    labels[heads["layer"].to_numpy(), heads["head"].to_numpy()] = heads["label"].astype(str).to_numpy()
+    statistics = {
+        name: grid
+        for name in heads.columns
+        if name not in _NOT_STATISTICS and (grid := _head_grid(heads, name, layers, count)) is not None
+    }
+    if not statistics:
+        raise _damaged(analysis, HEADS_FILE, "it has no column of numbers per head (no statistic)")
     try:
-        summary = json.loads(analysis.read_bytes(SUMMARY_FILE).decode("utf-8"))
-        layers, count = int(heads["layer"].max()) + 1, int(heads["head"].max()) + 1
-        labels = np.full((layers, count), "none", dtype=object)
-        labels[heads["layer"].to_numpy(), heads["head"].to_numpy()] = heads["label"].astype(str).to_numpy()
-        statistics = {
-            name: grid
-            for name in heads.columns
-            if name not in _NOT_STATISTICS and (grid := _head_grid(heads, name, layers, count)) is not None
-        }
-        divergence = _read_csv(analysis, JS_DIVERGENCE_FILE).set_index("layer-head")
-        divergence = divergence.to_numpy(dtype=np.float64)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
-        raise BertologyError(f"The analysis '{path}' has a damaged file: {error}") from None
-    if divergence.shape != (layers * count, layers * count) or len(statistics) == 0:
-        raise BertologyError(
-            f"The analysis '{path}' has a {JS_DIVERGENCE_FILE} that does not fit its {HEADS_FILE}."
-        )
-    seed = summary.get("seed", 0) if isinstance(summary, dict) else 0
+        distances = divergence.set_index("layer-head").to_numpy(dtype=np.float64)
+    except (ValueError, TypeError):
+        raise _damaged(analysis, JS_DIVERGENCE_FILE, "a distance in it is not a number") from None
+    seed = summary.get("seed", 0)
     examples = None
     if analysis.stat(EXAMPLES_FILE) is not None:
         try:
             handle = analysis.file(EXAMPLES_FILE)
         except OSError as error:
-            raise BertologyError(f"The analysis '{path}' has a damaged file: {error}") from None
+            reason = f"it cannot be read ({error.strerror or error})"
+            raise _damaged(analysis, EXAMPLES_FILE, reason) from None
         with handle:
             examples = HeadExamples.load(handle)
     if examples is not None and examples.segments.shape[:2] != (layers, count):
         raise BertologyError(f"The analysis '{path}' has a {EXAMPLES_FILE} of another layer x head grid.")
     return AnalysisRun(
         path=path,
-        summary=summary if isinstance(summary, dict) else {},
+        summary=summary,
         heads=heads,
         labels=labels,
         statistics=statistics,
-        divergence=divergence,
-        mds=mds_embedding(divergence, seed=int(seed) if isinstance(seed, int) else 0),
+        divergence=distances,
+        mds=mds_embedding(distances, seed=int(seed) if isinstance(seed, int) else 0),
         examples=examples,
-        related=_find_related(
-            folder, analysis, layers, count, summary.get("model") if isinstance(summary, dict) else None
-        ),
+        related=_find_related(folder, analysis, layers, count, summary.get("model")),
     )
 
 

@@ -362,35 +362,133 @@ def _view(kind: ViewKind, arguments: tuple[Any, ...], options: dict[str, Any]) -
     return _deliver(View(kind, bertviz_view_data(kind, **_display_mode(kind, options))), html_action)
 
 
-def head_view(*arguments: Any, **options: Any) -> View | PageHTML | None:
+def _bertviz_call(
+    kind: ViewKind, attention: Any, tokens: Any, named: dict[str, Any], options: dict[str, Any]
+) -> View | PageHTML | None:
+    """A call of :func:`head_view` or :func:`model_view` as :func:`_view` takes it: a text (and its second
+    text, in ``tokens``) or a captured attention positionally, anything else (attention tensors, their
+    tokens) by name, as every parameter given (not ``None``)."""
+    given = {name: value for name, value in {**named, **options}.items() if value is not None}
+    textual = isinstance(attention, str) or (
+        isinstance(attention, list | tuple) and bool(attention) and all(isinstance(w, str) for w in attention)
+    )
+    if textual or isinstance(attention, Attention | LongAttention | Seq2SeqAttention):
+        return _view(kind, tuple(value for value in (attention, tokens) if value is not None), given)
+    return _view(kind, (), {**given, "attention": attention, "tokens": tokens})
+
+
+def head_view(
+    attention: Any = None,
+    tokens: Any = None,
+    sentence_b_start: int | None = None,
+    prettify_tokens: bool = True,
+    layer: int | None = None,
+    heads: Sequence[int] | None = None,
+    encoder_attention: Any = None,
+    decoder_attention: Any = None,
+    cross_attention: Any = None,
+    encoder_tokens: Sequence[str] | None = None,
+    decoder_tokens: Sequence[str] | None = None,
+    include_layers: Sequence[int] | None = None,
+    html_action: str | None = None,
+    *,
+    include_heads: Sequence[int] | None = None,
+    display_mode: str | None = None,
+    model: Any = None,
+    tokenizer: Any = None,
+    index: int | None = None,
+    model_name: str | None = None,
+    faint_lines: bool = False,
+    **options: Any,
+) -> View | PageHTML | None:
     """All heads of one layer as lines between token columns.
 
-    Three forms: ``head_view(text[, text_b], model=...)`` captures first (``model``: a name, a path, a
+    The parameters up to ``html_action`` are BertViz 1.4.1's ``head_view``'s, in its order; the
+    keyword-only ones are bertology's. Three forms: ``head_view(text[, text_b], model=...)`` captures
+    first (``attention`` holds the text, ``tokens`` the second text; ``model``: a name, a path, a
     :class:`~bertology.models.LoadedModel`, or a transformers model object with ``tokenizer=``);
     ``head_view(attention)`` draws a captured :class:`Attention`; BertViz's
-    ``head_view(attention=outputs.attentions, tokens=tokens)``, or positionally ``head_view(attentions,
-    tokens, sentence_b_start, prettify_tokens, layer, heads)``, draws the per-layer
+    ``head_view(attention=outputs.attentions, tokens=tokens)`` draws the per-layer
     ``[batch, heads, q, k]`` tensors any model returns, torch or numpy, with the ``encoder_attention`` /
     ``decoder_attention`` / ``cross_attention`` / ``encoder_tokens`` / ``decoder_tokens`` keywords of
-    encoder-decoders and bertology's ``index`` (the input of a batch)
+    encoder-decoders and ``index`` (the input of a batch)
     (:func:`~bertology.views.bertviz.bertviz_view_data`).
 
-    Every form takes BertViz's ``prettify_tokens`` (default on), ``layer``, ``heads`` (shown first),
-    ``include_layers``, ``include_heads``, ``display_mode`` (default ``"light"``; ``theme`` is the same)
-    and ``html_action``, and bertology's ``model_name`` and ``faint_lines`` (every line at an opacity of
-    at least 0.1; by default a line's opacity is its weight divided by the heads shown, as in BertViz);
-    the text forms also the options of :func:`render_view`.
+    prettify_tokens: ``Ġ`` and ``▁`` shown as spaces. layer: the layer shown first; heads: the heads
+    selected first; include_layers / include_heads: the layers / heads kept, labelled with their own
+    numbers. html_action: ``None`` returns the :class:`View` (BertViz: ``"view"``, which shows it at once,
+    and ``"return"``, a :class:`PageHTML`). display_mode: ``"light"`` (default) or ``"dark"`` (``theme=``
+    is the same; BertViz's head view has no such parameter). model_name: the page's label. faint_lines:
+    every line at an opacity of at least 0.1 (by default a line's opacity is its weight divided by the
+    heads shown, as in BertViz). options: the text forms' further options of :func:`render_view`.
     """
-    return _view("head", arguments, options)
+    named = {
+        "sentence_b_start": sentence_b_start,
+        "prettify_tokens": prettify_tokens,
+        "layer": layer,
+        "heads": heads,
+        "encoder_attention": encoder_attention,
+        "decoder_attention": decoder_attention,
+        "cross_attention": cross_attention,
+        "encoder_tokens": encoder_tokens,
+        "decoder_tokens": decoder_tokens,
+        "include_layers": include_layers,
+        "html_action": html_action,
+        "include_heads": include_heads,
+        "display_mode": display_mode,
+        "model": model,
+        "tokenizer": tokenizer,
+        "index": index,
+        "model_name": model_name,
+        "faint_lines": faint_lines or None,
+    }
+    return _bertviz_call("head", attention, tokens, named, options)
 
 
-def model_view(*arguments: Any, **options: Any) -> View | PageHTML | None:
-    """Every layer x head as a thumbnail in one grid; click one to enlarge it. The same forms and keywords
-    as :func:`head_view`, but ``display_mode`` is ``"dark"`` unless given (BertViz's default); BertViz's
-    positional order is ``model_view(attentions, tokens, sentence_b_start, prettify_tokens, display_mode)``,
-    and it takes ``include_heads`` but no ``heads``. A pair of texts gets BertViz's "Sentence A -> Sentence
-    B" filter."""
-    return _view("model", arguments, options)
+def model_view(
+    attention: Any = None,
+    tokens: Any = None,
+    sentence_b_start: int | None = None,
+    prettify_tokens: bool = True,
+    display_mode: str | None = None,
+    encoder_attention: Any = None,
+    decoder_attention: Any = None,
+    cross_attention: Any = None,
+    encoder_tokens: Sequence[str] | None = None,
+    decoder_tokens: Sequence[str] | None = None,
+    include_layers: Sequence[int] | None = None,
+    include_heads: Sequence[int] | None = None,
+    html_action: str | None = None,
+    *,
+    model: Any = None,
+    tokenizer: Any = None,
+    index: int | None = None,
+    model_name: str | None = None,
+    **options: Any,
+) -> View | PageHTML | None:
+    """Every layer x head as a heatmap thumbnail in one grid (not BertViz's grid of line drawings); click
+    one to enlarge it as lines. The parameters up to ``html_action`` are BertViz 1.4.1's ``model_view``'s,
+    in its order, the keyword-only ones bertology's; the same forms and meanings as :func:`head_view`,
+    but ``display_mode`` is ``"dark"`` unless given (BertViz's default). A pair of texts gets BertViz's
+    "Sentence A -> Sentence B" filter."""
+    named = {
+        "sentence_b_start": sentence_b_start,
+        "prettify_tokens": prettify_tokens,
+        "display_mode": display_mode,
+        "encoder_attention": encoder_attention,
+        "decoder_attention": decoder_attention,
+        "cross_attention": cross_attention,
+        "encoder_tokens": encoder_tokens,
+        "decoder_tokens": decoder_tokens,
+        "include_layers": include_layers,
+        "include_heads": include_heads,
+        "html_action": html_action,
+        "model": model,
+        "tokenizer": tokenizer,
+        "index": index,
+        "model_name": model_name,
+    }
+    return _bertviz_call("model", attention, tokens, named, options)
 
 
 def neuron_view(*arguments: Any, **options: Any) -> View | PageHTML | None:
