@@ -108,12 +108,11 @@ def analyze(
     from bertology.cluster.workers import cluster_pool
     from bertology.models import ModelSpec, load_model, require_max_length
     from bertology.outputs import check_output_folder, output_folder
+    from bertology.progress import stage
     from bertology.report.analysis import save_analysis
     from bertology.run_files import HEADS_FILE, JS_DIVERGENCE_FILE
 
     check_output_folder(output)
-    loaded = load_model(model, device=device, dtype=dtype)
-    require_max_length(loaded, max_len)
     checkpoint = checkpoint_file(output, "analyze")
     settings = AnalysisSettings(  # the local run takes them, a Ray run's job carries them to the workers
         max_length=max_len,
@@ -126,6 +125,10 @@ def analyze(
         convention=convention,
         examples_per_head=examples_per_head,
     )
+    # the model's loading and the report's writing are stages of their own after the segments' bar
+    with progress_bar("", None) as on_stage, stage(on_stage, "Loading the model"):
+        loaded = load_model(model, device=device, dtype=dtype)
+    require_max_length(loaded, max_len)
     with progress_bar("Analysing segments", limit, rate="segments") as on_progress:
         if cluster is None:
             keep_freed_memory()  # each batch reuses the buffers the last one freed (this process only)
@@ -141,8 +144,8 @@ def analyze(
             f"{max_len} tokens; {analysis.tokens_cut} tokens were cut in all.",
             highlight=False,
         )
-    with output_folder(output) as folder:
-        report = output / save_analysis(analysis, loaded, folder).name
+    with progress_bar("", None) as on_stage, output_folder(output) as folder:
+        report = output / save_analysis(analysis, loaded, folder, on_progress=on_stage).name
     checkpoint.unlink(missing_ok=True)  # the run is written; nothing is left to resume
     out.print(
         f"Analysed {analysis.segments} segments in {analysis.seconds:.1f} s. Wrote {report}, "
