@@ -217,3 +217,18 @@ def test_watch_refuses_a_missing_run_without_importing_torch(tmp_path: Path) -> 
         [sys.executable, "-c", code, str(tmp_path / "none")], capture_output=True, text=True, timeout=120
     )
     assert result.stdout.strip() == "1 []", result.stdout + result.stderr
+
+
+# --- Item 10: `bertology models` prints its table without torch, transformers or any model -----------
+
+
+def test_models_lists_the_table_without_importing_torch_or_transformers() -> None:
+    code = (
+        "import sys\nfrom bertology import cli\nsys.argv = ['bertology', 'models']\ntry:\n"
+        "    cli.main()\nexcept SystemExit as exit_:\n    print(exit_.code)\n"
+        "print(sorted({'torch', 'transformers'} & set(sys.modules)))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "[]"
+    assert "Supported model types" in result.stdout and "Default model ('default')" in result.stdout
