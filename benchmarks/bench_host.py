@@ -4,7 +4,7 @@ On a GPU the model's work is small and the host's is not (issue: ``analyze`` ran
 forward on an H100, 14.6 of 17.4 s in reading and segmenting). This measures the host side alone, on the
 whole of UD English EWT train as CoNLL-U (``../shared/data/ud_ewt``), with the default model's tokenizer:
 
-1. read: the corpus reader's sentences (``bertology.readers.conllu.read_sentences``);
+1. read: the corpus reader's sentences (``bertology.readers.treebank.read_passages``);
 2. read + segment: ``corpus_batches`` (sentences packed into segments of at most 128 tokens, ordered by
    length within windows, cut into batches of 256), every batch taken;
 3. encode: the same batches encoded as the model receives them (``bertology.inputs.encode``).
@@ -35,12 +35,12 @@ def measure(corpus: Path, repeats: int) -> dict[str, float | int]:
     import bertology
     from bertology.analyze import batch_texts, corpus_batches
     from bertology.inputs import encode
-    from bertology.readers.conllu import read_sentences
+    from bertology.readers.treebank import read_passages
 
     tokenizer = bertology.load_model().tokenizer
 
     def read() -> int:
-        return sum(1 for _ in read_sentences(corpus))
+        return sum(1 for _ in read_passages(corpus))
 
     def segment() -> list:
         return list(corpus_batches(corpus, tokenizer, max_length=MAX_LENGTH, batch_size=BATCH))

@@ -44,7 +44,7 @@ from bertology.analysis_settings import AnalysisSettings
 from bertology.analyze import BATCH_SIZE, analyze_corpus, corpus_batches
 from bertology.corpus import sample_corpus
 from bertology.model_store import packaged_model_path
-from bertology.readers.conllu import read_sentences
+from bertology.readers.treebank import read_passages
 
 NAME = "all-mpnet-base-v2"
 EWT_DEV = Path(__file__).resolve().parents[2] / "shared" / "data" / "ud_ewt" / "en_ewt-ud-dev.conllu"
@@ -58,7 +58,7 @@ def reference_model() -> torch.nn.Module:
 def equality(pairs: int) -> None:
     loaded = bertology.load_model(NAME)
     reference = reference_model()
-    sentences = [" ".join(passage.text) for passage in itertools.islice(read_sentences(EWT_DEV), 2 * pairs)]
+    sentences = [" ".join(passage.text) for passage in itertools.islice(read_passages(EWT_DEV), 2 * pairs)]
     texts, texts_b = sentences[0::2], sentences[1::2]
     for size in (1, 8):
         worst, tokens = 0.0, 0

@@ -38,11 +38,15 @@ from transformers import PreTrainedTokenizerFast
 from bertology.errors import BertologyError
 from bertology.options import FORMATS
 from bertology.readers import Passage, file_problem
-from bertology.readers.conllu import read_sentences
 from bertology.readers.jsonl import read_records
 from bertology.readers.text import read_paragraphs
+from bertology.readers.treebank import TREEBANK_EXTENSIONS, read_passages
 
-_EXTENSIONS = {".jsonl": "jsonl", ".conllu": "conllu"}
+#: The corpus format of each file extension: JSON Lines, and the treebanks (CoNLL-U, CoNLL-X), read as
+#: running text after the checks every treebank reader makes (anything else: plain text).
+_EXTENSIONS = {".jsonl": "jsonl"} | dict.fromkeys(TREEBANK_EXTENSIONS, "conllu")
+#: Extensions of tables, which plain text would misread (a header and a label column read as text).
+_TABLES = {".tsv": "a tab-separated table", ".csv": "a comma-separated table"}
 
 #: Passages whose tokens are counted by one call of the tokenizer, at most (and at most this many
 #: characters; see :meth:`_Packer.counted`).
@@ -79,13 +83,22 @@ def sample_corpus() -> Path:
 
 
 def detect_format(path: str | Path, format: str | None = None) -> str:
-    """``format`` if given (checked), else the format implied by the file extension.
+    """``format`` if given (checked), else the format implied by the file extension: ``.jsonl``, a
+    treebank's (``.conllu``, ``.conll``, ...: ``"conllu"``), anything else plain text; the one format
+    detection of every corpus command.
 
     Raises:
-        BertologyError: an unknown format name.
+        BertologyError: an unknown format name, or a table (``.tsv``, ``.csv``, such as a GLUE task's file)
+            without a format: read as plain text, its header and label column would become text.
     """
     if format is None:
-        return _EXTENSIONS.get(Path(path).suffix.lower(), "text")
+        suffix = Path(path).suffix.lower()
+        if suffix in _TABLES:
+            raise BertologyError(
+                f"{path} is {_TABLES[suffix]}, not a corpus; give plain text (a paragraph per line), "
+                ".jsonl or .conllu, or --format text to read each of its lines as a paragraph."
+            )
+        return _EXTENSIONS.get(suffix, "text")
     if format not in FORMATS:
         raise BertologyError(f"Unknown corpus format '{format}'; use one of: {', '.join(FORMATS)}.")
     return format
@@ -141,7 +154,7 @@ def _segments(
             tokens = packer.tokens(record.text, record.text_b, special=True)
             yield Segment(record.text, record.text_b, _origin(path, record.line, record.line), tokens)
         return
-    passages = read_paragraphs(path) if format == "text" else read_sentences(path)
+    passages = read_paragraphs(path) if format == "text" else read_passages(path)
     for _, document in groupby(passages, key=attrgetter("document")):
         yield from packer.pack(document)
 

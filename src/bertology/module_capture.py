@@ -16,8 +16,9 @@ streaming consumers keep flat memory), and ``stop_after`` ends the pass after th
 attention. Outside a recording the hooks return at once.
 
 Queries and keys (for the neuron view) are taken only where ``softmax(q·k * scaling + mask)`` is the
-whole computation: :attr:`ModuleRoute.queries_keys` recomputes them from the module's own projections
-(and, for RoFormer, its own rotary embedding) on the module's inputs, only when they are asked for.
+whole computation: :attr:`~bertology.model_types.ModuleRoute.queries_keys` names the recipe
+(:data:`QUERIES_KEYS`) that recomputes them from the module's own projections (and, for RoFormer, its own
+rotary embedding) on the module's inputs, only when they are asked for.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -33,6 +33,7 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from bertology.hook import active_recorder
+from bertology.model_types import ModuleRoute, QueriesKeysName
 
 #: ``queries_keys(module, inputs)`` -> (query, key, scaling): query and key ``[batch, heads, tokens,
 #: head_dim]`` as the module's q·k takes them, from ``inputs``, the module's forward arguments by name.
@@ -68,19 +69,11 @@ def rotary_queries_keys(
     return query, key, scaling
 
 
-@dataclass(frozen=True)
-class ModuleRoute:
-    """How to read the attention of a model that computes it in its own code.
-
-    attention_class: the class name of the module that computes one layer's attention and returns
-        ``(context, probs [batch, heads, query, key], ...)`` when called with ``output_attentions=True``.
-    queries_keys: how to get that module's queries and keys (see :data:`QueriesKeys`), or ``None`` where
-        q·k alone does not give the probabilities (relative position terms); the model type's table
-        entry then says why the neuron view is refused.
-    """
-
-    attention_class: str
-    queries_keys: QueriesKeys | None = None
+#: The recipes a :class:`~bertology.model_types.ModuleRoute` names, by name.
+QUERIES_KEYS: dict[QueriesKeysName, QueriesKeys] = {
+    "bert_style": bert_style_queries_keys,
+    "rotary": rotary_queries_keys,
+}
 
 
 #: Attribute set on a model once its attention modules carry the hooks of :func:`hook_attention_modules`.
@@ -99,12 +92,13 @@ def hook_attention_modules(model: PreTrainedModel, route: ModuleRoute) -> int:
         raise ValueError(f"{type(model).__name__} has no {route.attention_class} module.")
     if getattr(model, _MODULES_HOOKED, False):
         return len(modules)
+    recipe = None if route.queries_keys is None else QUERIES_KEYS[route.queries_keys]
     for module in modules:
         parameters = list(inspect.signature(module.forward).parameters)
         module.register_forward_pre_hook(
             _AskForProbs(parameters.index("output_attentions")), with_kwargs=True
         )
-        module.register_forward_hook(_RecordProbs(route.queries_keys, parameters), with_kwargs=True)
+        module.register_forward_hook(_RecordProbs(recipe, parameters), with_kwargs=True)
     setattr(model, _MODULES_HOOKED, True)
     return len(modules)
 

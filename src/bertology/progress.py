@@ -9,6 +9,8 @@ than a count (the loss, the speed), as :class:`~bertology.training.settings.Trai
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Protocol
 
 
@@ -37,3 +39,14 @@ def part_of(
         on_progress(offset + done, total if whole is None else whole, stage=name)
 
     return report
+
+
+@contextmanager
+def stage(on_progress: Progress | None, name: str) -> Iterator[None]:
+    """The block as one step of work shown as a stage of its own (loading a model, writing a report):
+    0 of 1 as it starts, 1 of 1 once it is done; nothing for ``on_progress`` ``None``."""
+    if on_progress is not None:
+        on_progress(0, 1, stage=name)
+    yield
+    if on_progress is not None:
+        on_progress(1, 1, stage=name)

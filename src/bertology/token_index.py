@@ -28,6 +28,7 @@ so it is reused across sessions at no cost.
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import os
 import zipfile
@@ -70,7 +71,6 @@ TOKENIZER = "tokenizer"
 CONNECTIVITY, EXPANSION_ADD, EXPANSION_SEARCH = 16, 32, 2048
 #: Batches whose vectors may wait for the indexing thread (bounds the memory they hold).
 PENDING_BATCHES = 2
-_TREEBANK_SUFFIXES = {".conllu", ".conll", ".conllx", ".conll10", ".dep"}
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,8 @@ def read_indexed_segments(
 ) -> Iterator[IndexedSegment]:
     """The corpus as index inputs: a treebank sentence by sentence (with its relations), any other
     corpus as :func:`bertology.corpus.iter_segments` packs it (words split as BERT pre-tokenises)."""
-    if path.suffix.lower() in _TREEBANK_SUFFIXES or path.is_dir():
+    format = "conllu" if path.is_dir() else detect_format(path)  # refuses a table at once
+    if format == "conllu":
         for sentence in read_treebank(path):
             yield IndexedSegment(sentence.words, None, sentence.relations, sentence.tags, sentence.origin)
         return
@@ -106,7 +107,7 @@ def read_indexed_segments(
             return []
         return text if isinstance(text, list) else [word for word, _ in pre_tokenizer.pre_tokenize_str(text)]
 
-    for segment in iter_segments(path, tokenizer, max_length=max_length, format=detect_format(path)):
+    for segment in iter_segments(path, tokenizer, max_length=max_length, format=format):
         first, second = words(segment.text_a), words(segment.text_b)
         split = len(first) if segment.is_pair else None
         yield IndexedSegment(first + second, split, None, None, segment.origin)
@@ -196,6 +197,7 @@ def build_index(
     layers: Sequence[int] | None = None,
     batch_size: int = 32,
     max_length: int = 128,
+    limit: int | None = None,
     threads: int = 0,
     on_progress: Progress | None = None,
 ) -> TokenIndex:
@@ -206,6 +208,7 @@ def build_index(
     The corpus is read, segmented and encoded in a thread ahead of the model
     (:func:`~bertology.batching.prefetched`).
 
+    limit: index at most this many segments (the first; ``None``: all), as ``analyze --limit``.
     threads: threads of each vector addition to an HNSW graph (0: all cores). With the model on an
         accelerator (its CPU threads idle while the device computes), or where torch leaves a core free,
         the additions run in one thread beside the model's forward passes; where the model runs on the CPU
@@ -250,7 +253,8 @@ def build_index(
 
         def numbered() -> Iterator[tuple[int, IndexedSegment]]:
             """The segments in corpus order, numbered; each is written to the segments file as it is read."""
-            for number, segment in enumerate(read_indexed_segments(corpus, loaded.tokenizer, max_length)):
+            segments = itertools.islice(read_indexed_segments(corpus, loaded.tokenizer, max_length), limit)
+            for number, segment in enumerate(segments):
                 segments_file.write(json.dumps(segment.__dict__) + "\n")
                 starts.append(-1)
                 yield number, segment

@@ -23,7 +23,7 @@ from bertology.batching import prefetched
 from bertology.corpus import Segment, detect_format, iter_segments, sample_corpus
 from bertology.errors import BertologyError
 from bertology.models import LoadedModel
-from bertology.readers.conllu import read_sentences
+from bertology.readers.treebank import read_passages, read_treebank
 
 EXAMPLE_CORPUS = sample_corpus()
 
@@ -224,8 +224,15 @@ def test_format_comes_from_the_extension_unless_given(
 ) -> None:
     assert detect_format("a.JSONL") == "jsonl"
     assert detect_format("b.conllu") == "conllu"
-    assert detect_format("c.txt") == detect_format("d.tsv") == detect_format("README") == "text"
-    assert detect_format("a.jsonl", "text") == "text"
+    assert detect_format("c.txt") == detect_format("README") == "text"
+    assert detect_format("e.conll") == detect_format("f.CONLLX") == "conllu"  # treebanks, as index reads them
+    assert detect_format("a.jsonl", "text") == detect_format("d.tsv", "text") == "text"
+    with pytest.raises(BertologyError) as raised:
+        detect_format("glue/SST-2/dev.tsv")
+    assert str(raised.value) == (
+        "glue/SST-2/dev.tsv is a tab-separated table, not a corpus; give plain text (a paragraph per line), "
+        ".jsonl or .conllu, or --format text to read each of its lines as a paragraph."
+    )
     path = _write(tmp_path, "records.txt", '{"text": "Hello there."}\n')
     assert list(iter_segments(path, tokenizer, format="jsonl")) == [
         Segment("Hello there.", None, "records.txt:1")
@@ -432,13 +439,12 @@ def test_malformed_jsonl_names_the_line(
 @pytest.mark.parametrize(
     ("bad_line", "problem"),
     [
-        (
-            "3\tOk\tok\tINTJ\tUH\t_\tabc\troot\t_\t_",
-            "Failed parsing field 'head': 'abc' is not a valid value",
-        ),
-        ("x\tOk\tok\tINTJ\tUH\t_\t0\troot\t_\t_", "Failed parsing field 'id': 'x' is not a valid ID"),
-        ("_\tOk\tok\tINTJ\tUH\t_\t0\troot\t_\t_", "the word has no ID"),
-        ("just some words", "Invalid line format"),
+        ("3\tOk\tok\tINTJ\tUH\t_\tabc\troot\t_\t_", "the head 'abc' is not an integer)."),
+        ("x\tOk\tok\tINTJ\tUH\t_\t0\troot\t_\t_", "word ID 'x' where 3 was expected)."),
+        ("_\tOk\tok\tINTJ\tUH\t_\t0\troot\t_\t_", "word ID '_' where 3 was expected)."),
+        ("just some words", "1 tab-separated columns where 10 were expected)."),
+        # well formed lines, but not a tree: index and the probes refused these, analyze read them (issue 34)
+        ("3\tOk\tok\tINTJ\tUH\t_\t7\tdep\t_\t_", "the head 7 is outside the sentence of 3 words)."),
     ],
 )
 def test_malformed_conllu_names_the_line(
@@ -449,7 +455,7 @@ def test_malformed_conllu_names_the_line(
     lines.insert(14, bad_line)
     path = _write(tmp_path, "bad.conllu", "\n".join(lines))
     message = _error(path, tokenizer)
-    assert message.startswith(f"bad.conllu line 15 is not valid CoNLL-U ({problem}")
+    assert message == f"bad.conllu line 15 is not valid CoNLL-U ({problem}"
 
 
 # --- Streaming --------------------------------------------------------------------------------
@@ -538,7 +544,7 @@ def test_conllu_sentences_equal_the_conllu_packages_parse_of_ud_ewt(shared_data:
     plain) equal the ``conllu`` package's own parse of the whole file: the words (ranges and empty nodes
     left out) and the documents (``# newdoc``)."""
     path = shared_data / "ud_ewt" / name
-    read = list(read_sentences(path))
+    read = list(read_passages(path))
     expected, document = [], 0
     with path.open(encoding="utf-8") as handle:
         for sentence in conllu.parse_incr(handle):
@@ -550,19 +556,19 @@ def test_conllu_sentences_equal_the_conllu_packages_parse_of_ud_ewt(shared_data:
     assert len(expected) > 2000 and expected[-1][1] > 100  # many sentences in many documents
 
 
-def test_a_sentence_with_a_line_out_of_the_plain_shape_is_read_by_the_conllu_package(tmp_path: Path) -> None:
-    """Runs of spaces between a line's columns (which the ``conllu`` package also splits at): its words,
-    not a misread."""
+def test_a_line_with_spaces_for_tabs_is_refused_as_index_and_the_probes_refuse_it(
+    tmp_path: Path, tokenizer: PreTrainedTokenizerFast
+) -> None:
+    """Runs of spaces between a line's columns, which the ``conllu`` package would split at: the corpus
+    reader refuses the line as the treebank reader does (one check for every corpus command)."""
     spaced = SMALL_CONLLU.replace("1\tSleep\tsleep\t", "1  Sleep  sleep  ", 1)
     assert spaced != SMALL_CONLLU
     path = _write(tmp_path, "spaced.conllu", spaced)
-    words = [passage.text for passage in read_sentences(path)]
-    with path.open(encoding="utf-8") as handle:
-        assert words == [
-            [token["form"] for token in sentence if isinstance(token["id"], int)]
-            for sentence in conllu.parse_incr(handle)
-        ]
-    assert words[1] == ["Sleep", "well"]
+    expected = "spaced.conllu line 12 is not valid CoNLL-U (7 tab-separated columns where 10 were expected)."
+    assert _error(path, tokenizer) == expected
+    with pytest.raises(BertologyError) as raised:
+        list(read_treebank(path))
+    assert str(raised.value) == expected
 
 
 def test_prefetched_keeps_the_order_raises_in_place_and_stops_when_closed() -> None:

@@ -114,7 +114,21 @@ def test_analysis_writes_report_csv_and_examples(
     small_corpus: Path, default_model: LoadedModel, tmp_path: Path
 ) -> None:
     analysis = analyze_corpus(small_corpus, default_model, AnalysisSettings(limit=12, batch_size=4))
-    report = save_analysis(analysis, default_model, tmp_path)
+    told: list[tuple[int, int | None, str]] = []
+    report = save_analysis(
+        analysis,
+        default_model,
+        tmp_path,
+        on_progress=lambda done, total=None, *, stage="": told.append((done, total, stage)),
+    )
+    # each stage of the writing is shown as it starts and ends (issue 34: nothing showed after the bar)
+    stages = [
+        "Writing the tables",
+        "Storing each head's top examples",
+        "Drawing the example views",
+        "Drawing the plots and the report",
+    ]
+    assert told == [(done, 1, stage) for stage in stages for done in (0, 1)]
     heads = pd.read_csv(tmp_path / "heads.csv")
     assert len(heads) == 6 * 12
     assert {"layer", "head", "previous", "next", "entropy", "confidence", "label"} <= set(heads.columns)

@@ -3,6 +3,7 @@ token metadata, the command."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from typer.testing import CliRunner
 
 from bertology import token_index
 from bertology.cli import app
-from bertology.corpus import sample_corpus
+from bertology.corpus import iter_segments, sample_corpus
 from bertology.errors import BertologyError
 from bertology.models import LoadedModel
 from bertology.server import create_app
@@ -199,6 +200,20 @@ def test_index_command_writes_a_reusable_index(
     reopened = TokenIndex.open(tmp_path)
     assert reopened.layers == [0, 5]
     assert f"Indexed {len(reopened)} tokens" in result.output
+
+
+def test_index_command_limit_indexes_the_first_segments_as_analyze_counts_them(
+    sample_corpus_head: Callable[[int], Path], default_model: LoadedModel, tmp_path: Path
+) -> None:
+    """--limit 3: the first 3 segments of the corpus, as `analyze --limit 3` reads them (issue 34)."""
+    corpus = sample_corpus_head(12)
+    result = CliRunner().invoke(app, ["index", str(corpus), "-o", str(tmp_path), "--limit", "3"])
+    assert result.exit_code == 0, result.output
+    segments = list(itertools.islice(iter_segments(corpus, default_model.tokenizer), 4))
+    assert len(segments) == 4  # the corpus has more than the limit
+    indexed = TokenIndex.open(tmp_path).segments
+    assert [segment.origin for segment in indexed] == [segment.origin for segment in segments[:3]]
+    assert "of 3 segments" in result.output
 
 
 def test_index_command_refuses_a_missing_layer(tmp_path: Path) -> None:

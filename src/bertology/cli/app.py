@@ -7,15 +7,56 @@ from __future__ import annotations
 import os
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, TextIO
+from typing import Annotated, Any, TextIO
 
 import typer
 from rich.console import Console
+from typer.core import TyperCommand
 
-app = typer.Typer(
+from bertology.options import MAX_COUNT
+
+#: What pydantic (which parses typer's values) puts before the sentence of a check that failed.
+_PYDANTIC_PREFIX = "Value error, "
+
+
+class BertologyCommand(TyperCommand):
+    """Every ``bertology`` command: its flags are shown as flags in ``--help`` (no ``<bool>`` value), a
+    usage error is the sentence of the check that failed (without pydantic's "Value error, "), and no
+    whole number is above :data:`~bertology.options.MAX_COUNT` (checked here, so counts need no ``max=``
+    that ``--help`` would print as ``[1<=x<=9223372036854775807]``)."""
+
+    def get_params(self, ctx: typer.Context) -> list[Any]:
+        params = super().get_params(ctx)
+        for param in params:
+            if getattr(param, "is_flag", False) and param.metavar is None:
+                param.metavar = ""  # a flag takes no value: show none
+        return params
+
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+        try:
+            rest = super().parse_args(ctx, args)
+        except typer.BadParameter as error:
+            error.message = error.message.removeprefix(_PYDANTIC_PREFIX)
+            raise
+        for param in self.params:
+            value = ctx.params.get(param.name or "")
+            if isinstance(value, int) and not isinstance(value, bool) and value > MAX_COUNT:
+                raise typer.BadParameter(f"{value} is more than {MAX_COUNT}, the most it takes.", ctx, param)
+        return rest
+
+
+class BertologyApp(typer.Typer):
+    """The typer application whose commands are :class:`BertologyCommand` s."""
+
+    def command(self, *args: Any, **kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        kwargs.setdefault("cls", BertologyCommand)
+        return super().command(*args, **kwargs)
+
+
+app = BertologyApp(
     name="bertology",
     help="See and measure what the attention heads of BERT-family transformers do.",
     no_args_is_help=True,

@@ -9,7 +9,7 @@ import typer
 
 from bertology.cli.app import app, out
 from bertology.cli.interventions import ClassifierArgument
-from bertology.cli.options import DeviceOption, DtypeOption, TextArgument, TextBArgument
+from bertology.cli.options import DeviceOption, DtypeOption, TextArgument, TextBArgument, share
 from bertology.options import DEFAULT_DEVICE, DEFAULT_DTYPE, MAX_IG_STEPS, IntegrationRule
 from bertology.run_files import ATTRIBUTION_FILE
 
@@ -37,9 +37,8 @@ def attribute(
         float,
         typer.Option(
             "--threshold",
-            min=0.0,
-            max=1.0,
-            help="Share of a layer's largest attribution an edge of the tree needs.",
+            callback=share,
+            help="Share of a layer's largest attribution an edge of the tree needs (0 to 1).",
         ),
     ] = 0.4,
     device: DeviceOption = DEFAULT_DEVICE,

@@ -14,7 +14,6 @@ from bertology.options import (
     DEFAULT_DTYPE,
     EXAMPLES_PER_HEAD,
     JS_TOKENS_PER_SEGMENT,
-    MAX_COUNT,
     MAX_SEED,
     CorpusFormat,
     Dtype,
@@ -36,7 +35,8 @@ from bertology.cli.options import (
     WeightsOption,
     WorkersOption,
     cluster_options,
-    require_inputs,
+    require_corpus,
+    require_task,
     utf8_text,
 )
 from bertology.cli.progress import progress_bar
@@ -59,7 +59,7 @@ def analyze(
     ] = 128,
     limit: Annotated[
         int | None,
-        typer.Option("--limit", min=1, max=MAX_COUNT, help="Analyse at most this many segments."),
+        typer.Option("--limit", min=1, help="Analyse at most this many segments."),
     ] = None,
     seed: Annotated[
         int, typer.Option("--seed", min=0, max=MAX_SEED, help="Seed for token sampling and the head map.")
@@ -98,7 +98,7 @@ def analyze(
 ) -> None:
     """Per-head statistics, pattern labels and head clustering over CORPUS, written as an HTML report."""
     cluster = cluster_options(ray, workers, threads_per_worker, resume)  # a usage error before torch loads
-    require_inputs({"CORPUS": corpus})
+    require_corpus("CORPUS", corpus, corpus_format)
     from bertology.allocator import keep_freed_memory
     from bertology.analysis_settings import AnalysisSettings
     from bertology.analyze import analyze_corpus
@@ -108,12 +108,11 @@ def analyze(
     from bertology.cluster.workers import cluster_pool
     from bertology.models import ModelSpec, load_model, require_max_length
     from bertology.outputs import check_output_folder, output_folder
+    from bertology.progress import stage
     from bertology.report.analysis import save_analysis
     from bertology.run_files import HEADS_FILE, JS_DIVERGENCE_FILE
 
     check_output_folder(output)
-    loaded = load_model(model, device=device, dtype=dtype)
-    require_max_length(loaded, max_len)
     checkpoint = checkpoint_file(output, "analyze")
     settings = AnalysisSettings(  # the local run takes them, a Ray run's job carries them to the workers
         max_length=max_len,
@@ -126,6 +125,10 @@ def analyze(
         convention=convention,
         examples_per_head=examples_per_head,
     )
+    # the model's loading and the report's writing are stages of their own after the segments' bar
+    with progress_bar("", None) as on_stage, stage(on_stage, "Loading the model"):
+        loaded = load_model(model, device=device, dtype=dtype)
+    require_max_length(loaded, max_len)
     with progress_bar("Analysing segments", limit, rate="segments") as on_progress:
         if cluster is None:
             keep_freed_memory()  # each batch reuses the buffers the last one freed (this process only)
@@ -141,8 +144,8 @@ def analyze(
             f"{max_len} tokens; {analysis.tokens_cut} tokens were cut in all.",
             highlight=False,
         )
-    with output_folder(output) as folder:
-        report = output / save_analysis(analysis, loaded, folder).name
+    with progress_bar("", None) as on_stage, output_folder(output) as folder:
+        report = output / save_analysis(analysis, loaded, folder, on_progress=on_stage).name
     checkpoint.unlink(missing_ok=True)  # the run is written; nothing is left to resume
     out.print(
         f"Analysed {analysis.segments} segments in {analysis.seconds:.1f} s. Wrote {report}, "
@@ -171,6 +174,9 @@ def index(
         ),
     ] = None,
     max_len: Annotated[int, typer.Option("--max-len", min=8, help="Tokens per segment at most.")] = 128,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=1, help="Index at most this many segments.")
+    ] = None,
     batch_size: SegmentBatchOption = BATCH_SIZE,
     device: DeviceOption = DEFAULT_DEVICE,
     dtype: DtypeOption = DEFAULT_DTYPE,
@@ -181,7 +187,7 @@ def index(
         chosen = None if layers is None else [int(layer) for layer in layers.split(",") if layer.strip()]
     except ValueError as error:
         raise typer.BadParameter("--layers takes layer numbers separated by commas, e.g. 1,3,5.") from error
-    require_inputs({"CORPUS": corpus})
+    require_corpus("CORPUS", corpus)
     from bertology.index_store import check_index_folder
     from bertology.models import load_model, require_max_length
     from bertology.token_index import build_index
@@ -189,7 +195,7 @@ def index(
     check_index_folder(output)
     loaded = load_model(model, device=device, dtype=dtype)
     require_max_length(loaded, max_len)
-    with progress_bar("Indexing segments", None, rate="segments") as on_progress:
+    with progress_bar("Indexing segments", limit, rate="segments") as on_progress:
         built = build_index(
             corpus,
             output,
@@ -197,6 +203,7 @@ def index(
             layers=chosen,
             batch_size=batch_size,
             max_length=max_len,
+            limit=limit,
             on_progress=on_progress,
         )
     out.print(
@@ -245,10 +252,10 @@ def compare(
     ] = None,
     limit: Annotated[
         int | None,
-        typer.Option("--limit", min=1, max=MAX_COUNT, help="Compare at most this many segments."),
+        typer.Option("--limit", min=1, help="Compare at most this many segments."),
     ] = None,
     max_dev: Annotated[
-        int, typer.Option("--max-dev", min=0, max=MAX_COUNT, help="Dev examples scored for --task (0: all).")
+        int, typer.Option("--max-dev", min=0, help="Dev examples scored for --task (0: all).")
     ] = 100,
     max_len: Annotated[
         int, typer.Option("--max-len", min=1, help="Tokens per segment, special tokens included.")
@@ -282,7 +289,8 @@ def compare(
     """Compare two models head by head: statistics, labels and confidence side by side, heads matched by mean
     JS divergence, both models' head views of one input and, with --task, both ablation pictures."""
     cluster = cluster_options(ray, workers, threads_per_worker, resume)  # a usage error before torch loads
-    require_inputs({"--corpus": corpus, "--task": task_dir})
+    require_corpus("--corpus", corpus)
+    require_task("--task", task_dir)
     from bertology.allocator import keep_freed_memory
     from bertology.analysis_settings import AnalysisSettings
     from bertology.cluster.checkpoint import checkpoint_file
@@ -376,11 +384,9 @@ def heads(
     length: Annotated[
         int, typer.Option("--length", min=1, max=4096, help="Random tokens per half of a repeated sequence.")
     ] = 50,
-    sequences: Annotated[
-        int, typer.Option("--sequences", min=1, max=MAX_COUNT, help="Repeated random sequences.")
-    ] = 20,
+    sequences: Annotated[int, typer.Option("--sequences", min=1, help="Repeated random sequences.")] = 20,
     segments: Annotated[
-        int, typer.Option("--segments", min=1, max=MAX_COUNT, help="Corpus segments of the sink score.")
+        int, typer.Option("--segments", min=1, help="Corpus segments of the sink score.")
     ] = 100,
     max_len: Annotated[int, typer.Option("--max-len", min=2, help="Tokens per corpus segment.")] = 128,
     seed: Annotated[int, typer.Option("--seed", min=0, max=MAX_SEED, help="Seed of the random tokens.")] = 0,
@@ -390,7 +396,7 @@ def heads(
 ) -> None:
     """Previous-token, duplicate-token and induction heads on repeated random tokens (TransformerLens's
     detectors) and attention sinks over a corpus, for decoder models: scores, labels, heatmaps and views."""
-    require_inputs({"--corpus": corpus})
+    require_corpus("--corpus", corpus)
     from bertology.analysis.head_detectors import HEAD_SCORES, detect_heads, repeated_sequence_attention
     from bertology.corpus import sample_corpus
     from bertology.models import load_model, require_max_length

@@ -19,14 +19,15 @@ from bertology.cli.options import (
     ThreadsPerWorkerOption,
     WorkersOption,
     cluster_options,
+    number_in,
     require_inputs,
+    require_task,
     share_below_one,
 )
 from bertology.cli.progress import progress_bar
 from bertology.options import (
     DEFAULT_DEVICE,
     DEFAULT_DTYPE,
-    MAX_COUNT,
     MAX_IG_STEPS,
     MAX_SEED,
     MAX_SMOOTHGRAD_SAMPLES,
@@ -56,7 +57,7 @@ def ablate(
         Path, typer.Option("-o", "--output", help="Folder for report.html, CSV, JSON and plots.")
     ],
     max_dev: Annotated[
-        int, typer.Option("--max-dev", min=0, max=MAX_COUNT, help="Score the first N dev examples (0: all).")
+        int, typer.Option("--max-dev", min=0, help="Score the first N dev examples (0: all).")
     ] = 0,
     task_dir: Annotated[
         Path | None, typer.Option("--task", help="GLUE-style task folder; its dev set is scored.")
@@ -70,9 +71,7 @@ def ablate(
     ] = None,
     max_segments: Annotated[
         int,
-        typer.Option(
-            "--max-segments", min=0, max=MAX_COUNT, help="--lm-corpus: its first N segments (0: all)."
-        ),
+        typer.Option("--max-segments", min=0, help="--lm-corpus: its first N segments (0: all)."),
     ] = 0,
     max_len: Annotated[
         int,
@@ -82,8 +81,6 @@ def ablate(
         float,
         typer.Option(
             "--prune",
-            min=0.0,
-            max=1.0,
             callback=share_below_one,
             help="Share of heads to remove structurally, least important first (0: none; below 1).",
         ),
@@ -94,7 +91,6 @@ def ablate(
         typer.Option(
             "--attribution-examples",
             min=0,
-            max=MAX_COUNT,
             help="Score heads by self-attention attribution on the first N dev examples (0: skip).",
         ),
     ] = 200,
@@ -127,7 +123,7 @@ def ablate(
         )
         return
     assert task_dir is not None
-    require_inputs({"--task": task_dir})
+    require_task("--task", task_dir)
     from dataclasses import replace
 
     from bertology.cluster.ablation import AblationJob, ablate_on_pool
@@ -285,10 +281,9 @@ def explain(
         float,
         typer.Option(
             "--noise",
-            min=0.0,
-            max=10.0,
+            callback=number_in(0, 10),
             help="SmoothGrad's noise level: the noise's standard deviation over the range of the input's "
-            "embedding components.",
+            "embedding components (0 to 10).",
         ),
     ] = SMOOTHGRAD_NOISE,
     samples: Annotated[
@@ -369,7 +364,7 @@ def attack(
     beam: Annotated[int, typer.Option("--beam", min=1, max=100, help="Input reduction's beam width.")] = 3,
     max_flips: Annotated[
         int,
-        typer.Option("--max-flips", min=0, max=MAX_COUNT, help="Most swaps HotFlip makes (0: no limit)."),
+        typer.Option("--max-flips", min=0, help="Most swaps HotFlip makes (0: no limit)."),
     ] = 0,
     subwords: Annotated[
         bool,

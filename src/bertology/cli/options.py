@@ -5,6 +5,7 @@ a usage error (exit 2) before anything heavy is imported.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -50,19 +51,34 @@ def ray_address(address: str | None) -> str | None:
     return address
 
 
-def positive_finite(value: float) -> float:
-    """A float option as given, or a usage error unless it is a finite number above 0."""
-    if not (math.isfinite(value) and value > 0):
-        raise typer.BadParameter(f"{value} is not a finite number above 0.")
-    return value
+def number_in(
+    low: float, high: float = math.inf, *, above_low: bool = False, below_high: bool = False
+) -> Callable[[float], float]:
+    """The callback that checks a float option, the one check of every float option's range: the value as
+    given, or a usage error that names it when it is not a number (``nan``, which no comparison with a
+    bound refuses) or lies outside ``low`` .. ``high`` (``above_low``, ``below_high``: the bound itself
+    is outside too; ``high`` infinite and ``below_high``: any finite number)."""
+    lower = f"above {low:g}" if above_low else f"from {low:g}"
+    upper = "" if math.isinf(high) else f" {'to below' if below_high else 'to'} {high:g}"
+    wanted = f"a {'finite ' if math.isinf(high) and below_high else ''}number {lower}{upper}"
+
+    def check(value: float) -> float:
+        if math.isnan(value):
+            raise typer.BadParameter(f"{value} is not a number; give {wanted}.")
+        if value < low or value > high or (above_low and value == low) or (below_high and value == high):
+            raise typer.BadParameter(f"{value:g} is not {wanted}.")
+        return value
+
+    return check
 
 
-def share_below_one(value: float) -> float:
-    """``--prune`` as given (already checked to lie in 0..1), or a usage error for 1: the share of heads
-    pruned must be below 1 (:func:`bertology.interventions.run.run_ablation`)."""
-    if value >= 1.0:
-        raise typer.BadParameter(f"{value} is not below 1; give a share of the heads from 0 up to below 1.")
-    return value
+#: A float option that takes any finite number above 0 (a learning rate, seconds).
+positive_finite = number_in(0, above_low=True, below_high=True)
+#: A float option that takes a share from 0 to 1.
+share = number_in(0, 1)
+#: ``--prune``: a share of the heads from 0 up to below 1 (:func:`bertology.interventions.run.run_ablation`
+#: keeps at least one).
+share_below_one = number_in(0, 1, below_high=True)
 
 
 RayOption = Annotated[
@@ -190,3 +206,25 @@ def require_inputs(paths: dict[str, Path | None]) -> None:
     for hint, path in paths.items():
         if path is not None and not path.exists() and not path.is_symlink():
             raise typer.BadParameter(f"'{path}' does not exist.", param_hint=hint)
+
+
+def require_task(hint: str, folder: Path | None) -> None:
+    """A usage error for a task folder that does not exist (:func:`require_inputs`), then a
+    :class:`~bertology.errors.BertologyError` for one without its train or dev file
+    (:func:`bertology.readers.glue.task_files`), both before torch is imported and any model loads."""
+    require_inputs({hint: folder})
+    if folder is not None:
+        from bertology.readers.glue import task_files
+
+        task_files(folder)
+
+
+def require_corpus(hint: str, corpus: Path | None, corpus_format: str | None = None) -> None:
+    """A usage error for a corpus that does not exist (:func:`require_inputs`), then a
+    :class:`~bertology.errors.BertologyError` for a file of no corpus format
+    (:func:`bertology.corpus.detect_format`: a table such as a GLUE ``.tsv``), before any model loads."""
+    require_inputs({hint: corpus})
+    if corpus is not None and not corpus.is_dir():
+        from bertology.corpus import detect_format
+
+        detect_format(corpus, corpus_format)

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from bertology.cli.app import app, out, resumable
+from bertology.cli.app import BertologyApp, app, out, resumable
 from bertology.cli.options import (
     DeviceOption,
     DtypeOption,
@@ -23,14 +23,13 @@ from bertology.cli.progress import progress_bar
 from bertology.options import (
     DEFAULT_DEVICE,
     DEFAULT_DTYPE,
-    MAX_COUNT,
     Decode,
     WordMode,
 )
 from bertology.readers.coref import CorefFormat
 from bertology.readers.treebank import TreebankFormat
 
-probe_app = typer.Typer(
+probe_app = BertologyApp(
     help="Linguistic probes: heads that track dependency relations (deps), the attention-only parser "
     "(parser), coreference (coref) and GAP's pronoun resolution (gap).",
     no_args_is_help=True,
@@ -55,7 +54,7 @@ def probe_deps(
     word_mode: WordModeOption = "mean",
     limit: Annotated[
         int | None,
-        typer.Option("--limit", min=1, max=MAX_COUNT, help="Probe at most this many sentences."),
+        typer.Option("--limit", min=1, help="Probe at most this many sentences."),
     ] = None,
     batch_size: Annotated[
         int, typer.Option("--batch-size", min=1, max=4096, help="Sentences per forward pass.")
@@ -110,11 +109,9 @@ def probe_parser_command(
     treebank_format: TreebankFormatOption = None,
     word_mode: WordModeOption = "mean",
     limit_train: Annotated[
-        int | None, typer.Option("--limit-train", min=1, max=MAX_COUNT, help="Train on the first N.")
+        int | None, typer.Option("--limit-train", min=1, help="Train on the first N.")
     ] = None,
-    limit_eval: Annotated[
-        int | None, typer.Option("--limit-eval", min=1, max=MAX_COUNT, help="Score the first N.")
-    ] = None,
+    limit_eval: Annotated[int | None, typer.Option("--limit-eval", min=1, help="Score the first N.")] = None,
     decode: Annotated[
         Decode, typer.Option(help="argmax (per word) or mst (Chu-Liu/Edmonds tree).")
     ] = "argmax",
@@ -126,9 +123,11 @@ def probe_parser_command(
     from bertology.models import load_model
     from bertology.outputs import check_output_folder, output_folder
     from bertology.probes.run import probe_parser
+    from bertology.readers.treebank import check_treebank
     from bertology.report.probes import write_probe_report
 
     check_output_folder(output)
+    check_treebank(evaluation, treebank_format, limit_eval)  # scored after the training: checked first
     loaded = load_model(model, device=device, dtype=dtype)
     with progress_bar("", None) as on_progress:  # a bar per treebank
         run = probe_parser(
@@ -170,7 +169,7 @@ def probe_coref(
     ] = None,
     limit: Annotated[
         int | None,
-        typer.Option("--limit", min=1, max=MAX_COUNT, help="Probe at most this many documents."),
+        typer.Option("--limit", min=1, help="Probe at most this many documents."),
     ] = None,
     windows: Annotated[
         int,
@@ -219,9 +218,7 @@ def probe_gap_command(
     gap_file: Annotated[Path, typer.Argument(help="GAP tsv (development, validation or test).")],
     output: Annotated[Path, typer.Option("-o", "--output", help="Folder for report.html and CSV.")],
     model: ModelOption = "default",
-    limit: Annotated[
-        int | None, typer.Option("--limit", min=1, max=MAX_COUNT, help="At most this many examples.")
-    ] = None,
+    limit: Annotated[int | None, typer.Option("--limit", min=1, help="At most this many examples.")] = None,
     syntax: Annotated[
         bool, typer.Option("--syntax/--no-syntax", help="Syntactic baselines from spaCy parses, if any.")
     ] = True,

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from bertology.cli.app import app, out
-from bertology.cli.options import DeviceOption, DtypeOption
+from bertology.cli.options import DeviceOption, DtypeOption, positive_finite
 from bertology.options import (
     DEFAULT_DEVICE,
     DEFAULT_DTYPE,
@@ -32,10 +32,15 @@ def serve(
         "127.0.0.1"
     ),
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on (0: any free port).")] = 8000,
-    max_tokens: Annotated[int, typer.Option("--max-tokens", help="Most tokens per input.")] = 512,
-    max_body: Annotated[int, typer.Option("--max-body", help="Largest request body, in bytes.")] = 65536,
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds a request may take.")] = 30.0,
-    parallel: Annotated[int, typer.Option("--parallel", help="Computations at once per model.")] = 2,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", min=1, help="Most tokens per input.")] = 512,
+    max_body: Annotated[
+        int, typer.Option("--max-body", min=1, help="Largest request body, in bytes.")
+    ] = 65536,
+    timeout: Annotated[
+        float,
+        typer.Option("--timeout", callback=positive_finite, help="Seconds a request may take (above 0)."),
+    ] = 30.0,
+    parallel: Annotated[int, typer.Option("--parallel", min=1, help="Computations at once per model.")] = 2,
     device: DeviceOption = DEFAULT_DEVICE,
     dtype: DtypeOption = DEFAULT_DTYPE,
 ) -> None:

@@ -9,12 +9,11 @@ from typing import Annotated
 import typer
 
 from bertology.cli.app import app, err, out
-from bertology.cli.options import DeviceOption, DtypeOption, ModelOption, positive_finite, require_inputs
+from bertology.cli.options import DeviceOption, DtypeOption, ModelOption, positive_finite, require_task
 from bertology.cli.progress import training_progress
 from bertology.options import (
     DEFAULT_DEVICE,
     DEFAULT_DTYPE,
-    MAX_COUNT,
     MAX_SEED,
     MAX_THREADS,
 )
@@ -30,21 +29,19 @@ def finetune(
     model: ModelOption = FINETUNE_DEFAULTS.model,
     max_train: Annotated[
         int,
-        typer.Option(
-            "--max-train", min=0, max=MAX_COUNT, help="Train on a seeded random sample of this many (0: all)."
-        ),
+        typer.Option("--max-train", min=0, help="Train on a seeded random sample of this many (0: all)."),
     ] = FINETUNE_DEFAULTS.max_train or 0,
     max_dev: Annotated[
-        int, typer.Option("--max-dev", min=0, max=MAX_COUNT, help="Evaluate on the first N dev (0: all).")
+        int, typer.Option("--max-dev", min=0, help="Evaluate on the first N dev (0: all).")
     ] = 0,
     epochs: Annotated[
-        int, typer.Option("--epochs", min=1, max=MAX_COUNT, help="Passes over the sample.")
+        int, typer.Option("--epochs", min=1, help="Passes over the sample.")
     ] = FINETUNE_DEFAULTS.epochs,
     max_len: Annotated[
         int, typer.Option("--max-len", min=1, help="Tokens per input, special tokens included.")
     ] = FINETUNE_DEFAULTS.max_length,
     batch_size: Annotated[
-        int, typer.Option("--batch-size", min=1, max=MAX_COUNT, help="Examples per optimizer step.")
+        int, typer.Option("--batch-size", min=1, help="Examples per optimizer step.")
     ] = FINETUNE_DEFAULTS.batch_size,
     learning_rate: Annotated[
         float, typer.Option("--lr", callback=positive_finite, help="Peak learning rate (above 0).")
@@ -54,7 +51,6 @@ def finetune(
         typer.Option(
             "--eval-every",
             min=0,
-            max=MAX_COUNT,
             help="Also evaluate every N steps (0: at each epoch's end only).",
         ),
     ] = FINETUNE_DEFAULTS.eval_every or 0,
@@ -63,13 +59,12 @@ def finetune(
         typer.Option(
             "--watch-every",
             min=0,
-            max=MAX_COUNT,
             help="Record the probe set's attention every S steps (0: never).",
         ),
     ] = FINETUNE_DEFAULTS.watch_every,
     probe_set: Annotated[
         int,
-        typer.Option("--probe-set", min=1, max=MAX_COUNT, help="Dev examples whose attention is recorded."),
+        typer.Option("--probe-set", min=1, help="Dev examples whose attention is recorded."),
     ] = FINETUNE_DEFAULTS.probe_set,
     seed: Annotated[
         int, typer.Option("--seed", min=0, max=MAX_SEED, help="Seeds the sample, new head, batches, dropout.")
@@ -106,7 +101,7 @@ def finetune(
     dtype: DtypeOption = DEFAULT_DTYPE,
 ) -> None:
     """Fine-tune a classifier on a GLUE-style task, recording how its attention changes (see 'watch')."""
-    require_inputs({"TASK_DIR": task_dir})
+    require_task("TASK_DIR", task_dir)
     from bertology.outputs import check_output_folder
     from bertology.training.loop import finetune as run_finetune
 
@@ -164,15 +159,16 @@ def watch(
 ) -> None:
     """Write a page showing the probe examples' attention at every recorded step and what changed."""
     from bertology.errors import BertologyError
-    from bertology.outputs import check_output_file
     from bertology.readers import file_problem
-    from bertology.training.watch import write_watch
 
-    if not run_dir.is_dir():
+    if not run_dir.is_dir():  # before the archive's reader (torch, zarr) is imported
         what = file_problem(run_dir) or "is a file"
         raise BertologyError(
             f"{run_dir} {what}; give a run folder of 'bertology finetune' or its monitor.zarr archive."
         )
+    from bertology.outputs import check_output_file
+    from bertology.training.watch import write_watch
+
     target = write_watch(run_dir, check_output_file(output or run_dir / "watch.html"))
     size_mb = target.stat().st_size / 1e6
     out.print(f"Wrote {target} ({size_mb:.2f} MB).", highlight=False)

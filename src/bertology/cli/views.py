@@ -113,7 +113,8 @@ def relevance(
         Literal["rollout", "flow", "both"], typer.Option("--method", help="rollout, flow or both.")
     ] = "both",
     max_tokens: Annotated[
-        int, typer.Option("--max-tokens", help="Longest input flow accepts (its time grows about as n^4).")
+        int,
+        typer.Option("--max-tokens", min=1, help="Longest input flow accepts (its time grows about as n^4)."),
     ] = FLOW_MAX_TOKENS,
     output: Annotated[
         Path, typer.Option("-o", "--output", help="HTML file to write; the JSON goes beside it.")
@@ -160,9 +161,8 @@ def _letters(names: tuple[str, ...]) -> dict[str, str]:
 @app.command()
 def models() -> None:
     """List the supported model types with their kind, capture route and features, and the default model."""
-    from bertology.model_store import PACKAGED_MODELS, assembled_path
+    from bertology.model_store import DEFAULT_LABEL, PACKAGED_MODELS, assembled_path, default_model_path
     from bertology.model_types import FEATURES, MODEL_TYPES, REFUSED, features
-    from bertology.models import DEFAULT_LABEL, default_model_path
 
     # one line per type in 80 columns: a narrow column per feature, its initial as the heading
     table = Table(

@@ -34,7 +34,7 @@ from bertology.progress import Progress
 from bertology.readers.coref import CorefDocument, read_coref
 from bertology.readers.corefud import is_corefud, read_corefud
 from bertology.readers.gap import read_gap
-from bertology.readers.treebank import Sentence, read_treebank
+from bertology.readers.treebank import Sentence, check_treebank, read_treebank
 from bertology.words import WordAttention, WordMode
 
 #: A sentence with its place in the treebank (0-based, among the sentences read).
@@ -188,6 +188,7 @@ def probe_parser(
     the evaluation treebank"."""
     check_decode(decode)  # before the training, not after it
     require_encoder(loaded, "The attention parser")
+    check_treebank(evaluation, treebank_format, limit_eval)  # likewise the file scored after it
     start = time.perf_counter()
 
     def examples(path: str | Path, limit: int | None, stage: str) -> Iterator[tuple[Sentence, WordAttention]]:

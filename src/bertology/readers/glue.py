@@ -151,6 +151,27 @@ def _sorted_labels(names: set[str]) -> list[str]:
         return sorted(names)
 
 
+def task_files(folder: str | Path) -> tuple[Path, Path]:
+    """The training and dev files of the task folder ``folder`` (``train.tsv``; ``dev.tsv``,
+    ``dev_matched.tsv`` or ``validation.tsv``), checked to be there without reading them, so a command
+    can refuse a wrong folder before its model loads.
+
+    Raises:
+        BertologyError: ``folder`` is not a folder, or has no ``train.tsv`` or no dev file.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise BertologyError(f"{folder} is not a folder; a task folder holds train.tsv and dev.tsv.")
+    train_path = folder / "train.tsv"
+    if problem := file_problem(train_path):
+        where = f"{folder} has no train.tsv" if problem == "is missing" else f"{train_path} {problem}"
+        raise BertologyError(f"{where}; a task folder holds train.tsv and dev.tsv.")
+    dev_path = next((folder / name for name in DEV_FILES if (folder / name).is_file()), None)
+    if dev_path is None:
+        raise BertologyError(f"{folder} has no dev file (looked for {', '.join(DEV_FILES)}).")
+    return train_path, dev_path
+
+
 def read_glue(folder: str | Path, max_train: int | None = None, max_dev: int | None = None) -> GlueTask:
     """Read ``folder/train.tsv`` and its dev file (``dev.tsv``, ``dev_matched.tsv`` or ``validation.tsv``).
 
@@ -161,15 +182,7 @@ def read_glue(folder: str | Path, max_train: int | None = None, max_dev: int | N
             has fewer than two labels.
     """
     folder = Path(folder)
-    if not folder.is_dir():
-        raise BertologyError(f"{folder} is not a folder; a task folder holds train.tsv and dev.tsv.")
-    train_path = folder / "train.tsv"
-    if problem := file_problem(train_path):
-        where = f"{folder} has no train.tsv" if problem == "is missing" else f"{train_path} {problem}"
-        raise BertologyError(f"{where}.")
-    dev_path = next((folder / name for name in DEV_FILES if (folder / name).is_file()), None)
-    if dev_path is None:
-        raise BertologyError(f"{folder} has no dev file (looked for {', '.join(DEV_FILES)}).")
+    train_path, dev_path = task_files(folder)
     train = read_split(train_path, max_train)
     dev = read_split(dev_path, max_dev)
     labels = _sorted_labels({example.label for example in train.examples})

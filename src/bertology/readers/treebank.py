@@ -16,6 +16,7 @@ inside the sentence, no word its own ancestor. Files are read one sentence at a 
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from bertology.errors import BertologyError
-from bertology.readers import corpus_files, require_records
+from bertology.readers import Passage, corpus_files, require_records
 from bertology.readers.conllu import Block, sentence_blocks
 
 #: Treebank formats, by the names :func:`read_treebank` accepts.
@@ -31,7 +32,10 @@ TreebankFormat = Literal["conllu", "conllx", "corefud"]
 TREEBANK_FORMATS: tuple[TreebankFormat, ...] = get_args(TreebankFormat)
 _FORMAT_NAMES = {"conllu": "CoNLL-U", "conllx": "CoNLL-X"}
 _ALIASES = {"corefud": "conllu"}  # CorefUD is CoNLL-U with coreference in MISC
-_EXTENSIONS = {".conllu": "conllu"} | dict.fromkeys((".conll", ".conllx", ".conll10", ".dep"), "conllx")
+#: The treebank format of each file extension.
+TREEBANK_EXTENSIONS = {".conllu": "conllu"} | dict.fromkeys(
+    (".conll", ".conllx", ".conll10", ".dep"), "conllx"
+)
 
 #: Penn Treebank tags counted as punctuation in CoNLL-X files (OntoNotes' HYPH and NFP included).
 PTB_PUNCTUATION = frozenset(
@@ -90,15 +94,25 @@ def read_treebank(path: str | Path, format: str | None = None) -> Iterator[Sente
     """
     if format is not None and format not in TREEBANK_FORMATS:
         raise BertologyError(f"Unknown treebank format '{format}'; use one of {', '.join(TREEBANK_FORMATS)}.")
-    files = corpus_files(path, set(_EXTENSIONS))
+    files = corpus_files(path, set(TREEBANK_EXTENSIONS))
     sentences = (
         sentence
         for file in files
         for sentence in _read_file(
-            file, _ALIASES.get(format or "", format) or _EXTENSIONS.get(file.suffix.lower())
+            file, _ALIASES.get(format or "", format) or TREEBANK_EXTENSIONS.get(file.suffix.lower())
         )
     )
     return require_records(sentences, path, "dependency-parsed sentences")
+
+
+def check_treebank(path: str | Path, format: str | None = None, limit: int | None = None) -> int:
+    """Read the sentences of ``path`` (the first ``limit``) as :func:`read_treebank` does, keeping none, so
+    a binary or malformed treebank is refused before any work on it; returns how many were read.
+
+    Raises:
+        BertologyError: as :func:`read_treebank`.
+    """
+    return sum(1 for _ in itertools.islice(read_treebank(path, format), limit))
 
 
 def _read_file(path: Path, format: str | None) -> Iterator[Sentence]:
@@ -110,6 +124,31 @@ def _read_file(path: Path, format: str | None) -> Iterator[Sentence]:
         sentence = block_sentence(block[0][0], tokens, path, format)
         if sentence is not None:
             yield sentence
+
+
+#: A comment that starts a document (``# newdoc`` or ``# newdoc id = ...``).
+_NEWDOC = re.compile(r"#\s*newdoc(\s|=|$)")
+
+
+def read_passages(path: Path) -> Iterator[Passage]:
+    """The words of each sentence of the treebank file ``path`` as running text for a corpus, a document
+    per ``# newdoc``; every sentence is checked as :func:`read_treebank` checks it (the format from the
+    extension, else the first sentence), so every corpus command refuses the same malformed file.
+
+    Raises:
+        BertologyError: as :func:`read_treebank` for a malformed line, naming the file and line.
+    """
+    format = TREEBANK_EXTENSIONS.get(path.suffix.lower())
+    document = 0
+    for block in sentence_blocks(path):
+        document += any(_NEWDOC.match(line) for _, line in block)
+        tokens = token_lines(block)
+        if not tokens:
+            continue
+        format = format or _sniff(tokens)
+        sentence = block_sentence(block[0][0], tokens, path, format)
+        if sentence is not None:
+            yield Passage(sentence.words, document, block[0][0], block[-1][0])
 
 
 def token_lines(block: Block) -> TokenLines:

@@ -34,6 +34,7 @@ from bertology.analyze import CorpusAnalysis, example_segments
 from bertology.attention import capture
 from bertology.errors import BertologyError, TruncationWarning
 from bertology.norms import WEIGHT_DESCRIPTIONS
+from bertology.progress import Progress, stage
 from bertology.report import page, plots
 from bertology.report.page import Markup, Section
 from bertology.run_files import (
@@ -499,45 +500,55 @@ def _head_examples(analysis: CorpusAnalysis, loaded: LoadedModel, target: Path) 
     examples.save(target / EXAMPLES_FILE)
 
 
-def save_analysis(analysis: CorpusAnalysis, loaded: LoadedModel, outdir: str | Path) -> Path:
+def save_analysis(
+    analysis: CorpusAnalysis, loaded: LoadedModel, outdir: str | Path, *, on_progress: Progress | None = None
+) -> Path:
     """Write ``heads.csv`` (:meth:`~bertology.analyze.CorpusAnalysis.heads_frame`), :data:`JS_DIVERGENCE_FILE`
     (the mean Jensen-Shannon divergence in nats between every two heads, rows and columns named
     ``layer-head``), ``summary.json``, a head view of each labelled head's best segment in ``examples/``,
     every head's top examples (:data:`EXAMPLES_FILE`, for ``bertology serve --runs``), ``report.html``
     with its plots and the folder's mark (:func:`bertology.run_files.mark_run`) into ``outdir``.
-    ``loaded``: the model analysed, for the examples.
+    ``loaded``: the model analysed, for the examples. on_progress: told each stage of the writing (the
+    tables, the heads' top examples, a decoder's head scores, the example views, the plots and page) as it
+    starts and ends (:func:`bertology.progress.stage`).
 
     Returns the path of ``report.html``.
     """
     target = Path(outdir)
     target.mkdir(parents=True, exist_ok=True)
-    analysis.heads_frame().to_csv(target / HEADS_FILE, index=False)
-    divergence = analysis.distances.to_frame()
-    divergence.index = divergence.columns = [head_name(layer, head) for layer, head in divergence.index]
-    divergence.rename_axis("layer-head").to_csv(target / JS_DIVERGENCE_FILE)
-    (target / SUMMARY_FILE).write_text(json.dumps(analysis.summary(), indent=2), encoding="utf-8")
-    _head_examples(analysis, loaded, target)
-    detectors = _decoder_detectors(loaded, target)
+    with stage(on_progress, "Writing the tables"):
+        analysis.heads_frame().to_csv(target / HEADS_FILE, index=False)
+        divergence = analysis.distances.to_frame()
+        divergence.index = divergence.columns = [head_name(layer, head) for layer, head in divergence.index]
+        divergence.rename_axis("layer-head").to_csv(target / JS_DIVERGENCE_FILE)
+        (target / SUMMARY_FILE).write_text(json.dumps(analysis.summary(), indent=2), encoding="utf-8")
+    with stage(on_progress, "Storing each head's top examples"):
+        _head_examples(analysis, loaded, target)
+    detectors = None
+    if loaded.kind == "decoder":
+        with stage(on_progress, "Scoring the decoder's heads"):
+            detectors = _decoder_detectors(loaded, target)
     mark_run(target, "analysis")
-    return write_analysis_report(
-        target,
-        surface=analysis.surface,
-        patterns=analysis.patterns,
-        distances=analysis.distances,
-        mds=analysis.mds(),
-        examples=_example_views(analysis, loaded, target),
-        meta=analysis.summary(),
-        convention=analysis.convention,
-        detectors=detectors,
-    )
+    with stage(on_progress, "Drawing the example views"):
+        examples = _example_views(analysis, loaded, target)
+    with stage(on_progress, "Drawing the plots and the report"):
+        return write_analysis_report(
+            target,
+            surface=analysis.surface,
+            patterns=analysis.patterns,
+            distances=analysis.distances,
+            mds=analysis.mds(),
+            examples=examples,
+            meta=analysis.summary(),
+            convention=analysis.convention,
+            detectors=detectors,
+        )
 
 
-def _decoder_detectors(loaded: LoadedModel, target: Path) -> dict[str, np.ndarray] | None:
-    """For a decoder, its heads' detector scores (:func:`~bertology.analysis.head_detectors.detector_scores`,
+def _decoder_detectors(loaded: LoadedModel, target: Path) -> dict[str, np.ndarray]:
+    """A decoder's heads' detector scores (:func:`~bertology.analysis.head_detectors.detector_scores`,
     the default sequences, shorter where the model takes fewer tokens), also written to
-    :data:`DETECTORS_FILE`; ``None`` for an encoder."""
-    if loaded.kind != "decoder":
-        return None
+    :data:`DETECTORS_FILE`."""
     length = min(REPEATED_LENGTH, (loaded.max_length - 1) // 2)
     scores = detector_scores(loaded, length=length)
     layers, heads = np.indices(scores[DETECTORS[0]].shape).reshape(2, -1)
