@@ -34,6 +34,9 @@ SALIENCY_METHODS: tuple[SaliencyMethod, ...] = get_args(SaliencyMethod)
 #: Explanations by changing the input (:mod:`bertology.interventions.attacks`).
 AttackMethod = Literal["input-reduction", "hotflip"]
 ATTACK_METHODS: tuple[AttackMethod, ...] = get_args(AttackMethod)
+#: What a removed head's output becomes (:mod:`bertology.interventions.replacement`).
+AblationKind = Literal["zero", "mean", "resample"]
+ABLATION_KINDS: tuple[AblationKind, ...] = get_args(AblationKind)
 #: Integration rules of self-attention attribution (:mod:`bertology.interventions.attention_attribution`).
 IntegrationRule = Literal["riemann", "gauss-legendre"]
 INTEGRATION_RULES: tuple[IntegrationRule, ...] = get_args(IntegrationRule)

@@ -3,23 +3,29 @@ output projection; the choice of resample sources; a replacement put in by hand 
 
 from __future__ import annotations
 
+import html
+import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from support.tiny_models import tiny_classifier, tiny_language_model
+from typer.testing import CliRunner
 
 from bertology import BertologyError
+from bertology.cli import app
+from bertology.corpus import sample_corpus
 from bertology.inputs import encode
-from bertology.interventions.ablation import _sweep_reusing, text_replacement
+from bertology.interventions.ablation import _sweep_reusing, ablation_sweep, text_replacement
 from bertology.interventions.data import LabelledTexts
 from bertology.interventions.gates import head_gates, record_head_outputs
 from bertology.interventions.language_model import TokenSequences, loss_ablation_sweep, sequence_replacement
 from bertology.interventions.replacement import resample_sources
-from bertology.models import LoadedModel
+from bertology.models import LoadedModel, load_model
 
 TEXTS = ["The quick brown fox jumps over the lazy dog.", "I went to the store.", "Heads look back."]
 
@@ -215,3 +221,69 @@ def test_an_unknown_ablation_is_one_sentence(llama: LoadedModel) -> None:
     data = TokenSequences.of_ids([[5, 6, 7], [8, 9, 10]])
     with pytest.raises(BertologyError, match="must be one of zero, mean, resample, not 'half'"):
         loss_ablation_sweep(llama, data, ablation="half")
+
+
+def test_ablate_command_with_mean_ablation_of_a_language_model(
+    tiny_model_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    output = tmp_path / "mean"
+    arguments = [
+        "ablate",
+        str(tiny_model_dirs["qwen2"]),
+        "--lm-corpus",
+        str(sample_corpus()),
+        "-o",
+        str(output),
+    ]
+    options = ["--max-segments", "3", "--max-len", "20", "--prune", "0", "--ablation", "mean"]
+    torch.manual_seed(0)  # the tiny model's language-modelling head is drawn at loading
+    result = CliRunner().invoke(app, [*arguments, *options])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((output / "summary.json").read_text())
+    assert summary["ablation"].startswith("mean: a removed head's output is its mean over the 3 inputs")
+    torch.manual_seed(0)
+    loaded = load_model(tiny_model_dirs["qwen2"], language_model=True)
+    data = TokenSequences.of_corpus(loaded, sample_corpus(), max_length=20, max_segments=3)
+    expected = loss_ablation_sweep(loaded, data, ablation="mean").loss.ravel()
+    np.testing.assert_allclose(pd.read_csv(output / "ablation.csv")["loss"], expected, rtol=1e-5)
+    assert summary["ablation"] in html.unescape((output / "report.html").read_text())
+
+
+def test_ablate_command_with_resample_ablation_of_a_classifier(
+    tiny_model_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    run = tmp_path / "run"
+    loaded = tiny_classifier(tiny_model_dirs["bert"])
+    loaded.model.save_pretrained(run / "model")
+    loaded.tokenizer.save_pretrained(run / "model")
+    task = tmp_path / "task"
+    task.mkdir()
+    rows = "".join(f"{text}\t{label}\n" for text, label in zip(TEXTS, ["neg", "pos", "neg"], strict=True))
+    for name in ("train.tsv", "dev.tsv"):
+        (task / name).write_text("sentence\tlabel\n" + rows, encoding="utf-8")
+    output = tmp_path / "resample"
+    arguments = ["ablate", str(run), "--task", str(task), "-o", str(output), "--prune", "0"]
+    options = ["--attribution-examples", "0", "--ablation", "resample", "--seed", "4"]
+    result = CliRunner().invoke(app, [*arguments, *options])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((output / "summary.json").read_text())
+    assert summary["ablation"].startswith(
+        "resample: a removed head's output is its output on another of the 3"
+    )
+    assert "(seed 4)" in summary["ablation"]
+    data = LabelledTexts(TEXTS, None, np.array([0, 1, 0]))
+    expected = ablation_sweep(loaded, data, ablation="resample", seed=4).accuracy.ravel()
+    np.testing.assert_array_equal(pd.read_csv(output / "ablation.csv")["accuracy"], expected)
+
+
+def test_ablate_refuses_an_unknown_ablation_in_one_sentence(
+    tiny_model_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    arguments = ["ablate", str(tiny_model_dirs["qwen2"]), "--lm-corpus", str(sample_corpus())]
+    result = CliRunner().invoke(app, [*arguments, "-o", str(tmp_path / "a"), "--ablation", "half"])
+    assert result.exit_code == 2 and "Invalid value for '--ablation'" in result.output
+    assert "'half' is not one of" in result.output
+    ray = CliRunner().invoke(
+        app, [*arguments, "-o", str(tmp_path / "b"), "--ablation", "mean", "--ray", "local"]
+    )
+    assert ray.exit_code == 2 and "run here only" in ray.output

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol, get_args
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -34,10 +34,7 @@ from bertology.errors import BertologyError
 from bertology.interventions.data import eval_mode
 from bertology.interventions.gates import record_head_outputs
 from bertology.models import LoadedModel
-
-#: How a removed head's output is replaced (see the module docstring).
-AblationKind = Literal["zero", "mean", "resample"]
-ABLATION_KINDS: tuple[str, ...] = get_args(AblationKind)
+from bertology.options import ABLATION_KINDS
 
 #: A model's input tensors for one batch ([batch, tokens] each, with ``attention_mask``).
 Inputs = dict[str, torch.Tensor]
@@ -46,8 +43,8 @@ Inputs = dict[str, torch.Tensor]
 class HeadReplacement(Protocol):
     """The replacement of every head's output for a batch of the reference set.
 
-    kind: the :data:`AblationKind`. description: one sentence saying what it is (for reports).
-    Called with a batch's ``inputs`` and ``rows`` (the inputs' positions in the set): per layer
+    kind: one of :data:`~bertology.options.ABLATION_KINDS`. description: one sentence saying what it is
+    (for reports). Called with a batch's ``inputs`` and ``rows`` (the inputs' positions in the set): per layer
     ``[batch or 1, tokens or 1, heads * head_dim]`` on the model's device, or ``None`` for zero.
     """
 
