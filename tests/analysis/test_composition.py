@@ -143,3 +143,17 @@ def test_heads_composition_command(tiny_model_dirs: dict[str, Path], tmp_path: P
     for kind in "qkv":
         assert (output / "plots" / f"composition_{kind}.png").read_bytes().startswith(b"\x89PNG")
     assert "Q-composition" in (output / "report.html").read_text()
+
+
+def test_modernbert_with_its_fused_projection(loaded_types: Callable[[str], LoadedModel]) -> None:
+    loaded = loaded_types("modernbert")
+    config = loaded.model.config
+    width = config.hidden_size  # heads * head_dim: Wqkv stacks q, k, v rows
+    layers = [
+        (*layer.attn.Wqkv.weight.split(width), layer.attn.Wo.weight)
+        for layer in loaded.model.base_model.layers
+    ]
+    expected = expected_scores(layers, config.num_attention_heads, config.num_attention_heads)
+    scores = composition_scores(loaded)
+    for kind in "qkv":
+        np.testing.assert_allclose(scores.scores[kind], expected[kind], rtol=1e-9)
