@@ -24,7 +24,7 @@ replacements keep it on the data's distribution:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -161,9 +161,9 @@ class ResampleReplacement:
     extra forward pass of the sources per batch); ``inputs_of(rows)`` encodes inputs ``rows`` of the set as
     one batch."""
 
-    loaded: LoadedModel
+    loaded: LoadedModel = field(repr=False)
     sources: np.ndarray
-    inputs_of: Callable[[np.ndarray], Inputs]
+    inputs_of: Callable[[np.ndarray], Inputs] = field(repr=False)
     seed: int
     kind: str = "resample"
 
