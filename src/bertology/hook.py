@@ -216,11 +216,17 @@ class HeadGates:
         e.g. for per-example gradients); 1 leaves a head as it is, 0 removes it. May require grad.
         Layer ``i`` of ``values`` gates the ``i``-th output projection called in a forward pass; code that
         runs layers ``l..`` of a model by itself gates them with ``values[..., l:, :]`` in a block of its own.
+    replacement: per layer, what a gated head's output moves towards: ``[batch or 1, tokens, heads *
+        head_dim]`` (as the layer's output projection takes them; ``tokens`` may be 1 to broadcast), or
+        ``None`` for zero. The projection then takes ``gate * output + (1 - gate) * replacement``: gate 0
+        puts the replacement in the head's place (mean, resample ablation, activation patching).
+        Sliced like ``values`` by code that runs layers ``l..`` itself.
     next_layer: the layer of the next output projection call: 0 when a forward pass starts, one more after
         each call.
     """
 
     values: torch.Tensor
+    replacement: Sequence[torch.Tensor] | None = None
     next_layer: int = 0
 
     @property
@@ -246,18 +252,23 @@ class HeadGates:
             raise ValueError(f"Layer {layer} has {heads} heads but {gates.shape[-1]} gates were given.")
         shape = (1, 1, -1, 1) if gates.dim() == 1 else (gates.shape[0], 1, -1, 1)
         per_head = heads_output.unflatten(-1, (heads, head_dim))
-        return (per_head * gates.reshape(shape).to(heads_output.dtype)).flatten(-2)
+        gates = gates.reshape(shape).to(heads_output.dtype)
+        if self.replacement is None:
+            return (per_head * gates).flatten(-2)
+        replacement = self.replacement[layer].to(heads_output.dtype).unflatten(-1, (heads, head_dim))
+        return (per_head * gates + replacement * (1 - gates)).flatten(-2)
 
 
 _gates: ContextVar[HeadGates | None] = ContextVar("bertology_gates", default=None)
 
 
 @contextmanager
-def gating(values: torch.Tensor) -> Iterator[HeadGates]:
-    """Apply head gates ``values`` ([layers, heads] or [batch, layers, heads], see :class:`HeadGates`) to
-    every forward pass made in this context (this thread / task) until the block ends, on every model whose
-    output projections carry the gate hook (:func:`hook_gates`)."""
-    gates = HeadGates(values)
+def gating(values: torch.Tensor, replacement: Sequence[torch.Tensor] | None = None) -> Iterator[HeadGates]:
+    """Apply head gates ``values`` ([layers, heads] or [batch, layers, heads]) with ``replacement`` (per
+    layer, what gate 0 puts in a head's place; ``None``: zero; see :class:`HeadGates`) to every forward pass
+    made in this context (this thread / task) until the block ends, on every model whose output projections
+    carry the gate hook (:func:`hook_gates`)."""
+    gates = HeadGates(values, replacement)
     token = _gates.set(gates)
     try:
         yield gates

@@ -38,6 +38,9 @@ ATTACK_METHODS: tuple[AttackMethod, ...] = get_args(AttackMethod)
 #: (:mod:`bertology.interventions.saliency`, :mod:`bertology.interventions.allennlp_attacks`).
 InterpretConvention = Literal["bertology", "allennlp"]
 INTERPRET_CONVENTIONS: tuple[InterpretConvention, ...] = get_args(InterpretConvention)
+#: What a removed head's output becomes (:mod:`bertology.interventions.replacement`).
+AblationKind = Literal["zero", "mean", "resample"]
+ABLATION_KINDS: tuple[AblationKind, ...] = get_args(AblationKind)
 #: Integration rules of self-attention attribution (:mod:`bertology.interventions.attention_attribution`).
 IntegrationRule = Literal["riemann", "gauss-legendre"]
 INTEGRATION_RULES: tuple[IntegrationRule, ...] = get_args(IntegrationRule)

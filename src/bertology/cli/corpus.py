@@ -390,13 +390,25 @@ def heads(
     ] = 100,
     max_len: Annotated[int, typer.Option("--max-len", min=2, help="Tokens per corpus segment.")] = 128,
     seed: Annotated[int, typer.Option("--seed", min=0, max=MAX_SEED, help="Seed of the random tokens.")] = 0,
+    composition: Annotated[
+        bool,
+        typer.Option(
+            "--composition",
+            help="Instead: Q-, K- and V-composition scores of every pair of heads from the weights alone "
+            "(Elhage et al. 2021), for encoders and decoders.",
+        ),
+    ] = False,
     batch_size: SegmentBatchOption = BATCH_SIZE,
     device: DeviceOption = DEFAULT_DEVICE,
     dtype: DtypeOption = DEFAULT_DTYPE,
 ) -> None:
     """Previous-token, duplicate-token and induction heads on repeated random tokens (TransformerLens's
-    detectors) and attention sinks over a corpus, for decoder models: scores, labels, heatmaps and views."""
+    detectors) and attention sinks over a corpus, for decoder models: scores, labels, heatmaps and views.
+    With --composition: how strongly each head's output feeds later heads' queries, keys and values."""
     require_corpus("--corpus", corpus)
+    if composition:
+        _composition(model, output, device, dtype)
+        return
     from bertology.analysis.head_detectors import HEAD_SCORES, detect_heads, repeated_sequence_attention
     from bertology.corpus import sample_corpus
     from bertology.models import load_model, require_max_length
@@ -432,5 +444,29 @@ def heads(
     out.print(
         f"Strongest heads (0-based): {strongest}. Wrote {report}, {output / SCORES_FILE} and the plots and "
         f"views in {output}.",
+        highlight=False,
+    )
+
+
+def _composition(model: str, output: Path, device: str, dtype: Dtype) -> None:
+    """``heads --composition``: :func:`~bertology.analysis.composition.composition_scores` and its files."""
+    from bertology.analysis.composition import composition_scores
+    from bertology.models import load_model
+    from bertology.outputs import check_output_folder, output_folder
+    from bertology.report.composition import COMPOSITION_FILE, write_composition
+
+    check_output_folder(output)
+    loaded = load_model(model, device=device, dtype=dtype)
+    scores = composition_scores(loaded)
+    with output_folder(output) as folder:
+        report = output / write_composition(scores, folder).name
+    strongest = "; ".join(
+        f"{kind.upper()} L{la} H{ha} -> L{lb} H{hb} {score:.3f}"
+        for kind in scores.scores
+        for la, ha, lb, hb, score in scores.top(kind, 1)
+    )
+    out.print(
+        f"Strongest composition (0-based): {strongest or 'none (one layer)'}. Wrote {report}, "
+        f"{output / COMPOSITION_FILE} and the JSON and plots beside it.",
         highlight=False,
     )

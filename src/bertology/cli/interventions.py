@@ -33,6 +33,7 @@ from bertology.options import (
     MAX_SMOOTHGRAD_SAMPLES,
     SALIENCY_METHODS,
     SMOOTHGRAD_NOISE,
+    AblationKind,
     AttackMethod,
     Dtype,
 )
@@ -94,6 +95,18 @@ def ablate(
             help="Score heads by self-attention attribution on the first N dev examples (0: skip).",
         ),
     ] = 200,
+    ablation: Annotated[
+        AblationKind,
+        typer.Option(
+            "--ablation",
+            help="What a removed head's output becomes in the sweep and pruning curves: zero, its mean over "
+            "the dev or corpus inputs, or its output on another of them (resample).",
+        ),
+    ] = "zero",
+    seed: Annotated[
+        int,
+        typer.Option("--seed", min=0, max=MAX_SEED, help="--ablation resample: seed of the other inputs."),
+    ] = 0,
     device: DeviceOption = DEFAULT_DEVICE,
     dtype: DtypeOption = DEFAULT_DTYPE,
     ray: RayOption = None,
@@ -106,6 +119,8 @@ def ablate(
     cluster = cluster_options(ray, workers, threads_per_worker, False)  # a usage error before torch loads
     if (task_dir is None) == (lm_corpus is None):
         raise typer.BadParameter("give either --task (a classifier) or --lm-corpus (a decoder).")
+    if cluster is not None and ablation != "zero":
+        raise typer.BadParameter("--ablation mean and resample run here only; leave out --ray.")
     if lm_corpus is not None:
         if cluster is not None:
             raise typer.BadParameter("--lm-corpus runs here only; leave out --ray.")
@@ -120,6 +135,8 @@ def ablate(
             max_segments=max_segments or None,
             max_length=max_len,
             prune_fraction=prune,
+            ablation=ablation,
+            resample_seed=seed,
         )
         return
     assert task_dir is not None
@@ -145,7 +162,15 @@ def ablate(
                 "attribution_examples": attribution_examples,
             }
             if cluster is None:
-                run = run_ablation(loaded, task_dir, max_dev=max_dev or None, batch_size=batch_size, **study)
+                run = run_ablation(
+                    loaded,
+                    task_dir,
+                    max_dev=max_dev or None,
+                    batch_size=batch_size,
+                    ablation=ablation,
+                    resample_seed=seed,
+                    **study,
+                )
             else:
                 # workers start elsewhere: folders by their absolute paths
                 classifier = str(Path(model).resolve()) if Path(model).exists() else model
@@ -182,6 +207,8 @@ def _ablate_language_model(
     max_segments: int | None,
     max_length: int,
     prune_fraction: float,
+    ablation: AblationKind,
+    resample_seed: int,
 ) -> None:
     """``ablate --lm-corpus``: the study of
     :func:`~bertology.interventions.language_model_run.run_language_model_ablation`."""
@@ -205,6 +232,8 @@ def _ablate_language_model(
                 batch_size=batch_size,
                 prune_fraction=prune_fraction,
                 pruned_dir=pruned_dir,
+                ablation=ablation,
+                resample_seed=resample_seed,
                 on_progress=on_progress,
             )
         run = replace(run, pruned_dir=None if run.pruned_dir is None else output / run.pruned_dir.name)

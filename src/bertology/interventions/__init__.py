@@ -1,6 +1,9 @@
 """Interventions on attention heads: gates, single-head ablation, importance, pruning, saliency.
 
-- :func:`head_gates`: multiply any heads' outputs by a factor (0 removes them) inside a ``with`` block.
+- :func:`head_gates`: multiply any heads' outputs by a factor (0 removes them) inside a ``with`` block,
+  or move them towards a replacement (e.g. :func:`record_head_outputs` of other inputs).
+- :func:`text_replacement`, :func:`sequence_replacement`: zero, mean or resample ablation
+  (:class:`HeadReplacement`) for a classifier's examples or a decoder's sequences.
 - :func:`ablation_sweep`: accuracy with each single head removed (lower layers computed once per batch).
 - :func:`head_importance`: Michel et al. (2019)'s gradient-based head importance.
 - :func:`pruning_curve`: accuracy as more and more heads are removed in a given order.
@@ -20,7 +23,7 @@
 """
 
 from bertology.heads import HeadSelection
-from bertology.interventions.ablation import AblationResult, ablation_sweep
+from bertology.interventions.ablation import AblationResult, ablation_sweep, text_replacement
 from bertology.interventions.attacks import Attack, AttackStep, attack
 from bertology.interventions.attention_attribution import (
     AttentionAttribution,
@@ -34,7 +37,7 @@ from bertology.interventions.curves import pruning_curve, removal_counts
 from bertology.interventions.data import LabelledTexts
 from bertology.interventions.decoder_pruning import DecoderPruning, prune_decoder
 from bertology.interventions.direct_logit import DirectLogitAttribution, direct_logit_attribution
-from bertology.interventions.gates import head_gates
+from bertology.interventions.gates import head_gates, record_head_outputs
 from bertology.interventions.importance import HeadImportance, head_importance
 from bertology.interventions.language_model import (
     LossAblation,
@@ -43,9 +46,11 @@ from bertology.interventions.language_model import (
     loss_ablation_sweep,
     loss_importance,
     loss_pruning_curve,
+    sequence_replacement,
 )
 from bertology.interventions.language_model_run import LanguageModelAblationRun, run_language_model_ablation
 from bertology.interventions.pruning import PruningOutcome, prune_and_measure, prune_heads, save_model
+from bertology.interventions.replacement import HeadReplacement
 from bertology.interventions.run import AblationRun, run_ablation
 from bertology.interventions.saliency import Explanation, explain
 
@@ -62,6 +67,7 @@ __all__ = [
     "DirectLogitAttribution",
     "Explanation",
     "HeadImportance",
+    "HeadReplacement",
     "HeadSelection",
     "LabelledTexts",
     "LanguageModelAblationRun",
@@ -86,8 +92,11 @@ __all__ = [
     "prune_decoder",
     "prune_heads",
     "pruning_curve",
+    "record_head_outputs",
     "removal_counts",
     "run_ablation",
     "run_language_model_ablation",
     "save_model",
+    "sequence_replacement",
+    "text_replacement",
 ]

@@ -1,4 +1,5 @@
-"""Single-head ablation: the score of a classifier with each head removed in turn (gate 0).
+"""Single-head ablation: the score of a classifier with each head removed in turn (gate 0, or its output
+replaced by its mean or by its output on another input: :mod:`~bertology.interventions.replacement`).
 
 Michel et al. (2019), Table 1 / Figure 1: removing one head at test time and measuring the change of the
 task score. With ``reuse_lower_layers`` (the default) each batch's lower layers run once: removing head
@@ -10,7 +11,7 @@ the same accuracies (the logits agree to float rounding).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,10 +19,12 @@ import pandas as pd
 import torch
 
 from bertology.classify import accuracy, predict_logits
+from bertology.errors import BertologyError
 from bertology.interventions.curves import Head, lowest_first
-from bertology.interventions.data import LabelledTexts, batches, eval_mode
+from bertology.interventions.data import LabelledTexts, batches, eval_mode, token_counts
 from bertology.interventions.gates import head_gates
 from bertology.interventions.partial import logits_from_layer, record_layer_inputs
+from bertology.interventions.replacement import HeadReplacement, ZeroReplacement, head_replacement
 from bertology.models import LoadedModel
 from bertology.progress import Progress, part_of
 from bertology.stats.base import head_index_frame
@@ -60,6 +63,40 @@ class AblationResult:
         )
 
 
+def text_replacement(
+    loaded: LoadedModel,
+    data: LabelledTexts,
+    ablation: str | HeadReplacement,
+    *,
+    seed: int = 0,
+    batch_size: int = 32,
+) -> HeadReplacement:
+    """The replacement of a removed head's output for the classifier ``loaded`` with ``data`` as the
+    reference set: ``ablation`` ``"zero"``, ``"mean"`` or ``"resample"`` (seeded by ``seed``; see
+    :mod:`~bertology.interventions.replacement`), or a replacement already built (returned as it is).
+
+    Raises:
+        BertologyError: an unknown kind, or a set too small for it.
+    """
+    if not isinstance(ablation, str):
+        return ablation
+
+    def reference() -> Iterator[tuple[dict[str, torch.Tensor], np.ndarray]]:
+        return ((batch.inputs, batch.rows) for batch in batches(loaded, data, batch_size=batch_size))
+
+    def inputs_of(rows: np.ndarray) -> dict[str, torch.Tensor]:
+        return next(batches(loaded, data.take(rows), batch_size=len(rows))).inputs
+
+    return head_replacement(
+        loaded,
+        ablation,
+        reference=reference,
+        inputs_of=inputs_of,
+        lengths=lambda: token_counts(loaded, data),
+        seed=seed,
+    )
+
+
 def _single_head_gates(layers: int, heads: int, layer: int, head: int) -> torch.Tensor:
     values = torch.ones(layers, heads)
     values[layer, head] = 0.0
@@ -72,10 +109,13 @@ def _sweep_reusing(
     batch_size: int,
     on_progress: Progress | None,
     chosen: Sequence[Head] | None = None,
+    replacement: HeadReplacement | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(baseline logits [n, labels], logits [layers, heads, n, labels]) with lower layers reused, over
     batches of examples of similar length; with ``chosen`` heads only theirs, [len(chosen), n, labels]
-    (a head's logits do not depend on which others are swept)."""
+    (a head's logits do not depend on which others are swept); removed heads take ``replacement``
+    (``None``: zero)."""
+    replace = replacement or ZeroReplacement()
     layers, heads = loaded.num_layers, loaded.num_heads
     sweep = list(np.ndindex(layers, heads)) if chosen is None else list(chosen)
     baseline = np.empty((len(data), loaded.model.config.num_labels), np.float32)
@@ -85,10 +125,11 @@ def _sweep_reusing(
         for batch in batches(loaded, data, batch_size=batch_size, by_length=True):
             recorded = record_layer_inputs(loaded, batch.inputs)
             baseline[batch.rows] = recorded.logits.float().cpu().numpy()
+            replaced = replace(batch.inputs, batch.rows)
             per_head = []  # [len(sweep)] of [examples, labels], where the model runs
             for layer, head in sweep:
                 gates = _single_head_gates(layers, heads, layer, head)
-                per_head.append(logits_from_layer(loaded, batch.inputs, recorded, layer, gates))
+                per_head.append(logits_from_layer(loaded, batch.inputs, recorded, layer, gates, replaced))
                 done += len(batch.rows)
                 if on_progress is not None:
                     on_progress(done, total)
@@ -131,15 +172,27 @@ def ablation_sweep(
     *,
     batch_size: int = 32,
     reuse_lower_layers: bool = True,
+    ablation: str | HeadReplacement = "zero",
+    seed: int = 0,
     on_progress: Progress | None = None,
 ) -> AblationResult:
     """Accuracy of the classifier ``loaded`` on ``data`` with each single head removed.
 
     reuse_lower_layers: compute each batch's lower layers once (see the module docstring); ``False`` runs a
-        full forward pass per head (the reference the fast path is tested against).
+        full forward pass per head (the reference the fast path is tested against; zero ablation only).
+    ablation: what a removed head's output becomes, ``"zero"``, ``"mean"`` or ``"resample"`` over ``data``
+        (seeded by ``seed``; see :func:`text_replacement`).
     on_progress: told the example passes done so far, out of ``layers * heads * examples``.
+
+    Raises:
+        BertologyError: an unknown ablation, or one other than zero without ``reuse_lower_layers``.
     """
-    sweep = _sweep_reusing if reuse_lower_layers else _sweep_full_passes
-    baseline, ablated = sweep(loaded, data, batch_size, on_progress)
+    replacement = text_replacement(loaded, data, ablation, seed=seed, batch_size=batch_size)
+    if reuse_lower_layers:
+        baseline, ablated = _sweep_reusing(loaded, data, batch_size, on_progress, None, replacement)
+    elif replacement.kind == "zero":
+        baseline, ablated = _sweep_full_passes(loaded, data, batch_size, on_progress)
+    else:
+        raise BertologyError("The sweep by full forward passes removes heads by zero ablation only.")
     scores = np.array([[accuracy(logits, data.labels) for logits in row] for row in ablated])
     return AblationResult(accuracy(baseline, data.labels), scores, len(data))

@@ -1,4 +1,5 @@
-"""Pruning curves: the score after removing more and more heads (gate 0) in a given order.
+"""Pruning curves: the score after removing more and more heads (gate 0, or their outputs replaced:
+:mod:`~bertology.interventions.replacement`) in a given order.
 
 Michel et al. (2019), Figure 2: heads are ranked once (by single-head ablation or by importance) and
 removed least useful first; the score is measured after each step, all other heads kept.
@@ -9,10 +10,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import torch
 
-from bertology.classify import accuracy, predict_logits
-from bertology.interventions.data import LabelledTexts
+from bertology.classify import accuracy
+from bertology.interventions.data import LabelledTexts, batches, eval_mode
 from bertology.interventions.gates import head_gates
+from bertology.interventions.replacement import HeadReplacement, ZeroReplacement
 from bertology.models import LoadedModel
 from bertology.progress import Progress
 
@@ -37,18 +40,25 @@ def pruning_curve(
     order: Sequence[Head],
     counts: Sequence[int],
     *,
+    replacement: HeadReplacement | None = None,
     batch_size: int = 32,
     on_progress: Progress | None = None,
 ) -> np.ndarray:
-    """[len(counts)] accuracy on ``data`` with the first ``count`` heads of ``order`` removed (gate 0).
+    """[len(counts)] accuracy on ``data`` with the first ``count`` heads of ``order`` removed (gate 0), their
+    outputs replaced by ``replacement`` (built on ``data``, e.g. by
+    :func:`~bertology.interventions.ablation.text_replacement`; ``None``: zero).
 
     on_progress: told the curve points done, out of ``len(counts)``.
     """
+    replace = replacement or ZeroReplacement()
     scores = []
-    for done, count in enumerate(counts, start=1):
-        with head_gates(loaded, list(order[:count])):
-            logits = predict_logits(loaded, data.texts, data.texts_b, batch_size=batch_size)
-        scores.append(accuracy(logits, data.labels))
-        if on_progress is not None:
-            on_progress(done, len(counts))
+    with torch.inference_mode(), eval_mode(loaded):
+        for done, count in enumerate(counts, start=1):
+            logits = np.empty((len(data), loaded.model.config.num_labels), np.float32)
+            for batch in batches(loaded, data, batch_size=batch_size):
+                with head_gates(loaded, list(order[:count]), replace(batch.inputs, batch.rows)):
+                    logits[batch.rows] = loaded.model(**batch.inputs).logits.float().cpu().numpy()
+            scores.append(accuracy(logits, data.labels))
+            if on_progress is not None:
+                on_progress(done, len(counts))
     return np.array(scores)

@@ -40,6 +40,11 @@ class LabelledTexts:
         texts_b = None if self.texts_b is None else self.texts_b[start:stop]
         return LabelledTexts(self.texts[start:stop], texts_b, self.labels[start:stop])
 
+    def take(self, rows: np.ndarray) -> LabelledTexts:
+        """Examples ``rows``, in that order."""
+        texts_b = None if self.texts_b is None else [self.texts_b[row] for row in rows]
+        return LabelledTexts([self.texts[row] for row in rows], texts_b, self.labels[rows])
+
     @classmethod
     def of_split(cls, loaded: LoadedModel, task: GlueTask, split: Split) -> LabelledTexts:
         """The examples of ``split`` with their labels mapped to ``loaded``'s label ids by name.
@@ -86,8 +91,7 @@ def batches(
     limit = loaded.max_length if max_length is None else min(max_length, loaded.max_length)
     order = np.arange(len(data))
     if by_length:
-        counts = loaded.tokenizer(data.texts, data.texts_b, truncation=True, max_length=limit)["input_ids"]
-        order = np.argsort([len(ids) for ids in counts], kind="stable")
+        order = np.argsort(token_counts(loaded, data, max_length=limit), kind="stable")
     for start in range(0, len(data), batch_size):
         rows = order[start : start + batch_size]
         encoded = encode(
@@ -98,6 +102,14 @@ def batches(
         )
         labels = torch.as_tensor(data.labels[rows], device=loaded.device)
         yield Batch(loaded.model_inputs(encoded), encoded, labels, rows)
+
+
+def token_counts(loaded: LoadedModel, data: LabelledTexts, *, max_length: int | None = None) -> list[int]:
+    """Tokens of each example of ``data`` as ``loaded``'s tokenizer encodes it (special tokens included, cut
+    to ``max_length``, default the model's limit)."""
+    limit = loaded.max_length if max_length is None else min(max_length, loaded.max_length)
+    encoded = loaded.tokenizer(data.texts, data.texts_b, truncation=True, max_length=limit)["input_ids"]
+    return [len(ids) for ids in encoded]
 
 
 @contextmanager

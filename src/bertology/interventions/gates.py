@@ -6,6 +6,8 @@ with head_gates(loaded, {(2, 3), (5, 0)}):        # switch off heads (2, 3) and 
 gates = torch.ones(loaded.num_layers, loaded.num_heads, requires_grad=True)
 with head_gates(loaded, gates):                    # differentiable: importance = |dL / d gates|
     loss = ...
+with head_gates(loaded, {(2, 3)}, replacement=record_head_outputs(loaded, other_inputs)):
+    logits = loaded.model(**inputs).logits         # head (2, 3) takes its output on other_inputs
 ```
 
 A gate of 1 changes nothing; 0 removes the head (Michel et al. 2019's mask ``ξ_h``). Gates act only in
@@ -16,7 +18,7 @@ outputs enter each layer's output projection, for every encoder type :mod:`berto
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import torch
@@ -50,26 +52,67 @@ def gate_values(loaded: LoadedModel, gates: torch.Tensor | HeadSelection) -> tor
 
 
 @contextmanager
-def gated(loaded: LoadedModel, values: torch.Tensor) -> Iterator[HeadGates]:
-    """Run ``loaded`` with head gates ``values`` (a tensor, see :class:`~bertology.hook.HeadGates`) inside
-    the block, its output projections hooked first (:func:`~bertology.hook.hook_gates`).
+def gated(
+    loaded: LoadedModel, values: torch.Tensor, replacement: Sequence[torch.Tensor] | None = None
+) -> Iterator[HeadGates]:
+    """Run ``loaded`` with head gates ``values`` (a tensor, see :class:`~bertology.hook.HeadGates`) and
+    ``replacement`` (per layer, what gate 0 puts in a head's place; ``None``: zero) inside the block, its
+    output projections hooked first (:func:`~bertology.hook.hook_gates`).
 
     Raises:
         BertologyError: a model type whose layers and projections bertology does not know.
     """
     sites = [(parts.module, parts.output, parts.head_dim) for parts in attention_parts(loaded.model)]
     hook_gates(loaded.model, sites)
-    with gating(values.to(loaded.device)) as active:
+    if replacement is not None:
+        replacement = [values.to(loaded.device) for values in replacement]
+    with gating(values.to(loaded.device), replacement) as active:
         yield active
 
 
 @contextmanager
-def head_gates(loaded: LoadedModel, gates: torch.Tensor | HeadSelection) -> Iterator[HeadGates]:
+def head_gates(
+    loaded: LoadedModel,
+    gates: torch.Tensor | HeadSelection,
+    replacement: Sequence[torch.Tensor] | None = None,
+) -> Iterator[HeadGates]:
     """Run ``loaded`` with its heads' outputs multiplied by ``gates`` inside the block.
 
     gates: ``[layers, heads]`` multipliers, ``[batch, layers, heads]`` (one row per input of every batch run
         inside), or a :data:`~bertology.heads.HeadSelection` of heads to switch off (gate 0, the others 1).
         A tensor that requires grad gets gradients through every forward pass made inside.
+    replacement: per layer, ``[batch or 1, tokens or 1, heads * head_dim]``, what each head's output moves
+        towards as its gate goes to 0 (``gate * output + (1 - gate) * replacement``; e.g. from
+        :func:`record_head_outputs` of another input), or ``None`` for zero (plain multiplication).
     """
-    with gated(loaded, gate_values(loaded, gates)) as active:
+    with gated(loaded, gate_values(loaded, gates), replacement) as active:
         yield active
+
+
+def record_head_outputs(loaded: LoadedModel, inputs: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+    """Run ``loaded`` once on ``inputs`` and return, per layer, its heads' outputs where they enter the
+    output projection: ``[batch, tokens, heads * head_dim]``, head ``h`` in features ``h * head_dim ..
+    (h + 1) * head_dim - 1`` (the site the gates act on; after any gates active in this context). Runs as
+    the caller's context says (no gradients inside ``torch.inference_mode``); the tensors stay on the
+    model's device. ALBERT's shared projection gives one entry per layer call, in layer order.
+
+    Raises:
+        BertologyError: a model type whose layers and projections bertology does not know.
+    """
+    outputs: list[torch.Tensor] = []
+
+    def keep(_: torch.nn.Module, args: tuple[torch.Tensor, ...]) -> None:
+        outputs.append(args[0])
+
+    parts = attention_parts(loaded.model)
+    hook_gates(loaded.model, [(part.module, part.output, part.head_dim) for part in parts])
+    projections = list({id(part.output): part.output for part in parts}.values())
+    handles = [projection.register_forward_pre_hook(keep) for projection in projections]
+    try:
+        loaded.model(**inputs)
+    finally:
+        for handle in handles:
+            handle.remove()
+    if len(outputs) != len(parts):
+        raise RuntimeError(f"Expected {len(parts)} output projection calls in one pass, saw {len(outputs)}.")
+    return outputs

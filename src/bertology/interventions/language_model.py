@@ -10,8 +10,9 @@ decoder (consecutive paragraphs packed into runs of at most ``max_length`` token
 constructed sequences (repeated random tokens, say) are given as token ids.
 
 - :func:`language_model_loss`: ``L`` with any head gates.
-- :func:`loss_ablation_sweep`: ``L`` with each single head removed (gate 0; Michel et al. 2019's
-  single-head ablation with the loss as the score), each batch's lower layers computed once
+- :func:`loss_ablation_sweep`: ``L`` with each single head removed (gate 0, Michel et al. 2019's
+  single-head ablation with the loss as the score; or its output replaced by its mean or another
+  sequence's, :func:`sequence_replacement`), each batch's lower layers computed once
   (:mod:`~bertology.interventions.partial`).
 - :func:`loss_importance`: Michel et al.'s importance ``I_h = E_x |∂L(x)/∂ξ_h|`` with ``L(x)`` the mean
   next-token cross-entropy of sequence ``x``, the mean over sequences.
@@ -42,6 +43,7 @@ from bertology.interventions.data import eval_mode
 from bertology.interventions.gates import head_gates
 from bertology.interventions.importance import HeadImportance
 from bertology.interventions.partial import logits_from_layer, record_layer_inputs
+from bertology.interventions.replacement import HeadReplacement, ZeroReplacement, head_replacement
 from bertology.models import LoadedModel
 from bertology.progress import Progress
 from bertology.stats.base import head_index_frame
@@ -143,6 +145,38 @@ def token_batches(
         yield {**inputs, "use_cache": False}, rows  # type: ignore[dict-item]
 
 
+def sequence_replacement(
+    loaded: LoadedModel,
+    data: TokenSequences,
+    ablation: str | HeadReplacement,
+    *,
+    seed: int = 0,
+    batch_size: int = 8,
+) -> HeadReplacement:
+    """The replacement of a removed head's output for the decoder ``loaded`` with ``data`` as the reference
+    set: ``ablation`` ``"zero"``, ``"mean"`` or ``"resample"`` (seeded by ``seed``; see
+    :mod:`~bertology.interventions.replacement`), or a replacement already built (returned as it is).
+
+    Raises:
+        BertologyError: an unknown kind, or a set too small for it.
+    """
+    if not isinstance(ablation, str):
+        return ablation
+
+    def inputs_of(rows: np.ndarray) -> dict[str, torch.Tensor]:
+        chosen = TokenSequences([data.ids[row] for row in rows], [data.origins[row] for row in rows])
+        return next(token_batches(loaded, chosen, batch_size=len(rows)))[0]
+
+    return head_replacement(
+        loaded,
+        ablation,
+        reference=lambda: token_batches(loaded, data, batch_size=batch_size),
+        inputs_of=inputs_of,
+        lengths=lambda: [len(ids) for ids in data.ids],
+        seed=seed,
+    )
+
+
 def next_token_losses(
     logits: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, chunk: int = 256
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -181,22 +215,25 @@ def language_model_loss(
     data: TokenSequences,
     *,
     gates: torch.Tensor | HeadSelection | None = None,
+    replacement: HeadReplacement | None = None,
     batch_size: int = 8,
 ) -> float:
     """The mean next-token cross-entropy ``L`` (nats per token) of ``loaded`` on ``data``, with head
-    ``gates`` if given (see :func:`~bertology.interventions.gates.head_gates`).
+    ``gates`` if given (see :func:`~bertology.interventions.gates.head_gates`), gated heads taking
+    ``replacement`` (from :func:`sequence_replacement` on ``data``; ``None``: zero).
 
     Raises:
         BertologyError: a model without a language-modelling head, or no token to predict.
     """
     require_language_model(loaded)
+    replace = replacement or ZeroReplacement()
     total, count = 0.0, 0
     with torch.inference_mode(), eval_mode(loaded):
-        for inputs, _ in token_batches(loaded, data, batch_size=batch_size):
+        for inputs, rows in token_batches(loaded, data, batch_size=batch_size):
             if gates is None:
                 logits = loaded.model(**inputs).logits
             else:
-                with head_gates(loaded, gates):
+                with head_gates(loaded, gates, replace(inputs, rows)):
                     logits = loaded.model(**inputs).logits
             batch_total, batch_count = _batch_loss(logits, inputs)
             total, count = total + batch_total, count + batch_count
@@ -238,15 +275,24 @@ def loss_ablation_sweep(
     data: TokenSequences,
     *,
     heads: Sequence[Head] | None = None,
+    ablation: str | HeadReplacement = "zero",
+    seed: int = 0,
     batch_size: int = 8,
     on_progress: Progress | None = None,
 ) -> LossAblation:
     """``L`` of ``loaded`` on ``data`` with each head removed alone (``heads``: only those, the others'
     cells NaN), each batch's lower layers computed once.
 
+    ablation: what a removed head's output becomes, ``"zero"``, ``"mean"`` or ``"resample"`` over ``data``
+        (seeded by ``seed``; see :func:`sequence_replacement`).
     on_progress: told the sequence passes done so far, out of ``heads * sequences``.
+
+    Raises:
+        BertologyError: a model without a language-modelling head, no token to predict, or an unknown
+            ablation.
     """
     require_language_model(loaded)
+    replace = sequence_replacement(loaded, data, ablation, seed=seed, batch_size=batch_size)
     layers, per_layer = loaded.num_layers, loaded.num_heads
     sweep = list(np.ndindex(layers, per_layer)) if heads is None else list(heads)
     totals = np.zeros(len(sweep))
@@ -256,10 +302,11 @@ def loss_ablation_sweep(
             recorded = record_layer_inputs(loaded, inputs)
             batch_total, batch_count = _batch_loss(recorded.logits, inputs)
             baseline_total, count = baseline_total + batch_total, count + batch_count
+            replaced = replace(inputs, rows)
             for index, (layer, head) in enumerate(sweep):
                 gates = torch.ones(layers, per_layer)
                 gates[layer, head] = 0.0
-                logits = logits_from_layer(loaded, inputs, recorded, layer, gates)
+                logits = logits_from_layer(loaded, inputs, recorded, layer, gates, replaced)
                 totals[index] += _batch_loss(logits, inputs)[0]
                 done += len(rows)
                 if on_progress is not None:
@@ -310,16 +357,21 @@ def loss_pruning_curve(
     order: Sequence[Head],
     counts: Sequence[int],
     *,
+    replacement: HeadReplacement | None = None,
     batch_size: int = 8,
     on_progress: Progress | None = None,
 ) -> np.ndarray:
-    """[len(counts)] ``L`` on ``data`` with the first ``count`` heads of ``order`` removed (gate 0).
+    """[len(counts)] ``L`` on ``data`` with the first ``count`` heads of ``order`` removed (gate 0), their
+    outputs replaced by ``replacement`` (from :func:`sequence_replacement` on ``data``; ``None``: zero).
 
     on_progress: told the curve points done, out of ``len(counts)``.
     """
     losses = []
     for done, count in enumerate(counts, start=1):
-        losses.append(language_model_loss(loaded, data, gates=list(order[:count]), batch_size=batch_size))
+        chosen = list(order[:count])
+        losses.append(
+            language_model_loss(loaded, data, gates=chosen, replacement=replacement, batch_size=batch_size)
+        )
         if on_progress is not None:
             on_progress(done, len(counts))
     return np.array(losses)

@@ -23,8 +23,10 @@ from bertology.interventions.language_model import (
     loss_importance,
     loss_pruning_curve,
     require_language_model,
+    sequence_replacement,
 )
 from bertology.interventions.pruning import save_model
+from bertology.interventions.replacement import ZeroReplacement
 from bertology.models import LoadedModel
 from bertology.progress import Progress, part_of
 from bertology.summaries import Summarised
@@ -39,7 +41,9 @@ class LanguageModelAblationRun(Summarised):
     importance by the loss. counts: heads removed at each point of the pruning curves; curve_by_ablation,
     curve_by_importance, curve_at_random: [len(counts)] loss (nats per token) with that many heads removed
     in each order (least useful first; random: seeded by ``random_seed``). pruning: the structurally
-    pruned copy (``None`` when not asked for); pruned_dir: its run folder.
+    pruned copy (``None`` when not asked for); pruned_dir: its run folder. ablation_kind: how the
+    single-head sweep and the pruning curves remove a head (``"zero"``, ``"mean"``, ``"resample"``);
+    ablation_description: one sentence saying what a removed head's output becomes.
     """
 
     model_name: str
@@ -56,6 +60,8 @@ class LanguageModelAblationRun(Summarised):
     pruning: DecoderPruning | None
     pruned_dir: Path | None
     seconds: float
+    ablation_kind: str = "zero"
+    ablation_description: str = ZeroReplacement.description
 
     def curve_frame(self) -> pd.DataFrame:
         """The pruning curves: ``heads_removed``, ``fraction_removed``, ``loss_by_ablation``,
@@ -76,6 +82,7 @@ class LanguageModelAblationRun(Summarised):
             "corpus": self.corpus,
             "sequences": self.sequences,
             "predicted tokens": self.tokens,
+            "ablation": self.ablation_description,
             "loss (nats per token)": self.ablation.baseline,
             "perplexity": float(np.exp(self.ablation.baseline)),
             "seconds": round(self.seconds, 1),
@@ -103,6 +110,8 @@ def run_language_model_ablation(
     prune_fraction: float = 0.5,
     pruned_dir: str | Path | None = None,
     random_seed: int = 0,
+    ablation: str = "zero",
+    resample_seed: int = 0,
     on_progress: Progress | None = None,
 ) -> LanguageModelAblationRun:
     """Run every measurement of :class:`LanguageModelAblationRun` for the decoder ``loaded`` (loaded with
@@ -110,11 +119,15 @@ def run_language_model_ablation(
 
     prune_fraction: share of heads to remove structurally, least important (Michel et al.) first; 0 skips
         pruning. pruned_dir: where to save the pruned model as a run folder (not saved if ``None``).
+    ablation: what a removed head's output becomes in the single-head sweep and the pruning curves,
+        ``"zero"``, ``"mean"`` or ``"resample"`` over the corpus segments
+        (:mod:`~bertology.interventions.replacement`; resample seeded by ``resample_seed``); the
+        importance stays Michel et al.'s gradient at gate 1.
     on_progress: told each stage's progress under the stage's name.
 
     Raises:
-        BertologyError: a model without a language-modelling head, a corpus without text, or a fraction
-            outside 0..1.
+        BertologyError: a model without a language-modelling head, a corpus without text, a fraction
+            outside 0..1, or an unknown ablation.
     """
     if not 0 <= prune_fraction < 1:
         raise BertologyError(
@@ -123,8 +136,13 @@ def run_language_model_ablation(
     require_language_model(loaded)
     started = time.perf_counter()
     data = TokenSequences.of_corpus(loaded, corpus, max_length=max_length, max_segments=max_segments)
-    ablation = loss_ablation_sweep(
-        loaded, data, batch_size=batch_size, on_progress=part_of(on_progress, stage="Single-head ablation")
+    replacement = sequence_replacement(loaded, data, ablation, seed=resample_seed, batch_size=batch_size)
+    single = loss_ablation_sweep(
+        loaded,
+        data,
+        ablation=replacement,
+        batch_size=batch_size,
+        on_progress=part_of(on_progress, stage="Single-head ablation"),
     )
     importance = loss_importance(
         loaded, data, batch_size=batch_size, on_progress=part_of(on_progress, stage="Head importance")
@@ -132,7 +150,7 @@ def run_language_model_ablation(
     heads = loaded.num_layers * loaded.num_heads
     counts = removal_counts(heads)
     orders = {
-        "ablation": ablation.removal_order(),
+        "ablation": single.removal_order(),
         "importance": importance.removal_order(),
         "random": random_order(loaded.num_layers, loaded.num_heads, random_seed),
     }
@@ -142,6 +160,7 @@ def run_language_model_ablation(
             data,
             order,
             counts,
+            replacement=replacement,
             batch_size=batch_size,
             on_progress=part_of(on_progress, stage=f"Pruning curve ({name})"),
         )
@@ -157,8 +176,8 @@ def run_language_model_ablation(
         model_name=loaded.name,
         corpus=Path(corpus).name,
         sequences=len(data),
-        tokens=ablation.tokens,
-        ablation=ablation,
+        tokens=single.tokens,
+        ablation=single,
         importance=importance,
         counts=counts,
         curve_by_ablation=curves["ablation"],
@@ -168,4 +187,6 @@ def run_language_model_ablation(
         pruning=pruning,
         pruned_dir=Path(pruned_dir) if pruning is not None and pruned_dir is not None else None,
         seconds=time.perf_counter() - started,
+        ablation_kind=replacement.kind,
+        ablation_description=replacement.description,
     )

@@ -16,7 +16,7 @@ found through :mod:`bertology.anatomy`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -96,18 +96,21 @@ def logits_from_layer(
     recorded: LayerInputs,
     start: int,
     gates: torch.Tensor,
+    replacement: Sequence[torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """[batch, labels] logits of ``inputs`` with layers ``start..L-1`` recomputed from ``recorded``.
 
     gates: the whole model's head gates, ``[layers, heads]`` or ``[batch, layers, heads]`` (see
-    :class:`~bertology.hook.HeadGates`); layers ``start..`` run with theirs.
+    :class:`~bertology.hook.HeadGates`); layers ``start..`` run with theirs. replacement: the whole
+    model's, per layer (``None``: zero), layers ``start..`` run with theirs.
     """
     if start == 0:
-        with gated(loaded, gates):
+        with gated(loaded, gates, replacement):
             return loaded.model(**inputs).logits
     modules = layer_modules(loaded.model)
     output: torch.Tensor | tuple[Any, ...] = recorded.hidden[start]
-    with gated(loaded, gates[..., start:, :]):
+    later = None if replacement is None else replacement[start:]
+    with gated(loaded, gates[..., start:, :], later):
         for index in range(start, len(modules)):
             hidden = _hidden_of(output)
             output = modules[index](hidden, *recorded.extra_args[index], **recorded.extra_kwargs[index])

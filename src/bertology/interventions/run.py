@@ -16,13 +16,14 @@ import pandas as pd
 
 from bertology.classify import predict_logits
 from bertology.errors import BertologyError
-from bertology.interventions.ablation import AblationResult, ablation_sweep
+from bertology.interventions.ablation import AblationResult, ablation_sweep, text_replacement
 from bertology.interventions.attention_attribution import AttributionImportance, attribution_importance
 from bertology.interventions.attention_gradients import AttentionGradients, attention_gradients
 from bertology.interventions.curves import pruning_curve, removal_counts
 from bertology.interventions.data import LabelledTexts
 from bertology.interventions.importance import HeadImportance, head_importance
 from bertology.interventions.pruning import PruningOutcome, prune_and_measure, save_model
+from bertology.interventions.replacement import ZeroReplacement
 from bertology.models import LoadedModel, require_encoder
 from bertology.progress import Progress, part_of
 from bertology.readers.glue import GlueTask, read_glue
@@ -48,6 +49,8 @@ class AblationRun(Summarised):
         order (``random_seed``), the baseline every ranking should beat.
     constant_label: the label the classifier gives every dev example with all its heads (a classifier
         that learned nothing from its inputs), else ``None`` (:attr:`warning` says what it means).
+    ablation_kind: how the single-head sweep and the pruning curves remove a head (``"zero"``, ``"mean"``,
+        ``"resample"``); ablation_description: one sentence saying what a removed head's output becomes.
     """
 
     model_name: str
@@ -67,6 +70,8 @@ class AblationRun(Summarised):
     curve_by_attribution: np.ndarray | None = None
     curve_at_random: np.ndarray | None = None
     random_seed: int = 0
+    ablation_kind: str = "zero"
+    ablation_description: str = ZeroReplacement.description
 
     @property
     def warning(self) -> str | None:
@@ -108,6 +113,7 @@ class AblationRun(Summarised):
             "task": self.task_name,
             "dev examples": self.examples,
             "layers x heads": f"{layers} x {heads}",
+            "ablation": self.ablation_description,
             "dev accuracy, all heads": round(self.ablation.baseline, 4),
             "attention-gradient loss": self.attention_gradients.loss,
             "seconds": round(self.seconds, 1),
@@ -185,6 +191,8 @@ def run_ablation(
     importance: ImportanceMeasure | None = None,
     attribution_examples: int = 200,
     random_seed: int = 0,
+    ablation: str = "zero",
+    resample_seed: int = 0,
 ) -> AblationRun:
     """Run every measurement of :class:`AblationRun` for the classifier ``loaded`` on the dev set of the
     GLUE-style task in ``task_dir`` (its first ``max_dev`` examples).
@@ -194,10 +202,14 @@ def run_ablation(
         sweep, importance: where the single-head ablation and the importance run (default: here).
         on_progress: told each stage's progress under the stage's name. attribution_examples: the first so
         many dev examples score the heads by self-attention attribution (the paper's 200; 0 skips it).
-        random_seed: the order of the random pruning curve.
+        random_seed: the order of the random pruning curve. ablation: what a removed head's output becomes
+        in the single-head sweep and the pruning curves, ``"zero"``, ``"mean"`` or ``"resample"`` over the
+        dev examples (:mod:`~bertology.interventions.replacement`; resample seeded by ``resample_seed``);
+        the importance stays Michel et al.'s gradient at gate 1.
 
     Raises:
-        BertologyError: a bad task folder, labels the classifier does not have, or a fraction outside 0..1.
+        BertologyError: a bad task folder, labels the classifier does not have, a fraction outside 0..1, an
+            unknown ablation, or mean or resample ablation with a sweep elsewhere.
     """
     if not 0.0 <= prune_fraction < 1.0:
         raise BertologyError(
@@ -206,15 +218,20 @@ def run_ablation(
     require_encoder(loaded, "Head ablation")
     started = time.perf_counter()
     task, data = dev_examples(loaded, task_dir, max_dev)
+    replacement = text_replacement(loaded, data, ablation, seed=resample_seed, batch_size=batch_size)
+    if sweep is not None and replacement.kind != "zero":
+        raise BertologyError("Mean and resample ablation run here only, not on a cluster.")
     constant = constant_label(loaded, data, batch_size=batch_size)
 
     heads = loaded.num_layers * loaded.num_heads
     sweep_stage = part_of(on_progress, stage="Ablating single heads")
     importance_stage = part_of(on_progress, stage="Head importance")
     if sweep is None:
-        ablation = ablation_sweep(loaded, data, batch_size=batch_size, on_progress=sweep_stage)
+        single = ablation_sweep(
+            loaded, data, batch_size=batch_size, ablation=replacement, on_progress=sweep_stage
+        )
     else:
-        ablation = sweep(data, sweep_stage)
+        single = sweep(data, sweep_stage)
     if importance is None:
         importance_of_heads = head_importance(loaded, data, on_progress=importance_stage)
     else:
@@ -237,11 +254,12 @@ def run_ablation(
             data,
             order,
             counts,
+            replacement=replacement,
             batch_size=batch_size,
             on_progress=part_of(on_progress, stage=f"Pruning curve by {name}"),
         )
         for name, order in (
-            ("ablation", ablation.removal_order()),
+            ("ablation", single.removal_order()),
             ("importance", importance_of_heads.removal_order()),
             *([] if attribution is None else [("attribution", attribution.removal_order())]),
             ("random", random_order),
@@ -264,7 +282,7 @@ def run_ablation(
         model_name=loaded.name,
         task_name=task.name,
         examples=len(data),
-        ablation=ablation,
+        ablation=single,
         importance=importance_of_heads,
         counts=counts,
         curve_by_ablation=curves[0],
@@ -278,4 +296,6 @@ def run_ablation(
         curve_by_attribution=None if attribution is None else curves[2],
         curve_at_random=curves[-1],
         random_seed=random_seed,
+        ablation_kind=replacement.kind,
+        ablation_description=replacement.description,
     )

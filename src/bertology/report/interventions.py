@@ -138,6 +138,14 @@ def _pruning_section(outcome: PruningOutcome, pruned_dir: Path | None) -> page.S
     return page.Section("Structural pruning", "pruning", blocks)
 
 
+def how_removed(kind: str, description: str) -> str:
+    """How the study removed a head, for its report: the gate for zero ablation, else the replacement's
+    ``description`` (:mod:`~bertology.interventions.replacement`)."""
+    if kind == "zero":
+        return "its output multiplied by 0 before the output projection"
+    return f"{description}, before the output projection"
+
+
 def write_ablation_files(
     run: AblationRun | LanguageModelAblationRun, target: Path, dpi: int, *, change: str, unit: str
 ) -> tuple[pd.DataFrame, bytes, bytes]:
@@ -194,6 +202,7 @@ def write_ablation_report(run: AblationRun, outdir: str | Path, *, dpi: int = 11
     by_layer = pd.DataFrame(gradients.per_layer, columns=list(CATEGORIES)).rename_axis("layer").reset_index()
     by_layer.to_csv(target / "attention_gradients_by_layer.csv", index=False)
     curve_png = _save_png(target, "pruning_curve", _curve_figure(curve), dpi)
+    removal = how_removed(run.ablation_kind, run.ablation_description)
     gradient_png = _save_png(target, "attention_gradients", _gradient_figure(run), dpi)
     sections = [
         page.Section(
@@ -202,8 +211,7 @@ def write_ablation_report(run: AblationRun, outdir: str | Path, *, dpi: int = 11
             [
                 page.paragraph(
                     f"Dev accuracy with every head: {ablation.baseline:.4f}. Each cell is the accuracy "
-                    "with only that head removed (its output multiplied by 0 before the output projection) "
-                    "minus that baseline (Michel et al. 2019)."
+                    f"with only that head removed ({removal}) minus that baseline (Michel et al. 2019)."
                 ),
                 page.figure(ablation_png, alt="accuracy change per head", caption="Layer x head, 0-based."),
             ],
@@ -226,7 +234,8 @@ def write_ablation_report(run: AblationRun, outdir: str | Path, *, dpi: int = 11
             "curves",
             [
                 page.paragraph(
-                    "Dev accuracy after removing (gating to 0) more and more heads, least useful first: by "
+                    f"Dev accuracy after removing ({run.ablation_kind} ablation) more and more heads, least "
+                    "useful first: by "
                     "the accuracy left when the head alone is removed (highest first), by normalised "
                     "importance (lowest first), by self-attention attribution (lowest first, where measured) "
                     f"and in a random order (seed {run.random_seed})."

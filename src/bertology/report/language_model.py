@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 from bertology.interventions.decoder_pruning import DecoderPruning
 from bertology.interventions.language_model_run import LanguageModelAblationRun
 from bertology.report import page, plots
-from bertology.report.interventions import write_ablation_files
+from bertology.report.interventions import how_removed, write_ablation_files
 from bertology.run_files import REPORT_FILE
 
 #: The pruning curves' columns with their legends.
@@ -96,9 +96,9 @@ def write_language_model_ablation_report(
                 page.paragraph(
                     f"Language-model loss with every head: {ablation.baseline:.4f} nats per token (the mean "
                     f"next-token cross-entropy over {ablation.tokens} predicted tokens of {run.sequences} "
-                    "corpus segments). Each cell is the loss with only that query head removed (its output "
-                    "multiplied by 0 before the output projection) minus that baseline: positive where the "
-                    "head helped (Michel et al. 2019)."
+                    "corpus segments). Each cell is the loss with only that query head removed "
+                    f"({how_removed(run.ablation_kind, run.ablation_description)}) minus that baseline: "
+                    "positive where the head helped (Michel et al. 2019)."
                 ),
                 page.figure(ablation_png, alt="loss change per head", caption="Layer x head, 0-based."),
             ],
@@ -121,9 +121,9 @@ def write_language_model_ablation_report(
             "curves",
             [
                 page.paragraph(
-                    "Language-model loss after removing (gating to 0) more and more heads, least useful "
-                    "first: by the loss left when the head alone is removed (lowest first), by normalised "
-                    f"importance (lowest first) and in a random order (seed {run.random_seed})."
+                    f"Language-model loss after removing ({run.ablation_kind} ablation) more and more heads, "
+                    "least useful first: by the loss left when the head alone is removed (lowest first), by "
+                    f"normalised importance (lowest first) and in a random order (seed {run.random_seed})."
                 ),
                 page.table(curve, float_format="{:.4f}"),
                 page.figure(curve_png, alt="pruning curves"),
