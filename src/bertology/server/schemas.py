@@ -193,7 +193,7 @@ class StatisticsAnswer(BaseModel):
 
 class RunEntry(BaseModel):
     path: str = Field(description="Folder, relative to the runs folder, with '/' between parts.")
-    kind: Literal["analysis", "comparison", "probe", "ablation", "training", "report"] = Field(
+    kind: Literal["analysis", "comparison", "probe", "ablation", "patching", "training", "report"] = Field(
         description="What the folder holds, as its writer marked it; 'report': a report without a mark."
     )
     url: str
