@@ -142,17 +142,25 @@ def _resolve_labels(group: PairGroup, clean: torch.Tensor, corrupted: torch.Tens
     group.wrong = torch.where(group.wrong < 0, corrupted.argmax(-1), group.wrong)
 
 
-def run_group(loaded: LoadedModel, group: PairGroup) -> GroupRuns:
-    """The clean and the corrupted pass of ``group``: head outputs, layer inputs and ``LD`` of each."""
+def run_group(
+    loaded: LoadedModel, group: PairGroup, runs: Sequence[str] = ("clean", "corrupted")
+) -> GroupRuns:
+    """The passes ``runs`` (``"clean"``, ``"corrupted"``) of ``group``: head outputs, layer inputs and, once
+    the labels are known (a language model's, a classifier's given or, with both runs, predicted), ``LD``."""
     heads: dict[str, list[torch.Tensor]] = {}
     layers: dict[str, LayerInputs] = {}
-    for run, inputs in (("clean", group.clean), ("corrupted", group.corrupted)):
+    for run in runs:
         heads[run] = []
         with _recording_head_outputs(loaded, heads[run]):
-            layers[run] = record_layer_inputs(loaded, inputs)
-    if not group.language_model:
+            layers[run] = record_layer_inputs(loaded, getattr(group, run))
+    if not group.language_model and len(layers) == 2:
         _resolve_labels(group, layers["clean"].logits, layers["corrupted"].logits)
-    ld = {run: logit_difference(layers[run].logits, group.answer, group.wrong) for run in layers}
+    known = bool((group.answer >= 0).all() and (group.wrong >= 0).all())
+    ld = (
+        {run: logit_difference(layers[run].logits, group.answer, group.wrong) for run in layers}
+        if known
+        else {}
+    )
     return GroupRuns(heads, layers, ld)
 
 
@@ -281,7 +289,9 @@ def attribution_patching(
 ) -> torch.Tensor:
     """[b, *grid] the first-order estimate of ``LD_patched - LD_target`` for every patch of
     ``granularity`` (module docstring): ``grid`` is [layers, heads], [layers, heads, tokens] or
-    [layers, tokens]. One forward and one backward pass of the target input."""
+    [layers, tokens]. One forward and one backward pass of the target input (``runs`` needs only the
+    source's pass); the target's ``LD`` (and the source's, once a classifier's labels are known from both)
+    are put into ``runs.ld``."""
     source, target = roles(direction)
     activations: list[torch.Tensor] = []
 
@@ -299,11 +309,16 @@ def attribution_patching(
     try:
         with torch.enable_grad():
             logits = loaded.model(**getattr(group, target)).logits
+            if not group.language_model:
+                found = {source: runs.layers[source].logits, target: logits.detach()}
+                _resolve_labels(group, found["clean"], found["corrupted"])
             ld = logit_difference(logits, group.answer, group.wrong)
             gradients = torch.autograd.grad(ld.sum(), activations)
     finally:
         for handle in handles:
             handle.remove()
+    runs.ld[target] = ld.detach()
+    runs.ld[source] = logit_difference(runs.layers[source].logits, group.answer, group.wrong)
     sources = runs.layers[source].hidden if residual else runs.heads[source]
     estimates = []
     for activation, gradient, replacement in zip(activations, gradients, sources, strict=True):
@@ -456,9 +471,9 @@ def patch(
 
     with torch.inference_mode(False), torch.no_grad(), eval_mode(loaded):
         for group in encoded.groups:
-            runs = run_group(loaded, group)
-            for run in ld:
-                ld[run][group.rows] = runs.ld[run].cpu().double().numpy()
+            runs = run_group(
+                loaded, group, ("clean", "corrupted") if exact is not None else roles(direction)[:1]
+            )
             if exact is not None:
                 exact[:, group.rows] = (
                     exact_patching(
@@ -473,9 +488,13 @@ def patch(
                     .double()
                     .numpy()
                 )
+            change = None
             if estimate is not None:
                 change = attribution_patching(loaded, group, runs, granularity, direction).double().numpy()
-                target = ld["corrupted" if direction == "denoising" else "clean"][group.rows]
+            for run in ld:
+                ld[run][group.rows] = runs.ld[run].cpu().double().numpy()
+            if estimate is not None and change is not None:
+                target = ld[roles(direction)[1]][group.rows]
                 estimate[group.rows] = change + target.reshape(-1, *([1] * len(grid)))
     base = {
         "direction": direction,
