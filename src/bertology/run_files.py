@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-RunKind = Literal["analysis", "comparison", "probe", "ablation", "training"]
+RunKind = Literal["analysis", "comparison", "probe", "ablation", "patching", "training"]
 #: Every kind of :data:`RunKind`.
 RUN_KINDS: tuple[RunKind, ...] = get_args(RunKind)
 

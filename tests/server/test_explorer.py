@@ -281,6 +281,31 @@ def test_an_ablation_of_another_model_is_named_and_one_of_the_same_model_preferr
         assert head["ablation"] == {"change": 0.0, "accuracy": 0.5, "importance": None, "rank": None}
 
 
+def test_a_patching_run_of_the_same_model_gives_each_head_its_effect(
+    default_model: LoadedModel, analysed: tuple[CorpusAnalysis, Path], tmp_path: Path
+) -> None:
+    _, folder = analysed
+    shutil.copytree(folder, tmp_path / "analysis")
+    effect = np.arange(72.0).reshape(6, 12) / 100
+    layer, head = np.indices(effect.shape).reshape(2, -1)
+    for name, model in (("a_other", "another-model"), ("b_patching", "all-MiniLM-L6-v2")):
+        (tmp_path / name).mkdir()
+        frame = pd.DataFrame({"layer": layer, "head": head, "effect": effect.ravel()})
+        frame.to_csv(tmp_path / name / "head_effects.csv", index=False)
+        summary = {"model": model, "granularity": "head", "direction": "denoising", "methods": ["exact"]}
+        (tmp_path / name / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    with TestClient(create_app([default_model], runs=tmp_path)) as client:
+        related = client.post("/api/explore/analysis", json={"run": "analysis"}).json()["related"]
+        assert related["patching"] == "b_patching"
+        head = client.post("/api/explore/head", json={"run": "analysis", "layer": 5, "head": 10}).json()
+        assert head["patching"] == {
+            "effect": pytest.approx(0.70),
+            "rank": 2,
+            "direction": "denoising",
+            "method": "exact",
+        }
+
+
 def test_an_example_is_a_head_view_of_the_stored_attention(client: TestClient) -> None:
     page = client.post("/api/explore/example", json={"run": "analysis", "layer": 1, "head": 3, "rank": 2})
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")

@@ -17,5 +17,17 @@ from bertology.cli import serve  # isort: skip
 from bertology.cli import training  # isort: skip
 from bertology.cli import interventions  # isort: skip
 from bertology.cli import attribution  # isort: skip
+from bertology.cli import patching  # isort: skip
 
-__all__ = ["app", "attribution", "corpus", "interventions", "main", "probes", "serve", "training", "views"]
+__all__ = [
+    "app",
+    "attribution",
+    "corpus",
+    "interventions",
+    "main",
+    "patching",
+    "probes",
+    "serve",
+    "training",
+    "views",
+]

@@ -20,6 +20,9 @@
   :func:`language_model_loss`, :func:`loss_ablation_sweep`, :func:`loss_importance`,
   :func:`loss_pruning_curve`, :func:`prune_decoder` and :func:`run_language_model_ablation`
   (``bertology ablate MODEL --lm-corpus FILE``).
+- :func:`patch`: activation patching (exact) and attribution patching of every head, head and position or
+  residual position on clean/corrupted pairs (:func:`read_pairs`, :func:`ioi_pairs`); :func:`path_patch`:
+  path patching from sender heads through receivers' queries, keys or values (``bertology patch``).
 """
 
 from bertology.heads import HeadSelection
@@ -49,6 +52,9 @@ from bertology.interventions.language_model import (
     sequence_replacement,
 )
 from bertology.interventions.language_model_run import LanguageModelAblationRun, run_language_model_ablation
+from bertology.interventions.patching import PatchingResult, PatchingStudy, patch
+from bertology.interventions.patching_pairs import PatchPair, ioi_pairs, read_pairs
+from bertology.interventions.path_patching import PathPatching, path_patch
 from bertology.interventions.pruning import PruningOutcome, prune_and_measure, prune_heads, save_model
 from bertology.interventions.replacement import HeadReplacement
 from bertology.interventions.run import AblationRun, run_ablation
@@ -72,6 +78,10 @@ __all__ = [
     "LabelledTexts",
     "LanguageModelAblationRun",
     "LossAblation",
+    "PatchPair",
+    "PatchingResult",
+    "PatchingStudy",
+    "PathPatching",
     "PruningOutcome",
     "TokenSequences",
     "ablation_sweep",
@@ -84,14 +94,18 @@ __all__ = [
     "explain",
     "head_gates",
     "head_importance",
+    "ioi_pairs",
     "language_model_loss",
     "loss_ablation_sweep",
     "loss_importance",
     "loss_pruning_curve",
+    "patch",
+    "path_patch",
     "prune_and_measure",
     "prune_decoder",
     "prune_heads",
     "pruning_curve",
+    "read_pairs",
     "record_head_outputs",
     "removal_counts",
     "run_ablation",

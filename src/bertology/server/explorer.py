@@ -11,7 +11,8 @@ joined in when their layer x head grid is the analysis's: a dependency probe (``
 column) and an ablation (``ablation.csv``, and ``importance.csv`` when there). An ablation names the
 model it removed heads from (its ``summary.json``): one of the analysis's own model is preferred, and one
 of another model (say, the classifier fine-tuned from it) is joined with that model's name, so the page
-can say whose heads it measured.
+can say whose heads it measured. A patching run (``bertology patch``, ``head_effects.csv``) of the analysis's
+own model is joined in too: each head's patching effect and its rank.
 
 Every file is opened below the analysis folder's descriptor without following links
 (:mod:`bertology.beneath`; a symbolic link is refused, 403) and read from that descriptor, so no file
@@ -94,6 +95,17 @@ class Ablation:
     importance: np.ndarray | None  # Michel et al.'s head importance, when computed
 
 
+@dataclass(frozen=True)
+class Patching:
+    """A patching folder's per-head effects, ``[layers, heads]`` (1: the head restores all of the clean
+    behaviour), and its direction and method (its ``summary.json``)."""
+
+    path: str  # relative to the runs folder
+    effect: np.ndarray
+    direction: str
+    method: str
+
+
 @dataclass
 class Related:
     """Results of other commands for the analysis's heads (module docstring); paths relative to the runs
@@ -102,6 +114,7 @@ class Related:
     dependency: tuple[str, pd.DataFrame, pd.DataFrame] | None = None  # path, accuracies, table
     coreference: tuple[str, pd.DataFrame] | None = None  # path, accuracies
     ablation: Ablation | None = None
+    patching: Patching | None = None
 
 
 @dataclass
@@ -158,6 +171,7 @@ class AnalysisRun:
                 "ablation": None if ablation is None else ablation.path,
                 "ablation_model": None if ablation is None else ablation.model,
                 "ablation_same_model": ablation is not None and ablation.model == self.summary.get("model"),
+                "patching": None if self.related.patching is None else self.related.patching.path,
             },
         }
 
@@ -200,6 +214,7 @@ class AnalysisRun:
             "relations": self._relations(layer, head),
             "coreference": self._coreference(layer, head),
             "ablation": self._ablation(layer, head),
+            "patching": self._patching(layer, head),
         }
 
     def _relations(self, layer: int, head: int) -> list[dict[str, Any]]:
@@ -265,6 +280,19 @@ class AnalysisRun:
             "rank": int((change < change[layer, head]).sum()) + 1 if ranked else None,
         }
 
+    def _patching(self, layer: int, head: int) -> dict[str, Any] | None:
+        """This head's patching effect, the run's direction and method, and its rank (1: largest)."""
+        patching = self.related.patching
+        if patching is None:
+            return None
+        effect = patching.effect
+        return {
+            "effect": _finite(effect[layer, head]),
+            "rank": int((effect > effect[layer, head]).sum()) + 1,
+            "direction": patching.direction,
+            "method": patching.method,
+        }
+
     def example_page(self, layer: int, head: int, rank: int, theme: str) -> str:
         """The head view of ``(layer, head)`` on its example ``rank``, drawn from the stored 8-bit codes."""
         self.check_head(layer, head)
@@ -326,6 +354,18 @@ def _ablation_model(here: OpenFolder) -> str | None:
     return model if isinstance(model, str) else None
 
 
+def _patching(here: OpenFolder, layers: int, heads: int, model: object) -> Patching | None:
+    """A patching folder's head effects when its ``summary.json`` names ``model`` and they fit the grid."""
+    summary = json.loads(here.read_bytes(SUMMARY_FILE).decode("utf-8"))
+    if not isinstance(summary, dict) or summary.get("model") != model or summary.get("granularity") != "head":
+        return None
+    effect = _head_grid(_read_csv(here, "head_effects.csv"), "effect", layers, heads)
+    if effect is None:
+        return None
+    methods = summary.get("methods") or ["exact"]
+    return Patching(here.label, effect, str(summary.get("direction")), str(methods[0]))
+
+
 def _find_related(
     folder: RunsFolder, analysis: OpenFolder, layers: int, heads: int, model: object
 ) -> Related:
@@ -357,6 +397,8 @@ def _find_related(
                 ablation_model = _ablation_model(here)
                 if change is not None and accuracy is not None and (found is None or ablation_model == model):
                     related.ablation = Ablation(here.label, ablation_model, change, accuracy, importance)
+            if related.patching is None and here.is_file("head_effects.csv") and here.is_file(SUMMARY_FILE):
+                related.patching = _patching(here, layers, heads, model)
         except (BertologyError, KeyError, ValueError, TypeError, UnicodeDecodeError):
             continue  # a damaged or foreign file (or a link) beside the analysis is left out, not an error
     return related

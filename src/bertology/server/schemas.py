@@ -193,7 +193,7 @@ class StatisticsAnswer(BaseModel):
 
 class RunEntry(BaseModel):
     path: str = Field(description="Folder, relative to the runs folder, with '/' between parts.")
-    kind: Literal["analysis", "comparison", "probe", "ablation", "training", "report"] = Field(
+    kind: Literal["analysis", "comparison", "probe", "ablation", "patching", "training", "report"] = Field(
         description="What the folder holds, as its writer marked it; 'report': a report without a mark."
     )
     url: str
@@ -248,6 +248,9 @@ class RelatedResults(BaseModel):
     ablation_same_model: bool = Field(
         description="Whether that is the analysis's model; if not, its heads are another model's (e.g. a "
         "classifier fine-tuned from it) and the page says so."
+    )
+    patching: str | None = Field(
+        default=None, description="The patching run of the analysis's model joined in (its folder), or null."
     )
 
 
@@ -313,6 +316,16 @@ class AblationEntry(BaseModel):
     )
 
 
+class PatchingEntry(BaseModel):
+    effect: float | None = Field(
+        description="The head's patching effect: 1 restores (denoising) or removes (noising, -1) all of the "
+        "clean behaviour."
+    )
+    rank: int = Field(description="1: the head with the largest effect.")
+    direction: str
+    method: str = Field(description="exact, or attribution (the first-order estimate).")
+
+
 class ExploreHead(BaseModel):
     layer: int
     head: int
@@ -324,6 +337,7 @@ class ExploreHead(BaseModel):
     relations: list[RelationEntry]
     coreference: list[CoreferenceEntry]
     ablation: AblationEntry | None
+    patching: PatchingEntry | None = None
 
 
 class SearchInfo(BaseModel):

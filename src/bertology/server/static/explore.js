@@ -265,6 +265,13 @@ function showDetail(detail) {
       `(to ${number(entry.accuracy)}; ${rank})` +
       (entry.importance === null ? "" : `; importance ${number(entry.importance, 4)}`) + ` (${related.ablation}).`;
   }
+  $("patching-box").hidden = detail.patching === null;
+  if (detail.patching !== null) {
+    const entry = detail.patching;
+    $("patching").textContent = `Patching this head (${entry.direction}, ${entry.method}) has effect ` +
+      `${number(entry.effect, 3)} (1: restores all of the clean behaviour; rank ${entry.rank} of ` +
+      `${analysis.layers * analysis.heads}, 1 = largest) (${related.patching}).`;
+  }
 }
 
 /** The head view of a head's example `rank` in a new sandboxed frame appended to `box`; resolves once

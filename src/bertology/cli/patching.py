@@ -1,0 +1,171 @@
+"""``bertology patch``: activation, attribution and path patching on pairs of clean and corrupted inputs."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from bertology.cli.app import app, out
+from bertology.cli.options import DeviceOption, DtypeOption, require_inputs
+from bertology.cli.progress import progress_bar
+from bertology.options import DEFAULT_DEVICE, DEFAULT_DTYPE
+
+_SENDER = re.compile(r"(\d+)\.(\d+)")
+_RECEIVER = re.compile(r"(\d+)\.(\d+):([qkv])")
+
+
+def parse_senders(text: str) -> list[tuple[int, int]]:
+    """``"9.6,10.0"`` -> ``[(9, 6), (10, 0)]`` (0-based layer.head).
+
+    Raises:
+        typer.BadParameter: an item that is not ``L.H``.
+    """
+    heads = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        match = _SENDER.fullmatch(item)
+        if match is None:
+            raise typer.BadParameter(f"{item!r} is not a head written L.H (0-based).", param_hint="--senders")
+        heads.append((int(match[1]), int(match[2])))
+    return heads
+
+
+def parse_receivers(text: str) -> list[tuple[int, int, str]]:
+    """``"11.2:q,11.2:k"`` -> ``[(11, 2, "q"), (11, 2, "k")]``.
+
+    Raises:
+        typer.BadParameter: an item that is not ``L.H:q``, ``L.H:k`` or ``L.H:v``.
+    """
+    receivers = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        match = _RECEIVER.fullmatch(item)
+        if match is None:
+            raise typer.BadParameter(
+                f"{item!r} is not a receiver written L.H:q, L.H:k or L.H:v (0-based).",
+                param_hint="--receivers",
+            )
+        receivers.append((int(match[1]), int(match[2]), match[3]))
+    return receivers
+
+
+@app.command()
+def patch(
+    model: Annotated[
+        str,
+        typer.Argument(
+            help="A decoder language model (a name or folder; pairs with 'answer' and 'wrong') or a "
+            "fine-tuned classifier (a run folder from 'bertology finetune' or a model folder)."
+        ),
+    ],
+    pairs: Annotated[
+        Path,
+        typer.Argument(
+            help="JSONL, one pair a line: 'clean' and 'corrupted' texts of equal token count, with 'answer' "
+            "and 'wrong' (one token each) for a language model, optional 'label' and 'wrong_label' for a "
+            "classifier."
+        ),
+    ],
+    output: Annotated[
+        Path, typer.Option("-o", "--output", help="Folder for report.html, CSV, JSON and plots.")
+    ],
+    direction: Annotated[
+        str,
+        typer.Option(
+            "--direction", help="denoising: clean activations into the corrupted run; noising: the reverse."
+        ),
+    ] = "denoising",
+    granularity: Annotated[
+        str,
+        typer.Option(
+            "--granularity",
+            help="head: each head at every position; head-position: each head at each position; residual: "
+            "the residual stream before each layer at each position.",
+        ),
+    ] = "head",
+    method: Annotated[
+        str,
+        typer.Option(
+            "--method",
+            help="exact: a patched pass per patch; attribution: the first-order estimate from one backward "
+            "pass; both: both and their agreement.",
+        ),
+    ] = "exact",
+    senders: Annotated[
+        str | None,
+        typer.Option("--senders", help="Path patching: sender heads L.H,... (with --receivers)."),
+    ] = None,
+    receivers: Annotated[
+        str | None,
+        typer.Option("--receivers", help="Path patching: receivers L.H:q|k|v,... (with --senders)."),
+    ] = None,
+    patches_per_pass: Annotated[
+        int, typer.Option("--patches-per-pass", min=1, help="Exact patching: patches run side by side.")
+    ] = 16,
+    device: DeviceOption = DEFAULT_DEVICE,
+    dtype: DtypeOption = DEFAULT_DTYPE,
+) -> None:
+    """Patch activations between clean and corrupted inputs: how much of the behaviour (the logit difference
+    of the answer and the wrong token, or of two labels) each head, head and position, or residual position
+    restores. With --senders and --receivers: path patching (Wang et al. 2022)."""
+    from bertology.interventions.patching import DIRECTIONS, GRANULARITIES, METHODS
+
+    for value, allowed, name in (
+        (direction, DIRECTIONS, "--direction"),
+        (granularity, GRANULARITIES, "--granularity"),
+        (method, METHODS, "--method"),
+    ):
+        if value not in allowed:
+            raise typer.BadParameter(f"choose one of {', '.join(allowed)}, not {value!r}.", param_hint=name)
+    if (senders is None) != (receivers is None):
+        raise typer.BadParameter("path patching needs both --senders and --receivers.")
+    path_heads = None if senders is None else (parse_senders(senders), parse_receivers(receivers or ""))
+    require_inputs({"PAIRS": pairs})
+    from bertology.errors import BertologyError
+    from bertology.interventions.patching_pairs import pairs_for_language_model, read_pairs
+    from bertology.models import load_model, model_kind
+    from bertology.outputs import check_output_folder, output_folder
+
+    chosen = read_pairs(pairs)
+    language_model = pairs_for_language_model(chosen)
+    decoder = model_kind(model) == "decoder"
+    if language_model and not decoder:
+        raise BertologyError(
+            f"The pairs give 'answer' and 'wrong', which a language model needs; '{model}' is a classifier, "
+            "whose pairs give optional 'label' and 'wrong_label' instead."
+        )
+    if decoder and not language_model:
+        raise BertologyError(f"'{model}' is a language model: give 'answer' and 'wrong' on every line.")
+    check_output_folder(output)
+    loaded = load_model(model, language_model=decoder, classifier=not decoder, device=device, dtype=dtype)
+    with output_folder(output) as folder:
+        if path_heads is not None:
+            from bertology.interventions.path_patching import path_patch
+            from bertology.report.patching import write_path_patching_report
+
+            result = path_patch(loaded, chosen, *path_heads, direction=direction)  # type: ignore[arg-type]
+            report = output / write_path_patching_report(result, loaded.name, folder).name
+            out.print(f"Path patching effect {result.effect:.3f}. Wrote {report}.", highlight=False)
+            return
+        from bertology.interventions.patching import patch as run_patching
+        from bertology.report.patching import write_patching_report
+
+        with progress_bar("patches", None) as on_progress:
+            study = run_patching(
+                loaded,
+                chosen,
+                direction=direction,  # type: ignore[arg-type]
+                granularity=granularity,  # type: ignore[arg-type]
+                method=method,  # type: ignore[arg-type]
+                patches_per_pass=patches_per_pass,
+                on_progress=on_progress,
+            )
+        report = output / write_patching_report(study, folder).name
+    main = study.exact or study.attribution
+    assert main is not None
+    out.print(
+        f"Mean LD clean {main.ld_clean.mean():.3f}, corrupted {main.ld_corrupted.mean():.3f} on "
+        f"{len(chosen)} pairs. Wrote {report} and the CSV, JSON and plots beside it.",
+        highlight=False,
+    )

@@ -1,0 +1,529 @@
+"""Activation patching and attribution patching of heads and of the residual stream.
+
+Two inputs of the same token count: a clean one, on which the model does the task, and a corrupted one,
+on which it does not. The metric is the logit difference ``LD`` of a pair (:func:`logit_difference`).
+Patching puts activations of one run (the source) into the other (the target) and reads ``LD``:
+
+- denoising (the default): clean activations into the corrupted run; noising: corrupted into clean.
+- granularity ``head``: one head's output (its slice of the input of the layer's output projection, where
+  :mod:`bertology.interventions.gates` acts) at every position; ``head-position``: one head at one
+  position; ``residual``: the hidden states entering a layer at one position.
+
+The effect of a patch, ``LD`` averaged over the pairs first (Heimersheim and Nanda 2024):
+
+    denoising: (mean LD_patched - mean LD_corrupted) / (mean LD_clean - mean LD_corrupted)
+    noising:   (mean LD_patched - mean LD_clean)     / (mean LD_clean - mean LD_corrupted)
+
+so 1 (denoising) is a patch that restores the whole clean behaviour and -1 (noising) one that removes it.
+
+Exact patching runs, for each layer ``l``, the target's layers ``l..L-1`` only (the layers below a patch
+are those of the target run, computed once: :mod:`bertology.interventions.partial`), with many patches
+side by side in one batch (copy ``k`` of the pairs carries patch ``k``).
+
+Attribution patching (Nanda 2023, "Attribution Patching"; Kramar et al. 2024, AtP) estimates every
+patch at once from the gradient at the target run: "attribution patching ... uses a first-order Taylor
+approximation: (clean_act - corrupted_act) · d metric / d corrupted_act" for denoising, i.e.
+
+    LD_patched ≈ LD_target + (a_source - a_target) · ∂LD/∂a |_(target run)
+
+summed over the patched activation's features (and positions). One forward pass of each input and one
+backward pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+import numpy as np
+import torch
+from torch import nn
+
+from bertology.anatomy import attention_parts, layer_modules, shares_layers
+from bertology.errors import BertologyError
+from bertology.interventions.data import eval_mode
+from bertology.interventions.partial import LayerInputs, logits_from_layer, record_layer_inputs
+from bertology.interventions.patching_pairs import (
+    EncodedPairs,
+    PairGroup,
+    PatchPair,
+    encode_pairs,
+    read_pairs,
+)
+from bertology.models import LoadedModel
+from bertology.progress import Progress
+
+Direction = Literal["denoising", "noising"]
+Granularity = Literal["head", "head-position", "residual"]
+Method = Literal["exact", "attribution", "both"]
+DIRECTIONS: tuple[Direction, ...] = get_args(Direction)
+GRANULARITIES: tuple[Granularity, ...] = get_args(Granularity)
+METHODS: tuple[Method, ...] = get_args(Method)
+
+
+def logit_difference(logits: torch.Tensor, answer: torch.Tensor, wrong: torch.Tensor) -> torch.Tensor:
+    """[batch] ``logit(answer) - logit(wrong)``: a language model's ``logits`` [batch, tokens, vocabulary]
+    read at the last token, a classifier's [batch, labels] as they are; ``answer``, ``wrong``: [batch]
+    token or label ids."""
+    last = logits[:, -1] if logits.dim() == 3 else logits
+    last = last.float()
+    return last.gather(1, answer[:, None])[:, 0] - last.gather(1, wrong[:, None])[:, 0]
+
+
+@dataclass(frozen=True)
+class Patch:
+    """What one patch replaces at ``layer``: ``heads`` [heads] bool and ``positions`` [tokens] bool
+    (the heads' outputs at those positions), or for the residual stream ``heads`` ``None``."""
+
+    layer: int
+    heads: torch.Tensor | None
+    positions: torch.Tensor
+
+
+def head_patches(
+    layers: int, heads: int, tokens: int, granularity: Granularity
+) -> tuple[list[Patch], tuple[int, ...]]:
+    """Every patch of ``granularity`` and the shape of their grid: ``[layers, heads]``,
+    ``[layers, heads, tokens]`` or ``[layers, tokens]`` (patches in that grid's row-major order)."""
+    every = torch.ones(tokens, dtype=torch.bool)
+    cells = {"head": (layers, heads), "head-position": (layers, heads, tokens), "residual": (layers, tokens)}
+    grid = cells[granularity]
+    patches = []
+    for cell in np.ndindex(*grid):
+        if granularity == "residual":
+            patches.append(Patch(cell[0], None, _one_hot(cell[1], tokens)))
+        else:
+            where = every if granularity == "head" else _one_hot(cell[2], tokens)
+            patches.append(Patch(cell[0], _one_hot(cell[1], heads), where))
+    return patches, grid
+
+
+def _one_hot(index: int, size: int) -> torch.Tensor:
+    mask = torch.zeros(size, dtype=torch.bool)
+    mask[index] = True
+    return mask
+
+
+@dataclass
+class GroupRuns:
+    """What the clean and the corrupted pass gave one :class:`PairGroup` (``b`` pairs of ``t`` tokens).
+
+    heads: per run (``"clean"``, ``"corrupted"``), per layer [b, t, heads * head_dim] the input of the
+    output projection. layers: per run, what entered each layer (:class:`LayerInputs`). ld: per run, [b].
+    """
+
+    heads: dict[str, list[torch.Tensor]]
+    layers: dict[str, LayerInputs]
+    ld: dict[str, torch.Tensor]
+
+
+@contextmanager
+def _recording_head_outputs(loaded: LoadedModel, into: list[torch.Tensor]) -> Iterator[None]:
+    """Inside the block every forward pass appends each layer's output-projection input to ``into``."""
+
+    def keep(_: nn.Module, args: tuple[torch.Tensor, ...]) -> None:
+        into.append(args[0].detach())
+
+    handles = [parts.output.register_forward_pre_hook(keep) for parts in attention_parts(loaded.model)]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _resolve_labels(group: PairGroup, clean: torch.Tensor, corrupted: torch.Tensor) -> None:
+    """A classifier's pairs without labels take the clean (``answer``) and corrupted (``wrong``) input's
+    predicted labels."""
+    group.answer = torch.where(group.answer < 0, clean.argmax(-1), group.answer)
+    group.wrong = torch.where(group.wrong < 0, corrupted.argmax(-1), group.wrong)
+
+
+def run_group(
+    loaded: LoadedModel, group: PairGroup, runs: Sequence[str] = ("clean", "corrupted")
+) -> GroupRuns:
+    """The passes ``runs`` (``"clean"``, ``"corrupted"``) of ``group``: head outputs, layer inputs and, once
+    the labels are known (a language model's, a classifier's given or, with both runs, predicted), ``LD``."""
+    heads: dict[str, list[torch.Tensor]] = {}
+    layers: dict[str, LayerInputs] = {}
+    for run in runs:
+        heads[run] = []
+        with _recording_head_outputs(loaded, heads[run]):
+            layers[run] = record_layer_inputs(loaded, getattr(group, run))
+    if not group.language_model and len(layers) == 2:
+        _resolve_labels(group, layers["clean"].logits, layers["corrupted"].logits)
+    known = bool((group.answer >= 0).all() and (group.wrong >= 0).all())
+    ld = (
+        {run: logit_difference(layers[run].logits, group.answer, group.wrong) for run in layers}
+        if known
+        else {}
+    )
+    return GroupRuns(heads, layers, ld)
+
+
+def _tiled(value: Any, copies: int, batch: int) -> Any:
+    """``value`` with every tensor of two or more dimensions whose first is ``batch`` repeated ``copies``
+    times along it (copy ``k``: rows ``k * batch .. (k + 1) * batch - 1``); in tuples, lists and dicts too."""
+    if isinstance(value, torch.Tensor):
+        if value.dim() >= 2 and value.shape[0] == batch:
+            return value.repeat(copies, *([1] * (value.dim() - 1)))
+        return value
+    if isinstance(value, tuple | list):
+        return type(value)(_tiled(item, copies, batch) for item in value)
+    if isinstance(value, dict):
+        return {key: _tiled(item, copies, batch) for key, item in value.items()}
+    return value
+
+
+@contextmanager
+def _hooked(module: nn.Module, hook: Callable[..., Any]) -> Iterator[None]:
+    handle = module.register_forward_pre_hook(hook)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+def _replacing(target: torch.Tensor, source: torch.Tensor, mask: torch.Tensor, copies: int) -> torch.Tensor:
+    """``target`` [copies * b, t, f] with, in copy ``k``, the features ``mask[k]`` ([t, f] bool) taken from
+    ``source`` [b, t, f]."""
+    shaped = target.unflatten(0, (copies, -1))
+    return torch.where(mask[:, None], source[None].to(target.dtype), shaped).flatten(0, 1)
+
+
+def _masks(patches: Sequence[Patch], head_dim: int) -> torch.Tensor:
+    """[patches, t, features] bool: per patch, the features it replaces (a head's ``head_dim`` features
+    at its positions; for the residual stream every feature, as a [patches, t, 1] mask)."""
+    rows = []
+    for patch in patches:
+        if patch.heads is None:
+            rows.append(patch.positions[:, None])
+        else:
+            rows.append(patch.positions[:, None] & patch.heads.repeat_interleave(head_dim)[None, :])
+    return torch.stack(rows)
+
+
+def _exact_layer(
+    loaded: LoadedModel,
+    group: PairGroup,
+    runs: GroupRuns,
+    patches: Sequence[Patch],
+    source: str,
+    target: str,
+) -> torch.Tensor:
+    """[patches, b] ``LD`` with each of ``patches`` (all at one layer) in the target run, side by side."""
+    layer, copies = patches[0].layer, len(patches)
+    batch = len(group.rows)
+    parts = attention_parts(loaded.model)[layer]
+    recorded = runs.layers[target]
+    hidden = list(recorded.hidden)
+    hidden[layer] = _tiled(hidden[layer], copies, batch)
+    tiled = LayerInputs(
+        hidden,
+        _tiled(recorded.extra_args, copies, batch),
+        _tiled(recorded.extra_kwargs, copies, batch),
+        recorded.logits,
+    )
+    if patches[0].heads is None:
+        mask = _masks(patches, 1).to(loaded.device)
+        replacement = runs.layers[source].hidden[layer]
+        module = layer_modules(loaded.model)[layer]
+
+        def hook(_: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
+            return (_replacing(args[0], replacement, mask, copies), *args[1:])
+
+    else:
+        mask = _masks(patches, parts.head_dim).to(loaded.device)
+        replacement = runs.heads[source][layer]
+        module = parts.output
+
+        def hook(_: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
+            return (_replacing(args[0], replacement, mask, copies), *args[1:])
+
+    inputs = _tiled(getattr(group, target), copies, batch)
+    gates = torch.ones(loaded.num_layers, loaded.num_heads)
+    with _hooked(module, hook):
+        logits = logits_from_layer(loaded, inputs, tiled, layer, gates)
+    answer, wrong = group.answer.repeat(copies), group.wrong.repeat(copies)
+    return logit_difference(logits, answer, wrong).unflatten(0, (copies, batch))
+
+
+def exact_patching(
+    loaded: LoadedModel,
+    group: PairGroup,
+    runs: GroupRuns,
+    patches: Sequence[Patch],
+    *,
+    direction: Direction = "denoising",
+    patches_per_pass: int = 16,
+    on_patches_done: Callable[[int], None] | None = None,
+) -> torch.Tensor:
+    """[patches, b] ``LD`` of ``group`` with each patch alone (``direction``: which run is patched),
+    ``patches_per_pass`` patches side by side in one pass of layers ``l..`` (all patches of a pass share
+    their layer ``l``)."""
+    source, target = roles(direction)
+    results = torch.empty(len(patches), len(group.rows))
+    by_layer: dict[int, list[int]] = {}
+    for index, patch in enumerate(patches):
+        by_layer.setdefault(patch.layer, []).append(index)
+    for indices in by_layer.values():
+        for start in range(0, len(indices), patches_per_pass):
+            chosen = indices[start : start + patches_per_pass]
+            ld = _exact_layer(loaded, group, runs, [patches[i] for i in chosen], source, target)
+            results[chosen] = ld.cpu()
+            if on_patches_done is not None:
+                on_patches_done(len(chosen))
+    return results
+
+
+def roles(direction: Direction) -> tuple[str, str]:
+    """(source, target) runs of ``direction``."""
+    return ("clean", "corrupted") if direction == "denoising" else ("corrupted", "clean")
+
+
+def attribution_patching(
+    loaded: LoadedModel, group: PairGroup, runs: GroupRuns, granularity: Granularity, direction: Direction
+) -> torch.Tensor:
+    """[b, *grid] the first-order estimate of ``LD_patched - LD_target`` for every patch of
+    ``granularity`` (module docstring): ``grid`` is [layers, heads], [layers, heads, tokens] or
+    [layers, tokens]. One forward and one backward pass of the target input (``runs`` needs only the
+    source's pass); the target's ``LD`` (and the source's, once a classifier's labels are known from both)
+    are put into ``runs.ld``."""
+    source, target = roles(direction)
+    activations: list[torch.Tensor] = []
+
+    def keep(_: nn.Module, args: tuple[Any, ...]) -> None:
+        activations.append(args[0])
+
+    def leaf(_: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        return (args[0].detach().requires_grad_(True), *args[1:])
+
+    layers = layer_modules(loaded.model)
+    residual = granularity == "residual"
+    sites = layers if residual else [parts.output for parts in attention_parts(loaded.model)]
+    handles = [layers[0].register_forward_pre_hook(leaf)]
+    handles += [site.register_forward_pre_hook(keep) for site in sites]
+    try:
+        with torch.enable_grad():
+            logits = loaded.model(**getattr(group, target)).logits
+            if not group.language_model:
+                found = {source: runs.layers[source].logits, target: logits.detach()}
+                _resolve_labels(group, found["clean"], found["corrupted"])
+            ld = logit_difference(logits, group.answer, group.wrong)
+            gradients = torch.autograd.grad(ld.sum(), activations)
+    finally:
+        for handle in handles:
+            handle.remove()
+    runs.ld[target] = ld.detach()
+    runs.ld[source] = logit_difference(runs.layers[source].logits, group.answer, group.wrong)
+    sources = runs.layers[source].hidden if residual else runs.heads[source]
+    estimates = []
+    for activation, gradient, replacement in zip(activations, gradients, sources, strict=True):
+        change = (replacement.float() - activation.detach().float()) * gradient.float()  # [b, t, features]
+        if residual:
+            estimates.append(change.sum(-1))  # [b, t]
+        else:
+            per_head = change.unflatten(-1, (loaded.num_heads, -1)).sum(-1)  # [b, t, heads]
+            estimates.append(per_head.sum(1) if granularity == "head" else per_head.transpose(1, 2))
+    return torch.stack(estimates, dim=1).cpu()
+
+
+@dataclass
+class PatchingResult:
+    """``LD`` of every pair, clean, corrupted and with each patch (exact or estimated by attribution).
+
+    ld_clean, ld_corrupted: [pairs]. ld_patched: [*grid, pairs] (``grid``: [layers, heads] for
+    ``head``, [layers, heads, tokens] for ``head-position``, [layers, tokens] for ``residual``).
+    """
+
+    method: Literal["exact", "attribution"]
+    direction: Direction
+    granularity: Granularity
+    ld_clean: np.ndarray
+    ld_corrupted: np.ndarray
+    ld_patched: np.ndarray
+
+    @property
+    def ld_target(self) -> np.ndarray:
+        """[pairs] ``LD`` of the run patched (the corrupted one when denoising)."""
+        return self.ld_corrupted if self.direction == "denoising" else self.ld_clean
+
+    @property
+    def effect(self) -> np.ndarray:
+        """[*grid] the effect of each patch, ``LD`` averaged over pairs first (module docstring)."""
+        gap = self.ld_clean.mean() - self.ld_corrupted.mean()
+        return (self.ld_patched.mean(-1) - self.ld_target.mean()) / gap
+
+    @property
+    def effect_per_pair(self) -> np.ndarray:
+        """[*grid, pairs] each pair's own ``(LD_patched - LD_target) / (LD_clean - LD_corrupted)``."""
+        return (self.ld_patched - self.ld_target) / (self.ld_clean - self.ld_corrupted)
+
+
+@dataclass
+class PatchingStudy:
+    """What :func:`patch` found: ``exact`` and/or ``attribution`` results of the same patches, the pairs
+    and their tokens (per pair, clean and corrupted), and the answer or label names."""
+
+    model_name: str
+    pairs: list[PatchPair]
+    tokens: list[tuple[list[str], list[str]]]
+    language_model: bool
+    exact: PatchingResult | None = None
+    attribution: PatchingResult | None = None
+    labels: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def results(self) -> list[PatchingResult]:
+        return [result for result in (self.exact, self.attribution) if result is not None]
+
+    def agreement(self, top: int = 10) -> dict[str, float] | None:
+        """With both methods: the Pearson correlation of their effects over every patch, and the share of
+        the ``top`` patches by absolute exact effect that are among attribution's ``top`` by absolute
+        estimate; ``None`` otherwise."""
+        if self.exact is None or self.attribution is None:
+            return None
+        exact, estimate = self.exact.effect.ravel(), self.attribution.effect.ravel()
+        top = min(top, exact.size)
+        chosen = set(np.argsort(-np.abs(exact), kind="stable")[:top].tolist())
+        found = set(np.argsort(-np.abs(estimate), kind="stable")[:top].tolist())
+        return {
+            "pearson": float(np.corrcoef(exact, estimate)[0, 1]),
+            "top_k": top,
+            "top_k_agreement": len(chosen & found) / top,
+        }
+
+
+def check_options(loaded: LoadedModel, direction: str, granularity: str, method: str) -> None:
+    """Refuse an unknown direction, granularity or method, or a model whose layers share their weights.
+
+    Raises:
+        BertologyError: as said.
+    """
+    for value, allowed, name in (
+        (direction, DIRECTIONS, "direction"),
+        (granularity, GRANULARITIES, "granularity"),
+        (method, METHODS, "method"),
+    ):
+        if value not in allowed:
+            raise BertologyError(f"Unknown patching {name} {value!r}; choose one of {', '.join(allowed)}.")
+    if shares_layers(loaded.model):
+        raise BertologyError(
+            f"{loaded.name} shares one layer's weights across layers; patch a model without."
+        )
+
+
+def load_pairs(
+    loaded: LoadedModel, pairs: Sequence[PatchPair] | str | Path
+) -> tuple[list[PatchPair], EncodedPairs]:
+    """``pairs`` (or the pairs of the file at that path) and their encoding for ``loaded``."""
+    chosen = read_pairs(pairs) if isinstance(pairs, str | Path) else list(pairs)
+    if not chosen:
+        raise BertologyError("There are no pairs to patch.")
+    return chosen, encode_pairs(loaded, chosen)
+
+
+def patch(
+    loaded: LoadedModel,
+    pairs: Sequence[PatchPair] | str | Path,
+    *,
+    direction: Direction = "denoising",
+    granularity: Granularity = "head",
+    method: Method = "exact",
+    patches_per_pass: int = 16,
+    on_progress: Progress | None = None,
+) -> PatchingStudy:
+    """Patch every head (or head and position, or residual position) of ``loaded`` on ``pairs``
+    (:class:`PatchPair` or a pairs file: :mod:`~bertology.interventions.patching_pairs`).
+
+    method: ``exact`` (one patched pass per patch, ``patches_per_pass`` side by side), ``attribution``
+        (the first-order estimate) or ``both``.
+    on_progress: told the patches done (exact), out of patches x groups of pairs of one token count.
+
+    Raises:
+        BertologyError: an unknown option, pairs that the model cannot read (see
+            :func:`~bertology.interventions.patching_pairs.encode_pairs`), a per-position granularity on
+            pairs of different token counts, or a model that shares its layers.
+    """
+    check_options(loaded, direction, granularity, method)
+    chosen, encoded = load_pairs(loaded, pairs)
+    tokens = encoded.token_count
+    if granularity != "head" and tokens is None:
+        raise BertologyError(
+            f"--granularity {granularity} compares positions, so every pair needs the same token count; "
+            f"these pairs have {sorted({group.tokens for group in encoded.groups})}."
+        )
+    patches, grid = head_patches(loaded.num_layers, loaded.num_heads, tokens or 1, granularity)
+    count = len(chosen)
+    ld = {run: np.zeros(count) for run in ("clean", "corrupted")}
+    exact = np.zeros((len(patches), count)) if method != "attribution" else None
+    estimate = np.zeros((count, *grid)) if method != "exact" else None
+    total, done = len(patches) * len(encoded.groups), 0
+
+    def advance(step: int) -> None:
+        nonlocal done
+        done += step
+        if on_progress is not None:
+            on_progress(done, total)
+
+    with torch.inference_mode(False), torch.no_grad(), eval_mode(loaded):
+        for group in encoded.groups:
+            runs = run_group(
+                loaded, group, ("clean", "corrupted") if exact is not None else roles(direction)[:1]
+            )
+            if exact is not None:
+                exact[:, group.rows] = (
+                    exact_patching(
+                        loaded,
+                        group,
+                        runs,
+                        patches,
+                        direction=direction,
+                        patches_per_pass=patches_per_pass,
+                        on_patches_done=advance,
+                    )
+                    .double()
+                    .numpy()
+                )
+            change = None
+            if estimate is not None:
+                change = attribution_patching(loaded, group, runs, granularity, direction).double().numpy()
+            for run in ld:
+                ld[run][group.rows] = runs.ld[run].cpu().double().numpy()
+            if estimate is not None and change is not None:
+                target = ld[roles(direction)[1]][group.rows]
+                estimate[group.rows] = change + target.reshape(-1, *([1] * len(grid)))
+    base = {
+        "direction": direction,
+        "granularity": granularity,
+        "ld_clean": ld["clean"],
+        "ld_corrupted": ld["corrupted"],
+    }
+    study = PatchingStudy(
+        loaded.name, chosen, encoded.tokens, encoded.language_model, labels=_label_names(loaded, encoded)
+    )
+    if exact is not None:
+        study.exact = PatchingResult("exact", ld_patched=exact.reshape(*grid, count), **base)  # type: ignore[arg-type]
+    if estimate is not None:
+        study.attribution = PatchingResult(
+            "attribution",
+            ld_patched=np.moveaxis(estimate, 0, -1),
+            **base,  # type: ignore[arg-type]
+        )
+    return study
+
+
+def _label_names(loaded: LoadedModel, encoded: EncodedPairs) -> list[tuple[str, str]]:
+    """Per pair, the answer and wrong token (a language model) or label names (a classifier)."""
+    names: list[tuple[str, str]] = [("", "")] * len(encoded)
+    for group in encoded.groups:
+        for row, answer, wrong in zip(group.rows, group.answer.tolist(), group.wrong.tolist(), strict=True):
+            if encoded.language_model:
+                names[row] = (loaded.tokenizer.decode([answer]), loaded.tokenizer.decode([wrong]))
+            else:
+                id2label = loaded.model.config.id2label
+                names[row] = (str(id2label[answer]), str(id2label[wrong]))
+    return names

@@ -1,0 +1,232 @@
+"""The pairs of inputs that activation patching compares, read from a JSONL file and checked.
+
+Each line is a JSON object with ``clean`` and ``corrupted`` texts of the same number of tokens. For a
+language model it also has ``answer`` and ``wrong``, each one token of the vocabulary written with its
+leading space (``" Mary"``); the metric is the logit difference at the last token. For a classifier it may
+have ``label`` and ``wrong_label`` (label names); by default the clean and the corrupted input's predicted
+labels. :func:`read_pairs` checks what the file alone shows (before a model loads); :func:`encode_pairs`
+checks the rest against the model's tokenizer and labels.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from dataclasses import dataclass
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from bertology.errors import BertologyError
+from bertology.inputs import encode
+from bertology.models import LoadedModel
+
+#: The keys a line may hold.
+TEXT_KEYS = ("clean", "corrupted")
+ANSWER_KEYS = ("answer", "wrong")
+LABEL_KEYS = ("label", "wrong_label")
+
+
+def ioi_pairs() -> Path:
+    """The 18 indirect-object-identification pairs shipped with bertology: Wang et al. (2022)'s template
+    "When A and B went to the PLACE, B gave a OBJECT to" -> " A" (9 in the order A B, 9 in B A), each
+    corrupted by a third name C as the subject (their ABC distribution); ``wrong`` is " B". 14 tokens each
+    with SmolLM2's tokenizer."""
+    return Path(str(files("bertology").joinpath("data", "ioi_pairs.jsonl")))
+
+
+@dataclass(frozen=True)
+class PatchPair:
+    """One line of a pairs file: the two texts, and the answer tokens (a language model) or label names
+    (a classifier; ``None``: the predicted ones). line: its 1-based line number."""
+
+    clean: str
+    corrupted: str
+    answer: str | None
+    wrong: str | None
+    label: str | None
+    wrong_label: str | None
+    line: int
+
+
+def _field(record: dict[str, object], key: str, where: str) -> str | None:
+    value = record.get(key)
+    if value is not None and (not isinstance(value, str) or not value):
+        raise BertologyError(f"{where}: '{key}' must be a non-empty string.")
+    return value
+
+
+def read_pairs(path: str | Path) -> list[PatchPair]:
+    """The pairs of the JSONL file at ``path``, one per non-blank line.
+
+    Raises:
+        BertologyError: a missing or empty file, a line that is not a JSON object, a line without both
+            texts, ``answer`` without ``wrong`` (or the reverse), or answers and labels mixed in one file.
+    """
+    source = Path(path)
+    if not source.is_file():
+        raise BertologyError(f"There is no pairs file at '{source}'.")
+    pairs = []
+    for number, text in enumerate(source.read_text(encoding="utf-8").splitlines(), start=1):
+        if not text.strip():
+            continue
+        where = f"{source.name} line {number}"
+        try:
+            record = json.loads(text)
+        except ValueError:
+            raise BertologyError(f"{where} is not valid JSON.") from None
+        if not isinstance(record, dict):
+            raise BertologyError(f"{where} is not a JSON object with 'clean' and 'corrupted'.")
+        clean, corrupted = (_field(record, key, where) for key in TEXT_KEYS)
+        if clean is None or corrupted is None:
+            raise BertologyError(f"{where} needs both 'clean' and 'corrupted' texts.")
+        answer, wrong = (_field(record, key, where) for key in ANSWER_KEYS)
+        label, wrong_label = (_field(record, key, where) for key in LABEL_KEYS)
+        if (answer is None) != (wrong is None):
+            raise BertologyError(f"{where} needs both 'answer' and 'wrong', or neither.")
+        if answer is not None and (label is not None or wrong_label is not None):
+            raise BertologyError(f"{where} mixes a language model's 'answer' with a classifier's labels.")
+        pairs.append(PatchPair(clean, corrupted, answer, wrong, label, wrong_label, number))
+    if not pairs:
+        raise BertologyError(f"The pairs file '{source}' has no pairs (one JSON object per line).")
+    if len({pair.answer is None for pair in pairs}) > 1:
+        raise BertologyError(
+            f"In '{source}' some lines have 'answer' and 'wrong' and some do not: a language model needs"
+            " them on every line, a classifier on none."
+        )
+    return pairs
+
+
+def pairs_for_language_model(pairs: list[PatchPair]) -> bool:
+    """True when the pairs hold answers (a language model's pairs), False for a classifier's."""
+    return pairs[0].answer is not None
+
+
+@dataclass
+class PairGroup:
+    """Pairs of one token count, encoded (no padding).
+
+    rows: [pairs] int, their places in the file's order. clean, corrupted: the model's inputs,
+    ``input_ids`` [pairs, tokens] and the rest. answer, wrong: [pairs] int64 token ids (a language model)
+    or label ids (a classifier; -1 where the predicted label is to be taken). language_model: which.
+    """
+
+    rows: np.ndarray
+    clean: dict[str, torch.Tensor]
+    corrupted: dict[str, torch.Tensor]
+    answer: torch.Tensor
+    wrong: torch.Tensor
+    language_model: bool
+
+    @property
+    def tokens(self) -> int:
+        return int(self.clean["input_ids"].shape[1])
+
+
+@dataclass
+class EncodedPairs:
+    """Every pair encoded, in groups of equal token count; tokens: per pair, the clean and the corrupted
+    input's tokens as the tokenizer writes them."""
+
+    groups: list[PairGroup]
+    tokens: list[tuple[list[str], list[str]]]
+    language_model: bool
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def token_count(self) -> int | None:
+        """The pairs' common token count; ``None`` when they differ."""
+        return self.groups[0].tokens if len(self.groups) == 1 else None
+
+
+def _single_token(loaded: LoadedModel, text: str, key: str, line: int) -> int:
+    ids = loaded.tokenizer(text, add_special_tokens=False)["input_ids"]
+    if len(ids) != 1:
+        raise BertologyError(
+            f"Line {line}: '{key}' {text!r} is {len(ids)} tokens for {loaded.name}; it must be one token of "
+            "the vocabulary (with its leading space as written)."
+        )
+    return int(ids[0])
+
+
+def _label_id(loaded: LoadedModel, name: str | None, key: str, line: int) -> int:
+    if name is None:
+        return -1
+    labels = {str(label): int(index) for index, label in loaded.model.config.id2label.items()}
+    if name not in labels:
+        raise BertologyError(f"Line {line}: '{key}' {name!r} is not one of the labels {sorted(labels)}.")
+    return labels[name]
+
+
+def _inputs(loaded: LoadedModel, texts: list[str]) -> dict[str, torch.Tensor]:
+    """The model's inputs of ``texts`` (all of one token count); a decoder's without a key/value cache and,
+    where its forward can, with the logits of the last token only (``logits_to_keep``: the others are
+    never read)."""
+    if loaded.kind == "decoder":
+        ids = torch.as_tensor(loaded.tokenizer(texts)["input_ids"], device=loaded.device)
+        inputs: dict[str, Any] = {
+            "input_ids": ids,
+            "attention_mask": torch.ones_like(ids),
+            "use_cache": False,
+        }
+        if "logits_to_keep" in inspect.signature(loaded.model.forward).parameters:
+            inputs["logits_to_keep"] = 1
+        return inputs
+    return loaded.model_inputs(encode(loaded.tokenizer, texts, None, max_length=loaded.max_length))
+
+
+def encode_pairs(loaded: LoadedModel, pairs: list[PatchPair]) -> EncodedPairs:
+    """``pairs`` tokenized for ``loaded`` and grouped by token count.
+
+    Raises:
+        BertologyError: a clean and corrupted text of different token counts, answers for a classifier or
+            none for a language model, an answer that is not one token, or an unknown label.
+    """
+    language_model = pairs_for_language_model(pairs)
+    if language_model and loaded.kind != "decoder":
+        raise BertologyError(
+            f"The pairs give 'answer' and 'wrong', which a language model needs; {loaded.name} is a "
+            "classifier, whose pairs give optional 'label' and 'wrong_label' instead."
+        )
+    if not language_model and loaded.kind == "decoder":
+        raise BertologyError(f"{loaded.name} is a language model: give 'answer' and 'wrong' on every line.")
+    tokenizer = loaded.tokenizer
+    counts: dict[int, list[int]] = {}
+    tokens = []
+    for row, pair in enumerate(pairs):
+        clean, corrupted = (
+            tokenizer(text, truncation=True, max_length=loaded.max_length)["input_ids"]
+            for text in (pair.clean, pair.corrupted)
+        )
+        if len(clean) != len(corrupted):
+            raise BertologyError(
+                f"Line {pair.line}: the clean text is {len(clean)} tokens and the corrupted {len(corrupted)} "
+                f"for {loaded.name}; patching needs the same number."
+            )
+        tokens.append((tokenizer.convert_ids_to_tokens(clean), tokenizer.convert_ids_to_tokens(corrupted)))
+        counts.setdefault(len(clean), []).append(row)
+    groups = []
+    for _, rows in sorted(counts.items()):
+        chosen = [pairs[row] for row in rows]
+        if language_model:
+            answer = [_single_token(loaded, p.answer or "", "answer", p.line) for p in chosen]
+            wrong = [_single_token(loaded, p.wrong or "", "wrong", p.line) for p in chosen]
+        else:
+            answer = [_label_id(loaded, p.label, "label", p.line) for p in chosen]
+            wrong = [_label_id(loaded, p.wrong_label, "wrong_label", p.line) for p in chosen]
+        groups.append(
+            PairGroup(
+                np.asarray(rows),
+                _inputs(loaded, [p.clean for p in chosen]),
+                _inputs(loaded, [p.corrupted for p in chosen]),
+                torch.as_tensor(answer, device=loaded.device),
+                torch.as_tensor(wrong, device=loaded.device),
+                language_model,
+            )
+        )
+    return EncodedPairs(groups, tokens, language_model)

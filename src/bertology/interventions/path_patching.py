@@ -1,0 +1,185 @@
+"""Path patching (Wang et al. 2022, "Interpretability in the Wild", Section 3.1 and Appendix B): the effect of
+sender heads on the logits only through chosen receiver heads' queries, keys or values.
+
+With ``x_target`` the run that is patched and ``x_source`` the run the senders are taken from
+(denoising, the default: the corrupted and the clean input; noising: the reverse), the five steps of the
+paper as TransformerLens's path-patching practice (ARENA's IOI exercises) writes them:
+
+1. Run ``x_source`` and ``x_target`` and keep every head's output (its slice of the input of the layer's
+   output projection, :mod:`bertology.interventions.gates`' point).
+2. Run ``x_target`` with every head's output frozen at its ``x_target`` value except the senders', which
+   take their ``x_source`` value; the MLPs, norms and residual stream are recomputed.
+3. In that run, keep each receiver's query, key or value (the output of the query, key or value
+   projection for that head, before any rotary embedding: TransformerLens's ``hook_q``/``hook_k``/
+   ``hook_v``).
+4. Run ``x_target`` again with only the receivers' queries, keys or values replaced by those of step 3;
+   nothing else is patched or frozen.
+5. Read ``LD`` of that run.
+
+The effect is normalised as activation patching's (:mod:`bertology.interventions.patching`). With
+grouped-query attention a receiver's key or value is its key/value head's, shared by the query heads of its
+group: replacing it changes what all of them read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from torch import nn
+
+from bertology.anatomy import AttentionParts, attention_parts
+from bertology.errors import BertologyError
+from bertology.interventions.curves import Head
+from bertology.interventions.data import eval_mode
+from bertology.interventions.patching import (
+    Direction,
+    check_options,
+    load_pairs,
+    logit_difference,
+    roles,
+    run_group,
+)
+from bertology.interventions.patching_pairs import PatchPair
+from bertology.models import LoadedModel
+
+Input = Literal["q", "k", "v"]
+#: A receiver: (layer, head, which of its inputs).
+Receiver = tuple[int, int, Input]
+
+
+@dataclass
+class PathPatching:
+    """``LD`` of every pair, clean, corrupted and with the senders' path through the receivers patched
+    (each [pairs]), and the normalised ``effect`` of that path."""
+
+    senders: list[Head]
+    receivers: list[Receiver]
+    direction: Direction
+    ld_clean: np.ndarray
+    ld_corrupted: np.ndarray
+    ld_patched: np.ndarray
+
+    @property
+    def effect(self) -> float:
+        """``(mean LD_patched - mean LD_target) / (mean LD_clean - mean LD_corrupted)``."""
+        target = self.ld_corrupted if self.direction == "denoising" else self.ld_clean
+        gap = self.ld_clean.mean() - self.ld_corrupted.mean()
+        return float((self.ld_patched.mean() - target.mean()) / gap)
+
+
+def _rows(parts: AttentionParts, head: int, which: Input) -> tuple[nn.Module, torch.Tensor]:
+    """The projection that computes ``head``'s query, key or value and its output features for it."""
+    projection = {"q": parts.query, "k": parts.key, "v": parts.value}[which]
+    slot = head if which == "q" else head // parts.groups
+    return projection.linear, torch.tensor(projection.rows([slot], parts.head_dim))
+
+
+def _check_heads(loaded: LoadedModel, senders: Sequence[Head], receivers: Sequence[Receiver]) -> None:
+    if not senders or not receivers:
+        raise BertologyError("Path patching needs at least one sender head and one receiver.")
+    for layer, head, *_ in (*senders, *receivers):
+        if not (0 <= layer < loaded.num_layers and 0 <= head < loaded.num_heads):
+            raise BertologyError(
+                f"Head {layer}.{head} is not in {loaded.name} ({loaded.num_layers} layers of "
+                f"{loaded.num_heads} heads, 0-based)."
+            )
+    for receiver in receivers:
+        if receiver[2] not in ("q", "k", "v"):
+            raise BertologyError(f"A receiver's input is q, k or v, not {receiver[2]!r}.")
+
+
+@contextmanager
+def _frozen_heads(
+    loaded: LoadedModel, frozen: list[torch.Tensor], senders: Sequence[Head], source: list[torch.Tensor]
+) -> Iterator[None]:
+    """Inside the block every head's output is ``frozen`` (per layer [b, t, heads * head_dim]) but the
+    senders', which are ``source``'s."""
+    values = [layer.clone() for layer in frozen]
+    for layer, head in senders:
+        d = values[layer].shape[-1] // loaded.num_heads
+        values[layer][..., head * d : (head + 1) * d] = source[layer][..., head * d : (head + 1) * d]
+    with ExitStack() as stack:
+        for parts, value in zip(attention_parts(loaded.model), values, strict=True):
+            handle = parts.output.register_forward_pre_hook(lambda _, args, v=value: (v, *args[1:]))
+            stack.callback(handle.remove)
+        yield
+
+
+def _receiver_inputs(
+    loaded: LoadedModel, inputs: dict[str, torch.Tensor], sites: list[tuple[nn.Module, torch.Tensor]]
+) -> list[torch.Tensor]:
+    """Per site (a projection and its rows), [b, t, rows] what it computed in one pass of ``inputs``."""
+    kept: dict[int, torch.Tensor] = {}
+
+    def keeper(index: int, rows: torch.Tensor) -> Any:
+        def keep(_: nn.Module, __: Any, output: torch.Tensor) -> None:
+            kept[index] = output[..., rows.to(output.device)].clone()
+
+        return keep
+
+    with ExitStack() as stack:
+        for index, (module, rows) in enumerate(sites):
+            stack.callback(module.register_forward_hook(keeper(index, rows)).remove)
+        loaded.model(**inputs)
+    return [kept[index] for index in range(len(sites))]
+
+
+def _replacing(rows: torch.Tensor, value: torch.Tensor) -> Any:
+    """A forward hook that puts ``value`` [b, t, rows] into its module's output features ``rows``."""
+
+    def put(_: nn.Module, __: Any, output: torch.Tensor) -> torch.Tensor:
+        patched = output.clone()
+        patched[..., rows.to(output.device)] = value
+        return patched
+
+    return put
+
+
+def path_patch(
+    loaded: LoadedModel,
+    pairs: Sequence[PatchPair] | str | Path,
+    senders: Sequence[Head],
+    receivers: Sequence[Receiver],
+    *,
+    direction: Direction = "denoising",
+) -> PathPatching:
+    """The effect of ``senders`` on ``LD`` through ``receivers``' queries, keys or values only, the rest of
+    the model frozen at the target run (module docstring), on ``pairs`` (see
+    :func:`~bertology.interventions.patching.patch`).
+
+    Raises:
+        BertologyError: no sender or receiver, a head outside the model, an input other than q, k, v, or
+            pairs the model cannot read.
+    """
+    check_options(loaded, direction, "head", "exact")
+    _check_heads(loaded, senders, receivers)
+    chosen, encoded = load_pairs(loaded, pairs)
+    source_run, target_run = roles(direction)
+    parts = attention_parts(loaded.model)
+    sites = [_rows(parts[layer], head, which) for layer, head, which in receivers]
+    ld = {run: np.zeros(len(chosen)) for run in ("clean", "corrupted", "patched")}
+    with torch.no_grad(), eval_mode(loaded):
+        for group in encoded.groups:
+            runs = run_group(loaded, group)
+            target = getattr(group, target_run)
+            frozen = _frozen_heads(loaded, runs.heads[target_run], senders, runs.heads[source_run])
+            with frozen:
+                kept = _receiver_inputs(loaded, target, sites)
+            with ExitStack() as stack:
+                for (module, rows), value in zip(sites, kept, strict=True):
+                    stack.callback(module.register_forward_hook(_replacing(rows, value)).remove)
+                logits = loaded.model(**target).logits
+            ld["patched"][group.rows] = (
+                logit_difference(logits, group.answer, group.wrong).cpu().double().numpy()
+            )
+            for run in ("clean", "corrupted"):
+                ld[run][group.rows] = runs.ld[run].cpu().double().numpy()
+    return PathPatching(
+        list(senders), list(receivers), direction, ld["clean"], ld["corrupted"], ld["patched"]
+    )

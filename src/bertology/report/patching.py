@@ -1,0 +1,327 @@
+"""The folder of a patching run (``bertology patch``): tables, heatmaps, ``summary.json`` and the report.
+
+- ``head_effects.csv``: ``layer``, ``head`` (0-based), ``effect`` (granularity ``head``; with
+  ``--method both`` also ``attribution``, attribution patching's estimate of the same effect).
+- ``position_effects.csv``: ``layer`` (and ``head``), ``position``, ``clean_token``, ``effect``
+  (granularities ``head-position`` and ``residual``).
+- ``pair_effects.csv``: every patch's ``ld_patched`` and ``effect`` for each pair (``pair``: 0-based, the
+  file's order), by method.
+- ``summary.json``: the settings, mean ``LD`` clean and corrupted, each pair with its texts and ``LD``s,
+  the heads that restore the answer most, and with both methods their agreement.
+- ``plots/effects.png`` (diverging colours centred at 0) and ``report.html`` with the inputs.
+
+Path patching (``--senders``/``--receivers``) writes ``path_patching.json`` and its report instead.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from bertology.interventions.patching import PatchingResult, PatchingStudy
+from bertology.interventions.path_patching import PathPatching
+from bertology.report import page, plots
+from bertology.run_files import REPORT_FILE, SUMMARY_FILE, mark_run
+
+HEAD_EFFECTS_FILE = "head_effects.csv"
+POSITION_EFFECTS_FILE = "position_effects.csv"
+PAIR_EFFECTS_FILE = "pair_effects.csv"
+PATH_PATCHING_FILE = "path_patching.json"
+#: How many heads (or cells) the summary and the report list, by the size of their effect.
+TOP = 10
+
+
+def _cells(result: PatchingResult) -> list[str]:
+    """The index columns of ``result``'s grid."""
+    return {"head": ["layer", "head"], "head-position": ["layer", "head", "position"]}.get(
+        result.granularity, ["layer", "position"]
+    )
+
+
+def _grid_frame(result: PatchingResult, values: np.ndarray, name: str) -> pd.DataFrame:
+    """One row per cell of ``values`` (shaped as ``result``'s grid): its index columns and ``name``."""
+    index = np.indices(values.shape).reshape(values.ndim, -1)
+    return pd.DataFrame({**dict(zip(_cells(result), index, strict=True)), name: values.ravel()})
+
+
+def effects_frame(study: PatchingStudy) -> pd.DataFrame:
+    """``head_effects.csv`` or ``position_effects.csv``: each patch's effect (exact where computed, else
+    attribution's), with attribution's beside it when both ran; positions with their clean token."""
+    main = study.exact or study.attribution
+    assert main is not None
+    frame = _grid_frame(main, main.effect, "effect")
+    if study.exact is not None and study.attribution is not None:
+        frame["attribution"] = study.attribution.effect.ravel()
+    if "position" in frame:
+        frame.insert(
+            frame.columns.get_loc("position") + 1,
+            "clean_token",
+            [study.tokens[0][0][p] for p in frame["position"]],
+        )
+    return frame
+
+
+def pair_frame(study: PatchingStudy) -> pd.DataFrame:
+    """Every patch's ``LD`` and effect for every pair, by method (``pair_effects.csv``)."""
+    frames = []
+    for result in study.results:
+        pairs = result.ld_patched.shape[-1]
+        cells = np.indices(result.ld_patched.shape[:-1]).reshape(result.ld_patched.ndim - 1, -1)
+        frame = pd.DataFrame(
+            {
+                "method": result.method,
+                **{
+                    name: np.repeat(column, pairs) for name, column in zip(_cells(result), cells, strict=True)
+                },
+                "pair": np.tile(np.arange(pairs), cells.shape[1]),
+                "ld_patched": result.ld_patched.ravel(),
+                "effect": result.effect_per_pair.ravel(),
+            }
+        )
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True)
+
+
+def top_cells(result: PatchingResult, count: int = TOP) -> list[dict[str, Any]]:
+    """The ``count`` patches of largest effect (positive: they restore the answer when denoising), each
+    its cell and effect, largest first."""
+    effect = result.effect
+    order = np.argsort(-effect.ravel(), kind="stable")[:count]
+    return [
+        {
+            **dict(zip(_cells(result), map(int, np.unravel_index(i, effect.shape)), strict=True)),
+            "effect": float(effect.ravel()[i]),
+        }
+        for i in order
+    ]
+
+
+def summary(study: PatchingStudy) -> dict[str, Any]:
+    """``summary.json``'s content."""
+    main = study.exact or study.attribution
+    assert main is not None
+    pairs = [
+        {
+            "clean": pair.clean,
+            "corrupted": pair.corrupted,
+            "answer": answer,
+            "wrong": wrong,
+            "ld_clean": float(main.ld_clean[index]),
+            "ld_corrupted": float(main.ld_corrupted[index]),
+        }
+        for index, (pair, (answer, wrong)) in enumerate(zip(study.pairs, study.labels, strict=True))
+    ]
+    return {
+        "model": study.model_name,
+        "kind": "language model" if study.language_model else "classifier",
+        "direction": main.direction,
+        "granularity": main.granularity,
+        "methods": [result.method for result in study.results],
+        "pairs": len(study.pairs),
+        "ld_clean": float(main.ld_clean.mean()),
+        "ld_corrupted": float(main.ld_corrupted.mean()),
+        "top": {result.method: top_cells(result) for result in study.results},
+        "agreement": study.agreement(),
+        "pair_details": pairs,
+    }
+
+
+def _positions_figure(values: np.ndarray, rows: list[str], tokens: list[str], title: str) -> Figure:
+    """A rows x positions heatmap of effects, diverging colours centred at 0."""
+    figure = plots.new_figure(min(12.0, 2.0 + 0.45 * len(tokens)), min(40.0, 1.5 + 0.16 * len(rows)))
+    ax = figure.subplots()
+    low, high = plots.value_range_of(values, symmetric=True)
+    image = ax.imshow(
+        values, cmap=plots.DIVERGING_COLORMAP, vmin=low, vmax=high, aspect="auto", interpolation="nearest"
+    )
+    figure.colorbar(image, ax=ax, fraction=0.05, pad=0.02).set_label("effect")
+    ax.set_xticks(range(len(tokens)), tokens, rotation=90, fontsize=7)
+    ticks = plots.index_ticks(len(rows), most=40)
+    ax.set_yticks(ticks, [rows[t] for t in ticks], fontsize=7)
+    ax.set_title(title, fontsize=9)
+    return figure
+
+
+def _effects_png(study: PatchingStudy, result: PatchingResult, target: Path, dpi: int) -> bytes:
+    name = f"effects_{result.method}"
+    title = f"{result.method} patching effect ({result.direction})"
+    if result.granularity == "head":
+        return plots.heatmap_png(
+            target,
+            name,
+            {title: result.effect},
+            dpi,
+            unit="effect (1: restores all)",
+            value_range=plots.value_range_of(result.effect, symmetric=True),
+            cmap=plots.DIVERGING_COLORMAP,
+        )
+    effect = result.effect
+    if result.granularity == "head-position":
+        rows = [f"{layer}.{head}" for layer in range(effect.shape[0]) for head in range(effect.shape[1])]
+        effect = effect.reshape(-1, effect.shape[-1])
+    else:
+        rows = [f"layer {layer}" for layer in range(effect.shape[0])]
+    png = plots.to_png(_positions_figure(effect, rows, study.tokens[0][0], title), dpi=dpi)
+    (target / "plots").mkdir(parents=True, exist_ok=True)
+    (target / "plots" / f"{name}.png").write_bytes(png)
+    return png
+
+
+def _pairs_table(study: PatchingStudy) -> pd.DataFrame:
+    main = study.exact or study.attribution
+    assert main is not None
+    answer, wrong = ("answer", "wrong") if study.language_model else ("label", "wrong label")
+    return pd.DataFrame(
+        {
+            "clean": [pair.clean for pair in study.pairs],
+            "corrupted": [pair.corrupted for pair in study.pairs],
+            answer: [names[0] for names in study.labels],
+            wrong: [names[1] for names in study.labels],
+            "LD clean": main.ld_clean,
+            "LD corrupted": main.ld_corrupted,
+        }
+    )
+
+
+def _explanation(result: PatchingResult) -> str:
+    """What a cell of ``result``'s heatmap is."""
+    denoising = result.direction == "denoising"
+    moved = (
+        "clean activations into the corrupted run"
+        if denoising
+        else "corrupted activations into the clean run"
+    )
+    baseline = "corrupted" if denoising else "clean"
+    text = (
+        f"Each cell: the effect of patching it ({result.direction}: {moved}), (mean LD_patched - mean "
+        f"LD_{baseline}) / (mean LD_clean - mean LD_corrupted), LD averaged over the pairs first."
+    )
+    if result.method == "attribution":
+        text += (
+            " Estimated to first order: (source - target activation) · dLD/d activation at the target run "
+            "(Nanda 2023; Kramar et al. 2024)."
+        )
+    return text
+
+
+def write_patching_report(study: PatchingStudy, outdir: str | Path, *, dpi: int = 110) -> Path:
+    """Write ``study`` into ``outdir`` (module docstring) and return ``report.html``."""
+    target = Path(outdir)
+    target.mkdir(parents=True, exist_ok=True)
+    main = study.exact or study.attribution
+    assert main is not None
+    name = HEAD_EFFECTS_FILE if main.granularity == "head" else POSITION_EFFECTS_FILE
+    effects_frame(study).to_csv(target / name, index=False)
+    pair_frame(study).to_csv(target / PAIR_EFFECTS_FILE, index=False)
+    content = summary(study)
+    (target / SUMMARY_FILE).write_text(json.dumps(content, indent=2), encoding="utf-8")
+    mark_run(target, "patching", model=study.model_name)
+    metric = (
+        "logit(answer) - logit(wrong) at the last token"
+        if study.language_model
+        else "the logit difference of the two labels"
+    )
+    sections = []
+    for result in study.results:
+        png = _effects_png(study, result, target, dpi)
+        top = pd.DataFrame(top_cells(result))
+        sections.append(
+            page.Section(
+                f"{result.method.capitalize()} patching",
+                result.method,
+                [
+                    page.paragraph(_explanation(result)),
+                    page.figure(
+                        png,
+                        alt=f"{result.method} patching effects",
+                        caption="0-based; red restores the answer, blue works against it.",
+                    ),
+                    page.paragraph(f"The {TOP} largest effects:"),
+                    page.table(top, float_format="{:.3f}"),
+                ],
+            )
+        )
+    agreement = study.agreement()
+    if agreement is not None:
+        sections.append(
+            page.Section(
+                "Agreement",
+                "agreement",
+                [
+                    page.paragraph(
+                        "Pearson correlation of the exact and the attribution effects over every patch: "
+                        f"{agreement['pearson']:.3f}; of the {agreement['top_k']} largest exact effects by "
+                        f"size, {agreement['top_k_agreement']:.0%} are among attribution's "
+                        f"{agreement['top_k']} largest."
+                    )
+                ],
+            )
+        )
+    sections.append(
+        page.Section(
+            "Pairs",
+            "pairs",
+            [page.paragraph(f"LD: {metric}."), page.table(_pairs_table(study), float_format="{:.3f}")],
+        )
+    )
+    header = [
+        page.definitions(
+            {
+                "model": study.model_name,
+                "direction": main.direction,
+                "granularity": main.granularity,
+                "pairs": len(study.pairs),
+                "mean LD clean": content["ld_clean"],
+                "mean LD corrupted": content["ld_corrupted"],
+            }
+        )
+    ]
+    report = target / REPORT_FILE
+    report.write_text(
+        page.render_page(f"Patching: {study.model_name}", sections, header=header), encoding="utf-8"
+    )
+    return report
+
+
+def write_path_patching_report(result: PathPatching, model_name: str, outdir: str | Path) -> Path:
+    """Write ``path_patching.json`` (senders, receivers, per-pair ``LD``s, effect), the folder's mark and
+    ``report.html`` into ``outdir``; return the report."""
+    target = Path(outdir)
+    target.mkdir(parents=True, exist_ok=True)
+    senders = [f"{layer}.{head}" for layer, head in result.senders]
+    receivers = [f"{layer}.{head}:{which}" for layer, head, which in result.receivers]
+    content = {
+        "model": model_name,
+        "direction": result.direction,
+        "senders": senders,
+        "receivers": receivers,
+        "effect": result.effect,
+        "ld_clean": result.ld_clean.tolist(),
+        "ld_corrupted": result.ld_corrupted.tolist(),
+        "ld_patched": result.ld_patched.tolist(),
+    }
+    (target / PATH_PATCHING_FILE).write_text(json.dumps(content, indent=2), encoding="utf-8")
+    mark_run(target, "patching", model=model_name)
+    frame = pd.DataFrame(
+        {"LD clean": result.ld_clean, "LD corrupted": result.ld_corrupted, "LD patched": result.ld_patched}
+    )
+    section = page.Section(
+        "Path patching",
+        "path",
+        [
+            page.paragraph(
+                f"Senders {', '.join(senders)} patched ({result.direction}) into receivers "
+                f"{', '.join(receivers)} only, the rest frozen at the target run (Wang et al. 2022): "
+                f"effect {result.effect:.3f}."
+            ),
+            page.table(frame.rename_axis("pair").reset_index(), float_format="{:.3f}"),
+        ],
+    )
+    report = target / REPORT_FILE
+    report.write_text(page.render_page(f"Path patching: {model_name}", [section]), encoding="utf-8")
+    return report

@@ -1,0 +1,162 @@
+"""``bertology patch``: the files a patching run writes, path patching, the web app's listing of the folder,
+bad inputs answered in one sentence, and the IOI prompts on SmolLM2-135M (slow)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from bertology.cli import app
+from bertology.errors import BertologyError
+from bertology.interventions.patching_pairs import ioi_pairs
+from bertology.server.runs import RunsFolder
+
+PAIRS = [
+    {
+        "clean": "The quick brown fox jumps over the lazy",
+        "corrupted": "The quick brown dog jumps over the lazy",
+        "answer": " the",
+        "wrong": " dog",
+    },
+    {
+        "clean": "She said that the committee would publish its findings",
+        "corrupted": "She said that the findings would publish its committee",
+        "answer": " the",
+        "wrong": " dog",
+    },
+]
+
+
+def write_pairs(path: Path, records: list[dict[str, str]]) -> Path:
+    path.write_text("".join(json.dumps(record) + "\n" for record in records), encoding="utf-8")
+    return path
+
+
+def invoke(*arguments: str) -> tuple[int, str]:
+    """The exit code and the output, or the one-sentence message of a :class:`BertologyError` (which the
+    entry point prints without a traceback)."""
+    result = CliRunner().invoke(app, ["patch", *arguments])
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        assert isinstance(result.exception, BertologyError), result.exception
+        return 1, str(result.exception)
+    return result.exit_code, result.output
+
+
+def test_patch_writes_head_effects_both_methods_and_is_listed_as_a_patching_run(
+    tiny_model_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    pairs = write_pairs(tmp_path / "pairs.jsonl", PAIRS)
+    runs = tmp_path / "runs"
+    output = runs / "patching"
+    code, text = invoke(str(tiny_model_dirs["llama"]), str(pairs), "-o", str(output), "--method", "both")
+    assert code == 0, text
+    assert "Mean LD clean" in text and "on 2 pairs" in text
+    effects = pd.read_csv(output / "head_effects.csv")
+    assert list(effects.columns) == ["layer", "head", "effect", "attribution"]
+    assert len(effects) == 2 * 4 and effects["layer"].tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
+    summary = json.loads((output / "summary.json").read_text())
+    assert summary["methods"] == ["exact", "attribution"] and summary["pairs"] == 2
+    assert summary["pair_details"][0]["clean"] == PAIRS[0]["clean"] and summary["agreement"]["top_k"] == 8
+    per_pair = pd.read_csv(output / "pair_effects.csv")
+    assert len(per_pair) == 2 * 8 * 2
+    # the head effect is the pairs' mean LD normalised: recomputed here from the per-pair LDs
+    exact = per_pair[per_pair["method"] == "exact"]
+    mean_patched = exact.groupby(["layer", "head"])["ld_patched"].mean().to_numpy()
+    clean = np.mean([pair["ld_clean"] for pair in summary["pair_details"]])
+    corrupted = np.mean([pair["ld_corrupted"] for pair in summary["pair_details"]])
+    np.testing.assert_allclose(effects["effect"], (mean_patched - corrupted) / (clean - corrupted), atol=1e-9)
+    assert (output / "plots" / "effects_exact.png").read_bytes()[:4] == b"\x89PNG"
+    report = (output / "report.html").read_text()
+    assert PAIRS[1]["corrupted"] in report and "Agreement" in report
+    assert [(run.path, run.kind) for run in RunsFolder(runs).runs()] == [("patching", "patching")]
+
+
+def test_patch_residual_writes_the_per_position_table(
+    tiny_model_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    pairs = write_pairs(tmp_path / "pairs.jsonl", PAIRS[:1])
+    output = tmp_path / "residual"
+    code, text = invoke(
+        str(tiny_model_dirs["llama"]), str(pairs), "-o", str(output), "--granularity", "residual"
+    )
+    assert code == 0, text
+    positions = pd.read_csv(output / "position_effects.csv")
+    assert list(positions.columns) == ["layer", "position", "clean_token", "effect"]
+    assert positions.loc[
+        (positions["layer"] == 0) & (positions["clean_token"] == "▁fox"), "effect"
+    ].item() == (pytest.approx(1.0, abs=1e-4))
+
+
+def test_path_patching_from_the_command_line(tiny_model_dirs: dict[str, Path], tmp_path: Path) -> None:
+    pairs = write_pairs(tmp_path / "pairs.jsonl", PAIRS)
+    output = tmp_path / "path"
+    code, text = invoke(
+        str(tiny_model_dirs["llama"]),
+        str(pairs),
+        "-o",
+        str(output),
+        "--senders",
+        "0.1",
+        "--receivers",
+        "1.0:q,1.2:v",
+    )
+    assert code == 0, text
+    written = json.loads((output / "path_patching.json").read_text())
+    assert written["senders"] == ["0.1"] and written["receivers"] == ["1.0:q", "1.2:v"]
+    assert len(written["ld_patched"]) == 2 and "Path patching effect" in text
+
+
+@pytest.mark.parametrize(
+    ("lines", "message"),
+    [
+        ([], "has no pairs"),
+        (
+            ['{"clean": "a b", "corrupted": "a c", "answer": " a", "wrong": " b"}', "{oops"],
+            "line 2 is not valid JSON",
+        ),
+    ],
+)
+def test_bad_pair_files_answer_in_one_sentence_before_the_model_loads(
+    lines: list[str], message: str, tmp_path: Path
+) -> None:
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("\n".join(lines), encoding="utf-8")
+    code, text = invoke("no-such-model-is-loaded", str(pairs), "-o", str(tmp_path / "out"))
+    assert code != 0 and message in text
+
+
+def test_answers_for_a_classifier_and_a_bad_receiver_are_refused(
+    tiny_model_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    pairs = write_pairs(tmp_path / "pairs.jsonl", PAIRS)
+    code, text = invoke(str(tiny_model_dirs["bert"]), str(pairs), "-o", str(tmp_path / "out"))
+    assert code != 0 and "is a classifier" in text
+    code, text = invoke(
+        str(tiny_model_dirs["llama"]),
+        str(pairs),
+        "-o",
+        str(tmp_path / "o"),
+        "--senders",
+        "0.1",
+        "--receivers",
+        "1.0",
+    )
+    assert code != 0 and "is not a receiver written L.H:q" in text
+
+
+@pytest.mark.slow
+def test_ioi_on_smollm2_restores_the_indirect_object(tmp_path: Path) -> None:
+    """The 18 IOI pairs: SmolLM2-135M prefers the indirect object (mean LD above 3), the ABC corruption
+    leaves it near indifferent, and attribution patching writes every head's effect."""
+    output = tmp_path / "ioi"
+    code, text = invoke("smollm2-135m", str(ioi_pairs()), "-o", str(output), "--method", "attribution")
+    assert code == 0, text
+    summary = json.loads((output / "summary.json").read_text())
+    assert summary["pairs"] == 18 and summary["ld_clean"] > 3 and abs(summary["ld_corrupted"]) < 1.5
+    effects = pd.read_csv(output / "head_effects.csv")
+    assert len(effects) == 30 * 9 and effects["effect"].abs().max() > 0.2

@@ -1,0 +1,381 @@
+"""Activation and attribution patching checked against implementations written here: one forward pass per
+head with a plain forward pre-hook on the output projection, a hook on a layer's attention output, known
+answers (clean into clean; the residual stream at the one token that differs), a model made linear in the
+patched activation, and gradients taken here."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from support.tiny_models import tiny_classifier, tiny_language_model
+
+from bertology import BertologyError
+from bertology.interventions.patching import Patch, exact_patching, patch, run_group
+from bertology.interventions.patching_pairs import PatchPair, encode_pairs, read_pairs
+from bertology.interventions.path_patching import path_patch
+from bertology.models import LoadedModel
+
+#: One word swapped (the first pair) or two words exchanged: the same token count in each tiny model's
+#: tokenizer; the pairs' counts differ.
+TEXTS = [
+    ("The quick brown fox jumps over the lazy", "The quick brown dog jumps over the lazy"),
+    (
+        "She said that the committee would publish its findings",
+        "She said that the findings would publish its committee",
+    ),
+]
+ANSWERS = {"llama": (" the", " dog"), "qwen2": (" the", " next")}
+
+
+def pairs_for(model_type: str, texts: list[tuple[str, str]] = TEXTS) -> list[PatchPair]:
+    answer, wrong = ANSWERS.get(model_type, (None, None))
+    label, wrong_label = (None, None) if answer else ("pos", "neg")  # tiny_classifier's labels
+    return [
+        PatchPair(clean, corrupted, answer, wrong, label, wrong_label, i + 1)
+        for i, (clean, corrupted) in enumerate(texts)
+    ]
+
+
+@pytest.fixture(scope="module")
+def models(tiny_model_dirs: dict[str, Path]) -> Callable[[str], LoadedModel]:
+    cache: dict[str, LoadedModel] = {}
+
+    def load(model_type: str) -> LoadedModel:
+        if model_type not in cache:
+            directory = tiny_model_dirs[model_type]
+            cache[model_type] = (
+                tiny_classifier(directory) if model_type == "bert" else tiny_language_model(directory)
+            )
+        return cache[model_type]
+
+    return load
+
+
+def output_projection(loaded: LoadedModel, layer: int) -> torch.nn.Module:
+    model = loaded.model
+    if loaded.kind == "decoder":
+        return model.model.layers[layer].self_attn.o_proj
+    return model.bert.encoder.layer[layer].attention.output.dense
+
+
+def attention_module(loaded: LoadedModel, layer: int) -> torch.nn.Module:
+    return loaded.model.model.layers[layer].self_attn
+
+
+@contextmanager
+def pre_hook(module: torch.nn.Module, hook: Callable[..., object]) -> Iterator[None]:
+    handle = module.register_forward_pre_hook(hook)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+def final_logits(loaded: LoadedModel, text: str) -> torch.Tensor:
+    """A classifier's [labels] logits of ``text``, a language model's [vocabulary] at its last token, by a
+    plain forward pass."""
+    encoded = loaded.tokenizer([text], return_tensors="pt")
+    if loaded.kind != "decoder":
+        encoded.pop("token_type_ids", None)
+    logits = loaded.model(**encoded).logits[0]
+    return logits[-1] if loaded.kind == "decoder" else logits
+
+
+def answer_ids(loaded: LoadedModel, pair: PatchPair) -> tuple[int, int]:
+    """A language model's answer and wrong token ids; a classifier's label ids, by default the clean and the
+    corrupted input's predicted labels."""
+    if loaded.kind != "decoder" and pair.label is not None and pair.wrong_label is not None:
+        return loaded.model.config.label2id[pair.label], loaded.model.config.label2id[pair.wrong_label]
+    if loaded.kind != "decoder":
+        with torch.no_grad():
+            return int(final_logits(loaded, pair.clean).argmax()), int(
+                final_logits(loaded, pair.corrupted).argmax()
+            )
+    ids = (
+        loaded.tokenizer(text, add_special_tokens=False)["input_ids"] for text in (pair.answer, pair.wrong)
+    )
+    answer, wrong = (only for (only,) in ids)
+    return answer, wrong
+
+
+def reference_head_patching(loaded: LoadedModel, pairs: list[PatchPair], denoising: bool) -> np.ndarray:
+    """[layers, heads, pairs] LD with each head's output at every position taken from the other run: one
+    forward pass per head and pair, with a forward pre-hook on the output projection written here."""
+    layers, heads = loaded.num_layers, loaded.num_heads
+    d = loaded.model.config.hidden_size // heads
+    result = np.zeros((layers, heads, len(pairs)))
+    with torch.no_grad():
+        for index, pair in enumerate(pairs):
+            source, target = (pair.clean, pair.corrupted) if denoising else (pair.corrupted, pair.clean)
+            answer, wrong = answer_ids(loaded, pair)
+            for layer in range(layers):
+                saved: list[torch.Tensor] = []
+                with pre_hook(
+                    output_projection(loaded, layer),
+                    lambda _, args, saved=saved: saved.append(args[0].clone()),
+                ):
+                    final_logits(loaded, source)
+                for head in range(heads):
+
+                    def swap(
+                        _: torch.nn.Module,
+                        args: tuple[torch.Tensor, ...],
+                        head: int = head,
+                        saved: list[torch.Tensor] = saved,
+                    ) -> tuple[torch.Tensor]:
+                        patched = args[0].clone()
+                        patched[..., head * d : (head + 1) * d] = saved[0][..., head * d : (head + 1) * d]
+                        return (patched,)
+
+                    with pre_hook(output_projection(loaded, layer), swap):
+                        logits = final_logits(loaded, target)
+                    result[layer, head, index] = float(logits[answer] - logits[wrong])
+    return result
+
+
+@pytest.mark.parametrize("model_type", ["llama", "qwen2", "bert"])
+def test_exact_head_patching_equals_one_hooked_pass_per_head(
+    model_type: str, models: Callable[[str], LoadedModel]
+) -> None:
+    loaded = models(model_type)
+    pairs = pairs_for(model_type)
+    study = patch(loaded, pairs, patches_per_pass=3)
+    expected = reference_head_patching(loaded, pairs, denoising=True)
+    assert study.exact is not None and study.exact.ld_patched.shape == expected.shape
+    np.testing.assert_allclose(study.exact.ld_patched, expected, atol=1e-5)
+    assert np.ptp(expected) > 1e-3  # the heads do change LD
+    with torch.no_grad():
+        clean = [final_logits(loaded, p.clean)[list(answer_ids(loaded, p))] for p in pairs]
+    np.testing.assert_allclose(study.exact.ld_clean, [float(c[0] - c[1]) for c in clean], atol=1e-5)
+    gap = study.exact.ld_clean.mean() - study.exact.ld_corrupted.mean()
+    np.testing.assert_allclose(
+        study.exact.effect * gap, expected.mean(-1) - study.exact.ld_corrupted.mean(), atol=1e-5
+    )
+
+
+def test_noising_patches_corrupted_heads_into_the_clean_run(models: Callable[[str], LoadedModel]) -> None:
+    loaded = models("llama")
+    pairs = pairs_for("llama")
+    study = patch(loaded, pairs, direction="noising")
+    assert study.exact is not None
+    np.testing.assert_allclose(
+        study.exact.ld_patched, reference_head_patching(loaded, pairs, False), atol=1e-5
+    )
+    gap = study.exact.ld_clean.mean() - study.exact.ld_corrupted.mean()
+    expected = (study.exact.ld_patched.mean(-1) - study.exact.ld_clean.mean()) / gap
+    np.testing.assert_allclose(study.exact.effect, expected)
+
+
+def test_all_heads_of_a_layer_at_once_equal_patching_the_attention_output(
+    models: Callable[[str], LoadedModel],
+) -> None:
+    loaded = models("llama")
+    pairs = pairs_for("llama")
+    encoded = encode_pairs(loaded, pairs)
+    layer = 1
+    for group in encoded.groups:
+        runs = run_group(loaded, group)
+        every = torch.ones(group.tokens, dtype=torch.bool)
+        whole = Patch(layer, torch.ones(loaded.num_heads, dtype=torch.bool), every)
+        with torch.no_grad():
+            found = exact_patching(loaded, group, runs, [whole])[0]
+            saved: list[torch.Tensor] = []
+            attention = attention_module(loaded, layer)
+            handle = attention.register_forward_hook(
+                lambda _, __, output, saved=saved: saved.append(output[0])
+            )
+            loaded.model(**group.clean)
+            handle.remove()
+            handle = attention.register_forward_hook(
+                lambda _, __, output, saved=saved: (saved[0], *output[1:])
+            )
+            logits = loaded.model(**group.corrupted).logits[:, -1]
+            handle.remove()
+        expected = (
+            logits.gather(1, group.answer[:, None])[:, 0] - logits.gather(1, group.wrong[:, None])[:, 0]
+        )
+        torch.testing.assert_close(found, expected, atol=1e-5, rtol=0)
+
+
+def test_clean_into_clean_changes_nothing(models: Callable[[str], LoadedModel]) -> None:
+    loaded = models("qwen2")
+    same = [(clean, clean) for clean, _ in TEXTS]
+    for granularity in ("head", "residual"):
+        study = patch(loaded, pairs_for("qwen2", same[:1]), granularity=granularity)
+        assert study.exact is not None
+        np.testing.assert_allclose(
+            study.exact.ld_patched,
+            np.broadcast_to(study.exact.ld_clean, study.exact.ld_patched.shape),
+            atol=1e-5,
+        )
+
+
+@pytest.mark.parametrize("model_type", ["llama", "bert"])
+def test_the_residual_stream_at_the_differing_token_before_layer_0_restores_the_clean_run(
+    model_type: str, models: Callable[[str], LoadedModel]
+) -> None:
+    loaded = models(model_type)
+    pairs = pairs_for(model_type, TEXTS[:1])
+    study = patch(loaded, pairs, granularity="residual")
+    tokens = study.tokens[0]
+    differing = [i for i, (a, b) in enumerate(zip(*tokens, strict=True)) if a != b]
+    assert len(differing) == 1
+    result = study.exact
+    assert result is not None and result.ld_patched.shape == (loaded.num_layers, len(tokens[0]), 1)
+    np.testing.assert_allclose(result.ld_patched[0, differing[0]], result.ld_clean, atol=1e-5)
+    others = [i for i in range(len(tokens[0])) if i != differing[0]]
+    np.testing.assert_allclose(result.ld_patched[0, others, 0], result.ld_corrupted[0], atol=1e-5)
+
+
+def test_head_position_patches_sum_to_nothing_outside_the_head(models: Callable[[str], LoadedModel]) -> None:
+    """Head and position patches equal the hooked reference for one head, at each position."""
+    loaded = models("llama")
+    pairs = pairs_for("llama", TEXTS[:1])
+    study = patch(loaded, pairs, granularity="head-position")
+    assert study.exact is not None
+    grid = study.exact.ld_patched
+    assert grid.shape == (loaded.num_layers, loaded.num_heads, len(study.tokens[0][0]), 1)
+    # a causal decoder: a position before the swapped token reads the same in both runs
+    swapped = next(i for i, (a, b) in enumerate(zip(*study.tokens[0], strict=True)) if a != b)
+    np.testing.assert_allclose(grid[:, :, :swapped, 0], study.exact.ld_corrupted[0], atol=1e-5)
+    assert np.abs(grid[:, :, swapped:, 0] - study.exact.ld_corrupted[0]).max() > 1e-3
+
+
+def autograd_attribution(loaded: LoadedModel, pair: PatchPair) -> np.ndarray:
+    """[layers, heads] (clean - corrupted head output) . dLD/d(head output) at the corrupted run, by hooks
+    and torch.autograd written here."""
+    d = loaded.model.config.hidden_size // loaded.num_heads
+    outputs: dict[str, list[torch.Tensor]] = {"clean": [], "corrupted": []}
+    for run, text in (("clean", pair.clean), ("corrupted", pair.corrupted)):
+        handles = [
+            output_projection(loaded, layer).register_forward_pre_hook(
+                lambda _, args, run=run: outputs[run].append(args[0])
+            )
+            for layer in range(loaded.num_layers)
+        ]
+        with torch.enable_grad():
+            logits = final_logits(loaded, text)
+        for handle in handles:
+            handle.remove()
+        if run == "corrupted":
+            answer, wrong = answer_ids(loaded, pair)
+            metric = logits[answer] - logits[wrong]
+            gradients = torch.autograd.grad(metric, outputs["corrupted"])
+    result = np.zeros((loaded.num_layers, loaded.num_heads))
+    for layer in range(loaded.num_layers):
+        change = (outputs["clean"][layer] - outputs["corrupted"][layer]).detach() * gradients[layer]
+        result[layer] = change[0].reshape(-1, loaded.num_heads, d).sum((0, 2)).numpy()
+    return result
+
+
+@pytest.mark.parametrize("model_type", ["llama", "qwen2"])
+def test_attribution_patching_equals_an_autograd_computation(
+    model_type: str, models: Callable[[str], LoadedModel]
+) -> None:
+    loaded = models(model_type)
+    pairs = pairs_for(model_type)
+    study = patch(loaded, pairs, method="attribution")
+    assert study.attribution is not None and study.exact is None
+    for index, pair in enumerate(pairs):
+        expected = autograd_attribution(loaded, pair)
+        found = study.attribution.ld_patched[..., index] - study.attribution.ld_corrupted[index]
+        np.testing.assert_allclose(found, expected, atol=1e-4, rtol=1e-4)
+
+
+def test_attribution_is_exact_where_the_metric_is_linear_in_the_activation(
+    tiny_model_dirs: dict[str, Path],
+) -> None:
+    """A llama whose last layer has no MLP (its down projection zero) and no final norm: LD is then a linear
+    function of the last layer's head outputs, and attribution patching of those heads is exact."""
+    loaded = tiny_language_model(tiny_model_dirs["llama"])
+    with torch.no_grad():
+        loaded.model.model.layers[-1].mlp.down_proj.weight.zero_()
+    loaded.model.model.norm = torch.nn.Identity()
+    study = patch(loaded, pairs_for("llama"), method="both")
+    assert study.exact is not None and study.attribution is not None
+    last = loaded.num_layers - 1
+    np.testing.assert_allclose(study.attribution.ld_patched[last], study.exact.ld_patched[last], atol=1e-4)
+    assert np.abs(study.exact.effect[last]).max() > 1e-3
+    agreement = study.agreement(top=4)
+    assert agreement is not None and -1 <= agreement["pearson"] <= 1
+
+
+def write_lines(path: Path, lines: list[str]) -> Path:
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_bad_pair_files_are_refused_in_one_sentence(tmp_path: Path) -> None:
+    cases = {
+        "empty": ([""], "has no pairs"),
+        "malformed": (['{"clean": "a", "corrupted": "b"}', "{not json"], "line 2 is not valid JSON"),
+        "one text": (['{"clean": "a"}'], "needs both 'clean' and 'corrupted'"),
+        "half answer": (['{"clean": "a", "corrupted": "b", "answer": " x"}'], "both 'answer' and 'wrong'"),
+    }
+    for name, (lines, message) in cases.items():
+        with pytest.raises(BertologyError, match=message):
+            read_pairs(write_lines(tmp_path / f"{name.replace(' ', '_')}.jsonl", lines))
+
+
+def test_pairs_the_model_cannot_read_are_refused(models: Callable[[str], LoadedModel]) -> None:
+    llama, bert = models("llama"), models("bert")
+    unequal = PatchPair("The quick brown fox", "The quick brown fox jumps", " the", " dog", None, None, 3)
+    with pytest.raises(BertologyError, match="Line 3: the clean text is 5 tokens and the corrupted 6"):
+        encode_pairs(llama, [unequal])
+    long_answer = PatchPair(*TEXTS[0], " week", " dog", None, None, 1)
+    with pytest.raises(BertologyError, match="'answer' ' week' is 2 tokens"):
+        encode_pairs(llama, [long_answer])
+    with pytest.raises(BertologyError, match="is a classifier"):
+        encode_pairs(bert, pairs_for("llama"))
+    with pytest.raises(BertologyError, match="needs the same token count"):
+        patch(llama, pairs_for("llama"), granularity="residual")
+    unknown = PatchPair(*TEXTS[0], None, None, "great", None, 1)
+    with pytest.raises(BertologyError, match="'label' 'great' is not one of the labels"):
+        encode_pairs(bert, [unknown])
+
+
+def test_a_pairs_file_is_read_in_order(tmp_path: Path) -> None:
+    lines = [json.dumps({"clean": c, "corrupted": x, "answer": " the", "wrong": " dog"}) for c, x in TEXTS]
+    pairs = read_pairs(write_lines(tmp_path / "pairs.jsonl", [lines[0], "", lines[1]]))
+    assert [(p.clean, p.line) for p in pairs] == [(TEXTS[0][0], 1), (TEXTS[1][0], 3)]
+
+
+def test_path_patching_through_every_later_query_key_and_value_is_all_a_head_does_without_a_direct_path(
+    tiny_model_dirs: dict[str, Path],
+) -> None:
+    """A two-layer llama built so that head (0, 1) reaches the logits only through layer 1's attention: no
+    MLPs, no final norm, and an unembedding blind to what the head writes (its rows projected off the
+    head's output columns). Its path to every layer-1 head's query, key and value is then its whole effect,
+    which activation patching measures; through no receiver of a layer at or below its own it does
+    nothing."""
+    loaded = tiny_language_model(tiny_model_dirs["llama"])
+    assert loaded.num_layers == 2
+    layers, d = loaded.model.model.layers, loaded.model.config.head_dim
+    with torch.no_grad():
+        for layer in layers:
+            layer.mlp.down_proj.weight.zero_()
+        writes = layers[0].self_attn.o_proj.weight[:, d : 2 * d]  # [hidden, d]: what head 1 writes
+        basis, _ = torch.linalg.qr(writes)
+        unembedding = loaded.model.get_output_embeddings().weight
+        unembedding.copy_(unembedding - unembedding @ basis @ basis.T)
+    loaded.model.model.norm = torch.nn.Identity()
+    pairs = pairs_for("llama")
+    everything = [(1, head, which) for head in range(loaded.num_heads) for which in "qkv"]
+    path = path_patch(loaded, pairs, [(0, 1)], everything)  # type: ignore[arg-type]
+    study = patch(loaded, pairs)
+    assert study.exact is not None
+    np.testing.assert_allclose(path.ld_patched, study.exact.ld_patched[0, 1], atol=1e-5)
+    assert np.abs(path.ld_patched - path.ld_corrupted).max() > 1e-3
+    assert path.effect == pytest.approx(study.exact.effect[0, 1], abs=1e-5)
+    queries_only = path_patch(loaded, pairs, [(0, 1)], [(1, 0, "q")])
+    assert np.abs(queries_only.ld_patched - path.ld_patched).max() > 1e-4
+    same_layer = path_patch(loaded, pairs, [(0, 1)], [(0, 2, "v"), (0, 3, "q")])
+    np.testing.assert_allclose(same_layer.ld_patched, same_layer.ld_corrupted, atol=1e-5)
+    with pytest.raises(BertologyError, match=r"Head 5\.0 is not in"):
+        path_patch(loaded, pairs, [(5, 0)], [(1, 0, "q")])
