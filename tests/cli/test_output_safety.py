@@ -207,13 +207,18 @@ def test_a_later_run_removes_the_staging_folders_killed_runs_left_but_not_a_live
 
 
 def _analyze_until_staged(corpus: Path, output: Path) -> subprocess.Popen[bytes]:
-    """``bertology analyze`` into ``output`` in a new process, once its staging folder exists."""
-    command = [sys.executable, "-m", "bertology", "analyze", str(corpus), "--limit", "200", "-o", str(output)]
+    """``bertology analyze`` into ``output`` in a new process, once it has made a staging folder."""
+    earlier = set(_staging_folders(output.parent))
+    command = [sys.executable, "-m", "bertology", "analyze", str(corpus), "--limit", "40", "-o", str(output)]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 300
-    while not _staging_folders(output.parent) and process.poll() is None and time.monotonic() < deadline:
+    deadline = time.monotonic() + 600
+
+    def staged() -> bool:
+        return bool(set(_staging_folders(output.parent)) - earlier)
+
+    while not staged() and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert _staging_folders(output.parent), "the run never staged its output"
+    assert staged(), "the run never staged its output"
     return process
 
 
@@ -222,11 +227,11 @@ def test_analyze_killed_or_terminated_leaves_no_staging_folder_after_a_later_run
     tmp_path: Path, sample_corpus_head: Callable[[int], Path]
 ) -> None:
     output = tmp_path / "analysis"
-    killed = _analyze_until_staged(sample_corpus_head(200), output)
+    killed = _analyze_until_staged(sample_corpus_head(40), output)
     killed.send_signal(signal.SIGKILL)
     killed.wait(timeout=60)
     assert len(_staging_folders(tmp_path)) == 1  # what issue 34 found left behind
-    terminated = _analyze_until_staged(sample_corpus_head(200), output)
+    terminated = _analyze_until_staged(sample_corpus_head(40), output)
     terminated.send_signal(signal.SIGTERM)
     _, stderr = terminated.communicate(timeout=120)
     assert terminated.returncode == 143
