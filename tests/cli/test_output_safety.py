@@ -6,6 +6,11 @@ output file (`relevance -o X.html` writes `X.json`) is replaced unless the tool 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -144,3 +149,155 @@ def test_explain_replaces_only_its_own_json_beside_its_page(
     else:
         with pytest.raises(BertologyError, match=r"why\.json exists and is not a file bertology wrote"):
             check_output_file(page, beside=(".json",), marks=JSON_MARKS)
+
+
+# --- Staging folders: none outlives a later successful run; SIGTERM cleans up ------------------------
+
+#: Enters output_folder(argv[1]), writes a file, says where its staging folder is, then waits to be killed.
+_HOLD_STAGING = """
+import sys, time
+from bertology.outputs import output_folder
+with output_folder(sys.argv[1]) as staging:
+    (staging / "half.txt").write_text("half", encoding="utf-8")
+    print(staging, flush=True)
+    time.sleep(600)
+"""
+
+
+def _holding(target: Path) -> tuple[subprocess.Popen[str], Path]:
+    """A process that holds a staging folder of ``target`` (its lock included), and that folder."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_STAGING, str(target)], stdout=subprocess.PIPE, text=True
+    )
+    assert process.stdout is not None
+    return process, Path(process.stdout.readline().strip())
+
+
+def _staging_folders(root: Path) -> list[Path]:
+    return sorted(path for path in root.rglob("*.partial") if path.is_dir())
+
+
+def test_a_later_run_removes_the_staging_folders_killed_runs_left_but_not_a_live_runs(
+    tmp_path: Path,
+) -> None:
+    target = tmp_path / "out"
+    before, killed_before = _holding(target)  # killed before the target existed: staged in its parent
+    before.send_signal(signal.SIGKILL)
+    before.wait(timeout=60)
+    target.mkdir()
+    (tmp_path / ".other.abc.partial").mkdir()  # another output's: not ours to remove
+    killed, killed_inside = _holding(target)
+    killed.send_signal(signal.SIGKILL)
+    killed.wait(timeout=60)
+    live, live_staging = _holding(target)
+    try:
+        assert killed_before.parent == tmp_path and killed_inside.parent == target
+        assert {killed_before, killed_inside, live_staging} <= set(_staging_folders(tmp_path))
+        with output_folder(target) as folder:
+            (folder / "report.html").write_text("done", encoding="utf-8")
+        assert _staging_folders(tmp_path) == sorted([tmp_path / ".other.abc.partial", live_staging])
+        assert (live_staging / "half.txt").read_text(encoding="utf-8") == "half"  # the live run's, intact
+    finally:
+        live.send_signal(signal.SIGKILL)
+        live.wait(timeout=60)
+    with output_folder(target) as folder:
+        (folder / "report.html").write_text("again", encoding="utf-8")
+    assert _staging_folders(tmp_path) == [tmp_path / ".other.abc.partial"]
+    assert _contents(target) == {"report.html": "again"}
+
+
+def _analyze_until_staged(corpus: Path, output: Path) -> subprocess.Popen[bytes]:
+    """``bertology analyze`` into ``output`` in a new process, once it has made a staging folder."""
+    earlier = set(_staging_folders(output.parent))
+    command = [sys.executable, "-m", "bertology", "analyze", str(corpus), "--limit", "40", "-o", str(output)]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 600
+
+    def staged() -> bool:
+        return bool(set(_staging_folders(output.parent)) - earlier)
+
+    while not staged() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert staged(), "the run never staged its output"
+    return process
+
+
+@pytest.mark.slow
+def test_analyze_killed_or_terminated_leaves_no_staging_folder_after_a_later_run(
+    tmp_path: Path, sample_corpus_head: Callable[[int], Path]
+) -> None:
+    output = tmp_path / "analysis"
+    killed = _analyze_until_staged(sample_corpus_head(40), output)
+    killed.send_signal(signal.SIGKILL)
+    killed.wait(timeout=60)
+    assert len(_staging_folders(tmp_path)) == 1  # what issue 34 found left behind
+    terminated = _analyze_until_staged(sample_corpus_head(40), output)
+    terminated.send_signal(signal.SIGTERM)
+    _, stderr = terminated.communicate(timeout=120)
+    assert terminated.returncode == 143
+    assert "Terminated: stopped by SIGTERM; nothing more was written." in stderr.decode()
+    assert len(_staging_folders(tmp_path)) == 1  # the SIGTERM'd run removed its own
+    result = CliRunner().invoke(
+        app, ["analyze", str(sample_corpus_head(6)), "--limit", "6", "-o", str(output)]
+    )
+    assert result.exit_code == 0, result.output
+    assert _staging_folders(tmp_path) == []
+    assert (output / "report.html").is_file()
+
+
+# --- Output files: a page path is a regular file or absent, checked before the model loads -----------
+
+#: Every command that writes a file path (-o), with the rest of its arguments.
+FILE_WRITERS = {
+    "view": ["view", "The cat sat."],
+    "relevance": ["relevance", "The cat sat."],
+    "explain": ["explain", "default", "The cat sat."],
+    "attack": ["attack", "default", "The cat sat."],
+    "attribute": ["attribute", "default", "The cat sat."],
+}
+
+
+@pytest.mark.parametrize(
+    ("command", "fifo_at"),
+    [(command, "page") for command in sorted(FILE_WRITERS)]
+    + [(command, "json") for command in sorted(FILE_WRITERS) if command != "view"],  # view: no JSON
+)
+def test_a_named_pipe_as_output_is_refused_before_the_model_loads(
+    command: str, fifo_at: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import bertology.models
+
+    def no_loading(*args: object, **options: object) -> None:
+        raise AssertionError("the model was loaded before the output was checked")
+
+    monkeypatch.setattr(bertology.models, "load_model", no_loading)
+    page = tmp_path / "page.html"
+    fifo = page if fifo_at == "page" else page.with_suffix(".json")
+    os.mkfifo(fifo)
+    result = CliRunner().invoke(app, [*FILE_WRITERS[command], "-o", str(page)])
+    assert isinstance(result.exception, BertologyError), result.output
+    assert str(result.exception) == (
+        f"Cannot write the file {fifo}: it is a named pipe, not a regular file; choose a file path."
+    )
+
+
+def test_watch_refuses_a_named_pipe_and_a_device_as_its_page(tmp_path: Path) -> None:
+    from support.run_folders import write_synthetic_run
+
+    run = tmp_path / "run"
+    write_synthetic_run(run)
+    os.mkfifo(tmp_path / "pipe.html")
+    for output, kind in ((tmp_path / "pipe.html", "a named pipe"), (Path("/dev/null"), "a device")):
+        result = CliRunner().invoke(app, ["watch", str(run), "-o", str(output)])
+        assert isinstance(result.exception, BertologyError), result.output
+        assert str(result.exception) == (
+            f"Cannot write the file {output}: it is {kind}, not a regular file; choose a file path."
+        )
+
+
+def test_an_error_while_writing_a_page_names_the_file() -> None:
+    from bertology.outputs import write_text
+
+    with pytest.raises(BertologyError) as raised:
+        write_text("/dev/full", "<html></html>")
+    assert str(raised.value) == "Could not write /dev/full: No space left on device."

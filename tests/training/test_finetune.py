@@ -219,3 +219,81 @@ def test_default_model_finetunes_on_sst2_and_the_run_can_be_watched(
     assert f"Wrote {page}" in result.stdout
     text = page.read_text()
     assert '"view":"watch"' in text and "default-src 'none'" in text
+
+
+KILLS = 6  # overwrites killed, each at a seeded moment
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    """Every file below ``folder`` and its bytes, staging folders (``.NAME.*.partial``) left out."""
+    return {
+        path.relative_to(folder).as_posix(): path.read_bytes()
+        for path in sorted(folder.rglob("*"))
+        if path.is_file() and not any(part.endswith(".partial") for part in path.relative_to(folder).parts)
+    }
+
+
+def _finetune_command(task: Path, model: Path, folder: Path) -> list[str]:
+    options = ["--model", str(model), "--max-train", "40", "--batch-size", "8", "--epochs", "3"]
+    return [*BERTOLOGY, "finetune", str(task), "-o", str(folder), *options, "--max-len", "32", "--seed", "7",
+            "--watch-every", "2", "--threads", "1", "--overwrite"]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_an_overwrite_killed_at_any_moment_leaves_the_old_run_or_the_new_one_whole(
+    tiny_model_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    import shutil
+    import signal
+    import time
+
+    task = write_tiny_task(tmp_path / "task")
+    model = tiny_model_dirs["bert"]
+    old = tmp_path / "old"
+    finetune(task, old, tiny_settings(model, epochs=1, watch_every=0, seed=3))
+    (old / "notes.txt").write_text("the user's", encoding="utf-8")
+    old_files = _files(old)
+    full = tmp_path / "full"
+    shutil.copytree(old, full)
+    started = time.monotonic()
+    subprocess.run(_finetune_command(task, model, full), check=True, capture_output=True, timeout=600)
+    duration = time.monotonic() - started
+    new_names = set(_files(full))
+    assert json.loads((full / "run.json").read_text())["settings"]["seed"] == 7
+    assert any(name.startswith("monitor.zarr/") for name in new_names)  # what the old run lacks
+    rng = np.random.default_rng(34)
+    seen = []
+    for trial in range(KILLS):
+        folder = tmp_path / f"killed_{trial}"
+        shutil.copytree(old, folder)
+        process = subprocess.Popen(
+            _finetune_command(task, model, folder), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        try:
+            if trial % 2:  # at a random moment of the whole run
+                time.sleep(rng.uniform(0.3, 1.0) * duration)
+            else:  # while the new model is saved: poll for its staging folder's model, then a few ms more
+                deadline = time.monotonic() + 2 * duration + 30
+                while (
+                    process.poll() is None
+                    and not list(folder.glob(".killed_*.partial/model/*"))
+                    and time.monotonic() < deadline
+                ):
+                    time.sleep(0.002)
+                time.sleep(rng.uniform(0.0, 0.04))
+        finally:
+            process.send_signal(signal.SIGKILL)
+            process.wait(timeout=60)
+        found = _files(folder)
+        if found == old_files:
+            seen.append("old")
+            continue
+        run = json.loads(found["run.json"])
+        assert run["status"] == "finished" and run["settings"]["seed"] == 7, f"trial {trial}: {run}"
+        assert set(found) == new_names, f"trial {trial}: neither run whole"
+        seen.append("new")
+    assert "old" in seen, seen  # the point of the test: some kills landed while the new run was written
+    # A finished overwrite of the last folder removes the staging folders the killed runs left.
+    subprocess.run(_finetune_command(task, model, folder), check=True, capture_output=True, timeout=600)
+    assert not list(folder.glob(".*.partial"))
+    assert (folder / "notes.txt").read_text(encoding="utf-8") == "the user's"

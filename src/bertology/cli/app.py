@@ -5,6 +5,7 @@ sentence on stderr and an exit code.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import warnings
 from collections.abc import Callable, Iterator
@@ -75,6 +76,19 @@ class State:
 INTERRUPTED_EXIT = 130
 
 
+#: The exit code of a run stopped by SIGTERM (128 + 15).
+TERMINATED_EXIT = 143
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised where the command is so that its cleanup runs (staging folders removed, a training
+    run marked interrupted) as for Ctrl-C; a BaseException, so ``except Exception`` does not swallow it."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated
+
+
 class Interrupted(Exception):
     """A run stopped by Ctrl-C; the message says what was kept (exit code :data:`INTERRUPTED_EXIT`)."""
 
@@ -129,8 +143,12 @@ def main() -> None:
     from bertology.errors import BertologyError
 
     quiet_libraries()
+    signal.signal(signal.SIGTERM, _terminate)  # the command line's own process: cleanup runs on SIGTERM
     try:
         code = app(standalone_mode=False)
+    except Terminated:
+        err.print("[red]Terminated:[/red] stopped by SIGTERM; nothing more was written.", highlight=False)
+        sys.exit(TERMINATED_EXIT)
     except Interrupted as error:
         err.print(f"[red]Interrupted:[/red] {error}", highlight=False)
         sys.exit(INTERRUPTED_EXIT)

@@ -7,6 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from bertology.interventions.attacks import Attack, AttackStep
+from bertology.outputs import write_text
 from bertology.report import page
 from bertology.report.interventions import CONVENTION_NAMES
 
@@ -63,7 +64,7 @@ def write_attack(attack: Attack, path: str | Path) -> tuple[Path, Path]:
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     json_path = target.with_suffix(".json")
-    json_path.write_text(attack.to_json(), encoding="utf-8")
+    write_text(json_path, attack.to_json())
     result = attack.result
     blocks = [page.paragraph(_summary(attack)), _result_tokens(attack)]
     if result is not None:
@@ -100,5 +101,5 @@ def write_attack(attack: Attack, path: str | Path) -> tuple[Path, Path]:
         page.Section("Steps", "steps", [page.table(steps, float_format="{:.4f}")]),
     ]
     title = f"{METHOD_TITLES[attack.method]}: {attack.label}"
-    target.write_text(page.render_page(title, sections, header=header), encoding="utf-8")
+    write_text(target, page.render_page(title, sections, header=header))
     return target, json_path

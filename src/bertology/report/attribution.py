@@ -15,6 +15,7 @@ from markupsafe import Markup
 
 from bertology.interventions.attention_attribution import AttentionAttribution
 from bertology.interventions.attribution_tree import AttributionTree
+from bertology.outputs import write_text
 from bertology.report import page, plots
 from bertology.report.page import render
 from bertology.stats.base import HeadTable
@@ -139,7 +140,7 @@ def write_attribution(
     json_path = target.with_suffix(".json")
     content = attribution.to_dict(threshold)
     content["layer_attribution"] = attribution.attribution.sum(axis=1).tolist()
-    json_path.write_text(json.dumps(content, ensure_ascii=False), encoding="utf-8")
+    write_text(json_path, json.dumps(content, ensure_ascii=False))
     tree = attribution.tree(threshold)
     tokens = attribution.tokens
     edges = pd.DataFrame(
@@ -208,7 +209,5 @@ def write_attribution(
             ],
         ),
     ]
-    target.write_text(
-        page.render_page("Self-attention attribution", sections, header=header), encoding="utf-8"
-    )
+    write_text(target, page.render_page("Self-attention attribution", sections, header=header))
     return target, json_path

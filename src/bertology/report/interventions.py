@@ -17,6 +17,7 @@ from bertology.interventions.language_model_run import LanguageModelAblationRun
 from bertology.interventions.pruning import PruningOutcome
 from bertology.interventions.run import AblationRun
 from bertology.interventions.saliency import Explanation
+from bertology.outputs import write_text
 from bertology.report import page, plots
 from bertology.report.analysis import docstring
 from bertology.run_files import ATTRIBUTION_IMPORTANCE_FILE, REPORT_FILE, SUMMARY_FILE, mark_run
@@ -387,7 +388,7 @@ def write_explanation(explanation: Explanation, path: str | Path) -> tuple[Path,
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     json_path = target.with_suffix(".json")
-    json_path.write_text(explanation.to_json(), encoding="utf-8")
+    write_text(json_path, explanation.to_json())
     methods = list(explanation.attributions)
     decoder = explanation.heads is not None
     what = "next token" if decoder else "label"
@@ -428,5 +429,5 @@ def write_explanation(explanation: Explanation, path: str | Path) -> tuple[Path,
     ]
     if explanation.heads is not None:
         sections.append(_direct_logit_section(explanation.heads, explanation.label))
-    target.write_text(page.render_page("Saliency", sections, header=header), encoding="utf-8")
+    write_text(target, page.render_page("Saliency", sections, header=header))
     return target, json_path

@@ -38,7 +38,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import socket
 import time
 import warnings
@@ -205,16 +204,21 @@ def check_run_dir(run_dir: Path, overwrite: bool) -> None:
         )
 
 
-def _prepare_run_dir(run_dir: Path) -> None:
-    """Create ``run_dir`` (checked by :func:`check_run_dir`), removing an earlier run's outputs."""
-    if (run_dir / TRAINING_FILE).exists():
-        for name in RUN_OUTPUTS:
-            target = run_dir / name
-            if target.is_dir() and not target.is_symlink():
-                shutil.rmtree(target)
-            else:
-                target.unlink(missing_ok=True)
-    run_dir.mkdir(parents=True, exist_ok=True)
+@contextmanager
+def _run_folder(run_dir: Path) -> Iterator[Path]:
+    """The folder a run (checked by :func:`check_run_dir`) writes in: ``run_dir`` itself for a new run, so
+    that it can be watched as it trains; over an earlier run, a staging folder beside it
+    (:func:`bertology.outputs.output_folder`) whose outputs replace the earlier run's (:data:`RUN_OUTPUTS`,
+    each whole) only when the block ends without an error, so a run killed or stopped on the way leaves
+    the earlier run as it was."""
+    from bertology.outputs import output_folder
+
+    if not (run_dir / TRAINING_FILE).exists():
+        run_dir.mkdir(parents=True, exist_ok=True)
+        yield run_dir
+        return
+    with output_folder(run_dir, replace=RUN_OUTPUTS) as staging:
+        yield staging
 
 
 def _process_alive(pid: int) -> bool:
@@ -426,119 +430,125 @@ def _run(
             f"max-len {settings.max_length} leaves no room for text besides the {special} special tokens."
         )
     check_run_dir(run_dir, overwrite)  # again: the folder may have changed while the model loaded
-    _prepare_run_dir(run_dir)
-    counts = _token_counts(loaded, train)
-    batches_per_epoch = math.ceil(len(train.examples) / settings.batch_size)
-    total = batches_per_epoch * settings.epochs
-    optimizer = _optimizer(model, settings)
-    schedule = get_linear_schedule_with_warmup(optimizer, round(settings.warmup * total), total)
-    monitor = None
-    if settings.watch_every:
-        probe = ProbeSet.sample(task.dev, settings.probe_set, settings.seed)
-        monitor = AttentionMonitor(
-            run_dir / ARCHIVE_FOLDER, probe, every=settings.watch_every, max_length=limit
-        )
-    run_info: dict[str, Any] = {
-        "status": "running",
-        "task": task.name,
-        "task_dir": str(task_dir.resolve()),
-        "pair": task.is_pair,
-        "model": loaded.name,
-        "labels": task.labels,
-        "settings": asdict(settings),
-        "train_examples": len(train.examples),
-        "dev_examples": len(task.dev.examples),
-        "truncated_train_examples": int(np.sum(counts > limit)),
-        "truncated_dev_examples": int(np.sum(_token_counts(loaded, task.dev) > limit)),
-        "steps_planned": total,
-        "torch_threads": torch.get_num_threads(),
-        "device": str(loaded.device),
-        "pid": os.getpid(),
-        "host": socket.gethostname(),
-    }
-    watchdog = alerts.watchdog
-    alerts.start(run_dir / TRAINING_FILE, run_info)
-    write_json(run_dir / TRAINING_FILE, run_info)
-    with _marked_if_stopped(run_dir / TRAINING_FILE, run_info):
-        metrics = _MetricsLog(run_dir / METRICS_JSONL)
-        recorder, signals, tensors, tensor_log = None, None, None, None
-        if watchdog.rules and settings.watch_every:
-            recorder, signals = SignalRecorder(model), _MetricsLog(run_dir / SIGNALS_JSONL)
-            tensors = TensorRecorder.for_rules(model, watchdog.rules)
-            tensor_log = _MetricsLog(run_dir / TENSORS_JSONL) if tensors is not None else None
-        confusion = "confusion" in records_read(watchdog.rules)
-        alerts(watchdog.labels(_label_counts(task.labels, train_labels)))
-        if monitor is not None:
-            monitor.record(loaded, 0)
-            alerts(watchdog.attention(monitor.latest))  # type: ignore[arg-type]
-
-        step, window, dev_step = 0, deque(maxlen=settings.log_every), -1
-        model.train()
-        for epoch in range(settings.epochs):
-            for batch in length_batches(np.minimum(counts, limit), settings.batch_size, rng):
-                if watchdog.stop is not None:
-                    break
-                texts_b = None if train.texts_b is None else [train.texts_b[i] for i in batch]
-                inputs = ([train.texts[i] for i in batch], texts_b, [train_labels[i] for i in batch])
-                watched = recorder if recorder and (step + 1) % settings.watch_every == 0 else None
-                measured = tensors if watched else None
-                loss, rate = _train_step(
-                    loaded, inputs, limit, optimizer, schedule, precision, watched, measured
-                )
-                step += 1
-                window.append(loss)
-                if monitor is not None:
-                    monitor.loss(step, loss)
-                alerts(watchdog.train(step, loss))
-                if watched is not None and signals is not None:
-                    record: SignalRecord = watched.after_update(step, rate)
-                    signals.add(**record.to_json())
-                    alerts(watchdog.signals(record))
-                if measured is not None and tensor_log is not None:
-                    measures = measured.record(step)
-                    tensor_log.add(**measures.to_json())
-                    alerts(watchdog.tensors(measures))
-                position = {"step": step, "epoch": round(step / batches_per_epoch, 4)}
-                if step % settings.log_every == 0:
-                    metrics.add(**position, split="train", loss=float(np.mean(window)), learning_rate=rate,
-                                seconds=round(time.perf_counter() - started, 2))  # fmt: skip
-                if on_progress is not None:
-                    on_progress(TrainingProgress(step, total, float(np.mean(window)), rate))
-                if monitor is not None and monitor.step(loaded, step):
-                    alerts(watchdog.attention(monitor.latest))  # type: ignore[arg-type]
-                epoch_end = step == (epoch + 1) * batches_per_epoch
-                if epoch_end or (settings.eval_every and step % settings.eval_every == 0):
-                    with precision.forward():
-                        dev_accuracy, dev_loss, dev_confusion = evaluate(loaded, task.dev, dev_labels, limit)
-                    metrics.add(**position, split="dev", loss=dev_loss, accuracy=dev_accuracy,
-                                seconds=round(time.perf_counter() - started, 2))  # fmt: skip
-                    dev_step = step
-                    alerts(watchdog.dev(step, dev_loss, dev_accuracy, dev_confusion if confusion else None))
-        if dev_step != step:  # stopped by a rule after the last evaluation
-            with precision.forward():
-                dev_accuracy, dev_loss, _ = evaluate(loaded, task.dev, dev_labels, limit)
-            metrics.add(step=step, epoch=round(step / batches_per_epoch, 4), split="dev", loss=dev_loss,
-                        accuracy=dev_accuracy, seconds=round(time.perf_counter() - started, 2))  # fmt: skip
-        if monitor is not None:
-            monitor.record(loaded, step)
-
-        model.eval()
-        _save_model(loaded, run_dir / RUN_MODEL_FOLDER)
-        metrics.save_csv(run_dir / METRICS_CSV)
-        seconds = time.perf_counter() - started
-        stop = watchdog.stop
-        result = FinetuneResult(
-            run_dir, step, seconds, len(train.examples), len(task.dev.examples), dev_accuracy, dev_loss,
-            tuple(watchdog.alerts), stop,
-        )  # fmt: skip
-        if stop is not None:
-            run_info["stopped_by"] = stop.to_json()
-        run_info |= {
-            "status": "finished" if stop is None else "stopped",
-            "steps": step,
-            "seconds": round(seconds, 1),
-            "dev_accuracy": dev_accuracy,
-            "dev_loss": dev_loss,
+    with _run_folder(run_dir) as folder:
+        counts = _token_counts(loaded, train)
+        batches_per_epoch = math.ceil(len(train.examples) / settings.batch_size)
+        total = batches_per_epoch * settings.epochs
+        optimizer = _optimizer(model, settings)
+        schedule = get_linear_schedule_with_warmup(optimizer, round(settings.warmup * total), total)
+        monitor = None
+        if settings.watch_every:
+            probe = ProbeSet.sample(task.dev, settings.probe_set, settings.seed)
+            monitor = AttentionMonitor(
+                folder / ARCHIVE_FOLDER, probe, every=settings.watch_every, max_length=limit
+            )
+        run_info: dict[str, Any] = {
+            "status": "running",
+            "task": task.name,
+            "task_dir": str(task_dir.resolve()),
+            "pair": task.is_pair,
+            "model": loaded.name,
+            "labels": task.labels,
+            "settings": asdict(settings),
+            "train_examples": len(train.examples),
+            "dev_examples": len(task.dev.examples),
+            "truncated_train_examples": int(np.sum(counts > limit)),
+            "truncated_dev_examples": int(np.sum(_token_counts(loaded, task.dev) > limit)),
+            "steps_planned": total,
+            "torch_threads": torch.get_num_threads(),
+            "device": str(loaded.device),
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
         }
-        write_json(run_dir / TRAINING_FILE, run_info)
-        return result
+        watchdog = alerts.watchdog
+        alerts.start(folder / TRAINING_FILE, run_info)
+        write_json(folder / TRAINING_FILE, run_info)
+        with _marked_if_stopped(folder / TRAINING_FILE, run_info):
+            metrics = _MetricsLog(folder / METRICS_JSONL)
+            recorder, signals, tensors, tensor_log = None, None, None, None
+            if watchdog.rules and settings.watch_every:
+                recorder, signals = SignalRecorder(model), _MetricsLog(folder / SIGNALS_JSONL)
+                tensors = TensorRecorder.for_rules(model, watchdog.rules)
+                tensor_log = _MetricsLog(folder / TENSORS_JSONL) if tensors is not None else None
+            confusion = "confusion" in records_read(watchdog.rules)
+            alerts(watchdog.labels(_label_counts(task.labels, train_labels)))
+            if monitor is not None:
+                monitor.record(loaded, 0)
+                alerts(watchdog.attention(monitor.latest))  # type: ignore[arg-type]
+
+            step, window, dev_step = 0, deque(maxlen=settings.log_every), -1
+            model.train()
+            for epoch in range(settings.epochs):
+                for batch in length_batches(np.minimum(counts, limit), settings.batch_size, rng):
+                    if watchdog.stop is not None:
+                        break
+                    texts_b = None if train.texts_b is None else [train.texts_b[i] for i in batch]
+                    inputs = ([train.texts[i] for i in batch], texts_b, [train_labels[i] for i in batch])
+                    watched = recorder if recorder and (step + 1) % settings.watch_every == 0 else None
+                    measured = tensors if watched else None
+                    loss, rate = _train_step(
+                        loaded, inputs, limit, optimizer, schedule, precision, watched, measured
+                    )
+                    step += 1
+                    window.append(loss)
+                    if monitor is not None:
+                        monitor.loss(step, loss)
+                    alerts(watchdog.train(step, loss))
+                    if watched is not None and signals is not None:
+                        record: SignalRecord = watched.after_update(step, rate)
+                        signals.add(**record.to_json())
+                        alerts(watchdog.signals(record))
+                    if measured is not None and tensor_log is not None:
+                        measures = measured.record(step)
+                        tensor_log.add(**measures.to_json())
+                        alerts(watchdog.tensors(measures))
+                    position = {"step": step, "epoch": round(step / batches_per_epoch, 4)}
+                    if step % settings.log_every == 0:
+                        seconds = round(time.perf_counter() - started, 2)
+                        metrics.add(**position, split="train", loss=float(np.mean(window)),
+                                    learning_rate=rate, seconds=seconds)  # fmt: skip
+                    if on_progress is not None:
+                        on_progress(TrainingProgress(step, total, float(np.mean(window)), rate))
+                    if monitor is not None and monitor.step(loaded, step):
+                        alerts(watchdog.attention(monitor.latest))  # type: ignore[arg-type]
+                    epoch_end = step == (epoch + 1) * batches_per_epoch
+                    if epoch_end or (settings.eval_every and step % settings.eval_every == 0):
+                        with precision.forward():
+                            dev_accuracy, dev_loss, dev_confusion = evaluate(
+                                loaded, task.dev, dev_labels, limit
+                            )
+                        metrics.add(**position, split="dev", loss=dev_loss, accuracy=dev_accuracy,
+                                    seconds=round(time.perf_counter() - started, 2))  # fmt: skip
+                        dev_step = step
+                        alerts(
+                            watchdog.dev(step, dev_loss, dev_accuracy, dev_confusion if confusion else None)
+                        )
+            if dev_step != step:  # stopped by a rule after the last evaluation
+                with precision.forward():
+                    dev_accuracy, dev_loss, _ = evaluate(loaded, task.dev, dev_labels, limit)
+                metrics.add(step=step, epoch=round(step / batches_per_epoch, 4), split="dev",
+                            loss=dev_loss, accuracy=dev_accuracy,
+                            seconds=round(time.perf_counter() - started, 2))  # fmt: skip
+            if monitor is not None:
+                monitor.record(loaded, step)
+
+            model.eval()
+            _save_model(loaded, folder / RUN_MODEL_FOLDER)
+            metrics.save_csv(folder / METRICS_CSV)
+            seconds = time.perf_counter() - started
+            stop = watchdog.stop
+            result = FinetuneResult(
+                run_dir, step, seconds, len(train.examples), len(task.dev.examples), dev_accuracy, dev_loss,
+                tuple(watchdog.alerts), stop,
+            )  # fmt: skip
+            if stop is not None:
+                run_info["stopped_by"] = stop.to_json()
+            run_info |= {
+                "status": "finished" if stop is None else "stopped",
+                "steps": step,
+                "seconds": round(seconds, 1),
+                "dev_accuracy": dev_accuracy,
+                "dev_loss": dev_loss,
+            }
+            write_json(folder / TRAINING_FILE, run_info)
+            return result

@@ -23,6 +23,7 @@ import pandas as pd
 
 from bertology.beneath import OpenFolder
 from bertology.errors import BertologyError
+from bertology.outputs import write_text
 from bertology.report.plots import title_of, to_png, unit_of
 from bertology.run_files import TRAINING_FILE
 from bertology.stats.base import HeadTable
@@ -299,7 +300,4 @@ def watch_html(run_dir: str | Path | OpenFolder) -> str:
 
 def write_watch(run_dir: str | Path, output: str | Path) -> Path:
     """Write :func:`watch_html` of ``run_dir`` to ``output``; returns the path."""
-    target = Path(output)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(watch_html(run_dir), encoding="utf-8")
-    return target
+    return write_text(output, watch_html(run_dir))

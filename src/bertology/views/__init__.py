@@ -15,6 +15,7 @@ from bertology.inputs import Text
 from bertology.long_capture import LongAttention
 from bertology.models import KIND_PHRASES, LoadedModel, model_in_use
 from bertology.norms import Weights
+from bertology.outputs import write_text
 from bertology.views.bertviz import (
     ATTENTION_KEYWORDS,
     bertviz_view_data,
@@ -94,10 +95,7 @@ class View:
         return render_page(self.data, self.title)
 
     def save(self, path: str | Path) -> Path:
-        target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(self.html, encoding="utf-8")
-        return target
+        return write_text(path, self.html)
 
     @property
     def estimated_height(self) -> int:

@@ -17,6 +17,7 @@ from bertology.analysis.relevance import (
     relevance,
 )
 from bertology.attention import Attention
+from bertology.outputs import write_text
 from bertology.progress import Progress
 from bertology.views import View
 from bertology.views.build import Theme, view_data
@@ -41,10 +42,7 @@ class RelevanceView(View):
 
     def save_json(self, path: str | Path) -> Path:
         """Write the matrices as JSON (see :meth:`Relevance.to_json`, flow not normalised)."""
-        target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(self.relevance.to_json(), encoding="utf-8")
-        return target
+        return write_text(path, self.relevance.to_json())
 
 
 def relevance_view(
