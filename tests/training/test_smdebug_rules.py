@@ -50,6 +50,7 @@ from bertology.training.rules.smdebug import (
     WeightUpdateRatio,
 )
 from bertology.training.tensor_recorder import TensorRecorder
+from bertology.training.watch import watch_data
 
 GROUPS = ("embeddings", "layer 0", "head")
 
@@ -593,3 +594,4 @@ def test_the_divergence_of_issue_33_under_smdebug(shared_data: Path, tmp_path: P
         "WeightUpdateRatio": 2, "PoorWeightInitialization": 2, "VanishingGradient": 4,
         "SaturatedActivation": 4, "AllZero": 4, "ClassImbalance": 10, "Confusion": 10,
     }  # fmt: skip
+    assert {alert["rule"] for alert in watch_data(tmp_path / "run")["alerts"]} == set(first)  # the watch page
