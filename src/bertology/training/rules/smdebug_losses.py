@@ -11,6 +11,7 @@ counts and the dev evaluations' confusion matrix (true label by arg-max of the l
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
 from typing import ClassVar
@@ -53,13 +54,14 @@ class LossNotDecreasing:
 
     def _evaluations(self, rows: list[LossRecord]) -> list[tuple[LossRecord, LossRecord]]:
         """(record, base) of every evaluation so far."""
+        steps = [row.step for row in rows]
         done: list[tuple[LossRecord, LossRecord]] = []
         for index, row in enumerate(rows):
             if done and row.step < done[-1][0].step + self.num_steps:
                 continue
-            bases = [earlier for earlier in rows[:index] if earlier.step <= row.step - self.num_steps]
-            if bases:
-                done.append((row, bases[-1]))
+            base = bisect.bisect_right(steps, row.step - self.num_steps, 0, index) - 1
+            if base >= 0:
+                done.append((row, rows[base]))
         return done
 
     def check(self, history: History) -> list[Finding]:
@@ -111,7 +113,7 @@ class Overfit:
         for row in evaluations[-self.patience :]:
             before = [earlier.step for earlier in history.dev if earlier.step < row.step]
             train = _train_loss_for(history.train, before[-1] if before else -1, row.step)
-            ratios.append((row.loss - train) / train)
+            ratios.append((row.loss - train) / train if train else math.inf)
         if not all(ratio > self.ratio_threshold for ratio in ratios):
             return []
         last = evaluations[-1]
