@@ -69,6 +69,25 @@ def test_only_complete_records_are_read(tmp_path: Path) -> None:
         writer.append(1, np.zeros((1, 1, 2, 5, 5)), np.zeros((1, 1, 2)))
 
 
+def test_every_steps_training_loss_is_kept_up_to_the_last_complete_record(tmp_path: Path) -> None:
+    probe = ProbeTokens(["a b"], None, ["1"], [["[CLS]", "a", "b", "[SEP]"]], [[0, 0, 0, 0]], [0])
+    path = tmp_path / ARCHIVE_FOLDER
+    writer = ArchiveWriter.create(path, model="m", layers=1, heads=2, probe=probe, statistics=["s"], every=1)
+    attention, stats = np.full((1, 1, 2, 4, 4), 0.25), np.zeros((1, 1, 2))
+    losses = np.random.default_rng(0).random(1500).astype(np.float32)  # more than one chunk of steps
+    losses[1] = np.nan  # a step whose loss was not given
+    writer.append(0, attention, stats, losses[:0])
+    writer.append(3, attention, stats, losses[:3])
+    assert np.array_equal(read_archive(tmp_path).losses, losses[:3], equal_nan=True)
+    writer.append(1400, attention, stats, losses[:1400])
+    assert np.array_equal(read_archive(tmp_path).losses, losses[:1400], equal_nan=True)
+    # Losses written for a record that was never counted are not read.
+    group = zarr.open_group(str(path), mode="r+")
+    group["losses"].resize((1500,))
+    group["losses"][1400:] = losses[1400:]
+    assert len(read_archive(tmp_path).losses) == 1400
+
+
 def test_monitor_records_in_eval_mode_and_restores_the_mode(
     tiny_classifier: LoadedModel, tmp_path: Path
 ) -> None:

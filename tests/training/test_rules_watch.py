@@ -43,6 +43,19 @@ def test_alerts_are_in_the_data_and_marked_on_the_figures(tmp_path: Path) -> Non
     assert all(a != b for a, b in pairs[:-1]) and pairs[-1][0] == pairs[-1][1]
 
 
+def test_alerts_on_one_step_share_a_numbered_mark_listed_in_the_caption(tmp_path: Path) -> None:
+    same_step = Alert(
+        "saturated_activation", 10, "head: 100 %", ("head",), follows="exploding_gradient at step 10"
+    )
+    data = watch_data(run_with_alerts(tmp_path / "run", [HEAD_ALERT, LOSS_ALERT, same_step]))
+    caption = data["sections"][0]["figures"][0]["caption"]
+    assert caption == (
+        "Dashed: the training rules' alerts (1: step 4, frozen_heads; "
+        "2: step 10, exploding_gradient, saturated_activation)."
+    )
+    assert data["alerts"][2]["follows"] == "exploding_gradient at step 10"
+
+
 def test_damaged_alerts_are_named(tmp_path: Path) -> None:
     from bertology.errors import BertologyError
 

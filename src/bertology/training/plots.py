@@ -100,6 +100,8 @@ def training_curves(
         accuracy = dev["accuracy"].to_numpy(float)
         accuracy_ax.plot(dev["step"], accuracy, color="C1", marker="o", ms=4, lw=1.2)
         undefined = dev["step"].to_numpy()[np.isnan(accuracy)]
+        if not np.isfinite(accuracy).any():
+            accuracy_ax.set_ylim(0, 1)
         if undefined.size:
             accuracy_ax.plot(undefined, np.full(undefined.size, 0.05), "x", color="0.3", ms=6, mew=1.5,
                              transform=accuracy_ax.get_xaxis_transform(),
