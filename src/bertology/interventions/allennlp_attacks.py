@@ -62,7 +62,7 @@ def input_reduction(original: AttackedInput, beam: int) -> list[AttackStep]:
         beam_candidates = sorted(candidates, key=lambda entry: len(entry[0].ids))[:beam]
         candidates = []
         for candidate, removed in beam_candidates:
-            probabilities, _, gradient = original.loss_gradient(candidate)
+            probabilities, gradient = original.loss_gradient(candidate)
             if int(probabilities.argmax()) != original.target:
                 continue
             if removed is not None:
@@ -92,7 +92,7 @@ def hotflip(original: AttackedInput, max_flips: int | None) -> list[AttackStep]:
     barred = torch.as_tensor(~alphanumeric_entries(original.loaded), device=matrix.device)
     current = Candidate(tuple(range(len(original.ids))), original.ids)
     flipped = [index for index, token in enumerate(original.tokens) if token in IGNORED_TOKENS]
-    _, _, gradient = original.loss_gradient(current)
+    _, gradient = original.loss_gradient(current)
     steps: list[AttackStep] = []
     while max_flips is None or len(steps) < max_flips:
         magnitude = (gradient * gradient).sum(-1).float().cpu().numpy()  # [m]
@@ -106,7 +106,7 @@ def hotflip(original: AttackedInput, max_flips: int | None) -> list[AttackStep]:
         rise[barred] = -torch.inf
         entry = int(rise.argmax())
         current = Candidate(current.positions, (*current.ids[:position], entry, *current.ids[position + 1 :]))
-        probabilities, _, gradient = original.loss_gradient(current)
+        probabilities, gradient = original.loss_gradient(current)
         steps.append(original.step(current, probabilities, position, entry))
         if int(probabilities.argmax()) != original.target:
             break

@@ -133,15 +133,15 @@ class AttackedInput:
         _, gradient = score_gradient(self.loaded, embeddings, batch, target_log_probability(self.target))
         return embeddings, gradient
 
-    def loss_gradient(self, candidate: Candidate) -> tuple[np.ndarray, torch.Tensor, torch.Tensor]:
-        """``(probabilities [labels], e [m, dim], ∂L/∂e [m, dim])`` of one candidate from one forward
+    def loss_gradient(self, candidate: Candidate) -> tuple[np.ndarray, torch.Tensor]:
+        """``(probabilities [labels], ∂L/∂e [m, dim])`` of one candidate from one forward
         pass, ``L = −log p(y|x)`` the cross-entropy of the original prediction ``y`` (what AllenNLP's
         ``Predictor.get_gradients`` gives for an instance labelled ``y``)."""
         batch = self.batch([candidate])
         embeddings = word_embeddings(self.loaded, batch)
         logits, gradient = logits_gradient(self.loaded, embeddings, batch, cross_entropy(self.target))
         probabilities = torch.softmax(logits[0].float(), dim=-1).cpu().numpy()
-        return probabilities, embeddings[0], gradient[0]
+        return probabilities, gradient[0]
 
     def step(
         self, candidate: Candidate, probabilities: np.ndarray, position: int, replacement: int | None
