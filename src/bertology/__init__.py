@@ -6,10 +6,27 @@ start without loading torch.
 
 from __future__ import annotations
 
+import sys
+import warnings
 from typing import TYPE_CHECKING
 
 from bertology.errors import BertologyError, TruncationWarning
 from bertology.lazy_exports import export_lazily
+
+
+def _import_tqdm_without_its_notebook_warning() -> None:
+    """In a notebook (IPython loaded), import ``tqdm.auto``, which transformers and the hub import, with its
+    "IProgress not found" TqdmWarning left out: without ipywidgets it prints a red block at
+    ``load_model()`` about bars bertology does not show. Only that warning, only during this import (the
+    warning filters are restored after); outside IPython nothing is imported."""
+    if "IPython" not in sys.modules or "tqdm.auto" in sys.modules:
+        return
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="IProgress not found")
+        import tqdm.auto  # noqa: F401
+
+
+_import_tqdm_without_its_notebook_warning()
 
 if TYPE_CHECKING:
     from bertology.attention import Attention, AttentionBatch, capture, capture_batch, capture_long_batch

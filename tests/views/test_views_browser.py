@@ -353,3 +353,13 @@ def test_norm_based_weights_are_named_in_the_subtitle(open_page: Callable[..., V
     assert "norm-based weights" in view.js("document.querySelector('.bt-subtitle').textContent")
     assert view.ink(".bt-thumb") > 0
     view.assert_clean()
+
+
+def test_the_subtitle_counts_in_the_singular_and_the_plural(open_page: Callable[..., ViewPage]) -> None:
+    one = open_page(
+        {**synthetic_view("head", n=12, layers=1, heads=1, seed=2), "headNames": ["3"]}, name="one"
+    )
+    assert "1 layer × 1 column" in one.js("document.querySelector('.bt-subtitle').textContent")
+    assert "layers" not in one.js("document.querySelector('.bt-subtitle').textContent")
+    two = open_page(synthetic_view("head", n=12, layers=2, heads=3, seed=2), name="two")
+    assert "2 layers × 3 heads" in two.js("document.querySelector('.bt-subtitle').textContent")

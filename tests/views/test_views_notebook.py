@@ -160,6 +160,20 @@ def test_views_and_results_print_one_line_and_show_a_summary_table(
 
 
 @pytest.mark.slow
+def test_load_model_in_a_notebook_prints_nothing_on_stderr(tmp_path: Path) -> None:
+    """In an IPython kernel without ipywidgets, importing tqdm.auto (as transformers does) warns "TqdmWarning:
+    IProgress not found", a red block under ``load_model()``; the cell prints only its own line."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    source = "import bertology\nmodel = bertology.load_model()\nprint('loaded')"
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)])
+    NotebookClient(notebook, timeout=300, resources={"metadata": {"path": str(tmp_path)}}).execute()
+    streams = [(output["name"], output["text"]) for output in notebook.cells[0].outputs]
+    assert streams == [("stdout", "loaded\n")]
+
+
+@pytest.mark.slow
 def test_an_executed_notebook_of_three_views_and_an_analysis_stays_small(tmp_path: Path) -> None:
     """Run as nbconvert runs a notebook (nbclient, an IPython kernel): the head, model and neuron view of
     the README's sentence on the default model and the sample corpus's analysis as cells' values. Each

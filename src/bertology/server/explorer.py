@@ -46,7 +46,7 @@ from bertology.views.build import view_data
 
 #: How many nearest heads (by mean JS divergence) a head lists.
 NEAREST = 5
-#: How many relations (dependency probe) a head lists, its most accurate first.
+#: How many relations (dependency probe) a head lists, its largest gain over the baseline first.
 RELATIONS = 5
 #: How deep below the analysis's parent folder related results are looked for.
 RELATED_DEPTH = 2
@@ -218,29 +218,35 @@ class AnalysisRun:
         }
 
     def _relations(self, layer: int, head: int) -> list[dict[str, Any]]:
-        """The dependency relations this head finds best (its better direction each), with the relation's
-        best head and fixed-offset baseline."""
+        """The dependency relations this head tracks best (its better direction each), ranked by its gain
+        over the relation's fixed-offset baseline (``gain = accuracy - baseline_accuracy``; a head no better
+        than the baseline does not track the relation; relations without a baseline last), with the
+        relation's best head."""
         if self.related.dependency is None:
             return []
         _, accuracies, table = self.related.dependency
         mine = accuracies[(accuracies["layer"] == layer) & (accuracies["head"] == head)]
         best = mine.sort_values("accuracy", ascending=False, kind="stable").drop_duplicates("relation")
         rows = []
-        for row in best.head(RELATIONS).itertuples(index=False):
+        for row in best.itertuples(index=False):
             reference = table[table["relation"] == row.relation]
             first = reference.iloc[0] if len(reference) else None
+            accuracy = _finite(row.accuracy)
+            baseline = None if first is None else _finite(first["baseline_accuracy"])
             rows.append(
                 {
                     "relation": str(row.relation),
                     "direction": int(row.direction),
-                    "accuracy": _finite(row.accuracy),
+                    "accuracy": accuracy,
+                    "baseline_accuracy": baseline,
+                    "gain": None if accuracy is None or baseline is None else accuracy - baseline,
                     "count": int(row.count),
                     "best_head": None if first is None else str(first["best_head"]),
                     "best_accuracy": None if first is None else _finite(first["accuracy"]),
-                    "baseline_accuracy": None if first is None else _finite(first["baseline_accuracy"]),
                 }
             )
-        return rows
+        rows.sort(key=lambda entry: (entry["gain"] is None, -(entry["gain"] or 0.0)))
+        return rows[:RELATIONS]
 
     def _coreference(self, layer: int, head: int) -> list[dict[str, Any]]:
         """This head's antecedent-selection accuracy per mention type, and its rank among the heads."""

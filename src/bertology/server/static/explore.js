@@ -20,6 +20,8 @@ let nearest = [];
 let headRequest = 0; // number of the latest head request; older answers are dropped
 
 const number = (value, digits = 3) => (typeof value === "number" ? value.toFixed(digits) : "–");
+/** A difference with its sign (+0.120, −0.050), "–" when undefined. */
+const signed = (value) => (typeof value === "number" ? `${value > 0 ? "+" : value < 0 ? "−" : ""}${Math.abs(value).toFixed(3)}` : "–");
 
 const shortLabel = (label) => SHORT_LABELS[label] || label;
 
@@ -242,9 +244,9 @@ function showDetail(detail) {
   const related = analysis.related;
   $("relations-box").hidden = detail.relations.length === 0;
   $("relations-source").textContent = related.dependency ? `From the dependency probe in ${related.dependency}.` : "";
-  fillTable($("relations"), ["relation", "direction", "accuracy", "best head (accuracy)", "baseline"],
+  fillTable($("relations"), ["relation", "direction", "accuracy", "baseline", "gain over baseline", "best head (accuracy)"],
     detail.relations.map((row) => [row.relation, row.direction === 0 ? "dependent → head" : "head → dependent",
-      number(row.accuracy), `${row.best_head ?? "–"} (${number(row.best_accuracy)})`, number(row.baseline_accuracy)]));
+      number(row.accuracy), number(row.baseline_accuracy), signed(row.gain), `${row.best_head ?? "–"} (${number(row.best_accuracy)})`]));
   $("coreference-box").hidden = detail.coreference.length === 0;
   $("coreference-source").textContent = related.coreference ? `From the coreference probe in ${related.coreference}.` : "";
   fillTable($("coreference"), ["mention type", "accuracy", "rank among heads", "mentions"],

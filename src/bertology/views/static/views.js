@@ -983,8 +983,8 @@
     const tokens = square ? `${data.n} tokens` : `${data.n} query × ${data.keyTokens.length} key tokens`;
     const causal = data.causal ? " · causal" : "";
     const weights = data.weights === "norm" ? " · norm-based weights ‖αf(x)‖" : "";
-    const columns = data.headNames ? "columns" : "heads";
-    const subtitle = `${data.model} · ${tokens} · ${data.layers} layers × ${data.heads} ${columns}${causal}${weights}`;
+    const plural = (count, word) => `${count} ${word}${count === 1 ? "" : "s"}`;
+    const subtitle = `${data.model} · ${tokens} · ${plural(data.layers, "layer")} × ${plural(data.heads, data.headNames ? "column" : "head")}${causal}${weights}`;
     const toolbar = el("header", { class: "bt-toolbar" }, [
       el("div", { class: "bt-title" }, [
         el("strong", { text: data.heading || title }),
