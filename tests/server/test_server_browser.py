@@ -156,4 +156,4 @@ def test_a_run_opens_from_the_list(app_page: AppPage, chromium_browser: Any) -> 
     report = popup.value
     report.wait_for_load_state()
     assert report.url.endswith("/runs/deps/report.html")
-    assert report.locator("h1").inner_text() == "Deps"
+    assert report.frame_locator("iframe[sandbox='allow-scripts']").locator("h1").inner_text() == "Deps"

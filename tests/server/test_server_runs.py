@@ -135,6 +135,30 @@ def test_files_are_served_with_their_content_types(client: TestClient) -> None:
     assert client.get("/runs/report_link/heads.csv").status_code == 403  # links are not followed at all
 
 
+def test_a_page_opened_in_a_browser_comes_in_a_sandboxed_frame_and_only_the_frame_gets_it(
+    client: TestClient,
+) -> None:
+    url = "/runs/analysis/report.html"
+    opened = client.get(url, headers={"Sec-Fetch-Dest": "document"})
+    assert opened.status_code == 200 and "<p>heads</p>" not in opened.text
+    assert f'<iframe src="{url}" sandbox="allow-scripts" title="report.html"></iframe>' in opened.text
+    assert f'<a href="{url}" target="_blank" rel="noopener noreferrer">Open in a new tab</a>' in opened.text
+    policy = opened.headers["content-security-policy"]
+    assert "frame-src 'self'" in policy and "script-src" not in policy  # the frame page runs no script
+    framed = client.get(url, headers={"Sec-Fetch-Dest": "iframe"})
+    assert framed.text.endswith("<p>heads</p>")
+    assert framed.headers["content-security-policy"].startswith("sandbox allow-scripts; default-src 'none'")
+    assert "unsafe-inline" not in framed.headers["content-security-policy"].split("style-src")[0]
+    for other in ("embed", "object", "script", "worker"):
+        refused = client.get(url, headers={"Sec-Fetch-Dest": other})
+        assert refused.status_code == 403, other
+        assert refused.json()["error"] == (
+            "A page of the runs folder is shown only in its sandboxed frame; open its address instead."
+        )
+    image = client.get("/runs/analysis/plots/heads.png", headers={"Sec-Fetch-Dest": "document"})
+    assert image.headers["content-type"] == "image/png"  # not a page: itself, wherever it is asked from
+
+
 def test_a_report_folder_leads_to_its_report(client: TestClient) -> None:
     response = client.get("/runs/probes/deps", follow_redirects=False)
     assert (response.status_code, response.headers["location"]) == (307, "/runs/probes/deps/report.html")

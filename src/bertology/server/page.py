@@ -7,8 +7,8 @@ page's policy allows, by their SHA-256 hashes, exactly the view pages' inline sc
 ``/static/``; it may connect only to this server.
 
 Every other answer has a policy too, each starting from ``default-src 'none'``: view pages
-(:data:`VIEW_POLICY`), the files of the runs folder (:data:`RUN_FILE_POLICY`) and everything else
-(:data:`DEFAULT_POLICY`).
+(:data:`VIEW_POLICY`), the files of the runs folder (:func:`run_file_policy`), the frame page that holds
+a page of the runs folder (:mod:`bertology.server.run_frame`) and everything else (:data:`DEFAULT_POLICY`).
 """
 
 from __future__ import annotations
@@ -22,14 +22,21 @@ from bertology.views.page import CONTENT_SECURITY_POLICY, inline_code_hashes
 DEFAULT_POLICY = "default-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 #: View pages (``/api/view``, an explorer example): their own inline code and data: images, nothing loaded.
 VIEW_POLICY = f"{CONTENT_SECURITY_POLICY}; frame-ancestors 'self'"
-#: Files of the runs folder (reports, watch pages, anything placed there) run sandboxed: their scripts get
-#: an opaque origin, so a page found there cannot call this server's API as the page does; they may run
-#: their own inline code and show data: images, and load or send nothing.
-RUN_FILE_POLICY = (
-    "sandbox allow-scripts allow-downloads allow-popups; default-src 'none'; script-src 'unsafe-inline'; "
-    "style-src 'unsafe-inline'; img-src data: blob:; font-src data:; media-src data: blob:; "
-    "base-uri 'none'; form-action 'none'; frame-ancestors 'self'"
-)
+
+
+@cache
+def run_file_policy() -> str:
+    """The policy of the files of the runs folder (reports, watch pages, anything placed there): they run
+    sandboxed without popups, downloads or top navigation, in an opaque origin (so a page found there
+    cannot call this server's API as the page does); the only scripts that run are bertology's own view
+    pages' inline code (by hash, as :func:`page_policy`), so a planted page runs no script of its own (no
+    WebRTC, which no policy directive stops in Chromium); they may show inline styles and data: images,
+    and load or send nothing."""
+    return (
+        f"sandbox allow-scripts; default-src 'none'; script-src {inline_code_hashes()['script']}; "
+        "style-src 'unsafe-inline'; img-src data: blob:; font-src data:; media-src data: blob:; "
+        "base-uri 'none'; form-action 'none'; frame-ancestors 'self'"
+    )
 
 
 @cache

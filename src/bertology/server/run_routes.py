@@ -1,6 +1,7 @@
 """The runs folder's routes: ``GET /api/runs`` (every run under it, with its kind) and
 ``GET /runs/{path}`` (a file of it; a report's folder redirects to its report, a training run's folder
-gives its watch page, :mod:`bertology.server.watch_pages`)."""
+gives its watch page, :mod:`bertology.server.watch_pages`; a page opened in a browser comes inside a
+sandboxed frame, :mod:`bertology.server.run_frame`)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from bertology.run_files import REPORT_FILE, TRAINING_FILE
 from bertology.server.answers import error_answers
 from bertology.server.errors import RequestError, shown
 from bertology.server.opened_file import OpenedFileResponse
-from bertology.server.page import RUN_FILE_POLICY
+from bertology.server.page import run_file_policy
+from bertology.server.run_frame import frame_page, is_markup, needs_frame
 from bertology.server.runs import RunsFolder, folder_url
 from bertology.server.schemas import RunEntry, RunList
 from bertology.server.watch_pages import WatchPages
@@ -22,7 +24,8 @@ _FILE_ANSWERS = {
     307: {"description": "A report's folder: to its report.html."},
     **error_answers(
         {
-            403: "A path that could reach outside the runs folder.",
+            403: "A path that could reach outside the runs folder, or a page asked for as something other "
+            "than a document or its frame.",
             404: "Nothing there.",
             422: "A training run whose files are damaged: the message names the file.",
             503: "Building a training run's page took longer than the timeout.",
@@ -55,12 +58,17 @@ def run_routes(folder: RunsFolder | None, watch_pages: WatchPages | None) -> API
         if folder is None or watch_pages is None:
             raise RequestError(404, "This server has no runs folder (start it with --runs DIR).")
         opened = folder.open(path)
-        headers = {"Content-Security-Policy": RUN_FILE_POLICY}
+        headers = {"Content-Security-Policy": run_file_policy(), "Vary": "Sec-Fetch-Dest"}
         if not isinstance(opened, OpenFolder):
+            if is_markup(path) and needs_frame(request):
+                opened.close()
+                return frame_page(request)
             return OpenedFileResponse(opened, headers=headers)
         with opened:  # a run.json that is a link is a training run's, refused when its page reads it
             training, report = opened.stat(TRAINING_FILE) is not None, opened.is_file(REPORT_FILE)
         if training:
+            if needs_frame(request):
+                return frame_page(request)
             return HTMLResponse(await watch_pages.page(path, request), headers=headers)
         if report:
             return RedirectResponse(folder_url(path) + REPORT_FILE)
