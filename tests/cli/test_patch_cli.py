@@ -87,9 +87,12 @@ def test_patch_residual_writes_the_per_position_table(
     assert code == 0, text
     positions = pd.read_csv(output / "position_effects.csv")
     assert list(positions.columns) == ["layer", "position", "clean_token", "effect"]
-    assert positions.loc[
-        (positions["layer"] == 0) & (positions["clean_token"] == "▁fox"), "effect"
-    ].item() == (pytest.approx(1.0, abs=1e-4))
+    fox = positions.loc[(positions["layer"] == 0) & (positions["clean_token"] == "▁fox"), "position"].item()
+    # the residual stream entering layer 0 at the one differing token is the whole difference
+    per_pair = pd.read_csv(output / "pair_effects.csv")
+    patched = per_pair.loc[(per_pair["layer"] == 0) & (per_pair["position"] == fox), "ld_patched"].item()
+    ld_clean = json.loads((output / "summary.json").read_text())["ld_clean"]
+    assert patched == pytest.approx(ld_clean, abs=1e-5)
 
 
 def test_path_patching_from_the_command_line(tiny_model_dirs: dict[str, Path], tmp_path: Path) -> None:

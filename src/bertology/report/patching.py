@@ -149,7 +149,7 @@ def _positions_figure(values: np.ndarray, rows: list[str], tokens: list[str], ti
 
 def _effects_png(study: PatchingStudy, result: PatchingResult, target: Path, dpi: int) -> bytes:
     name = f"effects_{result.method}"
-    title = f"{result.method} patching effect ({result.direction})"
+    title = f"{result.method}, {result.direction}"
     if result.granularity == "head":
         return plots.heatmap_png(
             target,
