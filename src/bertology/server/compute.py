@@ -115,7 +115,9 @@ def statistics_answer(loaded: LoadedModel, request: InputRequest, *, max_tokens:
         "labels": scores.labels.tolist(),
         "descriptions": {
             "surface": SURFACE_DESCRIPTIONS,
-            "patterns": {name: f"score of the label {text}" for name, text in PATTERN_DESCRIPTIONS.items()},
+            "patterns": {
+                name: f"score of the label {name} ({text})" for name, text in PATTERN_DESCRIPTIONS.items()
+            },
             "labels": {"label": "each head's primary pattern label, or none"},
         },
     }
