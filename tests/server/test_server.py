@@ -116,8 +116,16 @@ def test_statistics_match_the_corpus_accumulator(client: TestClient, default_mod
     accumulator.update(capture_batch([PAIR["text"]], [PAIR["text_b"]], model=default_model))
     answer = client.post("/api/statistics", json=PAIR).json()
     assert answer["tokens"] == capture(PAIR["text"], PAIR["text_b"], model=default_model).tokens
-    for name, values in accumulator.result().columns.items():
-        np.testing.assert_allclose(np.array(answer["surface"][name], dtype=float), values, atol=1e-9)
+    columns = accumulator.result().columns
+    assert np.isnan(columns["sink"]).all()  # a decoder's statistic: not offered for this encoder
+    assert set(answer["surface"]) == set(columns) - {"sink"} == set(answer["descriptions"]["surface"])
+    for name, values in columns.items():
+        if name != "sink":
+            np.testing.assert_allclose(np.array(answer["surface"][name], dtype=float), values, atol=1e-9)
+    descriptions = answer["descriptions"]["patterns"]
+    word_pieces = "score of the label word_pieces (other word pieces of the same word)"
+    assert descriptions["word_pieces"] == word_pieces
+    assert descriptions["next"] == "score of the label next (next word)"
 
 
 @pytest.mark.parametrize(("kind", "layer", "head"), [("head", 2, 0), ("model", 0, 0), ("neuron", 3, 5)])

@@ -17,7 +17,7 @@ from bertology.models import LoadedModel
 from bertology.server.errors import RequestError
 from bertology.server.schemas import AttentionRequest, InputRequest, ViewRequest
 from bertology.stats.rows import SpecialTokens
-from bertology.stats.surface import SURFACE_DESCRIPTIONS, SurfaceAccumulator
+from bertology.stats.surface import CAUSAL_ONLY, SURFACE_DESCRIPTIONS, SurfaceAccumulator
 from bertology.views import render_view
 
 #: Decimal places of the probabilities in ``/api/attention`` answers (absolute error <= 5e-7).
@@ -110,12 +110,22 @@ def statistics_answer(loaded: LoadedModel, request: InputRequest, *, max_tokens:
         "segments": batch.encoded.segment_ids[0].tolist(),
         "layers": loaded.num_layers,
         "heads": loaded.num_heads,
-        "surface": surface.result().to_dict()["columns"],
+        "surface": {  # only the statistics this model defines (no attention sink for an encoder)
+            name: values
+            for name, values in surface.result().to_dict()["columns"].items()
+            if loaded.kind == "decoder" or name not in CAUSAL_ONLY
+        },
         "patterns": scores.scores.to_dict()["columns"],
         "labels": scores.labels.tolist(),
         "descriptions": {
-            "surface": SURFACE_DESCRIPTIONS,
-            "patterns": {name: f"score of the label {text}" for name, text in PATTERN_DESCRIPTIONS.items()},
+            "surface": {
+                name: text
+                for name, text in SURFACE_DESCRIPTIONS.items()
+                if loaded.kind == "decoder" or name not in CAUSAL_ONLY
+            },
+            "patterns": {
+                name: f"score of the label {name} ({text})" for name, text in PATTERN_DESCRIPTIONS.items()
+            },
             "labels": {"label": "each head's primary pattern label, or none"},
         },
     }

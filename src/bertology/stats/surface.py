@@ -220,6 +220,9 @@ SURFACE_STATISTICS: dict[str, Statistic] = {
 }
 
 #: One line on each surface statistic, for pickers and legends (the functions above give the formulas).
+#: The statistics defined for causal attention only (a decoder's): an encoder's are undefined everywhere.
+CAUSAL_ONLY = ("sink",)
+
 SURFACE_DESCRIPTIONS = {
     "previous": "attention to the previous token",
     "next": "attention to the next token",
