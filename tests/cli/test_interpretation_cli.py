@@ -100,7 +100,7 @@ def test_explain_method_chooses_the_methods(known_run: Path, tmp_path: Path) -> 
             "'lime' is not one of gradient, input-x-gradient",
         ),
         (["explain", "run", "hi", "--samples", "0"], "greater than or equal to 1"),
-        (["explain", "run", "hi", "--noise", "-1"], "greater than or equal to 0"),
+        (["explain", "run", "hi", "--noise", "-1"], "-1 is not a number from 0 to 10."),
         (["attack", "run", "hi", "--method", "lime"], "'lime' is not one of 'input-reduction', 'hotflip'"),
         (["attack", "run", "hi", "--beam", "0"], "greater than or equal to 1"),
     ],

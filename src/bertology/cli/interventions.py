@@ -140,7 +140,7 @@ def ablate(
         )
         return
     assert task_dir is not None
-    require_task("--task", task_dir)
+    require_inputs({"--task": task_dir})
     from dataclasses import replace
 
     from bertology.cluster.ablation import AblationJob, ablate_on_pool
@@ -151,6 +151,7 @@ def ablate(
     from bertology.report.interventions import write_ablation_report
 
     check_output_folder(output)
+    require_task("--task", task_dir)  # its files, after the output and before the model
     loaded = load_model(model, classifier=True, device=device, dtype=dtype)
     with output_folder(output) as folder:
         pruned_dir = folder / "pruned" if prune else None
