@@ -4,7 +4,9 @@ text, and the page breaks no rule of its Content-Security-Policy."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,10 +23,15 @@ WAIT_MS = 30_000
 
 
 @pytest.fixture(scope="module")
-def live_url(default_model: LoadedModel, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def live_url(
+    default_model: LoadedModel, tiny_model_dirs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
     runs = tmp_path_factory.mktemp("browser_runs")
     (runs / "deps").mkdir()
     (runs / "deps" / "report.html").write_text("<!DOCTYPE html><title>Dependency probe</title><h1>Deps</h1>")
+    (runs / "sst2").mkdir()  # a fine-tuned run, as `bertology finetune` writes it
+    (runs / "sst2" / "run.json").write_text('{"steps": 3}')
+    shutil.copytree(tiny_model_dirs["bert"], runs / "sst2" / "model")
     with serving(create_app([default_model], runs=runs)) as url:
         yield url
 
@@ -88,8 +95,11 @@ def app_page(chromium_browser: Any, live_url: str) -> Iterator[AppPage]:
 
 def test_type_a_sentence_and_switch_view_and_layer(app_page: AppPage) -> None:
     page = app_page.page
-    assert page.locator("#model option").all_inner_texts() == ["all-MiniLM-L6-v2 (6 layers × 12 heads)"]
-    assert page.locator("#runs-list a").all_inner_texts() == ["deps"]
+    assert page.locator("#model option").all_inner_texts() == [
+        "all-MiniLM-L6-v2 (6 layers × 12 heads)",
+        "runs/sst2 (3 layers × 4 heads)",
+    ]
+    assert page.locator("#runs-list a").all_inner_texts() == ["deps", "sst2"]
     app_page.show("The cat sat on the mat because it was warm.")
 
     head = app_page.view("b.view === 'head'")
@@ -102,6 +112,16 @@ def test_type_a_sentence_and_switch_view_and_layer(app_page: AppPage) -> None:
     assert page.locator("#stat-table tbody tr").count() == 6
     assert page.locator("#stat-table thead th").count() == 13
     assert page.locator("#tokens li").all_inner_texts()[:3] == ["[CLS]", "the", "cat"]
+    # "next" and "previous" read apart: attention to the next token, and the label next (the next word)
+    options = page.locator("#statistic option").all_inner_texts()
+    assert [text for text in options if "next" in text] == [
+        "next: attention to the next token",
+        "score of the label next (next word)",
+    ]
+    assert [text for text in options if "previous" in text] == [
+        "previous: attention to the previous token",
+        "score of the label previous (previous word)",
+    ]
     page.select_option("#statistic", "labels:label")
     assert set(page.locator("#stat-table tbody td").all_inner_texts()) <= {
         "next", "previous", "same_word", "other_sentence", "word_pieces", "delimiters", "broad", "none",
@@ -122,6 +142,25 @@ def test_type_a_sentence_and_switch_view_and_layer(app_page: AppPage) -> None:
     page.select_option("#head", "5")
     neuron = app_page.view("b.view === 'neuron'")
     assert (neuron.state()["layer"], neuron.state()["head"]) == (3, 5)
+    # One selector on the page is called Layer, the view's own; the page's says what it does.
+    assert neuron.js("document.getElementById('bt-layer').closest('label').firstChild.textContent") == "Layer"
+    page_labels = page.evaluate(
+        "[...document.querySelectorAll('label')].map((l) => l.firstChild.textContent.trim())"
+    )
+    assert "Layer" not in page_labels and "Open at layer" in page_labels
+    app_page.assert_clean()
+
+
+def test_a_fine_tuned_run_is_a_model_of_the_page(app_page: AppPage) -> None:
+    page = app_page.page
+    page.select_option("#model", "runs/sst2")
+    assert page.locator("#layer option").all_inner_texts() == ["0", "1", "2"]
+    app_page.show("The cat sat on the mat.")
+    assert page.locator("#shown-model").inner_text() == "runs/sst2"
+    assert page.locator("#stat-table tbody tr").count() == 3  # its layers
+    assert page.locator("#stat-table thead th").count() == 5  # a corner and its 4 heads
+    head = app_page.view("b.view === 'head'")
+    assert head.ink() > 500
     app_page.assert_clean()
 
 

@@ -388,3 +388,34 @@ def test_startup_line_and_refusals_of_the_real_command(tmp_path: Path) -> None:
     finally:
         process.terminate()
         process.wait(30)
+
+
+# --- Fine-tuned runs as models -----------------------------------------------------------------------
+
+
+def test_a_fine_tuned_run_is_offered_and_answers_as_a_model(
+    default_model: LoadedModel, tiny_model_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    """A folder as ``bertology finetune`` writes it (``run.json`` and ``model/``) is a model of the server,
+    named by its path in the runs folder; one whose ``model`` is a link out of the folder is not."""
+    root = tmp_path / "runs"
+    run = root / "tasks" / "sst2"
+    run.mkdir(parents=True)
+    (run / "run.json").write_text('{"steps": 3}')
+    shutil.copytree(tiny_model_dirs["bert"], run / "model")
+    linked = root / "linked"
+    linked.mkdir()
+    (linked / "run.json").write_text('{"steps": 3}')
+    (linked / "model").symlink_to(tiny_model_dirs["bert"], target_is_directory=True)
+    with TestClient(create_app([default_model], runs=root)) as client:
+        listed = client.get("/api/models").json()
+        assert listed["default"] == default_model.name
+        shapes = {model["name"]: (model["layers"], model["heads"]) for model in listed["models"]}
+        assert shapes == {default_model.name: (6, 12), "runs/tasks/sst2": (3, 4)}
+        answer = client.post("/api/attention", json={"text": "The cat sat.", "model": "runs/tasks/sst2"})
+        assert answer.status_code == 200, answer.text
+        attention = np.array(answer.json()["attention"])
+        assert attention.shape[:2] == (3, 4)  # [layers, heads, query, key] of the tiny BERT
+        np.testing.assert_allclose(attention.sum(axis=-1), 1.0, atol=1e-5)
+        refused = client.post("/api/attention", json={"text": "The cat sat.", "model": "runs/linked"})
+        assert refused.status_code == 422

@@ -32,10 +32,11 @@ INNER_JS = """() => {
 
 @pytest.fixture
 def notebook(chromium_browser: Any, tmp_path: Path) -> Iterator[Callable[..., Any]]:
-    """notebook(view, spacer=0) -> (page, frame): the view's output below `spacer` px of other output."""
+    """notebook(view, spacer=0, width=900) -> (page, frame): the view's output, `width` px wide, below
+    `spacer` px of other output."""
     contexts = []
 
-    def open_output(view: View, spacer: int = 0) -> tuple[Any, Any]:
+    def open_output(view: View, spacer: int = 0, width: int = 900) -> tuple[Any, Any]:
         context = chromium_browser.new_context(viewport={"width": 1000, "height": 800})
         contexts.append(context)
         page = context.new_page()
@@ -43,7 +44,7 @@ def notebook(chromium_browser: Any, tmp_path: Path) -> Iterator[Callable[..., An
         page.on("pageerror", lambda error: errors.append(str(error)))
         host = tmp_path / "notebook.html"
         host.write_text(
-            '<!DOCTYPE html><html><body style="margin:0"><div style="width:900px">'
+            f'<!DOCTYPE html><html><body style="margin:0"><div style="width:{width}px">'
             f'<div style="height:{spacer}px">other output</div>{view._repr_html_()}</div></body></html>',
             encoding="utf-8",
         )
@@ -90,10 +91,11 @@ def test_frame_shrinks_to_a_short_head_view(notebook: Callable[..., Any]) -> Non
     assert height < 400
 
 
-def test_output_out_of_view_is_drawn(notebook: Callable[..., Any]) -> None:
+@pytest.mark.parametrize("kind", ["head", "neuron"])
+def test_output_out_of_view_is_drawn(notebook: Callable[..., Any], kind: str) -> None:
     """An output further down the notebook gets no animation frame until scrolled to; it must be drawn
-    (and sized) before that."""
-    page, frame = notebook(View("head", synthetic_view("head", n=12, layers=2, heads=3)), spacer=3000)
+    (and sized) before that, without being scrolled into view."""
+    page, frame = notebook(View(kind, synthetic_view(kind, n=12, layers=2, heads=3)), spacer=3000)
     assert page.evaluate("document.querySelector('iframe').getBoundingClientRect().top") > 2000
     ink = frame.evaluate(
         """() => {
@@ -107,6 +109,31 @@ def test_output_out_of_view_is_drawn(notebook: Callable[..., Any]) -> None:
     assert ink > 500
     _settled_height(page, frame)
     assert frame.evaluate(INNER_JS)[0] <= frame.evaluate(INNER_JS)[1]
+
+
+def test_a_growing_output_out_of_view_draws_every_row(notebook: Callable[..., Any]) -> None:
+    """A narrow neuron view's toolbar wraps, so its frame starts shorter than the view and grows to the
+    height the page reports; out of view, the page gets no resize event until scrolled to, so the token
+    rows below the first frame's height stayed blank. Every row must be drawn without scrolling."""
+    page, frame = notebook(View("neuron", synthetic_view("neuron", n=40, layers=2, heads=3)), 3000, 450)
+    assert page.evaluate("document.querySelector('iframe').getBoundingClientRect().top") > 2000
+    # [canvas height, lane height (every token row), ink in the canvas's last 5 rows] in CSS px
+    canvas_height, lane_height, bottom_ink = frame.evaluate(
+        """() => {
+          const canvas = document.getElementById("bt-canvas");
+          const scale = canvas.width / canvas.getBoundingClientRect().width;
+          const rows = Math.round(5 * 18 * scale);
+          const ctx = canvas.getContext("2d");
+          const data = ctx.getImageData(0, canvas.height - rows, canvas.width, rows).data;
+          let ink = 0;
+          for (let i = 3; i < data.length; i += 4) if (data[i] > 0) ink++;
+          const lane = document.querySelector(".bt-lane").offsetHeight;
+          return [canvas.getBoundingClientRect().height, lane, ink];
+        }"""
+    )
+    assert lane_height == 40 * 18
+    assert canvas_height == lane_height
+    assert bottom_ink > 500
 
 
 def test_load_model_prints_no_progress_bars(

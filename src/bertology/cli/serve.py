@@ -22,7 +22,11 @@ def serve(
         typer.Option("--model", "-m", help="A model to serve; repeat for more, the first is the default."),
     ] = None,
     runs: Annotated[
-        Path | None, typer.Option("--runs", help="Folder of reports and training runs to browse.")
+        Path | None,
+        typer.Option(
+            "--runs",
+            help="Folder of reports and training runs to browse (its fine-tuned runs become models too).",
+        ),
     ] = None,
     corpus_index: Annotated[
         Path | None,

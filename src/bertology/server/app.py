@@ -28,6 +28,7 @@ however many requests queue. With ``hosts`` set, requests with another ``Host`` 
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from fastapi import FastAPI
@@ -93,6 +94,22 @@ def _loaded(models: Sequence[str | LoadedModel], device: str, dtype: Dtype) -> l
     return list(loaded.values())
 
 
+#: The name prefix of a fine-tuned run's model on the server: ``runs/`` and its path in the runs folder.
+RUN_MODEL_PREFIX = "runs/"
+
+
+def _run_models(folder: RunsFolder | None, device: str, dtype: Dtype) -> list[LoadedModel]:
+    """The model of each training run under ``folder`` that saved one (a ``bertology finetune`` run:
+    :meth:`RunsFolder.model_runs`), loaded as :func:`load_model` loads a run folder and named
+    ``runs/PATH``."""
+    if folder is None:
+        return []
+    return [
+        replace(load_model(folder.root / path, device=device, dtype=dtype), name=RUN_MODEL_PREFIX + path)
+        for path in folder.model_runs()
+    ]
+
+
 def create_app(
     models: Sequence[str | LoadedModel] = ("default",),
     runs: str | Path | None = None,
@@ -108,13 +125,15 @@ def create_app(
     values it answers (``None``: any; :func:`bertology.server.hosts.loopback_hosts` for a loopback
     server, as ``bertology serve`` sets it); ``index``: a corpus index folder for corpus search
     (:mod:`bertology.server.search`). Models given by name are loaded on ``device`` in ``dtype``
-    (:func:`bertology.models.load_model`).
+    (:func:`bertology.models.load_model`), and so is each fine-tuned run in the runs folder, after them,
+    named ``runs/PATH`` (:func:`_run_models`).
 
     Raises:
         BertologyError: a model that cannot be loaded, or a runs folder that does not exist.
     """
     limits = limits or Limits()
-    loaded = _loaded(models or ("default",), device, dtype)
+    folder = None if runs is None else RunsFolder(runs)
+    loaded = _loaded(models or ("default",), device, dtype) + _run_models(folder, device, dtype)
     workers = ModelWorkers(loaded, parallel=limits.parallel, timeout_s=limits.timeout_s)
     bodies = request_models(
         [model.name for model in loaded],
@@ -122,7 +141,6 @@ def create_app(
         heads=max(model.num_heads for model in loaded),
         tokens=min(limits.max_tokens, max(model.max_length for model in loaded)),
     )
-    folder = None if runs is None else RunsFolder(runs)
     analyses = None if folder is None else AnalysisRuns(folder)
     watch_pages = (
         None

@@ -25,6 +25,7 @@ from urllib.parse import quote
 
 from bertology.beneath import LinkRefused, OpenFolder
 from bertology.errors import BertologyError
+from bertology.models import RUN_MODEL_FOLDER
 from bertology.run_files import KIND_FILE, REPORT_FILE, TRAINING_FILE, RunKind, read_kind
 from bertology.server.errors import RequestError, shown
 
@@ -138,3 +139,14 @@ class RunsFolder:
                 if len(found) >= MAX_RUNS:
                     break
         return sorted(found, key=lambda run: run.path)
+
+    def model_runs(self) -> list[str]:
+        """The training runs (as :meth:`runs` lists them) that hold a saved model (``model/config.json``,
+        as ``bertology finetune`` writes it), reached without a link: the paths the web app offers as
+        models."""
+        with self.opened() as root:
+            return [
+                run.path
+                for run in self.runs()
+                if run.kind == "training" and root.is_file(f"{run.path}/{RUN_MODEL_FOLDER}/config.json")
+            ]

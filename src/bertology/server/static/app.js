@@ -72,7 +72,11 @@ function statisticNames(answer) {
 
 const STATISTIC_GROUPS = { surface: "Surface statistics", patterns: "Pattern scores", labels: "Labels" };
 
-/** The statistic picker: one group per kind, each option named and described (answer.descriptions). */
+/**
+ * The statistic picker: one group per kind, each option named and described (answer.descriptions). A
+ * pattern score shows its description alone ("score of the label next (next word)"), so that the surface
+ * statistic "next" (attention to the next token) and the label "next" (the next word) read apart.
+ */
 function fillStatisticChoice(answer) {
   const select = $("statistic");
   const keep = select.value;
@@ -87,7 +91,7 @@ function fillStatisticChoice(answer) {
     const option = document.createElement("option");
     option.value = `${group}:${name}`;
     const description = answer.descriptions[group][name];
-    option.textContent = description ? `${name}: ${description}` : name;
+    option.textContent = !description ? name : group === "patterns" ? description : `${name}: ${description}`;
     groups[group].append(option);
   }
   if ([...select.options].some((option) => option.value === keep)) select.value = keep;

@@ -694,8 +694,10 @@
         });
       };
       this.element.addEventListener("scroll", redrawSoon, { passive: true });
-      // A resize redraws at once: a frame out of view gets no animation frame and would stay stale.
-      window.addEventListener("resize", () => shown() && options.onViewport());
+      // A resize redraws at once: a frame out of view gets no animation frame and would stay stale. So
+      // does a notebook frame about to grow to the height its page reported (FRAME_GROWS), since out of
+      // view it gets no resize event either until it is scrolled to.
+      for (const event of ["resize", FRAME_GROWS]) window.addEventListener(event, () => shown() && options.onViewport());
       for (const column of [this.left, this.right]) {
         column.addEventListener("mouseover", (event) => {
           const token = tokenAt(event.target);
@@ -716,7 +718,7 @@
     /** Size the canvas for the rows in view; returns {ctx (in row coordinates), band: {top, bottom}}. */
     prepare(width) {
       this.headerCentre.style.width = this.lane.style.width = `${width}px`;
-      const room = this.element.clientHeight - HEADER;
+      const room = this.element.clientHeight + frameGrowth() - HEADER;
       const height = Math.min(this.height, room >= ROW ? room : 2000);
       const ctx = prepareCanvas(this.canvas, width, height);
       const top = this.canvas.getBoundingClientRect().top - this.lane.getBoundingClientRect().top;
@@ -2378,6 +2380,8 @@
   // A page shown in a frame (a notebook's output: View._repr_html_) tells its parent how tall its content
   // is, as the message {bertologyHeight: px}, so that the frame can be sized to it instead of scrolling.
   let reportedHeight = null;
+  /** The window event of a page whose frame is about to grow to the height it reported. */
+  const FRAME_GROWS = "bertology-frame-grows";
 
   /** The root's height with nothing scrolling inside it (.bt-measure lays the page out at full size). */
   function contentHeight() {
@@ -2394,6 +2398,16 @@
     if (height === reportedHeight) return;
     reportedHeight = height;
     window.parent.postMessage({ bertologyHeight: height }, "*");
+    window.dispatchEvent(new Event(FRAME_GROWS));
+  }
+
+  /**
+   * How much taller (px) this page's frame is about to be: the height reported to the parent less the
+   * window's (0 outside a frame). The frame out of view keeps its old window size until it is scrolled
+   * to, so a token table draws the rows the grown frame will show from the start.
+   */
+  function frameGrowth() {
+    return reportedHeight === null ? 0 : Math.max(0, reportedHeight - window.innerHeight);
   }
 
   function showError(root, error) {
