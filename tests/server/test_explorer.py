@@ -208,6 +208,7 @@ def test_the_analysis_overview(client: TestClient, analysed: tuple[CorpusAnalysi
         "ablation": "ablation",
         "ablation_model": None,  # its folder has no summary.json: not taken for the analysis's model
         "ablation_same_model": False,
+        "patching": None,  # no patching run in the runs folder
     }
     # the labels' colours are the report's map's (matplotlib's tab10 order, grey for none)
     tab10 = [matplotlib.colors.to_hex(colour) for colour in matplotlib.colormaps["tab10"].colors]
