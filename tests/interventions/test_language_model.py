@@ -13,7 +13,12 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from support.tiny_models import DECODERS, tiny_language_model
+from support.tiny_models import (
+    DECODERS,
+    llama_output_projections,
+    tiny_grouped_query_llama,
+    tiny_language_model,
+)
 from typer.testing import CliRunner
 
 from bertology import BertologyError
@@ -34,18 +39,12 @@ from bertology.models import LoadedModel, load_model
 
 @pytest.fixture(scope="module")
 def llama(tiny_model_dirs: dict[str, Path]) -> LoadedModel:
-    loaded = tiny_language_model(tiny_model_dirs["llama"])
-    assert loaded.model.config.num_key_value_heads == 2 and loaded.num_heads == 4
-    return loaded
+    return tiny_grouped_query_llama(tiny_model_dirs["llama"])
 
 
 @pytest.fixture(scope="module")
 def corpus(llama: LoadedModel) -> TokenSequences:
     return TokenSequences.of_corpus(llama, sample_corpus(), max_length=24, max_segments=5)
-
-
-def o_projs(loaded: LoadedModel) -> list[torch.nn.Module]:
-    return [layer.self_attn.o_proj for layer in loaded.model.model.layers]
 
 
 @contextmanager
@@ -62,7 +61,10 @@ def scaled_heads(loaded: LoadedModel, scales: Callable[[int], torch.Tensor]) -> 
 
         return hook
 
-    handles = [o.register_forward_pre_hook(hook_for(layer)) for layer, o in enumerate(o_projs(loaded))]
+    handles = [
+        o.register_forward_pre_hook(hook_for(layer))
+        for layer, o in enumerate(llama_output_projections(loaded))
+    ]
     try:
         yield
     finally:

@@ -13,7 +13,11 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from support.tiny_models import tiny_classifier, tiny_language_model
+from support.tiny_models import (
+    llama_output_projections,
+    tiny_classifier,
+    tiny_grouped_query_llama,
+)
 from typer.testing import CliRunner
 
 from bertology import BertologyError
@@ -32,18 +36,12 @@ TEXTS = ["The quick brown fox jumps over the lazy dog.", "I went to the store.",
 
 @pytest.fixture(scope="module")
 def llama(tiny_model_dirs: dict[str, Path]) -> LoadedModel:
-    loaded = tiny_language_model(tiny_model_dirs["llama"])
-    assert loaded.model.config.num_key_value_heads == 2 and loaded.num_heads == 4
-    return loaded
+    return tiny_grouped_query_llama(tiny_model_dirs["llama"])
 
 
 @pytest.fixture(scope="module")
 def bert(tiny_model_dirs: dict[str, Path]) -> LoadedModel:
     return tiny_classifier(tiny_model_dirs["bert"])
-
-
-def llama_projections(loaded: LoadedModel) -> list[torch.nn.Module]:
-    return [layer.self_attn.o_proj for layer in loaded.model.model.layers]
 
 
 def bert_projections(loaded: LoadedModel) -> list[torch.nn.Module]:
@@ -101,7 +99,7 @@ def sequence_loss(loaded: LoadedModel, ids: np.ndarray) -> tuple[float, int]:
 def test_mean_ablation_of_a_decoder_equals_the_mean_put_in_by_hand(llama: LoadedModel) -> None:
     data = TokenSequences.of_texts(llama, TEXTS)
     assert len({len(ids) for ids in data.ids}) > 1  # unequal lengths: the mean over every token
-    projections = llama_projections(llama)
+    projections = llama_output_projections(llama)
     with torch.no_grad():
         seen = [inputs_seen(projections, lambda ids=ids: sequence_loss(llama, ids)) for ids in data.ids]
         means = [torch.cat([run[layer][0] for run in seen]).mean(0) for layer in range(2)]
@@ -119,7 +117,7 @@ def test_mean_ablation_of_a_decoder_equals_the_mean_put_in_by_hand(llama: Loaded
 def test_mean_ablation_is_per_position_for_equal_lengths(llama: LoadedModel) -> None:
     ids = np.random.default_rng(0).integers(3, llama.model.config.vocab_size, (3, 9))
     data = TokenSequences.of_ids(ids)
-    projections = llama_projections(llama)
+    projections = llama_output_projections(llama)
     with torch.no_grad():
         seen = inputs_seen(projections, lambda: llama.model(input_ids=torch.as_tensor(ids), use_cache=False))
         expected = np.empty((2, 4))
@@ -137,7 +135,7 @@ def test_resample_ablation_of_a_decoder_equals_the_other_output_put_in_by_hand(l
     ids = np.random.default_rng(1).integers(3, llama.model.config.vocab_size, (3, 7))
     data = TokenSequences.of_ids(ids)
     sources = sequence_replacement(llama, data, "resample", seed=3).sources
-    projections = llama_projections(llama)
+    projections = llama_output_projections(llama)
     with torch.no_grad():
         seen = [inputs_seen(projections, lambda row=row: sequence_loss(llama, row)) for row in ids]
         expected = np.empty((2, 4))

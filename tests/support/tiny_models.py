@@ -372,3 +372,15 @@ def tiny_language_model(directory: Path) -> LoadedModel:
     with torch.no_grad():
         loaded.model.get_output_embeddings().weight.mul_(30)
     return loaded
+
+
+def tiny_grouped_query_llama(directory: Path) -> LoadedModel:
+    """:func:`tiny_language_model` of the tiny llama, checked to share 2 key/value heads among 4 heads."""
+    loaded = tiny_language_model(directory)
+    assert loaded.model.config.num_key_value_heads == 2 and loaded.num_heads == 4
+    return loaded
+
+
+def llama_output_projections(loaded: LoadedModel) -> list[torch.nn.Module]:
+    """Each layer's ``o_proj`` of a llama-style decoder, whose input is the heads' outputs side by side."""
+    return [layer.self_attn.o_proj for layer in loaded.model.model.layers]
