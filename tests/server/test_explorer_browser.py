@@ -62,7 +62,11 @@ def test_clicking_a_head_on_the_map_draws_its_examples(chromium_browser: Any, li
     assert frames.count() == 1  # the first example; the others are drawn when opened
     assert page.locator("#examples details").count() == PER_HEAD
     for rank in range(1, PER_HEAD):
+        # opening an example appends its frame (420 px) in the toggle event that follows the click, moving the
+        # summaries below it: the next click waits for that frame, so it lands on the summary it aims at
         page.click(f"#examples details[data-rank='{rank}'] summary")
+        opened = page.locator(f"#examples details[data-rank='{rank}'] iframe")
+        expect(opened).to_have_count(1, timeout=WAIT_MS)
     expect(frames).to_have_count(PER_HEAD, timeout=WAIT_MS)
     expected = stored.head(4, 7)
     for rank in range(PER_HEAD):
