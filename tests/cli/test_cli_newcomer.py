@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from bertology.cli import app
 from bertology.errors import BertologyError
-from bertology.training.loop import check_run_dir
+from bertology.training.run_folder import check_run_dir
 
 
 def shown(arguments: list[str]) -> str:

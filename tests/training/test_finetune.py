@@ -158,7 +158,7 @@ def test_dev_accuracy_with_logits_that_are_not_finite_is_undefined(
 
 
 def test_a_run_stopped_by_ctrl_c_says_interrupted(tiny_model_dirs: dict[str, Path], tmp_path: Path) -> None:
-    from bertology.training.loop import run_status
+    from bertology.training.run_folder import run_status
 
     def stop(progress: object) -> None:
         if getattr(progress, "step", 0) == 2:
@@ -175,7 +175,7 @@ def test_a_run_stopped_by_ctrl_c_says_interrupted(tiny_model_dirs: dict[str, Pat
 def test_a_running_run_whose_process_is_gone_reads_as_interrupted() -> None:
     import socket
 
-    from bertology.training.loop import run_status
+    from bertology.training.run_folder import run_status
 
     finished = subprocess.Popen([sys.executable, "-c", "pass"])
     finished.wait()

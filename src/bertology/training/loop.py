@@ -6,27 +6,8 @@ weight decay (not on biases and LayerNorm weights), linear warm-up then linear d
 norm clipped to 1. With the same seed, settings and thread count a run repeats exactly: the new
 classification head, the sample, the batches and dropout all come from the seed.
 
-A run folder holds:
-
-- ``model/``: the fine-tuned model and tokenizer (``save_pretrained``); ``load_model(RUN_DIR,
-  classifier=True)`` loads it.
-- ``run.json``: task, model, settings, labels, sizes, status (``running``, ``finished``, ``stopped``
-  when a rule of ``stop_on`` fired, with the alert as ``stopped_by``, or ``interrupted`` when training
-  stopped on an error or Ctrl-C, with the ``error``), the ``pid`` and ``host`` of the training process
-  (:func:`run_status` tells a run whose process is gone), steps, time, the final dev accuracy and loss,
-  and the training rules' ``alerts`` (rewritten as they fire; :mod:`bertology.training.rules`).
-- ``metrics.jsonl`` (a line per log and evaluation, appended as training goes) and ``metrics.csv``:
-  ``split`` = ``train`` rows (mean loss over the last ``log_every`` steps, learning rate) and ``dev``
-  rows (accuracy and mean cross-entropy over the dev examples; the accuracy is NaN when a logit is not
-  finite, since the arg-max of NaN logits is no prediction).
-- ``monitor.zarr``: the attention monitor's archive (:mod:`bertology.training.archive`), with the training
-  loss of every step (``losses``).
-- ``signals.jsonl``: the per-layer gradient norms, weight-update norms and activation saturation of every
-  ``watch_every``-th step (:mod:`bertology.training.signals`), when rules are evaluated.
-- ``tensors.jsonl``: what SageMaker Debugger's rules (``rules="smdebug"``) read of every watched step
-  (per-layer gradient and weight statistics, activation activity, token counts), when one of them is
-  selected (:mod:`bertology.training.tensor_recorder`); they also read each dev evaluation's confusion
-  matrix.
+The run folder it writes, and how a run over an earlier one is staged, are
+:mod:`bertology.training.run_folder`'s.
 
 The training rules get the loss of every step (before the step's signals, so a divergence in the loss
 is seen before what it does to the gradients), every dev evaluation, the signals and the monitor's
@@ -42,8 +23,8 @@ import socket
 import time
 import warnings
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -63,14 +44,20 @@ from bertology.training.archive import ARCHIVE_FOLDER
 from bertology.training.monitor import AttentionMonitor, ProbeSet
 from bertology.training.rules import Alert, Rule, SignalRecord, Watchdog, select_rules
 from bertology.training.rules.smdebug import records_read
+from bertology.training.run_folder import (
+    METRICS_CSV,
+    METRICS_JSONL,
+    SIGNALS_JSONL,
+    TENSORS_JSONL,
+    check_run_dir,
+    marked_if_stopped,
+    run_folder,
+    write_json,
+)
 from bertology.training.settings import FinetuneSettings, TrainingProgress
 from bertology.training.signals import SignalRecorder
 from bertology.training.tensor_recorder import TensorRecorder
 
-METRICS_JSONL = "metrics.jsonl"
-METRICS_CSV = "metrics.csv"
-SIGNALS_JSONL = "signals.jsonl"
-TENSORS_JSONL = "tensors.jsonl"
 #: Consecutive batches whose examples are sorted by length together.
 BUCKET_BATCHES = 50
 
@@ -90,13 +77,6 @@ class FinetuneResult:
     dev_loss: float
     alerts: tuple[Alert, ...] = ()
     stopped_by: Alert | None = None
-
-
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write ``data`` as JSON through a temporary file and a rename, so readers never see half a file."""
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(data, indent=2), encoding="utf-8")
-    os.replace(partial, path)
 
 
 def length_batches(lengths: np.ndarray, batch_size: int, rng: np.random.Generator) -> list[np.ndarray]:
@@ -167,92 +147,6 @@ class _MetricsLog:
         import pandas as pd
 
         pd.DataFrame(self.rows).to_csv(path, index=False)
-
-
-#: What a run writes in its folder; nothing else there is touched.
-RUN_OUTPUTS = (
-    TRAINING_FILE, METRICS_JSONL, METRICS_CSV, RUN_MODEL_FOLDER, ARCHIVE_FOLDER, SIGNALS_JSONL, TENSORS_JSONL,
-)  # fmt: skip
-
-
-def check_run_dir(run_dir: Path, overwrite: bool) -> None:
-    """Raise unless a run can be written into ``run_dir``, without changing anything.
-
-    The folder may hold other files. An earlier run there (``run.json``) is replaced only with
-    ``overwrite``; a run output's name (``model``, ``metrics.csv``, ...) without ``run.json`` is not a run
-    of ours, so it is never replaced.
-
-    Raises:
-        BertologyError: ``run_dir`` is a file or not writable, holds a run (without ``overwrite``), or holds
-            files with the names of a run's outputs but no ``run.json``.
-    """
-    from bertology.outputs import check_output_folder
-
-    check_output_folder(run_dir)
-    if (run_dir / TRAINING_FILE).exists():
-        if not overwrite:
-            raise BertologyError(
-                f"{run_dir} already holds a training run; choose a new folder, or replace it with "
-                "--overwrite (overwrite=True in Python)."
-            )
-        return
-    foreign = [name for name in RUN_OUTPUTS if (run_dir / name).exists() or (run_dir / name).is_symlink()]
-    if foreign:
-        raise BertologyError(
-            f"{run_dir} holds {', '.join(foreign)} but no {TRAINING_FILE}, so not a run of bertology's; "
-            "choose a new folder (nothing there is replaced)."
-        )
-
-
-@contextmanager
-def _run_folder(run_dir: Path) -> Iterator[Path]:
-    """The folder a run (checked by :func:`check_run_dir`) writes in: ``run_dir`` itself for a new run, so
-    that it can be watched as it trains; over an earlier run, a staging folder beside it
-    (:func:`bertology.outputs.output_folder`) whose outputs replace the earlier run's (:data:`RUN_OUTPUTS`,
-    each whole) only when the block ends without an error, so a run killed or stopped on the way leaves
-    the earlier run as it was."""
-    from bertology.outputs import output_folder
-
-    if not (run_dir / TRAINING_FILE).exists():
-        run_dir.mkdir(parents=True, exist_ok=True)
-        yield run_dir
-        return
-    with output_folder(run_dir, replace=RUN_OUTPUTS) as staging:
-        yield staging
-
-
-def _process_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists on this machine."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
-
-
-def run_status(run: dict[str, Any]) -> str:
-    """The status of the run that ``run`` (its ``run.json``) describes: its recorded ``status``, except
-    that a run recorded as ``"running"`` by a process of this machine that no longer exists (killed, or
-    the machine restarted) is ``"interrupted"``."""
-    status = str(run.get("status", ""))
-    pid = run.get("pid")
-    if status == "running" and isinstance(pid, int) and run.get("host") == socket.gethostname():
-        return status if _process_alive(pid) else "interrupted"
-    return status
-
-
-@contextmanager
-def _marked_if_stopped(path: Path, run_info: dict[str, Any]) -> Iterator[None]:
-    """Should the block stop on an error or Ctrl-C, rewrite ``run.json`` at ``path`` as ``"interrupted"``
-    with the error, and let the error go on."""
-    try:
-        yield
-    except BaseException as error:
-        stopped = {"status": "interrupted", "error": f"{type(error).__name__}: {error}".rstrip(": ")}
-        write_json(path, run_info | stopped)
-        raise
 
 
 def _save_model(loaded: LoadedModel, folder: Path) -> None:
@@ -404,6 +298,129 @@ class _Alerts:
                 self.on_alert(alert)
 
 
+class _RuleMeasures:
+    """What the training rules read of a watched step (every ``every``-th optimizer step) besides the
+    loss, when rules are evaluated: the signals (``signals.jsonl``) and, when a rule of SageMaker
+    Debugger's reads them, its tensors (``tensors.jsonl``)."""
+
+    def __init__(self, model: torch.nn.Module, folder: Path, watchdog: Watchdog, every: int) -> None:
+        self.every = every
+        self.signals: SignalRecorder | None = None
+        self.tensors: TensorRecorder | None = None
+        if watchdog.rules and every:
+            self.signals, self.signal_log = SignalRecorder(model), _MetricsLog(folder / SIGNALS_JSONL)
+            self.tensors = TensorRecorder.for_rules(model, watchdog.rules)
+            if self.tensors is not None:
+                self.tensor_log = _MetricsLog(folder / TENSORS_JSONL)
+
+    def watches(self, step: int) -> bool:
+        """Whether optimizer step ``step`` (counted from 1) is measured."""
+        return self.signals is not None and step % self.every == 0
+
+    def record(self, step: int, rate: float, alerts: _Alerts) -> None:
+        """After watched step ``step`` (see :meth:`watches`) at learning rate ``rate``: write what was
+        measured and hand it to the rules."""
+        assert self.signals is not None
+        record: SignalRecord = self.signals.after_update(step, rate)
+        self.signal_log.add(**record.to_json())
+        alerts(alerts.watchdog.signals(record))
+        if self.tensors is not None:
+            measures = self.tensors.record(step)
+            self.tensor_log.add(**measures.to_json())
+            alerts(alerts.watchdog.tensors(measures))
+
+
+@dataclass
+class _Training:
+    """The training loop of one run: its optimizer steps, logs and dev evaluations, and the rules' view of
+    each. ``step``: optimizer steps taken so far."""
+
+    loaded: LoadedModel
+    settings: FinetuneSettings
+    train: Split
+    train_labels: list[int]
+    dev: Split
+    dev_labels: list[int]
+    limit: int
+    precision: _MixedPrecision
+    optimizer: torch.optim.Optimizer
+    schedule: torch.optim.lr_scheduler.LRScheduler
+    alerts: _Alerts
+    monitor: AttentionMonitor | None
+    metrics: _MetricsLog
+    measures: _RuleMeasures
+    confusion: bool
+    batches_per_epoch: int
+    total: int
+    started: float
+    on_progress: Callable[[TrainingProgress], None] | None
+    step: int = 0
+
+    def run(self, lengths: np.ndarray, rng: np.random.Generator) -> tuple[float, float]:
+        """Train for the settings' epochs over batches of ``lengths`` [n] (token counts, truncated) drawn
+        with ``rng``, until the end or a stopping rule; return the final dev accuracy and loss."""
+        self.loaded.model.train()
+        window: deque[float] = deque(maxlen=self.settings.log_every)
+        dev_step = -1
+        for epoch in range(self.settings.epochs):
+            for batch in length_batches(lengths, self.settings.batch_size, rng):
+                if self.alerts.watchdog.stop is not None:
+                    break
+                self._train_batch(batch, window)
+                epoch_end = self.step == (epoch + 1) * self.batches_per_epoch
+                if epoch_end or (self.settings.eval_every and self.step % self.settings.eval_every == 0):
+                    dev_accuracy, dev_loss = self._evaluate(alert=True)
+                    dev_step = self.step
+        if dev_step != self.step:  # stopped by a rule after the last evaluation
+            dev_accuracy, dev_loss = self._evaluate(alert=False)
+        return dev_accuracy, dev_loss
+
+    def _position(self) -> dict[str, Any]:
+        return {"step": self.step, "epoch": round(self.step / self.batches_per_epoch, 4)}
+
+    def _seconds(self) -> float:
+        return round(time.perf_counter() - self.started, 2)
+
+    def _train_batch(self, batch: np.ndarray, window: deque[float]) -> None:
+        """One optimizer step on the training examples ``batch`` [b] (indices), then its logs, progress,
+        measures and the rules' view of them."""
+        train, watchdog = self.train, self.alerts.watchdog
+        texts_b = None if train.texts_b is None else [train.texts_b[i] for i in batch]
+        inputs = ([train.texts[i] for i in batch], texts_b, [self.train_labels[i] for i in batch])
+        watched = self.measures.watches(self.step + 1)
+        loss, rate = _train_step(
+            self.loaded, inputs, self.limit, self.optimizer, self.schedule, self.precision,
+            self.measures.signals if watched else None, self.measures.tensors if watched else None,
+        )  # fmt: skip
+        self.step += 1
+        window.append(loss)
+        if self.monitor is not None:
+            self.monitor.loss(self.step, loss)
+        self.alerts(watchdog.train(self.step, loss))
+        if watched:
+            self.measures.record(self.step, rate, self.alerts)
+        if self.step % self.settings.log_every == 0:
+            self.metrics.add(**self._position(), split="train", loss=float(np.mean(window)),
+                             learning_rate=rate, seconds=self._seconds())  # fmt: skip
+        if self.on_progress is not None:
+            self.on_progress(TrainingProgress(self.step, self.total, float(np.mean(window)), rate))
+        if self.monitor is not None and self.monitor.step(self.loaded, self.step):
+            self.alerts(watchdog.attention(self.monitor.latest))  # type: ignore[arg-type]
+
+    def _evaluate(self, alert: bool) -> tuple[float, float]:
+        """Evaluate on the dev set, log it, and (``alert``) hand it to the rules; (accuracy, loss)."""
+        with self.precision.forward():
+            dev_accuracy, dev_loss, confusion = evaluate(self.loaded, self.dev, self.dev_labels, self.limit)
+        self.metrics.add(**self._position(), split="dev", loss=dev_loss, accuracy=dev_accuracy,
+                         seconds=self._seconds())  # fmt: skip
+        if alert:
+            watchdog = self.alerts.watchdog
+            self.alerts(
+                watchdog.dev(self.step, dev_loss, dev_accuracy, confusion if self.confusion else None)
+            )
+        return dev_accuracy, dev_loss
+
+
 def _run(
     task_dir: Path,
     run_dir: Path,
@@ -430,7 +447,7 @@ def _run(
             f"max-len {settings.max_length} leaves no room for text besides the {special} special tokens."
         )
     check_run_dir(run_dir, overwrite)  # again: the folder may have changed while the model loaded
-    with _run_folder(run_dir) as folder:
+    with run_folder(run_dir) as folder:
         counts = _token_counts(loaded, train)
         batches_per_epoch = math.ceil(len(train.examples) / settings.batch_size)
         total = batches_per_epoch * settings.epochs
@@ -463,72 +480,19 @@ def _run(
         watchdog = alerts.watchdog
         alerts.start(folder / TRAINING_FILE, run_info)
         write_json(folder / TRAINING_FILE, run_info)
-        with _marked_if_stopped(folder / TRAINING_FILE, run_info):
-            metrics = _MetricsLog(folder / METRICS_JSONL)
-            recorder, signals, tensors, tensor_log = None, None, None, None
-            if watchdog.rules and settings.watch_every:
-                recorder, signals = SignalRecorder(model), _MetricsLog(folder / SIGNALS_JSONL)
-                tensors = TensorRecorder.for_rules(model, watchdog.rules)
-                tensor_log = _MetricsLog(folder / TENSORS_JSONL) if tensors is not None else None
-            confusion = "confusion" in records_read(watchdog.rules)
+        with marked_if_stopped(folder / TRAINING_FILE, run_info):
             alerts(watchdog.labels(_label_counts(task.labels, train_labels)))
             if monitor is not None:
                 monitor.record(loaded, 0)
                 alerts(watchdog.attention(monitor.latest))  # type: ignore[arg-type]
-
-            step, window, dev_step = 0, deque(maxlen=settings.log_every), -1
-            model.train()
-            for epoch in range(settings.epochs):
-                for batch in length_batches(np.minimum(counts, limit), settings.batch_size, rng):
-                    if watchdog.stop is not None:
-                        break
-                    texts_b = None if train.texts_b is None else [train.texts_b[i] for i in batch]
-                    inputs = ([train.texts[i] for i in batch], texts_b, [train_labels[i] for i in batch])
-                    watched = recorder if recorder and (step + 1) % settings.watch_every == 0 else None
-                    measured = tensors if watched else None
-                    loss, rate = _train_step(
-                        loaded, inputs, limit, optimizer, schedule, precision, watched, measured
-                    )
-                    step += 1
-                    window.append(loss)
-                    if monitor is not None:
-                        monitor.loss(step, loss)
-                    alerts(watchdog.train(step, loss))
-                    if watched is not None and signals is not None:
-                        record: SignalRecord = watched.after_update(step, rate)
-                        signals.add(**record.to_json())
-                        alerts(watchdog.signals(record))
-                    if measured is not None and tensor_log is not None:
-                        measures = measured.record(step)
-                        tensor_log.add(**measures.to_json())
-                        alerts(watchdog.tensors(measures))
-                    position = {"step": step, "epoch": round(step / batches_per_epoch, 4)}
-                    if step % settings.log_every == 0:
-                        seconds = round(time.perf_counter() - started, 2)
-                        metrics.add(**position, split="train", loss=float(np.mean(window)),
-                                    learning_rate=rate, seconds=seconds)  # fmt: skip
-                    if on_progress is not None:
-                        on_progress(TrainingProgress(step, total, float(np.mean(window)), rate))
-                    if monitor is not None and monitor.step(loaded, step):
-                        alerts(watchdog.attention(monitor.latest))  # type: ignore[arg-type]
-                    epoch_end = step == (epoch + 1) * batches_per_epoch
-                    if epoch_end or (settings.eval_every and step % settings.eval_every == 0):
-                        with precision.forward():
-                            dev_accuracy, dev_loss, dev_confusion = evaluate(
-                                loaded, task.dev, dev_labels, limit
-                            )
-                        metrics.add(**position, split="dev", loss=dev_loss, accuracy=dev_accuracy,
-                                    seconds=round(time.perf_counter() - started, 2))  # fmt: skip
-                        dev_step = step
-                        alerts(
-                            watchdog.dev(step, dev_loss, dev_accuracy, dev_confusion if confusion else None)
-                        )
-            if dev_step != step:  # stopped by a rule after the last evaluation
-                with precision.forward():
-                    dev_accuracy, dev_loss, _ = evaluate(loaded, task.dev, dev_labels, limit)
-                metrics.add(step=step, epoch=round(step / batches_per_epoch, 4), split="dev",
-                            loss=dev_loss, accuracy=dev_accuracy,
-                            seconds=round(time.perf_counter() - started, 2))  # fmt: skip
+            training = _Training(
+                loaded, settings, train, train_labels, task.dev, dev_labels, limit, precision, optimizer,
+                schedule, alerts, monitor, _MetricsLog(folder / METRICS_JSONL),
+                _RuleMeasures(model, folder, watchdog, settings.watch_every),
+                "confusion" in records_read(watchdog.rules), batches_per_epoch, total, started, on_progress,
+            )  # fmt: skip
+            dev_accuracy, dev_loss = training.run(np.minimum(counts, limit), rng)
+            step, metrics = training.step, training.metrics
             if monitor is not None:
                 monitor.record(loaded, step)
 

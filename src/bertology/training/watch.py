@@ -30,8 +30,8 @@ from bertology.stats.base import HeadTable
 from bertology.training import plots
 from bertology.training.archive import ARCHIVE_FOLDER, MonitorArchive, open_run, read_archive
 from bertology.training.compare import head_change
-from bertology.training.loop import METRICS_JSONL, run_status
 from bertology.training.rules import Alert
+from bertology.training.run_folder import METRICS_JSONL, run_status
 from bertology.views.page import render_page
 from bertology.views.payload import pack_attention
 

@@ -19,7 +19,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from bertology.training.rules.records import ActivationRecord, Finding, History, TensorRecord
+from bertology.training.rules.records import Finding, History, TensorRecord
 from bertology.training.rules.smdebug_losses import records_without_improvement
 
 #: The tensor collections a rule on parameters inspects, as :class:`TensorRecord` keeps them.
@@ -136,20 +136,24 @@ class WeightUpdateRatio:
 
 
 def _inactive_layers(
-    records: tuple[ActivationRecord, ...],
+    history: History,
     kinds: tuple[str, ...],
     threshold_inactivity: float,
     threshold_layer: float,
-) -> list[tuple[ActivationRecord, float]]:
-    """(module, percent of its nodes active in less than ``threshold_inactivity`` percent of the batch)
-    for the modules of ``kinds`` where that percentage is above ``threshold_layer``."""
+    what: str,
+) -> list[Finding]:
+    """A finding for each module of ``kinds`` in the latest watched step where more than
+    ``threshold_layer`` percent of its nodes are active in less than ``threshold_inactivity`` percent of
+    the batch; ``what`` names such a node in the message (e.g. "saturated")."""
+    record = _latest(history)
     found = []
-    for record in records:
-        if record.kind not in kinds or not record.activity.size:
+    for module in record.activations if record is not None else ():
+        if module.kind not in kinds or not module.activity.size:
             continue
-        share = 100.0 * float(np.mean(100.0 * record.activity < threshold_inactivity))
+        share = 100.0 * float(np.mean(100.0 * module.activity < threshold_inactivity))
         if share > threshold_layer:
-            found.append((record, share))
+            message = f"{module.name} ({module.kind}): {share:.0f}% of nodes {what} > {threshold_layer:g}%"
+            found.append(Finding(module.name, message))
     return found
 
 
@@ -172,19 +176,9 @@ class SaturatedActivation:
     threshold_layer: float = 50.0
 
     def check(self, history: History) -> list[Finding]:
-        record = _latest(history)
-        if record is None:
-            return []
-        hits = _inactive_layers(
-            record.activations, ("tanh", "sigmoid"), self.threshold_inactivity, self.threshold_layer
+        return _inactive_layers(
+            history, ("tanh", "sigmoid"), self.threshold_inactivity, self.threshold_layer, "saturated"
         )
-        return [
-            Finding(
-                module.name,
-                f"{module.name} ({module.kind}): {share:.0f}% of nodes saturated > {self.threshold_layer:g}%",
-            )
-            for module, share in hits
-        ]
 
 
 @dataclass(frozen=True)
@@ -202,16 +196,7 @@ class DeadRelu:
     threshold_layer: float = 50.0
 
     def check(self, history: History) -> list[Finding]:
-        record = _latest(history)
-        if record is None:
-            return []
-        hits = _inactive_layers(
-            record.activations, ("relu",), self.threshold_inactivity, self.threshold_layer
-        )
-        return [
-            Finding(module.name, f"{module.name}: {share:.0f}% of units dead > {self.threshold_layer:g}%")
-            for module, share in hits
-        ]
+        return _inactive_layers(history, ("relu",), self.threshold_inactivity, self.threshold_layer, "dead")
 
 
 @dataclass(frozen=True)
