@@ -45,7 +45,7 @@ def view_data(
     head_names: Sequence[str] | None = None,
     faint_lines: bool = False,
 ) -> dict[str, Any]:
-    """The JSON-ready description of one view (the contract read by ``static/views.js``).
+    """The JSON-ready description of one view (the contract read by the page's script, ``static/views/``).
 
     Head and model views carry ``attention: [layers, heads, n, n]`` as 8-bit codes; the neuron view
     carries ``queries`` and ``keys: [layers, heads, n, head_dim]`` as float16 and per-layer ``scaling``

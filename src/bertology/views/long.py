@@ -144,7 +144,7 @@ def long_view_data(
     window: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     """The page data of a long input's view (the module's description; the contract of
-    ``static/views.js`` with a ``long`` entry ``{n, start, stop, tokens?}``)."""
+    the page's script, ``static/views/``, with a ``long`` entry ``{n, start, stop, tokens?}``)."""
     n = len(attention.tokens)
     layers, heads = attention.num_layers, attention.num_heads
     _check("Layer", layer, layers, "layers")

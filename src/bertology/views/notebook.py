@@ -7,7 +7,7 @@ head view of a pair of 14 tokens: 63 kB instead of 139 kB; a notebook of the hea
 of one sentence and a corpus analysis: 273 kB), inflates it with the browser's
 ``DecompressionStream`` (which the view page itself needs for its data) and writes it into its own
 document, under the view page's Content-Security-Policy. A script beside the frame sizes the frame to
-the height the page reports with ``postMessage`` (``views.js`` ``reportHeight``).
+the height the page reports with ``postMessage`` (``static/views/boot.js`` ``reportHeight``).
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ _LOADER = """<!DOCTYPE html><html><head><meta charset="utf-8">
   document.close();
 })();</script></body></html>"""
 
-# Beside the frame: size it to the height its page reports (views.js reportHeight), up to the cap. The
-# page is sandboxed (no same origin), so only a message can say how tall it is.
+# Beside the frame: size it to the height its page reports (static/views/boot.js reportHeight), up to
+# the cap. The page is sandboxed (no same origin), so only a message can say how tall it is.
 _FRAME_SIZER = """<script>(() => {
   const frame = document.getElementById("%(id)s");
   const resize = (event) => {
