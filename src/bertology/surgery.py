@@ -177,8 +177,8 @@ def prune_model(model: PreTrainedModel, heads: HeadSelection) -> None:
     record every removed head in its config.
 
     Raises:
-        BertologyError: an ALBERT model, a model type bertology does not describe, or a head outside the
-            model.
+        BertologyError: an ALBERT model, a model type bertology does not describe, a GPT-2 (its
+            projections are ``Conv1D``), or a head outside the model.
     """
     if shares_layers(model):
         raise BertologyError(
@@ -186,6 +186,11 @@ def prune_model(model: PreTrainedModel, heads: HeadSelection) -> None:
             "from one layer alone; gate it instead (head_gates)."
         )
     parts = attention_parts(model)
+    if not all(isinstance(layer.output, nn.Linear) for layer in parts):
+        raise BertologyError(
+            f"Pruning rebuilds nn.Linear projections, and a {model.config.model_type!r} model's are Conv1D "
+            "modules, so its heads can be gated or ablated but not removed."
+        )
     num_heads = int(getattr(model.config, "num_attention_heads", None) or model.config.n_heads)
     selected = heads_by_layer(heads, len(parts), num_heads)
     removed = pruned_heads(model.config)

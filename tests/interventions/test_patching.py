@@ -30,7 +30,7 @@ TEXTS = [
         "She said that the findings would publish its committee",
     ),
 ]
-ANSWERS = {"llama": (" the", " dog"), "qwen2": (" the", " next")}
+ANSWERS = {"llama": (" the", " dog"), "qwen2": (" the", " next"), "gpt2": (" the", " next")}
 
 
 def pairs_for(model_type: str, texts: list[tuple[str, str]] = TEXTS) -> list[PatchPair]:
@@ -59,6 +59,8 @@ def models(tiny_model_dirs: dict[str, Path]) -> Callable[[str], LoadedModel]:
 
 def output_projection(loaded: LoadedModel, layer: int) -> torch.nn.Module:
     model = loaded.model
+    if model.config.model_type == "gpt2":  # a Conv1D, input [batch, tokens, heads * head_dim] all the same
+        return model.transformer.h[layer].attn.c_proj
     if loaded.kind == "decoder":
         return model.model.layers[layer].self_attn.o_proj
     return model.bert.encoder.layer[layer].attention.output.dense
@@ -139,7 +141,7 @@ def reference_head_patching(loaded: LoadedModel, pairs: list[PatchPair], denoisi
     return result
 
 
-@pytest.mark.parametrize("model_type", ["llama", "qwen2", "bert"])
+@pytest.mark.parametrize("model_type", ["llama", "qwen2", "gpt2", "bert"])
 def test_exact_head_patching_equals_one_hooked_pass_per_head(
     model_type: str, models: Callable[[str], LoadedModel]
 ) -> None:
@@ -274,7 +276,7 @@ def autograd_attribution(loaded: LoadedModel, pair: PatchPair) -> np.ndarray:
     return result
 
 
-@pytest.mark.parametrize("model_type", ["llama", "qwen2"])
+@pytest.mark.parametrize("model_type", ["llama", "qwen2", "gpt2"])
 def test_attribution_patching_equals_an_autograd_computation(
     model_type: str, models: Callable[[str], LoadedModel]
 ) -> None:
