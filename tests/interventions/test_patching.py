@@ -17,9 +17,9 @@ from support.tiny_models import tiny_classifier, tiny_language_model
 
 from bertology import BertologyError
 from bertology.interventions.patching import Patch, exact_patching, patch, run_group
-from bertology.interventions.patching_pairs import PatchPair, encode_pairs, read_pairs
+from bertology.interventions.patching_pairs import PatchPair, encode_pairs, read_pairs, sst2_pairs
 from bertology.interventions.path_patching import path_patch
-from bertology.models import LoadedModel
+from bertology.models import LoadedModel, load_model
 
 #: One word swapped (the first pair) or two words exchanged: the same token count in each tiny model's
 #: tokenizer; the pairs' counts differ.
@@ -340,6 +340,16 @@ def test_pairs_the_model_cannot_read_are_refused(models: Callable[[str], LoadedM
     unknown = PatchPair(*TEXTS[0], None, None, "great", None, 1)
     with pytest.raises(BertologyError, match="'label' 'great' is not one of the labels"):
         encode_pairs(bert, [unknown])
+
+
+def test_the_shipped_sst2_pairs_swap_one_token_of_the_default_tokenizer() -> None:
+    pairs = read_pairs(sst2_pairs())
+    tokenizer = load_model("default").tokenizer
+    assert len(pairs) == 12 and all(p.answer is None and p.label is None for p in pairs)
+    for pair in pairs:
+        clean, corrupted = tokenizer.tokenize(pair.clean), tokenizer.tokenize(pair.corrupted)
+        assert len(clean) == len(corrupted)
+        assert sum(a != b for a, b in zip(clean, corrupted, strict=True)) == 1, pair.line
 
 
 def test_a_pairs_file_is_read_in_order(tmp_path: Path) -> None:

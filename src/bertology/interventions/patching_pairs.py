@@ -38,6 +38,14 @@ def ioi_pairs() -> Path:
     return Path(str(files("bertology").joinpath("data", "ioi_pairs.jsonl")))
 
 
+def sst2_pairs() -> Path:
+    """12 sentiment minimal pairs shipped with bertology for an SST-2 classifier: a positive sentence and
+    the same sentence with one sentiment word swapped for a negative one ("a gripping, beautifully acted
+    film." / "a gripping, badly acted film."), the same token count in the default model's tokenizer; no
+    labels (the clean and corrupted predictions are used)."""
+    return Path(str(files("bertology").joinpath("data", "sst2_pairs.jsonl")))
+
+
 @dataclass(frozen=True)
 class PatchPair:
     """One line of a pairs file: the two texts, and the answer tokens (a language model) or label names
