@@ -345,7 +345,9 @@ def test_pairs_the_model_cannot_read_are_refused(models: Callable[[str], LoadedM
 def test_the_shipped_sst2_pairs_swap_one_token_of_the_default_tokenizer() -> None:
     pairs = read_pairs(sst2_pairs())
     tokenizer = load_model("default").tokenizer
-    assert len(pairs) == 12 and all(p.answer is None and p.label is None for p in pairs)
+    assert len(pairs) == 12 and all(
+        p.answer is None and (p.label, p.wrong_label) == ("1", "0") for p in pairs
+    )
     for pair in pairs:
         clean, corrupted = tokenizer.tokenize(pair.clean), tokenizer.tokenize(pair.corrupted)
         assert len(clean) == len(corrupted)

@@ -41,8 +41,9 @@ def ioi_pairs() -> Path:
 def sst2_pairs() -> Path:
     """12 sentiment minimal pairs shipped with bertology for an SST-2 classifier: a positive sentence and
     the same sentence with one sentiment word swapped for a negative one ("a gripping, beautifully acted
-    film." / "a gripping, badly acted film."), the same token count in the default model's tokenizer; no
-    labels (the clean and corrupted predictions are used)."""
+    film." / "a gripping, badly acted film."), the same token count in the default model's tokenizer;
+    ``label`` "1" and ``wrong_label`` "0" (SST-2's positive and negative, as ``bertology finetune`` names
+    them), so ``LD`` is the positive minus the negative logit in every pair."""
     return Path(str(files("bertology").joinpath("data", "sst2_pairs.jsonl")))
 
 
