@@ -9,10 +9,15 @@
    clean outputs recorded by one clean pass first). Both give the same LDs (checked, 1e-4).
 2. Attribution patching of every head (``method="attribution"``: one clean pass, one corrupted forward
    and backward pass) against one plain forward pass of the corrupted inputs.
+3. Attribution patching's agreement with exact patching on the heads of ``--layers``: the Pearson
+   correlation of their effects and the top-10 agreement by absolute effect
+   (:meth:`~bertology.interventions.patching.PatchingStudy.agreement`).
 
 Each timing is the best of ``--repeats``; the ratios are taken in the same run on the same machine.
+Torch runs ``--threads`` threads (default 1: on a shared 2-core machine two OpenMP threads wait on each
+other and a forward pass takes about 5 times as long as with one).
 
-Run: ``python benchmarks/bench_patching.py [--pairs 18] [--layers 0,15,29] [--repeats 1]``
+Run: ``python benchmarks/bench_patching.py [--pairs 18] [--layers 0,15,29] [--repeats 1] [--threads 1]``
 """
 
 from __future__ import annotations
@@ -25,7 +30,12 @@ import numpy as np
 import torch
 
 from bertology.anatomy import attention_parts
-from bertology.interventions.patching import head_patches, logit_difference, patch
+from bertology.interventions.patching import (
+    PatchingResult,
+    head_patches,
+    logit_difference,
+    patch,
+)
 from bertology.interventions.patching_pairs import encode_pairs, ioi_pairs, read_pairs
 from bertology.models import LoadedModel, load_model
 
@@ -73,7 +83,9 @@ def main() -> None:
     parser.add_argument("--layers", default="", help="comma-separated layers (default: all)")
     parser.add_argument("--patches-per-pass", type=int, default=9)
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
     loaded = load_model(args.model, language_model=True)
     loaded.model.eval()
     pairs = read_pairs(ioi_pairs())[: args.pairs]
@@ -106,7 +118,25 @@ def main() -> None:
 
     ours_time, found = best_of(args.repeats, ours)
     difference = np.abs(np.asarray(found).reshape(loop.shape) - loop).max()
-    attribution_time, _ = best_of(args.repeats, lambda: patch(loaded, pairs, method="attribution"))
+    attribution_time, study = best_of(args.repeats, lambda: patch(loaded, pairs, method="attribution"))
+    estimated = study.attribution
+    study.attribution = PatchingResult(
+        "attribution",
+        "denoising",
+        "head",
+        estimated.ld_clean,
+        estimated.ld_corrupted,
+        estimated.ld_patched[layers],
+    )
+    study.exact = PatchingResult(
+        "exact",
+        "denoising",
+        "head",
+        estimated.ld_clean,
+        estimated.ld_corrupted,
+        loop,
+    )
+    agreement = study.agreement()
     heads = len(layers) * loaded.num_heads
     print(f"plain forward pass (corrupted, full logits): {forward:.2f} s")
     print(f"exact, plain loop of {heads} hooked forward passes: {loop_time:.1f} s")
@@ -118,6 +148,17 @@ def main() -> None:
         f"attribution, patch(method='attribution'): {attribution_time:.2f} s = "
         f"{attribution_time / forward:.2f} plain forward passes (target <= 3)"
     )
+    print(
+        f"attribution vs exact on {heads} heads: Pearson {agreement['pearson']:.3f}, top-"
+        f"{agreement['top_k']} agreement {agreement['top_k_agreement']:.2f}"
+    )
+    order = np.argsort(-np.abs(study.exact.effect), axis=None)[:10]
+    for index in order:
+        row, head = np.unravel_index(index, study.exact.effect.shape)
+        print(
+            f"  head {layers[row]}.{head}: exact {study.exact.effect[row, head]:+.3f}, "
+            f"attribution {study.attribution.effect[row, head]:+.3f}"
+        )
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from transformers import PreTrainedModel
+from transformers.pytorch_utils import Conv1D
 
 from bertology.errors import BertologyError
 from bertology.model_types import MODEL_TYPES, Fused, Layout
@@ -54,16 +55,30 @@ def _layout(model: PreTrainedModel) -> Layout:
     return entry.layout
 
 
+def linear_weight(projection: nn.Module) -> torch.Tensor:
+    """``projection``'s weight as ``nn.Linear`` keeps it, ``[out_features, in_features]``: an ``nn.Linear``'s
+    own, or the transpose of a GPT-2 ``Conv1D``'s ``[in_features, out_features]`` (the same map,
+    ``y = x W + b``)."""
+    weight: torch.Tensor = projection.weight
+    return weight.T if isinstance(projection, Conv1D) else weight
+
+
+def _in_features(projection: nn.Module) -> int:
+    """Input features of an ``nn.Linear`` or a ``Conv1D`` (its ``nx``)."""
+    return int(projection.nx if isinstance(projection, Conv1D) else projection.in_features)
+
+
 @dataclass(frozen=True)
 class Projection:
-    """Per-head features computed by ``linear``: head slot ``s`` (0-based among the heads the layer has)
-    owns ``head_dim`` output rows from ``first + s * step``.
+    """Per-head features computed by ``linear`` (an ``nn.Linear``, or GPT-2's ``Conv1D``, which stores its
+    weight transposed: read it with :func:`linear_weight`): head slot ``s`` (0-based among the heads the
+    layer has) owns ``head_dim`` output rows (output features) from ``first + s * step``.
 
     bias: name of a separate ``[heads * head_dim]`` parameter of the attention module added to the
     features (DeBERTa's ``q_bias`` / ``v_bias``), or ``None``.
     """
 
-    linear: nn.Linear
+    linear: nn.Module
     first: int
     step: int
     bias: str | None = None
@@ -80,7 +95,8 @@ class AttentionParts:
     module: the self-attention module (holds the head count that pruning updates).
     query: :class:`Projection` from the hidden size to ``heads * head_dim`` features; key, value: to
         ``heads / groups * head_dim`` features (one block per key/value head).
-    output: the projection from ``heads * head_dim`` features back to the hidden size.
+    output: the projection from ``heads * head_dim`` features back to the hidden size (an ``nn.Linear``
+        or GPT-2's ``Conv1D``; its input is the heads' outputs side by side either way).
     head_dim: features per head. heads: query heads the layer has now (fewer once pruned).
     per_head: further projections with ``head_dim`` rows per head (see :class:`Layout`).
     head_argument: see :class:`Layout`.
@@ -92,12 +108,17 @@ class AttentionParts:
     query: Projection
     key: Projection
     value: Projection
-    output: nn.Linear
+    output: nn.Module
     head_dim: int
     heads: int
     per_head: tuple[Projection, ...] = ()
     head_argument: int | None = None
     groups: int = 1
+
+    def output_weight(self) -> torch.Tensor:
+        """[hidden, heads * head_dim] the output projection's weight (head ``h`` owns columns
+        ``h * head_dim .. (h + 1) * head_dim``)."""
+        return linear_weight(self.output)
 
     @property
     def key_value_heads(self) -> int:
@@ -159,7 +180,7 @@ def _parts(layer: nn.Module, layout: Layout) -> AttentionParts:
     attention = layer.get_submodule(layout.attention)
     output = layer.get_submodule(layout.output)
     head_dim = _head_dim(attention)
-    heads = output.in_features // head_dim
+    heads = _in_features(output) // head_dim
     query, key, value = _qkv(layer, layout.qkv, heads, head_dim)
     per_head = tuple(
         Projection(layer.get_submodule(path), 0, head_dim)

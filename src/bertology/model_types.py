@@ -16,7 +16,10 @@ features are ``head_dim`` output rows per head of a projection: their own ``Line
 ``h * head_dim .. (h + 1) * head_dim``), or one fused ``Linear`` (:class:`Fused`) with q, k and v stacked
 (ModernBERT's ``Wqkv``: all heads' q rows, then k, then v) or interleaved per head (DeBERTa's
 ``in_proj``: head ``h``'s q, k and v rows together). The output projection takes the heads' outputs,
-concatenated, as input: head ``h`` owns columns ``h * head_dim .. (h + 1) * head_dim``.
+concatenated, as input: head ``h`` owns columns ``h * head_dim .. (h + 1) * head_dim``. GPT-2's projections
+are ``Conv1D`` modules, which compute the same map from a weight stored transposed, ``[in_features,
+out_features]`` (:func:`bertology.anatomy.linear_weight` reads either as ``[out, in]``); its ``c_attn``
+stacks q, k and v like ModernBERT's ``Wqkv``.
 """
 
 from __future__ import annotations
@@ -200,7 +203,9 @@ MODEL_TYPES: dict[str, ModelType] = {
         "RoFormer", module_route=ModuleRoute("RoFormerSelfAttention", "rotary"), layout=_BERT
     ),
     # Decoders (causal self-attention); grouped-query ones share each k/v head among query heads.
-    "gpt2": ModelType("GPT-2", "decoder"),
+    "gpt2": ModelType(
+        "GPT-2", "decoder", layout=Layout("h", "attn", Fused("attn.c_attn", "stacked"), "attn.c_proj")
+    ),
     "llama": ModelType("Llama", "decoder", layout=_SELF_ATTN),
     "mistral": ModelType("Mistral", "decoder", layout=_SELF_ATTN),
     "qwen2": ModelType("Qwen2", "decoder", layout=_SELF_ATTN),

@@ -59,7 +59,7 @@ def output_grams(model: PreTrainedModel, layers: list[AttentionParts] | None = N
     grams = []
     with torch.no_grad():
         for parts in attention_parts(model) if layers is None else layers:
-            weight = parts.output.weight.float()  # [hidden, heads * head_dim]
+            weight = parts.output_weight().float()  # [hidden, heads * head_dim]
             blocks = weight.reshape(weight.shape[0], -1, parts.head_dim).transpose(0, 1)  # [heads, hidden, d]
             grams.append(blocks.transpose(1, 2) @ blocks)
     return grams

@@ -172,19 +172,33 @@ def _prune_layer(owner: nn.Module, parts: AttentionParts, remove: set[int], num_
         attention.all_head_size = len(staying) * parts.head_dim
 
 
-def prune_model(model: PreTrainedModel, heads: HeadSelection) -> None:
-    """Remove ``heads`` (original numbering; ones already removed are ignored) from ``model`` in place and
-    record every removed head in its config.
+def check_prunable(model: PreTrainedModel) -> None:
+    """Refuse a model whose heads :func:`prune_model` cannot remove.
 
     Raises:
-        BertologyError: an ALBERT model, a model type bertology does not describe, or a head outside the
-            model.
+        BertologyError: an ALBERT model, a model type bertology does not describe, or a GPT-2 (its
+            projections are ``Conv1D``, which :func:`prune_model` does not rebuild).
     """
     if shares_layers(model):
         raise BertologyError(
             "ALBERT shares one set of attention weights between all layers, so a head cannot be removed "
             "from one layer alone; gate it instead (head_gates)."
         )
+    if not all(isinstance(parts.output, nn.Linear) for parts in attention_parts(model)):
+        raise BertologyError(
+            f"Pruning rebuilds nn.Linear projections, and a {model.config.model_type!r} model's are Conv1D "
+            "modules, so its heads can be gated or ablated but not removed (prune none of them)."
+        )
+
+
+def prune_model(model: PreTrainedModel, heads: HeadSelection) -> None:
+    """Remove ``heads`` (original numbering; ones already removed are ignored) from ``model`` in place and
+    record every removed head in its config.
+
+    Raises:
+        BertologyError: a model :func:`check_prunable` refuses, or a head outside the model.
+    """
+    check_prunable(model)
     parts = attention_parts(model)
     num_heads = int(getattr(model.config, "num_attention_heads", None) or model.config.n_heads)
     selected = heads_by_layer(heads, len(parts), num_heads)

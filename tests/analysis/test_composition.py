@@ -1,5 +1,6 @@
 """Composition scores: equal to the formulas computed here from the weight matrices (a tiny llama with
-grouped-query attention, a tiny BERT), known answers on constructed weights, and ``heads --composition``."""
+grouped-query attention, a tiny BERT, ModernBERT's fused and GPT-2's Conv1D projections), known answers
+on constructed weights, and ``heads --composition``."""
 
 from __future__ import annotations
 
@@ -152,6 +153,22 @@ def test_modernbert_with_its_fused_projection(loaded_types: Callable[[str], Load
     layers = [
         (*layer.attn.Wqkv.weight.split(width), layer.attn.Wo.weight)
         for layer in loaded.model.base_model.layers
+    ]
+    expected = expected_scores(layers, config.num_attention_heads, config.num_attention_heads)
+    scores = composition_scores(loaded)
+    for kind in "qkv":
+        np.testing.assert_allclose(scores.scores[kind], expected[kind], rtol=1e-9)
+
+
+def test_gpt2_with_its_conv1d_projections(loaded_types: Callable[[str], LoadedModel]) -> None:
+    """GPT-2's Conv1D weights are [in, out] (``y = x W + b``): transposed to nn.Linear's [out, in] here, its
+    ``c_attn`` split into q, k and v columns."""
+    loaded = loaded_types("gpt2")
+    config = loaded.model.config
+    width = config.hidden_size
+    layers = [
+        (*(w.T for w in block.attn.c_attn.weight.split(width, dim=1)), block.attn.c_proj.weight.T)
+        for block in loaded.model.base_model.h
     ]
     expected = expected_scores(layers, config.num_attention_heads, config.num_attention_heads)
     scores = composition_scores(loaded)

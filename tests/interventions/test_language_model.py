@@ -247,6 +247,26 @@ def test_ablate_command_on_a_language_model(tiny_model_dirs: dict[str, Path], tm
     assert (output / "pruned" / "model" / "config.json").is_file()
 
 
+def test_ablate_command_on_gpt2_ablates_but_refuses_to_prune_its_conv1d_heads(
+    tiny_model_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    arguments = ["ablate", str(tiny_model_dirs["gpt2"]), "--lm-corpus", str(sample_corpus())]
+    small = ["--max-segments", "3", "--max-len", "20"]
+    refused = CliRunner().invoke(app, [*arguments, *small, "-o", str(tmp_path / "pruned")])
+    assert isinstance(refused.exception, BertologyError)  # the command line prints it as one sentence
+    assert "'gpt2' model's are Conv1D modules, so its heads can be gated or ablated but not removed" in str(
+        refused.exception
+    )
+    assert not (tmp_path / "pruned" / "ablation.csv").exists()
+    output = tmp_path / "ablation"
+    result = CliRunner().invoke(
+        app, [*arguments, *small, "--prune", "0", "--ablation", "mean", "-o", str(output)]
+    )
+    assert result.exit_code == 0, result.output
+    ablation = pd.read_csv(output / "ablation.csv")
+    assert len(ablation) == 8 and ablation["change"].abs().max() > 0
+
+
 def test_ablate_takes_either_a_task_or_a_corpus(tiny_model_dirs: dict[str, Path], tmp_path: Path) -> None:
     neither = CliRunner().invoke(app, ["ablate", str(tiny_model_dirs["llama"]), "-o", str(tmp_path / "a")])
     assert neither.exit_code == 2 and "either --task" in neither.output

@@ -17,9 +17,9 @@ from support.tiny_models import tiny_classifier, tiny_language_model
 
 from bertology import BertologyError
 from bertology.interventions.patching import Patch, exact_patching, patch, run_group
-from bertology.interventions.patching_pairs import PatchPair, encode_pairs, read_pairs
+from bertology.interventions.patching_pairs import PatchPair, encode_pairs, read_pairs, sst2_pairs
 from bertology.interventions.path_patching import path_patch
-from bertology.models import LoadedModel
+from bertology.models import LoadedModel, load_model
 
 #: One word swapped (the first pair) or two words exchanged: the same token count in each tiny model's
 #: tokenizer; the pairs' counts differ.
@@ -30,7 +30,7 @@ TEXTS = [
         "She said that the findings would publish its committee",
     ),
 ]
-ANSWERS = {"llama": (" the", " dog"), "qwen2": (" the", " next")}
+ANSWERS = {"llama": (" the", " dog"), "qwen2": (" the", " next"), "gpt2": (" the", " next")}
 
 
 def pairs_for(model_type: str, texts: list[tuple[str, str]] = TEXTS) -> list[PatchPair]:
@@ -59,6 +59,8 @@ def models(tiny_model_dirs: dict[str, Path]) -> Callable[[str], LoadedModel]:
 
 def output_projection(loaded: LoadedModel, layer: int) -> torch.nn.Module:
     model = loaded.model
+    if model.config.model_type == "gpt2":  # a Conv1D, input [batch, tokens, heads * head_dim] all the same
+        return model.transformer.h[layer].attn.c_proj
     if loaded.kind == "decoder":
         return model.model.layers[layer].self_attn.o_proj
     return model.bert.encoder.layer[layer].attention.output.dense
@@ -139,7 +141,7 @@ def reference_head_patching(loaded: LoadedModel, pairs: list[PatchPair], denoisi
     return result
 
 
-@pytest.mark.parametrize("model_type", ["llama", "qwen2", "bert"])
+@pytest.mark.parametrize("model_type", ["llama", "qwen2", "gpt2", "bert"])
 def test_exact_head_patching_equals_one_hooked_pass_per_head(
     model_type: str, models: Callable[[str], LoadedModel]
 ) -> None:
@@ -274,7 +276,7 @@ def autograd_attribution(loaded: LoadedModel, pair: PatchPair) -> np.ndarray:
     return result
 
 
-@pytest.mark.parametrize("model_type", ["llama", "qwen2"])
+@pytest.mark.parametrize("model_type", ["llama", "qwen2", "gpt2"])
 def test_attribution_patching_equals_an_autograd_computation(
     model_type: str, models: Callable[[str], LoadedModel]
 ) -> None:
@@ -338,6 +340,18 @@ def test_pairs_the_model_cannot_read_are_refused(models: Callable[[str], LoadedM
     unknown = PatchPair(*TEXTS[0], None, None, "great", None, 1)
     with pytest.raises(BertologyError, match="'label' 'great' is not one of the labels"):
         encode_pairs(bert, [unknown])
+
+
+def test_the_shipped_sst2_pairs_swap_one_token_of_the_default_tokenizer() -> None:
+    pairs = read_pairs(sst2_pairs())
+    tokenizer = load_model("default").tokenizer
+    assert len(pairs) == 12 and all(
+        p.answer is None and (p.label, p.wrong_label) == ("1", "0") for p in pairs
+    )
+    for pair in pairs:
+        clean, corrupted = tokenizer.tokenize(pair.clean), tokenizer.tokenize(pair.corrupted)
+        assert len(clean) == len(corrupted)
+        assert sum(a != b for a, b in zip(clean, corrupted, strict=True)) == 1, pair.line
 
 
 def test_a_pairs_file_is_read_in_order(tmp_path: Path) -> None:

@@ -14,9 +14,11 @@ import pandas as pd
 import pytest
 import torch
 from support.tiny_models import (
+    gpt2_output_projections,
     llama_output_projections,
     tiny_classifier,
     tiny_grouped_query_llama,
+    tiny_language_model,
 )
 from typer.testing import CliRunner
 
@@ -37,6 +39,19 @@ TEXTS = ["The quick brown fox jumps over the lazy dog.", "I went to the store.",
 @pytest.fixture(scope="module")
 def llama(tiny_model_dirs: dict[str, Path]) -> LoadedModel:
     return tiny_grouped_query_llama(tiny_model_dirs["llama"])
+
+
+@pytest.fixture(scope="module", params=["llama", "gpt2"])
+def decoder(
+    request: pytest.FixtureRequest, tiny_model_dirs: dict[str, Path]
+) -> tuple[LoadedModel, list[torch.nn.Module]]:
+    """A tiny decoder of 2 layers of 4 heads of 8 features (grouped-query llama, GPT-2 with its Conv1D
+    projections) and its output projections."""
+    if request.param == "gpt2":
+        loaded = tiny_language_model(tiny_model_dirs["gpt2"])
+        return loaded, gpt2_output_projections(loaded)
+    loaded = tiny_grouped_query_llama(tiny_model_dirs["llama"])
+    return loaded, llama_output_projections(loaded)
 
 
 @pytest.fixture(scope="module")
@@ -96,10 +111,12 @@ def sequence_loss(loaded: LoadedModel, ids: np.ndarray) -> tuple[float, int]:
     return float(-log_probs[torch.arange(len(ids) - 1), tokens[0, 1:]].sum()), len(ids) - 1
 
 
-def test_mean_ablation_of_a_decoder_equals_the_mean_put_in_by_hand(llama: LoadedModel) -> None:
+def test_mean_ablation_of_a_decoder_equals_the_mean_put_in_by_hand(
+    decoder: tuple[LoadedModel, list[torch.nn.Module]],
+) -> None:
+    llama, projections = decoder
     data = TokenSequences.of_texts(llama, TEXTS)
     assert len({len(ids) for ids in data.ids}) > 1  # unequal lengths: the mean over every token
-    projections = llama_output_projections(llama)
     with torch.no_grad():
         seen = [inputs_seen(projections, lambda ids=ids: sequence_loss(llama, ids)) for ids in data.ids]
         means = [torch.cat([run[layer][0] for run in seen]).mean(0) for layer in range(2)]
@@ -114,10 +131,12 @@ def test_mean_ablation_of_a_decoder_equals_the_mean_put_in_by_hand(llama: Loaded
     assert np.abs(ablation.loss - zero.loss).max() > 1e-4  # mean is not zero
 
 
-def test_mean_ablation_is_per_position_for_equal_lengths(llama: LoadedModel) -> None:
+def test_mean_ablation_is_per_position_for_equal_lengths(
+    decoder: tuple[LoadedModel, list[torch.nn.Module]],
+) -> None:
+    llama, projections = decoder
     ids = np.random.default_rng(0).integers(3, llama.model.config.vocab_size, (3, 9))
     data = TokenSequences.of_ids(ids)
-    projections = llama_output_projections(llama)
     with torch.no_grad():
         seen = inputs_seen(projections, lambda: llama.model(input_ids=torch.as_tensor(ids), use_cache=False))
         expected = np.empty((2, 4))
@@ -131,11 +150,13 @@ def test_mean_ablation_is_per_position_for_equal_lengths(llama: LoadedModel) -> 
     np.testing.assert_allclose(loss_ablation_sweep(llama, data, ablation="mean").loss, expected, rtol=1e-5)
 
 
-def test_resample_ablation_of_a_decoder_equals_the_other_output_put_in_by_hand(llama: LoadedModel) -> None:
+def test_resample_ablation_of_a_decoder_equals_the_other_output_put_in_by_hand(
+    decoder: tuple[LoadedModel, list[torch.nn.Module]],
+) -> None:
+    llama, projections = decoder
     ids = np.random.default_rng(1).integers(3, llama.model.config.vocab_size, (3, 7))
     data = TokenSequences.of_ids(ids)
     sources = sequence_replacement(llama, data, "resample", seed=3).sources
-    projections = llama_output_projections(llama)
     with torch.no_grad():
         seen = [inputs_seen(projections, lambda row=row: sequence_loss(llama, row)) for row in ids]
         expected = np.empty((2, 4))

@@ -2,7 +2,7 @@
 captures its attention: head gates against zeroed output-projection columns, the ablation sweep against
 full passes, batched importance against one example at a time, pruning against gating (and reloading),
 norm-based weights against a hand computation from the model's own weights and ``output_attentions``;
-and the refusals for the types it does not describe."""
+GPT-2's Conv1D projections; and the refusals for the types it does not describe."""
 
 from __future__ import annotations
 
@@ -79,9 +79,9 @@ def assert_close_to(actual: torch.Tensor, expected: torch.Tensor, baseline: torc
     assert (actual - expected).abs().max() <= 1e-3 * change + 1e-7
 
 
-def test_every_encoder_and_separable_decoder_type_is_described_and_no_other() -> None:
-    assert set(described_types()) == {*ENCODERS, *DECODERS}
-    assert not any(describes(name) for name in ("gpt2", "bart", "t5", "funnel"))
+def test_every_encoder_and_decoder_type_is_described_and_no_other() -> None:
+    assert set(described_types()) == {*ENCODERS, "gpt2", *DECODERS}
+    assert not any(describes(name) for name in ("bart", "t5", "funnel"))
 
 
 @pytest.mark.parametrize("model_type", ENCODERS)
@@ -233,15 +233,52 @@ def test_ablation_importance_and_pruning(
     assert expected.max() > 1e-8
 
 
-def test_gpt2_is_refused_in_one_sentence(tiny_model_dirs: dict[str, Path]) -> None:
-    gpt2 = load_model(tiny_model_dirs["gpt2"])  # one fused Conv1D for q, k and v
-    refusal = (
-        r"are for models whose attention projections bertology knows .*; a 'gpt2' model is not one of them\.$"
-    )
-    with pytest.raises(BertologyError, match=refusal), head_gates(gpt2, {(0, 1)}):
-        pass
-    with pytest.raises(BertologyError, match="'gpt2'"):
-        NormWeighting(gpt2.model)
+def test_gpt2_heads_are_gated_and_weighed_through_its_conv1d_projections_but_not_pruned(
+    tiny_model_dirs: dict[str, Path],
+) -> None:
+    """GPT-2's projections are Conv1D (weight [in, out], ``y = x W + b``; q, k, v stacked in ``c_attn``):
+    gate 0 equals zeroing the head's input rows of ``c_proj``; norm-based weights equal
+    ``a_ij ||v_j W_O^h||`` with ``v_j`` from ``c_attn``'s value columns; pruning is refused."""
+    directory = tiny_model_dirs["gpt2"]
+    gpt2 = load_model(directory)
+    d, hidden = 8, 32  # 4 heads of 8 features
+    plain = hidden_states(gpt2)
+    zeroed = copy.deepcopy(gpt2.model)
+    with torch.no_grad():
+        zeroed.h[1].attn.c_proj.weight[2 * d : 3 * d] = 0
+    expected = hidden_states(wrap_model(zeroed, gpt2.tokenizer, "zeroed"))
+    with head_gates(gpt2, {(1, 2)}):
+        gated = hidden_states(gpt2)
+    assert_close_to(gated, expected, plain)
+
+    reference = AutoModel.from_pretrained(directory, attn_implementation="eager").eval()
+    projected: list[torch.Tensor] = []  # per layer, [n, 3 * hidden] what c_attn computed
+    handles = [
+        block.attn.c_attn.register_forward_hook(lambda _, __, output: projected.append(output[0]))
+        for block in reference.h
+    ]
+    with torch.no_grad():
+        attentions = reference(**model_inputs(gpt2, [TEXT]), output_attentions=True).attentions
+        for handle in handles:
+            handle.remove()
+        weights = []
+        for layer, probs in enumerate(attentions):  # probs [1, heads, n, n]
+            output = reference.h[layer].attn.c_proj.weight  # [heads * d, hidden]
+            per_head = []
+            for head in range(4):
+                values = projected[layer][:, 2 * hidden + head * d : 2 * hidden + (head + 1) * d]
+                norms = torch.linalg.vector_norm(values @ output[head * d : (head + 1) * d], dim=-1)
+                weighted = probs[0, head] * norms[None, :]
+                per_head.append(weighted / weighted.sum(-1, keepdim=True))
+            weights.append(torch.stack(per_head))
+    by_hand = torch.stack(weights).numpy()
+    captured = bertology.capture(TEXT, model=gpt2, weights="norm")
+    np.testing.assert_allclose(captured.probs, by_hand, rtol=1e-4, atol=1e-6)
+    assert np.abs(bertology.capture(TEXT, model=gpt2).probs - by_hand).max() > 1e-3
+
+    refusal = r"^Pruning rebuilds nn\.Linear projections, .* not removed \(prune none of them\)\.$"
+    with pytest.raises(BertologyError, match=refusal):
+        prune_heads(gpt2, {0: [1]})
 
 
 def test_undescribed_and_inseparable_models_are_refused() -> None:

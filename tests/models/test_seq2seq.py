@@ -145,12 +145,6 @@ def test_encoder_only_work_is_refused_for_other_kinds(
         analyze_corpus(corpus, loaded["t5"])
     with pytest.raises(bertology.BertologyError, match=r"A sequence classifier .* works on encoder models"):
         load_model(generative_dirs["bart"], classifier=True, labels=["a", "b"])
-    with pytest.raises(
-        bertology.BertologyError,
-        match=r"norm-based weights are for models whose attention projections bertology knows .*; a 'gpt2' "
-        r"model is not one of them",
-    ):
-        bertology.capture("One line of text.", model=loaded["gpt2"], weights="norm")
 
 
 def test_wrong_inputs_are_clear_errors(loaded: dict[str, LoadedModel]) -> None:

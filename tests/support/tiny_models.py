@@ -384,3 +384,9 @@ def tiny_grouped_query_llama(directory: Path) -> LoadedModel:
 def llama_output_projections(loaded: LoadedModel) -> list[torch.nn.Module]:
     """Each layer's ``o_proj`` of a llama-style decoder, whose input is the heads' outputs side by side."""
     return [layer.self_attn.o_proj for layer in loaded.model.model.layers]
+
+
+def gpt2_output_projections(loaded: LoadedModel) -> list[torch.nn.Module]:
+    """Each layer's ``attn.c_proj`` of a GPT-2 (a ``Conv1D``), whose input is the heads' outputs side by
+    side."""
+    return [block.attn.c_proj for block in loaded.model.transformer.h]

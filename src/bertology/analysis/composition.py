@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from bertology.anatomy import AttentionParts, attention_parts
+from bertology.anatomy import AttentionParts, attention_parts, linear_weight
 from bertology.models import LoadedModel
 
 #: The three kinds of composition, in the paper's order.
@@ -62,7 +62,7 @@ class HeadFactors:
 def _reading(parts: AttentionParts, which: str, slots: list[int]) -> torch.Tensor:
     """[len(slots), d_model, d_head]: the ``which`` projection's rows of each slot, transposed."""
     projection = getattr(parts, which)
-    weight = projection.linear.weight.detach().double()
+    weight = linear_weight(projection.linear).detach().double()
     rows = torch.tensor(projection.rows(slots, parts.head_dim), device=weight.device)
     return weight[rows].cpu().unflatten(0, (len(slots), parts.head_dim)).transpose(1, 2)
 
@@ -71,7 +71,7 @@ def head_factors(parts: AttentionParts) -> HeadFactors:
     """The :class:`HeadFactors` of one layer's :class:`~bertology.anatomy.AttentionParts`."""
     heads = list(range(parts.heads))
     shared = [head // parts.groups for head in heads]
-    output = parts.output.weight.detach().double().cpu()  # [d_model, heads * d_head]
+    output = parts.output_weight().detach().double().cpu()  # [d_model, heads * d_head]
     return HeadFactors(
         query=_reading(parts, "query", heads),
         key=_reading(parts, "key", shared),

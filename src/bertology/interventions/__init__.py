@@ -21,8 +21,9 @@
   :func:`loss_pruning_curve`, :func:`prune_decoder` and :func:`run_language_model_ablation`
   (``bertology ablate MODEL --lm-corpus FILE``).
 - :func:`patch`: activation patching (exact) and attribution patching of every head, head and position or
-  residual position on clean/corrupted pairs (:func:`read_pairs`, :func:`ioi_pairs`); :func:`path_patch`:
-  path patching from sender heads through receivers' queries, keys or values (``bertology patch``).
+  residual position on clean/corrupted pairs (:func:`read_pairs`, :func:`ioi_pairs`, :func:`sst2_pairs`);
+  :func:`path_patch`: path patching from sender heads through receivers' queries, keys or values
+  (``bertology patch``).
 """
 
 from bertology.heads import HeadSelection
@@ -53,7 +54,7 @@ from bertology.interventions.language_model import (
 )
 from bertology.interventions.language_model_run import LanguageModelAblationRun, run_language_model_ablation
 from bertology.interventions.patching import PatchingResult, PatchingStudy, patch
-from bertology.interventions.patching_pairs import PatchPair, ioi_pairs, read_pairs
+from bertology.interventions.patching_pairs import PatchPair, ioi_pairs, read_pairs, sst2_pairs
 from bertology.interventions.path_patching import PathPatching, path_patch
 from bertology.interventions.pruning import PruningOutcome, prune_and_measure, prune_heads, save_model
 from bertology.interventions.replacement import HeadReplacement
@@ -112,5 +113,6 @@ __all__ = [
     "run_language_model_ablation",
     "save_model",
     "sequence_replacement",
+    "sst2_pairs",
     "text_replacement",
 ]

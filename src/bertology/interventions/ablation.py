@@ -78,22 +78,19 @@ def text_replacement(
     Raises:
         BertologyError: an unknown kind, or a set too small for it.
     """
-    if not isinstance(ablation, str):
-        return ablation
 
-    def reference() -> Iterator[tuple[dict[str, torch.Tensor], np.ndarray]]:
-        return ((batch.inputs, batch.rows) for batch in batches(loaded, data, batch_size=batch_size))
-
-    def inputs_of(rows: np.ndarray) -> dict[str, torch.Tensor]:
-        return next(batches(loaded, data.take(rows), batch_size=len(rows))).inputs
+    def reference(rows: np.ndarray | None, size: int) -> Iterator[tuple[dict[str, torch.Tensor], np.ndarray]]:
+        chosen = data if rows is None else data.take(rows)
+        for batch in batches(loaded, chosen, batch_size=size):
+            yield batch.inputs, batch.rows if rows is None else rows[batch.rows]
 
     return head_replacement(
         loaded,
         ablation,
-        reference=reference,
-        inputs_of=inputs_of,
+        batches=reference,
         lengths=lambda: token_counts(loaded, data),
         seed=seed,
+        batch_size=batch_size,
     )
 
 

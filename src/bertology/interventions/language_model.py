@@ -160,20 +160,20 @@ def sequence_replacement(
     Raises:
         BertologyError: an unknown kind, or a set too small for it.
     """
-    if not isinstance(ablation, str):
-        return ablation
 
-    def inputs_of(rows: np.ndarray) -> dict[str, torch.Tensor]:
+    def reference(rows: np.ndarray | None, size: int) -> Iterator[tuple[dict[str, torch.Tensor], np.ndarray]]:
+        if rows is None:
+            return token_batches(loaded, data, batch_size=size)
         chosen = TokenSequences([data.ids[row] for row in rows], [data.origins[row] for row in rows])
-        return next(token_batches(loaded, chosen, batch_size=len(rows)))[0]
+        return ((inputs, rows[found]) for inputs, found in token_batches(loaded, chosen, batch_size=size))
 
     return head_replacement(
         loaded,
         ablation,
-        reference=lambda: token_batches(loaded, data, batch_size=batch_size),
-        inputs_of=inputs_of,
+        batches=reference,
         lengths=lambda: [len(ids) for ids in data.ids],
         seed=seed,
+        batch_size=batch_size,
     )
 
 

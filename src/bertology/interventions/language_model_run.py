@@ -30,6 +30,7 @@ from bertology.interventions.replacement import ZeroReplacement
 from bertology.models import LoadedModel
 from bertology.progress import Progress, part_of
 from bertology.summaries import Summarised
+from bertology.surgery import check_prunable
 
 
 @dataclass(repr=False)
@@ -127,13 +128,16 @@ def run_language_model_ablation(
 
     Raises:
         BertologyError: a model without a language-modelling head, a corpus without text, a fraction
-            outside 0..1, or an unknown ablation.
+            outside 0..1, pruning asked of a model whose heads cannot be removed (GPT-2's ``Conv1D``), or
+            an unknown ablation.
     """
     if not 0 <= prune_fraction < 1:
         raise BertologyError(
             f"The share of heads to prune must be at least 0 and below 1, not {prune_fraction}."
         )
     require_language_model(loaded)
+    if prune_fraction > 0:
+        check_prunable(loaded.model)
     started = time.perf_counter()
     data = TokenSequences.of_corpus(loaded, corpus, max_length=max_length, max_segments=max_segments)
     replacement = sequence_replacement(loaded, data, ablation, seed=resample_seed, batch_size=batch_size)

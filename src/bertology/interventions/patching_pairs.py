@@ -38,6 +38,15 @@ def ioi_pairs() -> Path:
     return Path(str(files("bertology").joinpath("data", "ioi_pairs.jsonl")))
 
 
+def sst2_pairs() -> Path:
+    """12 sentiment minimal pairs shipped with bertology for an SST-2 classifier: a positive sentence and
+    the same sentence with one sentiment word swapped for a negative one ("a gripping, beautifully acted
+    film." / "a gripping, badly acted film."), the same token count in the default model's tokenizer;
+    ``label`` "1" and ``wrong_label`` "0" (SST-2's positive and negative, as ``bertology finetune`` names
+    them), so ``LD`` is the positive minus the negative logit in every pair."""
+    return Path(str(files("bertology").joinpath("data", "sst2_pairs.jsonl")))
+
+
 @dataclass(frozen=True)
 class PatchPair:
     """One line of a pairs file: the two texts, and the answer tokens (a language model) or label names

@@ -191,25 +191,39 @@ class ResampleReplacement:
         return replaced
 
 
+#: Batches of a reference set: ``batches(rows, size)`` yields, ``size`` inputs at a time, the model's inputs
+#: and their rows (positions in the set) for the inputs ``rows`` of the set (``None``: every input, in order).
+BatchesOf = Callable[[np.ndarray | None, int], Iterable[tuple[Inputs, np.ndarray]]]
+
+
 def head_replacement(
     loaded: LoadedModel,
-    kind: str,
+    ablation: str | HeadReplacement,
     *,
-    reference: Callable[[], Iterable[tuple[Inputs, np.ndarray]]],
-    inputs_of: Callable[[np.ndarray], Inputs],
+    batches: BatchesOf,
     lengths: Callable[[], Sequence[int]],
     seed: int = 0,
+    batch_size: int = 32,
 ) -> HeadReplacement:
-    """The :class:`HeadReplacement` of ``kind`` for a reference set: ``reference()`` its batches (inputs,
-    rows), ``inputs_of(rows)`` chosen inputs as one batch, ``lengths()`` every input's token count.
+    """The replacement of a removed head's output for ``loaded`` with a reference set: ``ablation``
+    ``"zero"``, ``"mean"`` (over ``batches(None, batch_size)``) or ``"resample"`` (seeded by ``seed``;
+    the sources' outputs recomputed as one batch ``batches(rows, len(rows))``), or a replacement already
+    built (returned as it is). ``lengths()``: every input's token count.
 
     Raises:
         BertologyError: an unknown kind, or a set too small for it.
     """
-    if kind == "zero":
+    if not isinstance(ablation, str):
+        return ablation
+    if ablation == "zero":
         return ZeroReplacement()
-    if kind == "mean":
-        return mean_replacement(loaded, reference())
-    if kind == "resample":
+    if ablation == "mean":
+        return mean_replacement(loaded, batches(None, batch_size))
+
+    def inputs_of(rows: np.ndarray) -> Inputs:
+        inputs, _ = next(iter(batches(rows, len(rows))))
+        return inputs
+
+    if ablation == "resample":
         return ResampleReplacement(loaded, resample_sources(lengths(), seed), inputs_of, seed)
-    raise BertologyError(f"The ablation must be one of {', '.join(ABLATION_KINDS)}, not {kind!r}.")
+    raise BertologyError(f"The ablation must be one of {', '.join(ABLATION_KINDS)}, not {ablation!r}.")
