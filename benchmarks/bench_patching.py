@@ -13,7 +13,9 @@
    correlation of their effects and the top-10 agreement by absolute effect
    (:meth:`~bertology.interventions.patching.PatchingStudy.agreement`).
 
-Each timing is the best of ``--repeats``; the ratios are taken in the same run on the same machine.
+Each timing is the best of ``--repeats``, in wall-clock seconds and in this process's CPU seconds
+(``time.process_time``: with one torch thread the work done, whatever else shares the machine); the ratios
+are taken in the same run on the same machine, of both.
 Torch runs ``--threads`` threads (default 1: on a shared 2-core machine two OpenMP threads wait on each
 other and a forward pass takes about 5 times as long as with one).
 
@@ -40,13 +42,14 @@ from bertology.interventions.patching_pairs import encode_pairs, ioi_pairs, read
 from bertology.models import LoadedModel, load_model
 
 
-def best_of(repeats: int, work: Callable[[], object]) -> tuple[float, object]:
+def best_of(repeats: int, work: Callable[[], object]) -> tuple[np.ndarray, object]:
+    """([wall seconds, CPU seconds] of the fastest of ``repeats`` calls of ``work``, its result)."""
     times, result = [], None
     for _ in range(repeats):
-        start = time.perf_counter()
+        wall, cpu = time.perf_counter(), time.process_time()
         result = work()
-        times.append(time.perf_counter() - start)
-    return min(times), result
+        times.append((time.perf_counter() - wall, time.process_time() - cpu))
+    return np.array(min(times)), result
 
 
 def plain_loop(
@@ -138,15 +141,18 @@ def main() -> None:
     )
     agreement = study.agreement()
     heads = len(layers) * loaded.num_heads
-    print(f"plain forward pass (corrupted, full logits): {forward:.2f} s")
-    print(f"exact, plain loop of {heads} hooked forward passes: {loop_time:.1f} s")
+    print("(wall s / CPU s)")
+    print(f"plain forward pass (corrupted, full logits): {forward[0]:.2f} / {forward[1]:.2f} s")
+    print(f"exact, plain loop of {heads} hooked forward passes: {loop_time[0]:.1f} / {loop_time[1]:.1f} s")
+    ratio = ours_time / loop_time
     print(
-        f"exact, patch(): {ours_time:.1f} s  ratio {ours_time / loop_time:.3f} (target <= 0.333); "
-        f"max |LD difference| {difference:.2e}"
+        f"exact, patch(): {ours_time[0]:.1f} / {ours_time[1]:.1f} s  ratio {ratio[0]:.3f} / {ratio[1]:.3f} "
+        f"(target <= 0.333); max |LD difference| {difference:.2e}"
     )
+    passes = attribution_time / forward
     print(
-        f"attribution, patch(method='attribution'): {attribution_time:.2f} s = "
-        f"{attribution_time / forward:.2f} plain forward passes (target <= 3)"
+        f"attribution, patch(method='attribution'): {attribution_time[0]:.2f} / {attribution_time[1]:.2f} s "
+        f"= {passes[0]:.2f} / {passes[1]:.2f} plain forward passes (target <= 3)"
     )
     print(
         f"attribution vs exact on {heads} heads: Pearson {agreement['pearson']:.3f}, top-"
