@@ -18,6 +18,20 @@ from bertology.models import LoadedModel
 
 pytest_plugins = ["support.ci_rules", "pytester"]
 
+# --- The encoded-corpus cache: a fresh folder for each test, never the user's ------------------------
+
+
+@pytest.fixture(autouse=True)
+def corpus_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test's own corpus cache folder (``$BERTOLOGY_CORPUS_CACHE``, inherited by the commands a test
+    runs in a subprocess), so no test writes to ``~/.cache/bertology`` or reads another test's entries;
+    the packaged models stay in ``$BERTOLOGY_CACHE``."""
+    folder = tmp_path_factory.mktemp("corpus-cache")
+    monkeypatch.setenv("BERTOLOGY_CORPUS_CACHE", str(folder))
+    monkeypatch.delenv("BERTOLOGY_CACHE_MB", raising=False)
+    return folder
+
+
 # --- Browser (headless Chromium via Playwright) for the tests marked `browser` ------------------
 
 CHROMIUM_PATH = Path("/usr/bin/chromium")
