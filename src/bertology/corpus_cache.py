@@ -61,6 +61,8 @@ ENCODE_CHUNK = 256
 STALE_SECONDS = 3600
 
 _MANIFEST = "manifest.json"
+#: Joins the items of a list of strings in ``records`` (the ASCII unit separator).
+_SEPARATOR = "\x1f"
 _TOKEN_ARRAYS = {
     "input_ids": np.int32,
     "token_type_ids": np.int8,
@@ -105,11 +107,11 @@ def limit_bytes() -> int:
 
 
 def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerFast) -> str:
-    """SHA-256 of what decides the tokenizer's output: its serialised Rust tokenizer (without the truncation
-    and padding that its last call left set) and its pad token."""
-    state = json.loads(tokenizer.backend_tokenizer.to_str())
-    state["truncation"] = state["padding"] = None
-    digest = hashlib.sha256(json.dumps(state, sort_keys=True).encode())
+    """SHA-256 of what decides the tokenizer's output: its serialised Rust tokenizer from its added tokens on
+    (vocabulary, normaliser, pre-tokenizer, model, special-token template; not the truncation and padding
+    that its last call left set, serialised before them) and its pad token."""
+    state = tokenizer.backend_tokenizer.to_str()
+    digest = hashlib.sha256(state[max(0, state.find('"added_tokens":')) :].encode())
     digest.update(repr((tokenizer.pad_token_id, tokenizer.pad_token_type_id)).encode())
     return digest.hexdigest()
 
@@ -250,7 +252,7 @@ class _EntryWriter:
 
     def add(self, segment: Segment) -> None:
         row = segment.encoded
-        record: list[Any] = [segment.text_a, segment.text_b, segment.origin]
+        record: list[Any] = [_packed(segment.text_a), _packed(segment.text_b), segment.origin]
         if row is not None:
             arrays = {
                 "input_ids": row.features["input_ids"],
@@ -264,7 +266,7 @@ class _EntryWriter:
                     self.files[name] = (self.folder / name).open("wb")
                 self.files[name].write(np.asarray(values, dtype=_TOKEN_ARRAYS[name]).tobytes())
             self.tokens += len(row.tokens)
-            record += [row.tokens, row.words, int((row.word_segments == 0).sum())]
+            record += [_packed(row.tokens), _packed(row.words), int((row.word_segments == 0).sum())]
         line = (json.dumps(record, ensure_ascii=False) + "\n").encode()
         self.files["records"].write(line)
         self.record_bytes += len(line)
@@ -283,6 +285,25 @@ class _EntryWriter:
             "files": {name: _file_record(self.folder / name) for name in names},
         }
         (self.folder / _MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+
+
+def _packed(value: str | list[str] | None) -> str | list[str] | dict[str, list[str]] | None:
+    """A text, or a list of strings as one string in a list (its items joined by :data:`_SEPARATOR`: a
+    quarter of the time to read back as a JSON list), or ``{"list": value}`` if an item holds the
+    separator."""
+    if not isinstance(value, list):
+        return value
+    if not value:
+        return []
+    joined = _SEPARATOR.join(value)
+    return [joined] if joined.count(_SEPARATOR) == len(value) - 1 else {"list": value}
+
+
+def _unpacked(value: str | list[str] | dict[str, list[str]] | None) -> str | list[str] | None:
+    """The inverse of :func:`_packed`."""
+    if isinstance(value, list):
+        return value[0].split(_SEPARATOR) if value else []
+    return value["list"] if isinstance(value, dict) else value
 
 
 def _file_record(path: Path) -> dict[str, Any]:
@@ -339,9 +360,11 @@ def _cached(folder: Path, manifest: dict[str, Any], encoded_length: int | None) 
         start = 0
         for end, _, tokens, truncated in index.tolist():
             text_a, text_b, origin, *encoding = json.loads(records.readline())
+            text_a, text_b = _unpacked(text_a), _unpacked(text_b)
             row = None
             if encoding:
-                token_strings, words, words_a = encoding
+                token_strings, words = _unpacked(encoding[0]), _unpacked(encoding[1])
+                words_a = encoding[2]
                 features = {
                     "input_ids": np.asarray(arrays["input_ids"][start:end], dtype=np.int64),
                     "attention_mask": np.ones(end - start, dtype=np.int64),
