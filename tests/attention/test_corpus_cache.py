@@ -287,3 +287,26 @@ def test_the_cache_command_lists_and_clears_entries(
     assert cleared.returncode == 0, cleared.stderr
     assert "Removed 1 entries" in cleared.stdout
     assert cache_entries() == []
+
+
+@pytest.mark.slow
+def test_analyze_and_index_write_the_cache_and_no_cache_does_not(
+    sample_corpus_head: Callable[[int], Path], tmp_path: Path
+) -> None:
+    corpus = sample_corpus_head(6)
+    quick = ["--examples-per-head", "0", "--batch-size", "8"]
+    plain = _bertology("analyze", str(corpus), "--no-cache", *quick, "-o", str(tmp_path / "plain"))
+    assert plain.returncode == 0, plain.stderr
+    assert cache_entries() == []
+    for name in ("written", "cached"):
+        run = _bertology("analyze", str(corpus), *quick, "-o", str(tmp_path / name))
+        assert run.returncode == 0, run.stderr
+        assert len(cache_entries()) == 1
+        assert (tmp_path / name / "heads.csv").read_bytes() == (tmp_path / "plain" / "heads.csv").read_bytes()
+
+    indexed = _bertology("index", str(corpus), "--no-cache", "-o", str(tmp_path / "index"))
+    assert indexed.returncode == 0, indexed.stderr
+    assert len(cache_entries()) == 1
+    indexed = _bertology("index", str(corpus), "-o", str(tmp_path / "index"))
+    assert indexed.returncode == 0, indexed.stderr
+    assert len(cache_entries()) == 2  # the index's segments, without encodings: an entry of its own
