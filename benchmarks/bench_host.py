@@ -6,7 +6,7 @@ whole of UD English EWT train as CoNLL-U (``../shared/data/ud_ewt``), with the d
 
 1. read: the corpus reader's sentences (``bertology.readers.treebank.read_passages``);
 2. read + segment: ``corpus_batches`` (sentences packed into segments of at most 128 tokens, ordered by
-   length within windows, cut into batches of 256), every batch taken;
+   length within windows, cut into batches of 256; without the cache), every batch taken;
 3. encode: the same batches encoded as the model receives them (``bertology.inputs.encode``);
 4. the encoded-corpus cache (``bertology.corpus_cache``), in a fresh cache folder: a first run that reads,
    segments and encodes while writing the entry, and a second run that reads the entry, each as
@@ -54,7 +54,7 @@ def measure(corpus: Path, repeats: int) -> dict[str, float | int]:
         return sum(1 for _ in read_passages(corpus))
 
     def segment() -> list:
-        return list(corpus_batches(corpus, tokenizer, max_length=MAX_LENGTH, batch_size=BATCH))
+        return list(corpus_batches(corpus, tokenizer, max_length=MAX_LENGTH, batch_size=BATCH, cache=False))
 
     def best(work: object) -> tuple[float, object]:
         times, result = [], None

@@ -21,6 +21,17 @@ pytest_plugins = ["support.ci_rules", "pytester"]
 # --- The encoded-corpus cache: a fresh folder for each test, never the user's ------------------------
 
 
+@pytest.fixture(scope="session", autouse=True)
+def session_corpus_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The corpus cache folder of the session's (and each module's) fixtures, set before any of them runs;
+    each test then gets its own (:func:`corpus_cache`)."""
+    folder = tmp_path_factory.mktemp("session-corpus-cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("BERTOLOGY_CORPUS_CACHE", str(folder))
+        patch.delenv("BERTOLOGY_CACHE_MB", raising=False)
+        yield folder
+
+
 @pytest.fixture(autouse=True)
 def corpus_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Each test's own corpus cache folder (``$BERTOLOGY_CORPUS_CACHE``, inherited by the commands a test
@@ -28,7 +39,6 @@ def corpus_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
     the packaged models stay in ``$BERTOLOGY_CACHE``."""
     folder = tmp_path_factory.mktemp("corpus-cache")
     monkeypatch.setenv("BERTOLOGY_CORPUS_CACHE", str(folder))
-    monkeypatch.delenv("BERTOLOGY_CACHE_MB", raising=False)
     return folder
 
 
