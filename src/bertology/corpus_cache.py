@@ -352,7 +352,7 @@ def _cached(folder: Path, manifest: dict[str, Any], encoded_length: int | None) 
     names = set(manifest["files"])
     index = np.fromfile(folder / "index", dtype=np.int64).reshape(-1, 4)
     arrays = {
-        name: np.memmap(folder / name, dtype=dtype, mode="r")
+        name: np.memmap(folder / name, dtype=dtype, mode="r").view(np.ndarray)  # sliced as a plain array
         for name, dtype in _TOKEN_ARRAYS.items()
         if name in names and (folder / name).stat().st_size > 0
     }
