@@ -6,8 +6,14 @@ whole of UD English EWT train as CoNLL-U (``../shared/data/ud_ewt``), with the d
 
 1. read: the corpus reader's sentences (``bertology.readers.treebank.read_passages``);
 2. read + segment: ``corpus_batches`` (sentences packed into segments of at most 128 tokens, ordered by
-   length within windows, cut into batches of 256), every batch taken;
-3. encode: the same batches encoded as the model receives them (``bertology.inputs.encode``).
+   length within windows, cut into batches of 256; without the cache), every batch taken;
+3. encode: the same batches encoded as the model receives them (``bertology.inputs.encode``);
+4. the encoded-corpus cache (``bertology.corpus_cache``), in a fresh cache folder: a first run that reads,
+   segments and encodes while writing the entry, and a second run that reads the entry, each as
+   ``analyze`` takes it (``corpus_batches`` with the encodings, each batch stacked as the model receives
+   it); the second run's batches are checked equal to the first's. ``cached_speedup`` = first / second.
+   ``needed_per_reader`` is the rate each reader process would need for a GPU's bfloat16 forward pass
+   (``GPU_SEGMENTS_PER_S``, issue 37) with 15 readers beside the model on a 16-core machine.
 
 ``--baseline SRC``: the same three, in the same run, in a subprocess that imports bertology from an older
 checkout's ``src`` folder (e.g. a ``git worktree`` of the commit before the change); ratios are
@@ -23,11 +29,16 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
+from importlib.util import find_spec
 from pathlib import Path
 
 EWT_TRAIN = Path(__file__).resolve().parents[2] / "shared" / "data" / "ud_ewt" / "en_ewt-ud-train.conllu"
 MAX_LENGTH, BATCH = 128, 256
+#: Segments a second a bfloat16 forward pass of a BERT-base-sized model reads on an H100 (issue 37), and the
+#: reader processes a 16-core machine has beside the process that drives the model.
+GPU_SEGMENTS_PER_S, READERS_BESIDE_GPU = 20_000, 15
 
 
 def measure(corpus: Path, repeats: int) -> dict[str, float | int]:
@@ -43,7 +54,7 @@ def measure(corpus: Path, repeats: int) -> dict[str, float | int]:
         return sum(1 for _ in read_passages(corpus))
 
     def segment() -> list:
-        return list(corpus_batches(corpus, tokenizer, max_length=MAX_LENGTH, batch_size=BATCH))
+        return list(corpus_batches(corpus, tokenizer, max_length=MAX_LENGTH, batch_size=BATCH, cache=False))
 
     def best(work: object) -> tuple[float, object]:
         times, result = [], None
@@ -56,9 +67,13 @@ def measure(corpus: Path, repeats: int) -> dict[str, float | int]:
     read_s, sentences = best(read)
     segment_s, batches = best(segment)
     encode_s, _ = best(
-        lambda: [encode(tokenizer, *batch_texts(batch), max_length=MAX_LENGTH) for batch in batches]
+        lambda: [
+            encode(tokenizer, *batch_texts(batch), max_length=MAX_LENGTH, warn=False) for batch in batches
+        ]
     )
     segments = sum(len(batch) for batch in batches)  # type: ignore[union-attr]
+    # a baseline checkout from before the cache has none: its cache figures are 0
+    first_s, cached_s = cache_runs(corpus, tokenizer) if find_spec("bertology.corpus_cache") else (0.0, 1.0)
     return {
         "sentences": sentences,  # type: ignore[dict-item]
         "segments": segments,
@@ -67,7 +82,52 @@ def measure(corpus: Path, repeats: int) -> dict[str, float | int]:
         "encode_s": round(encode_s, 3),
         "host_pipeline_s": round(segment_s + encode_s, 3),
         "segments_per_s": round(segments / (segment_s + encode_s)),
+        "cache_first_s": round(first_s, 3),
+        "cache_second_s": round(cached_s, 3),
+        "cached_speedup": round(first_s / cached_s, 1),
+        "needed_per_reader": round(GPU_SEGMENTS_PER_S / READERS_BESIDE_GPU),
     }
+
+
+def cache_runs(corpus: Path, tokenizer: object) -> tuple[float, float]:
+    """Seconds of a first run through the encoded-corpus cache (writing the entry) and of a second one
+    (reading it), in a fresh cache folder, each batch stacked as the model receives it; the batches of
+    the two runs are checked equal."""
+    import numpy as np
+    import torch
+
+    from bertology.analyze import corpus_batches
+    from bertology.inputs import stack_rows
+
+    def run() -> tuple[float, list]:
+        start = time.perf_counter()
+        batches = [
+            stack_rows([segment.encoded for segment in batch], tokenizer, pad_to_multiple_of=8)  # type: ignore[arg-type]
+            for batch in corpus_batches(
+                corpus,
+                tokenizer,
+                max_length=MAX_LENGTH,
+                batch_size=BATCH,
+                encoded_length=MAX_LENGTH,  # type: ignore[arg-type]
+            )
+        ]
+        return time.perf_counter() - start, batches
+
+    with tempfile.TemporaryDirectory() as folder:
+        previous = os.environ.get("BERTOLOGY_CORPUS_CACHE")
+        os.environ["BERTOLOGY_CORPUS_CACHE"] = folder
+        try:
+            first_s, first = run()
+            second_s, second = run()
+        finally:
+            os.environ.pop("BERTOLOGY_CORPUS_CACHE")
+            if previous is not None:
+                os.environ["BERTOLOGY_CORPUS_CACHE"] = previous
+    for a, b in zip(first, second, strict=True):
+        assert all(torch.equal(a.model_inputs[name], b.model_inputs[name]) for name in a.model_inputs)
+        assert a.tokens == b.tokens and a.words == b.words and a.truncated == b.truncated
+        assert all(np.array_equal(x, y) for x, y in zip(a.word_ids, b.word_ids, strict=True))
+    return first_s, second_s
 
 
 def main() -> None:

@@ -18,6 +18,30 @@ from bertology.models import LoadedModel
 
 pytest_plugins = ["support.ci_rules", "pytester"]
 
+# --- The encoded-corpus cache: a fresh folder for each test, never the user's ------------------------
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_corpus_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The corpus cache folder of the session's (and each module's) fixtures, set before any of them runs;
+    each test then gets its own (:func:`corpus_cache`)."""
+    folder = tmp_path_factory.mktemp("session-corpus-cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("BERTOLOGY_CORPUS_CACHE", str(folder))
+        patch.delenv("BERTOLOGY_CACHE_MB", raising=False)
+        yield folder
+
+
+@pytest.fixture(autouse=True)
+def corpus_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test's own corpus cache folder (``$BERTOLOGY_CORPUS_CACHE``, inherited by the commands a test
+    runs in a subprocess), so no test writes to ``~/.cache/bertology`` or reads another test's entries;
+    the packaged models stay in ``$BERTOLOGY_CACHE``."""
+    folder = tmp_path_factory.mktemp("corpus-cache")
+    monkeypatch.setenv("BERTOLOGY_CORPUS_CACHE", str(folder))
+    return folder
+
+
 # --- Browser (headless Chromium via Playwright) for the tests marked `browser` ------------------
 
 CHROMIUM_PATH = Path("/usr/bin/chromium")

@@ -53,6 +53,7 @@ class AnalysisSettings:
     mode: CaptureMode = "auto"
     chunk_bytes: int = CHUNK_BYTES
     examples_per_head: int = EXAMPLES_PER_HEAD
+    cache: bool = True
 
 
 #: Every setting at its default.

@@ -40,11 +40,12 @@ from bertology.attention import (
     uses_queries_keys,
 )
 from bertology.batching import PAD_MULTIPLE, SORT_WINDOW, length_sorted_batches, prefetched
-from bertology.corpus import Segment, iter_segments
+from bertology.corpus import Segment
+from bertology.corpus_cache import read_segments
 from bertology.errors import BertologyError, TruncationWarning
-from bertology.inputs import EncodedBatch, Text
+from bertology.inputs import EncodedBatch, Text, stack_rows
 from bertology.long_capture import CHUNK_BYTES, LayerQueriesKeys
-from bertology.models import LoadedModel, require_single_stack
+from bertology.models import LoadedModel, require_pair_template, require_single_stack
 from bertology.norms import Weights, check_weights
 from bertology.options import BATCH_SIZE, EXAMPLES_PER_HEAD
 from bertology.progress import Progress
@@ -124,6 +125,8 @@ def corpus_batches(
     batch_size: int = BATCH_SIZE,
     corpus_format: str | None = None,
     pairs: bool = True,
+    encoded_length: int | None = None,
+    cache: bool = True,
 ) -> Iterator[list[Segment]]:
     """The first ``limit`` segments of ``corpus`` (all if ``None``), packed with ``tokenizer`` into at most
     ``max_length`` tokens each (:func:`~bertology.corpus.iter_segments`; ``pairs=False`` for a decoder:
@@ -136,8 +139,22 @@ def corpus_batches(
     about a third less work (benchmarks/RESULTS.md). Longest first, each window's first batch takes the
     most memory and the later ones fit in what it freed. The order does not depend on ``batch_size``;
     segment numbers (e.g. a pattern's best segment) count in it.
+
+    The segments come through the encoded-corpus cache (:func:`~bertology.corpus_cache.read_segments`;
+    ``cache=False``, or a ``limit``: read from the file, nothing written: a limited run reads only the
+    corpus's beginning, and the cache's key would hash the whole file); ``encoded_length``: each also
+    carries its encoding cut to this many tokens (:attr:`~bertology.corpus.Segment.encoded`), which
+    :meth:`CorpusAccumulators.encode` then stacks instead of encoding again.
     """
-    segments = iter_segments(corpus, tokenizer, max_length=max_length, format=corpus_format, pairs=pairs)
+    segments = read_segments(
+        corpus,
+        tokenizer,
+        max_length=max_length,
+        format=corpus_format,
+        pairs=pairs,
+        encoded_length=encoded_length,
+        cache=cache and limit is None,
+    )
     limited = itertools.islice(segments, limit)
     return length_sorted_batches(limited, _segment_tokens, batch_size=batch_size, window=SORT_WINDOW)
 
@@ -276,7 +293,15 @@ class CorpusAccumulators:
     def encode(self, batch: list[Segment], tokenizer: PreTrainedTokenizerBase | None = None) -> EncodedBatch:
         """``batch`` encoded as :meth:`update` runs it (cut to the settings' ``max_length``, padded to a
         multiple of :data:`PAD_MULTIPLE`, no truncation warnings: the cuts are counted and reported once by
-        the caller); ``tokenizer``: a copy of the model's, for a thread that encodes while the model runs."""
+        the caller); ``tokenizer``: a copy of the model's, for a thread that encodes while the model runs.
+        Segments that carry their encoding at this length (:attr:`~bertology.corpus.Segment.encoded`,
+        from the reader or the cache) are stacked, not encoded again: the same batch."""
+        limit = min(self.settings.max_length, self.loaded.max_length)
+        rows = [segment.encoded for segment in batch if segment.encoded_length == limit]
+        if len(rows) == len(batch):
+            if any(segment.is_pair for segment in batch):
+                require_pair_template(self.loaded)
+            return stack_rows(rows, tokenizer or self.loaded.tokenizer, pad_to_multiple_of=PAD_MULTIPLE)
         return encode_for_model(
             self.loaded,
             *batch_texts(batch),
@@ -402,6 +427,8 @@ def analyze_corpus(
         batch_size=batch_size,
         corpus_format=settings.corpus_format,
         pairs=loaded.kind == "encoder",
+        encoded_length=min(settings.max_length, loaded.max_length),
+        cache=settings.cache,
     )
     reader = copy.deepcopy(loaded.tokenizer)  # the reader thread's own: a tokenizer serves one thread
     encoded = (accumulators.encode(batch, reader) for batch in batches)

@@ -400,6 +400,7 @@ def comparison_batches(
         batch_size=settings.batch_size,
         corpus_format=settings.corpus_format,
         pairs=model_a.kind == model_b.kind == "encoder",  # a decoder reads single texts
+        cache=settings.cache,
     )
 
 

@@ -30,6 +30,7 @@ from importlib.resources import files
 from itertools import accumulate, groupby
 from operator import attrgetter
 from pathlib import Path
+from typing import Any
 
 from tokenizers import Tokenizer
 from tokenizers.pre_tokenizers import BertPreTokenizer
@@ -63,12 +64,17 @@ class Segment:
         the segment comes from a single line).
     tokens: its length as the model's tokenizer builds it, special tokens included, before truncation
         (:func:`iter_segments` counts it; 0 for a segment made by hand). Not part of equality.
+    encoded, encoded_length: the segment as the model reads it, cut to ``encoded_length`` tokens (an
+        unpadded :class:`~bertology.inputs.EncodedRow`), where the encoded-corpus cache or its reader made
+        it (:func:`bertology.corpus_cache.read_segments`), else ``None``. Not part of equality.
     """
 
     text_a: str | list[str]
     text_b: str | list[str] | None
     origin: str
     tokens: int = field(default=0, compare=False)
+    encoded: Any = field(default=None, compare=False, repr=False)
+    encoded_length: int | None = field(default=None, compare=False, repr=False)
 
     @property
     def is_pair(self) -> bool:

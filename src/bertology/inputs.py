@@ -89,6 +89,41 @@ class EncodedBatch:
     def __len__(self) -> int:
         return len(self.tokens)
 
+    def rows(self) -> list[EncodedRow]:
+        """Each input unpadded (the inverse of :func:`stack_rows`)."""
+        return [
+            EncodedRow(
+                features={
+                    name: values[index, : self.lengths[index]].numpy()
+                    for name, values in self.model_inputs.items()
+                },
+                tokens=self.tokens[index],
+                segment_ids=self.segment_ids[index],
+                special=self.special[index],
+                word_ids=self.word_ids[index],
+                words=self.words[index],
+                word_segments=self.word_segments[index],
+                truncated=self.truncated[index],
+            )
+            for index in range(len(self))
+        ]
+
+
+@dataclass(frozen=True)
+class EncodedRow:
+    """One input of an :class:`EncodedBatch`, unpadded (fields as there): features: ``input_ids``,
+    ``attention_mask`` (and ``token_type_ids``), [n] int64 each; tokens, segment_ids, special, word_ids,
+    words, word_segments and truncated of this input."""
+
+    features: dict[str, np.ndarray]
+    tokens: list[str]
+    segment_ids: np.ndarray
+    special: np.ndarray
+    word_ids: np.ndarray
+    words: list[str]
+    word_segments: np.ndarray
+    truncated: int
+
 
 @dataclass(frozen=True)
 class TokenRoles:
@@ -266,37 +301,62 @@ def encode(
             for index, row in zip(members, _tokenize(tokenizer, first, second, max_length), strict=True):
                 rows[index] = row
     tokenized = [row for row in rows if row is not None]
-    width = max(len(row.sequence_ids) for row in tokenized)
-    if pad_to_multiple_of:
-        width = -(-width // pad_to_multiple_of) * pad_to_multiple_of
-    fills = {"input_ids": tokenizer.pad_token_id or 0, "token_type_ids": tokenizer.pad_token_type_id}
-    padded = {
-        name: _pad_rows([row.features[name] for row in tokenized], width, fills.get(name, 0))
-        for name in tokenized[0].features
-    }
-    lengths = np.array([len(row.sequence_ids) for row in tokenized])
-    truncated = [row.full_length - len(row.sequence_ids) for row in tokenized]
-    for index, cut in enumerate(truncated):
+    for index, row in enumerate(tokenized):
+        cut = row.full_length - len(row.sequence_ids)
         if cut > 0 and warn:
             warnings.warn(
-                f"Input {index} has {tokenized[index].full_length} tokens but the model takes at most "
+                f"Input {index} has {row.full_length} tokens but the model takes at most "
                 f"{max_length}; {cut} {'token was' if cut == 1 else 'tokens were'} cut from the end"
                 f"{' of the longer text' if len(spans[index]) == 2 else ''}.",
                 TruncationWarning,
                 stacklevel=2,
             )
-    batch = EncodedBatch(padded, lengths, [], [], [], [], [], [], truncated)
-    for entry, row in zip(spans, tokenized, strict=True):
-        sequences = _sequence_array(row.sequence_ids)
-        batch.tokens.append(row.tokens)
-        batch.segment_ids.append(_segments(sequences))
-        batch.special.append(sequences < 0)
-        batch.word_ids.append(_word_ids(sequences, row.offsets, entry))
-        batch.words.append([word for text in entry for word in text.words])
-        batch.word_segments.append(
-            np.concatenate([np.full(len(text.words), s, dtype=np.int64) for s, text in enumerate(entry)])
-        )
-    return batch
+    encoded = [_row(entry, row) for entry, row in zip(spans, tokenized, strict=True)]
+    return stack_rows(encoded, tokenizer, pad_to_multiple_of=pad_to_multiple_of)
+
+
+def _row(spans: list[WordSpans], row: _Tokenized) -> EncodedRow:
+    """One tokenized input with its roles, unpadded."""
+    sequences = _sequence_array(row.sequence_ids)
+    return EncodedRow(
+        features={name: np.asarray(values, dtype=np.int64) for name, values in row.features.items()},
+        tokens=row.tokens,
+        segment_ids=_segments(sequences),
+        special=sequences < 0,
+        word_ids=_word_ids(sequences, row.offsets, spans),
+        words=[word for text in spans for word in text.words],
+        word_segments=np.concatenate(
+            [np.full(len(text.words), s, dtype=np.int64) for s, text in enumerate(spans)]
+        ),
+        truncated=row.full_length - len(row.sequence_ids),
+    )
+
+
+def stack_rows(
+    rows: Sequence[EncodedRow], tokenizer: PreTrainedTokenizerFast, *, pad_to_multiple_of: int | None = None
+) -> EncodedBatch:
+    """Encoded inputs (e.g. :meth:`EncodedBatch.rows` of earlier batches, or a cache's) as one right-padded
+    batch, padded as :func:`encode` pads: to the longest row (rounded up to a multiple of
+    ``pad_to_multiple_of``), with the tokenizer's pad token and pad token type."""
+    width = max(len(row.tokens) for row in rows)
+    if pad_to_multiple_of:
+        width = -(-width // pad_to_multiple_of) * pad_to_multiple_of
+    fills = {"input_ids": tokenizer.pad_token_id or 0, "token_type_ids": tokenizer.pad_token_type_id}
+    padded = {
+        name: _pad_rows([row.features[name] for row in rows], width, fills.get(name, 0))
+        for name in rows[0].features
+    }
+    return EncodedBatch(
+        padded,
+        np.array([len(row.tokens) for row in rows]),
+        [row.tokens for row in rows],
+        [row.segment_ids for row in rows],
+        [row.special for row in rows],
+        [row.word_ids for row in rows],
+        [row.words for row in rows],
+        [row.word_segments for row in rows],
+        [row.truncated for row in rows],
+    )
 
 
 def encode_token_ids(tokenizer: PreTrainedTokenizerFast, ids: np.ndarray) -> EncodedBatch:

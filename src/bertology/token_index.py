@@ -48,7 +48,8 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast
 from usearch.index import Index
 
 from bertology.batching import PAD_MULTIPLE, length_sorted_batches, prefetched
-from bertology.corpus import detect_format, iter_segments
+from bertology.corpus import detect_format
+from bertology.corpus_cache import read_segments
 from bertology.errors import BertologyError
 from bertology.hook import recording
 from bertology.index_store import (
@@ -91,10 +92,11 @@ def default_layers(num_layers: int) -> list[int]:
 
 
 def read_indexed_segments(
-    path: Path, tokenizer: PreTrainedTokenizerFast, max_length: int
+    path: Path, tokenizer: PreTrainedTokenizerFast, max_length: int, *, cache: bool = True
 ) -> Iterator[IndexedSegment]:
     """The corpus as index inputs: a treebank sentence by sentence (with its relations), any other
-    corpus as :func:`bertology.corpus.iter_segments` packs it (words split as BERT pre-tokenises)."""
+    corpus as :func:`bertology.corpus.iter_segments` packs it (words split as BERT pre-tokenises), through
+    the encoded-corpus cache (:func:`bertology.corpus_cache.read_segments`; ``cache=False``: not)."""
     format = "conllu" if path.is_dir() else detect_format(path)  # refuses a table at once
     if format == "conllu":
         for sentence in read_treebank(path):
@@ -107,7 +109,7 @@ def read_indexed_segments(
             return []
         return text if isinstance(text, list) else [word for word, _ in pre_tokenizer.pre_tokenize_str(text)]
 
-    for segment in iter_segments(path, tokenizer, max_length=max_length, format=format):
+    for segment in read_segments(path, tokenizer, max_length=max_length, format=format, cache=cache):
         first, second = words(segment.text_a), words(segment.text_b)
         split = len(first) if segment.is_pair else None
         yield IndexedSegment(first + second, split, None, None, segment.origin)
@@ -200,6 +202,7 @@ def build_index(
     limit: int | None = None,
     threads: int = 0,
     on_progress: Progress | None = None,
+    cache: bool = True,
 ) -> TokenIndex:
     """Index every token of ``corpus`` at ``layers`` (0-based; default :func:`default_layers`) into the
     folder ``out`` and open it. ``out`` is new, empty or an index, which is replaced whole only once the
@@ -216,6 +219,7 @@ def build_index(
         wait for each other: 1.6x the plain forward pass instead of 2.0x on 2 cores, benchmarks/RESULTS.md).
     on_progress: told the segments indexed after each batch (no total: the corpus is read as it goes;
         :class:`~bertology.progress.Progress`).
+    cache: read a text or JSON Lines corpus through the encoded-corpus cache (:mod:`bertology.corpus_cache`).
 
     Raises:
         BertologyError: an unreadable corpus, a model that is not a BERT-family encoder, a layer the
@@ -253,7 +257,9 @@ def build_index(
 
         def numbered() -> Iterator[tuple[int, IndexedSegment]]:
             """The segments in corpus order, numbered; each is written to the segments file as it is read."""
-            segments = itertools.islice(read_indexed_segments(corpus, loaded.tokenizer, max_length), limit)
+            segments = itertools.islice(
+                read_indexed_segments(corpus, loaded.tokenizer, max_length, cache=cache), limit
+            )
             for number, segment in enumerate(segments):
                 segments_file.write(json.dumps(segment.__dict__) + "\n")
                 starts.append(-1)

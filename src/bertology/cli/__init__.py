@@ -18,10 +18,12 @@ from bertology.cli import training  # isort: skip
 from bertology.cli import interventions  # isort: skip
 from bertology.cli import attribution  # isort: skip
 from bertology.cli import patching  # isort: skip
+from bertology.cli import cache  # isort: skip
 
 __all__ = [
     "app",
     "attribution",
+    "cache",
     "corpus",
     "interventions",
     "main",

@@ -28,6 +28,7 @@ from bertology.cli.options import (
     DeviceOption,
     DtypeOption,
     ModelOption,
+    NoCacheOption,
     RayOption,
     ResumeOption,
     SegmentBatchOption,
@@ -95,6 +96,7 @@ def analyze(
     resume: ResumeOption = False,
     device: DeviceOption = DEFAULT_DEVICE,
     dtype: DtypeOption = DEFAULT_DTYPE,
+    no_cache: NoCacheOption = False,
 ) -> None:
     """Per-head statistics, pattern labels and head clustering over CORPUS, written as an HTML report."""
     cluster = cluster_options(ray, workers, threads_per_worker, resume)  # a usage error before torch loads
@@ -124,6 +126,7 @@ def analyze(
         weights=weights,
         convention=convention,
         examples_per_head=examples_per_head,
+        cache=not no_cache,
     )
     # the model's loading and the report's writing are stages of their own after the segments' bar
     with progress_bar("", None) as on_stage, stage(on_stage, "Loading the model"):
@@ -180,6 +183,7 @@ def index(
     batch_size: SegmentBatchOption = BATCH_SIZE,
     device: DeviceOption = DEFAULT_DEVICE,
     dtype: DtypeOption = DEFAULT_DTYPE,
+    no_cache: NoCacheOption = False,
 ) -> None:
     """Index every token's contextual vector of CORPUS at a few layers, for corpus search in `bertology serve
     --index DIR` (exBERT's idea)."""
@@ -205,6 +209,7 @@ def index(
             max_length=max_len,
             limit=limit,
             on_progress=on_progress,
+            cache=not no_cache,
         )
     out.print(
         f"Indexed {len(built)} tokens of {len(built.segments)} segments at layers "
@@ -285,6 +290,7 @@ def compare(
     workers: WorkersOption = None,
     threads_per_worker: ThreadsPerWorkerOption = 1,
     resume: ResumeOption = False,
+    no_cache: NoCacheOption = False,
 ) -> None:
     """Compare two models head by head: statistics, labels and confidence side by side, heads matched by mean
     JS divergence, both models' head views of one input and, with --task, both ablation pictures."""
@@ -321,6 +327,7 @@ def compare(
         js_tokens_per_segment=js_tokens or None,
         weights=weights,
         convention=convention,
+        cache=not no_cache,
     )
     with progress_bar("Comparing segments", limit, rate="segments") as on_progress:
         if cluster is None:

@@ -106,6 +106,14 @@ ThreadsPerWorkerOption = Annotated[
         "--threads-per-worker", min=1, max=MAX_THREADS, help="With --ray: torch threads of each worker."
     ),
 ]
+NoCacheOption = Annotated[
+    bool,
+    typer.Option(
+        "--no-cache",
+        help="Read, segment and encode the corpus again, without reading or writing the encoded-corpus "
+        "cache ($BERTOLOGY_CACHE/corpora; see `bertology cache`).",
+    ),
+]
 ResumeOption = Annotated[
     bool,
     typer.Option(

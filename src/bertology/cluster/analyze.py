@@ -85,6 +85,7 @@ def analyze_on_pool(
         batch_size=settings.batch_size,
         corpus_format=settings.corpus_format,
         pairs=loaded.kind == "encoder",
+        cache=settings.cache,
     )
     merged = run_on_shards(
         pool,
