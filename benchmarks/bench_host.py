@@ -4,10 +4,10 @@ On a GPU the model's work is small and the host's is not (issue: ``analyze`` ran
 forward on an H100, 14.6 of 17.4 s in reading and segmenting). This measures the host side alone, on the
 whole of UD English EWT train as CoNLL-U (``../shared/data/ud_ewt``), with the default model's tokenizer:
 
-1. read: the corpus reader's sentences (``bertology.readers.treebank.read_passages``);
+1. read: the corpus reader's sentences (``bertology.corpus.readers.treebank.read_passages``);
 2. read + segment: ``corpus_batches`` (sentences packed into segments of at most 128 tokens, ordered by
    length within windows, cut into batches of 256), every batch taken;
-3. encode: the same batches encoded as the model receives them (``bertology.inputs.encode``).
+3. encode: the same batches encoded as the model receives them (``bertology.corpus.encoding.encode``).
 
 ``--baseline SRC``: the same three, in the same run, in a subprocess that imports bertology from an older
 checkout's ``src`` folder (e.g. a ``git worktree`` of the commit before the change); ratios are
@@ -33,9 +33,9 @@ MAX_LENGTH, BATCH = 128, 256
 def measure(corpus: Path, repeats: int) -> dict[str, float | int]:
     """Best seconds of each stage over ``repeats`` runs, and the counts they produced."""
     import bertology
-    from bertology.analyze import batch_texts, corpus_batches
-    from bertology.inputs import encode
-    from bertology.readers.treebank import read_passages
+    from bertology.analysis.analyze import batch_texts, corpus_batches
+    from bertology.corpus.encoding import encode
+    from bertology.corpus.readers.treebank import read_passages
 
     tokenizer = bertology.load_model().tokenizer
 

@@ -24,10 +24,10 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from bertology.anatomy import attention_parts
 from bertology.interventions.patching import head_patches, logit_difference, patch
 from bertology.interventions.patching_pairs import encode_pairs, ioi_pairs, read_pairs
-from bertology.models import LoadedModel, load_model
+from bertology.models.anatomy import attention_parts
+from bertology.models.loading import LoadedModel, load_model
 
 
 def best_of(repeats: int, work: Callable[[], object]) -> tuple[float, object]:

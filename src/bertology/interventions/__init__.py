@@ -25,7 +25,6 @@
   path patching from sender heads through receivers' queries, keys or values (``bertology patch``).
 """
 
-from bertology.heads import HeadSelection
 from bertology.interventions.ablation import AblationResult, ablation_sweep, text_replacement
 from bertology.interventions.attacks import Attack, AttackStep, attack
 from bertology.interventions.attention_attribution import (
@@ -59,6 +58,7 @@ from bertology.interventions.pruning import PruningOutcome, prune_and_measure, p
 from bertology.interventions.replacement import HeadReplacement
 from bertology.interventions.run import AblationRun, run_ablation
 from bertology.interventions.saliency import Explanation, explain
+from bertology.models.heads import HeadSelection
 
 __all__ = [
     "AblationResult",

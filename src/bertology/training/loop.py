@@ -52,13 +52,13 @@ import numpy as np
 import torch
 from transformers import get_linear_schedule_with_warmup
 
-from bertology.classify import accuracy, predict_logits
-from bertology.devices import resolve_dtype
+from bertology.corpus.encoding import encode
+from bertology.corpus.readers.glue import GlueTask, Split, read_glue
 from bertology.errors import BertologyError, TruncationWarning
-from bertology.inputs import encode
-from bertology.models import RUN_MODEL_FOLDER, LoadedModel, load_model
-from bertology.readers.glue import GlueTask, Split, read_glue
-from bertology.run_files import TRAINING_FILE
+from bertology.files.run_files import TRAINING_FILE
+from bertology.models.classify import accuracy, predict_logits
+from bertology.models.devices import resolve_dtype
+from bertology.models.loading import RUN_MODEL_FOLDER, LoadedModel, load_model
 from bertology.training.archive import ARCHIVE_FOLDER
 from bertology.training.monitor import AttentionMonitor, ProbeSet
 from bertology.training.rules import Alert, Rule, SignalRecord, Watchdog, select_rules
@@ -186,7 +186,7 @@ def check_run_dir(run_dir: Path, overwrite: bool) -> None:
         BertologyError: ``run_dir`` is a file or not writable, holds a run (without ``overwrite``), or holds
             files with the names of a run's outputs but no ``run.json``.
     """
-    from bertology.outputs import check_output_folder
+    from bertology.files.outputs import check_output_folder
 
     check_output_folder(run_dir)
     if (run_dir / TRAINING_FILE).exists():
@@ -208,10 +208,10 @@ def check_run_dir(run_dir: Path, overwrite: bool) -> None:
 def _run_folder(run_dir: Path) -> Iterator[Path]:
     """The folder a run (checked by :func:`check_run_dir`) writes in: ``run_dir`` itself for a new run, so
     that it can be watched as it trains; over an earlier run, a staging folder beside it
-    (:func:`bertology.outputs.output_folder`) whose outputs replace the earlier run's (:data:`RUN_OUTPUTS`,
-    each whole) only when the block ends without an error, so a run killed or stopped on the way leaves
-    the earlier run as it was."""
-    from bertology.outputs import output_folder
+    (:func:`bertology.files.outputs.output_folder`) whose outputs replace the earlier run's
+    (:data:`RUN_OUTPUTS`, each whole) only when the block ends without an error, so a run killed or stopped on
+    the way leaves the earlier run as it was."""
+    from bertology.files.outputs import output_folder
 
     if not (run_dir / TRAINING_FILE).exists():
         run_dir.mkdir(parents=True, exist_ok=True)
