@@ -16,7 +16,8 @@ from typer.testing import CliRunner
 import bertology
 from bertology.cli import app
 from bertology.errors import BertologyError
-from bertology.model_store import (
+from bertology.models.loading import LoadedModel
+from bertology.models.model_store import (
     PACKAGED_MODELS,
     GgufModel,
     PackagedModel,
@@ -24,7 +25,6 @@ from bertology.model_store import (
     cache_root,
     packaged_model_path,
 )
-from bertology.models import LoadedModel
 
 NAME = "tiny-packaged"
 PART_COUNT = 3

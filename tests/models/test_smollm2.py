@@ -12,13 +12,13 @@ import torch
 from transformers import AutoModelForCausalLM, PreTrainedModel
 from typer.testing import CliRunner
 
+from bertology.analysis.analyze import analyze_corpus
 from bertology.analysis.head_detectors import detect_heads, repeated_random_tokens
-from bertology.analysis_settings import AnalysisSettings
-from bertology.analyze import analyze_corpus
+from bertology.analysis.settings import AnalysisSettings
 from bertology.cli import app
 from bertology.interventions import explain
-from bertology.model_store import SMOLLM2_NOTE, packaged_model_path
-from bertology.models import LoadedModel, load_model
+from bertology.models.loading import LoadedModel, load_model
+from bertology.models.model_store import SMOLLM2_NOTE, packaged_model_path
 
 NAME = "smollm2-135m"
 LENGTH, SEQUENCES, SEED = 12, 3, 5

@@ -11,11 +11,12 @@ from pathlib import Path
 import conllu
 import pytest
 
+from bertology.corpus.readers.coref import read_coref, with_sentences
+from bertology.corpus.readers.coref_documents import CorefDocument, Mention
+from bertology.corpus.readers.gap import GapExample, read_gap
+from bertology.corpus.readers.spacy_parse import parse_text
+from bertology.corpus.readers.treebank import Sentence, base_relation, read_treebank
 from bertology.errors import BertologyError
-from bertology.readers.coref import CorefDocument, Mention, read_coref, with_sentences
-from bertology.readers.gap import GapExample, read_gap
-from bertology.readers.spacy_parse import parse_text
-from bertology.readers.treebank import Sentence, base_relation, read_treebank
 
 
 @pytest.fixture(scope="module")

@@ -28,9 +28,9 @@ from bertology.analysis import (
     PatternThresholds,
     label_heads,
 )
-from bertology.attention import Attention, AttentionBatch
+from bertology.attention.capturing import Attention, AttentionBatch
 from bertology.errors import BertologyError
-from bertology.models import LoadedModel
+from bertology.models.loading import LoadedModel
 from bertology.stats import SpecialTokens
 
 

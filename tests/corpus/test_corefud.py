@@ -9,13 +9,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from bertology.corpus.readers.coref import read_coref, with_sentences
+from bertology.corpus.readers.coref_documents import CorefDocument, Mention
+from bertology.corpus.readers.corefud import read_corefud
+from bertology.corpus.readers.treebank import Sentence, read_treebank
 from bertology.errors import BertologyError
-from bertology.models import LoadedModel
+from bertology.models.loading import LoadedModel
 from bertology.probes.coreference import score_coreference, with_heads
 from bertology.probes.run import probe_coreference
-from bertology.readers.coref import CorefDocument, Mention, read_coref, with_sentences
-from bertology.readers.corefud import read_corefud
-from bertology.readers.treebank import Sentence, read_treebank
 
 # Two documents. Sentence 1: "Mary 's dog barked ." with a multiword token "Mary's" (1-2), Mary (e2)
 # nested in "Mary 's dog" (e1), an empty node 4.1 holding a zero mention (e4) and opening e5 on "." .

@@ -1,4 +1,4 @@
-"""Corpus search index (bertology.token_index): exact neighbours on a small index, recall on UD EWT,
+"""Corpus search index (bertology.index.token_index): exact neighbours on a small index, recall on UD EWT,
 token metadata, the command."""
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ import torch
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-from bertology import token_index
 from bertology.cli import app
-from bertology.corpus import iter_segments, sample_corpus
+from bertology.corpus.segments import iter_segments, sample_corpus
 from bertology.errors import BertologyError
-from bertology.models import LoadedModel
+from bertology.index import token_index
+from bertology.index.token_index import TokenIndex, build_index, encode_segment, histogram, query_vectors
+from bertology.models.loading import LoadedModel
 from bertology.server import create_app
-from bertology.token_index import TokenIndex, build_index, encode_segment, histogram, query_vectors
 
 LAYERS = [1, 5]
 

@@ -19,8 +19,8 @@ from support.tiny_models import GENERATIVE_ARCHITECTURES, save_tiny_model
 from transformers import AutoModel
 
 import bertology
-from bertology.capture_seq2seq import Seq2SeqAttention, capture_seq2seq
-from bertology.models import LoadedModel, load_model, require_encoder
+from bertology.attention.seq2seq import Seq2SeqAttention, capture_seq2seq
+from bertology.models.loading import LoadedModel, load_model, require_encoder
 from bertology.views import render_view, seq2seq_view
 from bertology.views.build import seq2seq_view_data, view_data
 from bertology.views.payload import unpack
@@ -136,7 +136,7 @@ def test_encoder_only_work_is_refused_for_other_kinds(
     require_encoder(bertology.load_model(), "Probing")  # an encoder passes
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("One line of text.\n")
-    from bertology.analyze import analyze_corpus
+    from bertology.analysis.analyze import analyze_corpus
 
     with pytest.raises(
         bertology.BertologyError,

@@ -17,17 +17,17 @@ from support.tiny_models import save_tiny_model
 from transformers import BertConfig, BertModel
 from typer.testing import CliRunner
 
+from bertology.analysis.comparison import HeadMatching, compare_models, first_segment, word_rows
 from bertology.analysis.distances import js_cross_sums
-from bertology.analysis_settings import AnalysisSettings
-from bertology.attention import capture
+from bertology.analysis.settings import AnalysisSettings
+from bertology.attention.capturing import capture
+from bertology.attention.words import word_attention
 from bertology.cli import app
-from bertology.comparison import HeadMatching, compare_models, first_segment, word_rows
-from bertology.corpus import iter_segments
+from bertology.corpus.segments import iter_segments
 from bertology.errors import BertologyError
-from bertology.models import LoadedModel, load_model, wrap_model
+from bertology.models.loading import LoadedModel, load_model, wrap_model
 from bertology.report.comparison import relative_depth
 from bertology.training.compare import js_divergence_rows
-from bertology.words import word_attention
 
 SST2_ROWS = [
     ("a gorgeous , witty , seductive movie .", "1"),

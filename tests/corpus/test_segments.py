@@ -17,13 +17,13 @@ import conllu
 import pytest
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-import bertology.corpus
-import bertology.readers.text
-from bertology.batching import prefetched
-from bertology.corpus import Segment, detect_format, iter_segments, sample_corpus
+import bertology.corpus.readers.text
+import bertology.corpus.segments
+from bertology.corpus.batching import prefetched
+from bertology.corpus.readers.treebank import read_passages, read_treebank
+from bertology.corpus.segments import Segment, detect_format, iter_segments, sample_corpus
 from bertology.errors import BertologyError
-from bertology.models import LoadedModel
-from bertology.readers.treebank import read_passages, read_treebank
+from bertology.models.loading import LoadedModel
 
 EXAMPLE_CORPUS = sample_corpus()
 
@@ -339,7 +339,7 @@ def test_wordpiece_packing_by_summed_counts_equals_tokenizing_each_candidate(
     other tokenizers) must give the same segments."""
     corpus = EXAMPLE_CORPUS if corpus_name == "sample" else shared_data / "ud_ewt" / "en_ewt-ud-dev.conllu"
     summed = list(iter_segments(corpus, tokenizer, max_length=128))
-    monkeypatch.setattr(bertology.corpus, "BertPreTokenizer", type("NotThisPreTokenizer", (), {}))
+    monkeypatch.setattr(bertology.corpus.segments, "BertPreTokenizer", type("NotThisPreTokenizer", (), {}))
     whole = list(iter_segments(corpus, tokenizer, max_length=128))
     assert len(summed) > 50 and sum(segment.is_pair for segment in summed) > 20
     assert summed == whole
@@ -483,7 +483,7 @@ def test_an_endless_corpus_streams(
             pulled = number
             yield number, "" if number % 4 == 0 else f"Sentence {number} goes on."
 
-    monkeypatch.setattr(bertology.readers.text, "read_lines", endless_lines)
+    monkeypatch.setattr(bertology.corpus.readers.text, "read_lines", endless_lines)
     path = _write(tmp_path, "endless.txt", "placeholder\n")
     segments = list(itertools.islice(iter_segments(path, tokenizer), 50))
     assert segments[0] == Segment(
@@ -510,8 +510,8 @@ def test_a_one_line_corpus_streams_in_pieces_and_stops_at_the_limit(
     """10 MB of words on one line: with a limit of 3 segments only the first few pieces are read, and the
     segments equal those of the same text cut into lines by hand (textwrap: the longest run of whole
     words of at most PIECE_BYTES, as the reader promises)."""
-    from bertology.analyze import corpus_batches
-    from bertology.readers.text import PIECE_BYTES
+    from bertology.analysis.analyze import corpus_batches
+    from bertology.corpus.readers.text import PIECE_BYTES
 
     words = [f"word{number % 997} is here." for number in range(600_000)]
     text = " ".join(words)

@@ -15,20 +15,20 @@ import pytest
 from support.transfers import HostTransfers
 
 import bertology
-import bertology.analyze
-from bertology.analysis.distances import DistanceAccumulator
-from bertology.analysis.patterns import PatternAccumulator
-from bertology.analysis_settings import AnalysisSettings
-from bertology.analyze import (
+import bertology.analysis.analyze
+from bertology.analysis.analyze import (
     CorpusAccumulators,
     analyze_corpus,
     batch_texts,
     corpus_batches,
     example_segments,
 )
-from bertology.attention import capture_batch
-from bertology.corpus import Segment, iter_segments, sample_corpus
-from bertology.models import LoadedModel
+from bertology.analysis.distances import DistanceAccumulator
+from bertology.analysis.patterns import PatternAccumulator
+from bertology.analysis.settings import AnalysisSettings
+from bertology.attention.capturing import capture_batch
+from bertology.corpus.segments import Segment, iter_segments, sample_corpus
+from bertology.models.loading import LoadedModel
 from bertology.report import save_analysis
 from bertology.stats import SpecialTokens, SurfaceAccumulator
 
@@ -54,7 +54,7 @@ def test_batches_hold_each_window_of_the_corpus_longest_first(
     """Every window of SORT_WINDOW consecutive segments comes out whole, in order of token count (longest
     first, ties in corpus order), cut into batches; padding is to a multiple of PAD_MULTIPLE; and a
     segment number found again by example_segments is the segment analysed under that number."""
-    monkeypatch.setattr(bertology.analyze, "SORT_WINDOW", 8)
+    monkeypatch.setattr(bertology.analysis.analyze, "SORT_WINDOW", 8)
     tokenizer = default_model.tokenizer
     corpus_order = list(iter_segments(small_corpus, tokenizer, max_length=128))
     batches = list(corpus_batches(small_corpus, tokenizer, batch_size=3))
@@ -77,7 +77,7 @@ def test_batches_hold_each_window_of_the_corpus_longest_first(
 
     accumulators = CorpusAccumulators(default_model, corpus=small_corpus)
     widths = [accumulators.update(batch).model_inputs["input_ids"].shape[1] for batch in batches]
-    multiple = bertology.analyze.PAD_MULTIPLE
+    multiple = bertology.analysis.analyze.PAD_MULTIPLE
     assert widths == [-(-max(token_counts(batch)) // multiple) * multiple for batch in batches]
 
     analysis = accumulators.result()

@@ -13,6 +13,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from bertology.analysis.analyze import analyze_corpus
 from bertology.analysis.head_detectors import (
     DETECTORS,
     HEAD_SCORES,
@@ -26,14 +27,13 @@ from bertology.analysis.head_detectors import (
     repeated_random_tokens,
     sink_scores,
 )
-from bertology.analysis_settings import AnalysisSettings
-from bertology.analyze import analyze_corpus
+from bertology.analysis.settings import AnalysisSettings
 from bertology.cli import app
-from bertology.corpus import sample_corpus
+from bertology.corpus.segments import sample_corpus
 from bertology.errors import BertologyError
-from bertology.models import LoadedModel
+from bertology.files.run_files import DETECTORS_FILE
+from bertology.models.loading import LoadedModel
 from bertology.report.analysis import save_analysis
-from bertology.run_files import DETECTORS_FILE
 
 L = 12  # random tokens per half
 N = 2 * L + 1  # with the first token

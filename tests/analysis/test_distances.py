@@ -20,9 +20,9 @@ from support.synthetic_batches import (
 
 import bertology
 from bertology.analysis import DistanceAccumulator, js_divergence_sums, mds_embedding
-from bertology.attention import AttentionBatch
+from bertology.attention.capturing import AttentionBatch
 from bertology.errors import BertologyError
-from bertology.models import LoadedModel
+from bertology.models.loading import LoadedModel
 
 
 def reference_js_sums(rows: np.ndarray) -> np.ndarray:

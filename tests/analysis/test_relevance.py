@@ -26,7 +26,7 @@ from bertology.analysis.relevance import (
     residual_attention,
 )
 from bertology.errors import BertologyError
-from bertology.models import LoadedModel
+from bertology.models.loading import LoadedModel
 from bertology.views.payload import ATTENTION_SCALE, unpack
 from bertology.views.relevance import CAPTION, HEADING, relevance_view
 
