@@ -1,5 +1,8 @@
 """Interventions on attention heads: gates, single-head ablation, importance, pruning, saliency.
 
+May import the captured attention (:mod:`bertology.attention`), the models and what lies below them;
+independent of :mod:`bertology.analysis` and :mod:`bertology.probes`.
+
 - :func:`head_gates`: multiply any heads' outputs by a factor (0 removes them) inside a ``with`` block,
   or move them towards a replacement (e.g. :func:`record_head_outputs` of other inputs).
 - :func:`text_replacement`, :func:`sequence_replacement`: zero, mean or resample ablation

@@ -1,4 +1,8 @@
-"""Head, model and neuron views: one self-contained HTML page each, also shown inline in notebooks."""
+"""Head, model and neuron views: one self-contained HTML page each, also shown inline in notebooks.
+
+A renderer: it may import the computations (analysis, probes, interventions, stats), the captured attention
+and what lies below them, never the server or the command line.
+"""
 
 from __future__ import annotations
 
