@@ -139,7 +139,7 @@ def seen(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, object]]:
         record.update(device=settings.device, dtype=settings.dtype)
         raise _Stopped("stopped")
 
-    homes = [import_module(f"bertology.{name}") for name in ("models", "server.app", "training.loop")]
+    homes = [import_module(f"bertology.{name}") for name in ("models.loading", "server.app", "training.loop")]
     for module in homes:
         monkeypatch.setattr(module, "load_model", spy_load)
     monkeypatch.setattr(homes[-1], "finetune", spy_finetune)
