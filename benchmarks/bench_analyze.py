@@ -36,9 +36,7 @@ from transformers import AutoModel
 
 import bertology
 from bertology.allocator import keep_freed_memory
-from bertology.analysis.distances import DistanceAccumulator
-from bertology.analysis_settings import AnalysisSettings
-from bertology.analyze import (
+from bertology.analysis.analyze import (
     BATCH_SIZE,
     PAD_MULTIPLE,
     CorpusAccumulators,
@@ -46,11 +44,13 @@ from bertology.analyze import (
     batch_texts,
     corpus_batches,
 )
-from bertology.attention import encode_for_model, stream_batch
-from bertology.batching import iter_batches
-from bertology.corpus import Segment, iter_segments
-from bertology.inputs import encode
-from bertology.models import default_model_path
+from bertology.analysis.distances import DistanceAccumulator
+from bertology.analysis.settings import AnalysisSettings
+from bertology.attention.capturing import encode_for_model, stream_batch
+from bertology.corpus.batching import iter_batches
+from bertology.corpus.encoding import encode
+from bertology.corpus.segments import Segment, iter_segments
+from bertology.models.loading import default_model_path
 from bertology.stats.rows import RowSummarizer, SpecialTokens
 
 GAP = Path(__file__).resolve().parents[2] / "shared" / "data" / "gap"
@@ -188,8 +188,8 @@ def breakdown(corpus: Path, segments: int) -> None:
 def peak_memory_mb(corpus: Path, segments: int) -> float:
     code = (
         "import resource, bertology; from bertology.allocator import keep_freed_memory; "
-        "from bertology.analyze import analyze_corpus; "
-        "from bertology.analysis_settings import AnalysisSettings; keep_freed_memory(); "
+        "from bertology.analysis.analyze import analyze_corpus; "
+        "from bertology.analysis.settings import AnalysisSettings; keep_freed_memory(); "
         f"analyze_corpus({str(corpus)!r}, bertology.load_model(), "
         f"AnalysisSettings(limit={segments}, batch_size={BATCH})); "
         "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"

@@ -20,11 +20,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bertology.corpus.readers.glue import read_glue
 from bertology.interventions.attention_attribution import attribution_importance
 from bertology.interventions.curves import pruning_curve, removal_counts
 from bertology.interventions.data import LabelledTexts
-from bertology.models import load_model
-from bertology.readers.glue import read_glue
+from bertology.models.loading import load_model
 
 SST2 = Path(__file__).resolve().parents[2] / "shared" / "data" / "glue" / "SST-2"
 

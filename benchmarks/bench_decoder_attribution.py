@@ -21,13 +21,13 @@ import time
 
 import torch
 
-from bertology.analysis_settings import AnalysisSettings
-from bertology.analyze import analyze_corpus
-from bertology.corpus import sample_corpus
-from bertology.inputs import encode
+from bertology.analysis.analyze import analyze_corpus
+from bertology.analysis.settings import AnalysisSettings
+from bertology.corpus.encoding import encode
+from bertology.corpus.segments import sample_corpus
 from bertology.interventions import direct_logit_attribution, explain
 from bertology.interventions.saliency import METHODS
-from bertology.models import LoadedModel, load_model
+from bertology.models.loading import LoadedModel, load_model
 
 PROMPTS = [
     "The capital of France is",

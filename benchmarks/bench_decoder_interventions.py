@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from bertology.analysis.head_detectors import detect_heads, repeated_random_tokens
-from bertology.corpus import sample_corpus
+from bertology.corpus.segments import sample_corpus
 from bertology.interventions.decoder_pruning import prune_decoder
 from bertology.interventions.gates import head_gates
 from bertology.interventions.language_model import (
@@ -38,7 +38,7 @@ from bertology.interventions.language_model import (
     next_token_losses,
     token_batches,
 )
-from bertology.models import LoadedModel, load_model
+from bertology.models.loading import LoadedModel, load_model
 
 T = TypeVar("T")
 

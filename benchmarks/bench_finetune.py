@@ -48,8 +48,8 @@ def main() -> None:
     run = json.loads((args.run_dir / "run.json").read_text())
 
     import bertology as bt
-    from bertology.classify import accuracy, predict_logits
-    from bertology.readers.glue import read_glue
+    from bertology.corpus.readers.glue import read_glue
+    from bertology.models.classify import accuracy, predict_logits
 
     task = read_glue(SST2)
     loaded = bt.load_model(args.run_dir, classifier=True)

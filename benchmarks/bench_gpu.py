@@ -76,7 +76,7 @@ def build_models(folder: Path, names: list[str]) -> dict[str, Path]:
     """Random-weight models saved under ``folder`` with the default model's tokenizer."""
     from transformers import AutoConfig, AutoModel, AutoTokenizer
 
-    from bertology.models import default_model_path
+    from bertology.models.loading import default_model_path
 
     tokenizer = AutoTokenizer.from_pretrained(default_model_path())
     special = {"pad_token_id": tokenizer.pad_token_id, "vocab_size": tokenizer.vocab_size}
@@ -123,8 +123,8 @@ def capture_equality(paths: dict[str, Path]) -> None:
 
 def analyze_agreement(paths: dict[str, Path], segments: int) -> None:
     import bertology
-    from bertology.analysis_settings import AnalysisSettings
-    from bertology.analyze import analyze_corpus
+    from bertology.analysis.analyze import analyze_corpus
+    from bertology.analysis.settings import AnalysisSettings
 
     settings = AnalysisSettings(limit=segments, corpus_format="conllu")
     frames = {}
@@ -143,9 +143,9 @@ def throughput(paths: dict[str, Path], name: str, segments: int) -> None:
     from transformers import AutoModel
 
     import bertology
-    from bertology.analysis_settings import AnalysisSettings
-    from bertology.analyze import PAD_MULTIPLE, analyze_corpus, batch_texts, corpus_batches
-    from bertology.inputs import encode
+    from bertology.analysis.analyze import PAD_MULTIPLE, analyze_corpus, batch_texts, corpus_batches
+    from bertology.analysis.settings import AnalysisSettings
+    from bertology.corpus.encoding import encode
 
     dtypes = ("float32", "bfloat16") if DEVICE == "cuda" else ("float32",)
     for dtype in dtypes:
@@ -227,8 +227,8 @@ def long_inputs(paths: dict[str, Path]) -> None:
 
 def index(paths: dict[str, Path], folder: Path) -> None:
     import bertology
-    from bertology.batching import length_sorted_batches
-    from bertology.token_index import build_index, encode_segment, read_indexed_segments
+    from bertology.corpus.batching import length_sorted_batches
+    from bertology.index.token_index import build_index, encode_segment, read_indexed_segments
 
     loaded = bertology.load_model(str(paths["bertbase"]), device=DEVICE)
 

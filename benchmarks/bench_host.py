@@ -4,11 +4,11 @@ On a GPU the model's work is small and the host's is not (issue: ``analyze`` ran
 forward on an H100, 14.6 of 17.4 s in reading and segmenting). This measures the host side alone, on the
 whole of UD English EWT train as CoNLL-U (``../shared/data/ud_ewt``), with the default model's tokenizer:
 
-1. read: the corpus reader's sentences (``bertology.readers.treebank.read_passages``);
+1. read: the corpus reader's sentences (``bertology.corpus.readers.treebank.read_passages``);
 2. read + segment: ``corpus_batches`` (sentences packed into segments of at most 128 tokens, ordered by
    length within windows, cut into batches of 256; without the cache), every batch taken;
-3. encode: the same batches encoded as the model receives them (``bertology.inputs.encode``);
-4. the encoded-corpus cache (``bertology.corpus_cache``), in a fresh cache folder: a first run that reads,
+3. encode: the same batches encoded as the model receives them (``bertology.corpus.encoding.encode``);
+4. the encoded-corpus cache (``bertology.corpus.cache``), in a fresh cache folder: a first run that reads,
    segments and encodes while writing the entry, and a second run that reads the entry, each as
    ``analyze`` takes it (``corpus_batches`` with the encodings, each batch stacked as the model receives
    it); the second run's batches are checked equal to the first's. ``cached_speedup`` = first / second.
@@ -44,9 +44,9 @@ GPU_SEGMENTS_PER_S, READERS_BESIDE_GPU = 20_000, 15
 def measure(corpus: Path, repeats: int) -> dict[str, float | int]:
     """Best seconds of each stage over ``repeats`` runs, and the counts they produced."""
     import bertology
-    from bertology.analyze import batch_texts, corpus_batches
-    from bertology.inputs import encode
-    from bertology.readers.treebank import read_passages
+    from bertology.analysis.analyze import batch_texts, corpus_batches
+    from bertology.corpus.encoding import encode
+    from bertology.corpus.readers.treebank import read_passages
 
     tokenizer = bertology.load_model().tokenizer
 
@@ -73,7 +73,7 @@ def measure(corpus: Path, repeats: int) -> dict[str, float | int]:
     )
     segments = sum(len(batch) for batch in batches)  # type: ignore[union-attr]
     # a baseline checkout from before the cache has none: its cache figures are 0
-    first_s, cached_s = cache_runs(corpus, tokenizer) if find_spec("bertology.corpus_cache") else (0.0, 1.0)
+    first_s, cached_s = cache_runs(corpus, tokenizer) if find_spec("bertology.corpus.cache") else (0.0, 1.0)
     return {
         "sentences": sentences,  # type: ignore[dict-item]
         "segments": segments,
@@ -96,8 +96,8 @@ def cache_runs(corpus: Path, tokenizer: object) -> tuple[float, float]:
     import numpy as np
     import torch
 
-    from bertology.analyze import corpus_batches
-    from bertology.inputs import stack_rows
+    from bertology.analysis.analyze import corpus_batches
+    from bertology.corpus.encoding import stack_rows
 
     def run() -> tuple[float, list]:
         start = time.perf_counter()

@@ -30,9 +30,9 @@ import torch
 from fastapi.testclient import TestClient
 
 import bertology
-from bertology.batching import length_sorted_batches
+from bertology.corpus.batching import length_sorted_batches
+from bertology.index.token_index import TokenIndex, encode_segment, read_indexed_segments
 from bertology.server import create_app
-from bertology.token_index import TokenIndex, encode_segment, read_indexed_segments
 
 EWT = Path(__file__).resolve().parents[2] / "shared" / "data" / "ud_ewt"
 
@@ -65,7 +65,7 @@ def build_in_child(corpus: Path, out: Path, layers: str, threads: int) -> dict[s
     script = (
         "import json, resource, sys, time, torch\n"
         f"torch.set_num_threads({threads})\n"
-        "from bertology.token_index import build_index\n"
+        "from bertology.index.token_index import build_index\n"
         "start = time.perf_counter()\n"
         f"build_index({str(corpus)!r}, {str(out)!r}, layers=[{layers}], threads={threads})\n"
         "print(json.dumps({'seconds': time.perf_counter() - start,"

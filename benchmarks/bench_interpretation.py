@@ -24,10 +24,10 @@ from pathlib import Path
 
 import torch
 
+from bertology.corpus.readers.glue import read_glue
 from bertology.interventions.attacks import attack, replacement_entries
 from bertology.interventions.saliency import METHODS, explain
-from bertology.models import LoadedModel, load_model
-from bertology.readers.glue import read_glue
+from bertology.models.loading import LoadedModel, load_model
 
 SST2 = Path(__file__).resolve().parents[2] / "shared" / "data" / "glue" / "SST-2"
 

@@ -28,14 +28,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bertology.classify import accuracy
+from bertology.corpus.readers.glue import read_glue
 from bertology.interventions.ablation import ablation_sweep
 from bertology.interventions.data import LabelledTexts, batches
 from bertology.interventions.gates import head_gates
 from bertology.interventions.importance import head_importance
 from bertology.interventions.pruning import prune_and_measure
-from bertology.models import LoadedModel, load_model
-from bertology.readers.glue import read_glue
+from bertology.models.classify import accuracy
+from bertology.models.loading import LoadedModel, load_model
 
 SST2 = Path(__file__).resolve().parents[2] / "shared" / "data" / "glue" / "SST-2"
 

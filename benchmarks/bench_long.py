@@ -1,5 +1,5 @@
-"""Benchmark long inputs captured by queries and keys (``bertology.long_capture``) against the full capture
-of every layer's probabilities, on a randomly initialised ModernBERT-base-sized model (22 layers x 12
+"""Benchmark long inputs captured by queries and keys (``bertology.attention.long_capture``) against the full
+capture of every layer's probabilities, on a randomly initialised ModernBERT-base-sized model (22 layers x 12
 heads, hidden 768, global attention every third layer and windows of 128 tokens elsewhere; transformers'
 ``ModernBertConfig`` defaults) with the default model's WordPiece tokenizer.
 
@@ -56,7 +56,7 @@ def _model() -> object:
     """The ModernBERT-base-sized random model, wrapped as ``load_model`` wraps models."""
     from transformers import AutoTokenizer, ModernBertConfig, ModernBertModel
 
-    from bertology.models import default_model_path, wrap_model
+    from bertology.models.loading import default_model_path, wrap_model
 
     torch.manual_seed(0)
     tokenizer = AutoTokenizer.from_pretrained(default_model_path(), model_max_length=8192)
@@ -74,7 +74,7 @@ def _model() -> object:
 
 def _text(loaded: object, tokens: int) -> str:
     """Sample-corpus text of exactly ``tokens`` tokens with [CLS] and [SEP]."""
-    from bertology.corpus import sample_corpus
+    from bertology.corpus.segments import sample_corpus
 
     words = sample_corpus().read_text(encoding="utf-8").split()
     tokenizer = loaded.tokenizer  # type: ignore[attr-defined]
@@ -86,9 +86,9 @@ def _text(loaded: object, tokens: int) -> str:
 
 def analyze_one(loaded: object, text: str, mode: str, tokens: int) -> dict[str, float | int | str]:
     """The statistics of one segment (see the module docstring), measured from the current peak reset."""
-    from bertology.analysis_settings import AnalysisSettings
-    from bertology.analyze import CorpusAccumulators
-    from bertology.corpus import Segment
+    from bertology.analysis.analyze import CorpusAccumulators
+    from bertology.analysis.settings import AnalysisSettings
+    from bertology.corpus.segments import Segment
 
     settings = AnalysisSettings(max_length=tokens, mode=mode.removeprefix("analyze-"))  # type: ignore[arg-type]
     accumulators = CorpusAccumulators(loaded, settings)
@@ -142,7 +142,7 @@ def views_one(attention: object, tokens: int) -> dict[str, float | int | str]:
 
 def one(mode: str, tokens: int) -> dict[str, float | int | str]:
     """One measurement in this process (see the module docstring)."""
-    from bertology.attention import capture
+    from bertology.attention.capturing import capture
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
     loaded = _model()

@@ -40,11 +40,11 @@ from transformers import AutoModel
 
 import bertology
 from bertology.allocator import keep_freed_memory
-from bertology.analysis_settings import AnalysisSettings
-from bertology.analyze import BATCH_SIZE, analyze_corpus, corpus_batches
-from bertology.corpus import sample_corpus
-from bertology.model_store import packaged_model_path
-from bertology.readers.treebank import read_passages
+from bertology.analysis.analyze import BATCH_SIZE, analyze_corpus, corpus_batches
+from bertology.analysis.settings import AnalysisSettings
+from bertology.corpus.readers.treebank import read_passages
+from bertology.corpus.segments import sample_corpus
+from bertology.models.model_store import packaged_model_path
 
 NAME = "all-mpnet-base-v2"
 EWT_DEV = Path(__file__).resolve().parents[2] / "shared" / "data" / "ud_ewt" / "en_ewt-ud-dev.conllu"
@@ -93,7 +93,8 @@ def median_ms(run: object, repeats: int = 10) -> float:
 def speed() -> None:
     with tempfile.TemporaryDirectory() as cache:
         code = (
-            "import time; from bertology.model_store import packaged_model_path; t = time.perf_counter(); "
+            "import time; from bertology.models.model_store import packaged_model_path; "
+            "t = time.perf_counter(); "
             f"packaged_model_path({NAME!r}); print(time.perf_counter() - t)"
         )
         environment = {**os.environ, "BERTOLOGY_CACHE": cache}
@@ -103,8 +104,8 @@ def speed() -> None:
         size = sum(file.stat().st_size for file in Path(cache).rglob("*") if file.is_file())
     print(f"| assembly (join, SHA-256, unzip) | {float(seconds):.1f} s, {size / 1e6:.0f} MB on disk |")
     code = (
-        "import time, bertology.models; t = time.perf_counter(); "  # torch and transformers imported
-        f"bertology.models.load_model({NAME!r}); print(time.perf_counter() - t)"
+        "import time, bertology.models.loading; t = time.perf_counter(); "  # torch and transformers imported
+        f"bertology.models.loading.load_model({NAME!r}); print(time.perf_counter() - t)"
     )
     seconds = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     print(f"| load_model({NAME!r}) in a fresh process, assembled | {float(seconds.split()[-1]):.2f} s |")
@@ -124,8 +125,8 @@ def speed() -> None:
 def peak_memory_mb(corpus: Path, segments: int | None) -> float:
     code = (
         "import resource, bertology; from bertology.allocator import keep_freed_memory; "
-        "from bertology.analyze import analyze_corpus; "
-        "from bertology.analysis_settings import AnalysisSettings; keep_freed_memory(); "
+        "from bertology.analysis.analyze import analyze_corpus; "
+        "from bertology.analysis.settings import AnalysisSettings; keep_freed_memory(); "
         f"analyze_corpus({str(corpus)!r}, bertology.load_model({NAME!r}), "
         f"AnalysisSettings(limit={segments})); "
         "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"

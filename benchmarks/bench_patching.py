@@ -31,7 +31,6 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from bertology.anatomy import attention_parts
 from bertology.interventions.patching import (
     PatchingResult,
     head_patches,
@@ -39,7 +38,8 @@ from bertology.interventions.patching import (
     patch,
 )
 from bertology.interventions.patching_pairs import encode_pairs, ioi_pairs, read_pairs
-from bertology.models import LoadedModel, load_model
+from bertology.models.anatomy import attention_parts
+from bertology.models.loading import LoadedModel, load_model
 
 
 def best_of(repeats: int, work: Callable[[], object]) -> tuple[np.ndarray, object]:

@@ -21,10 +21,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from bertology.analysis_settings import AnalysisSettings
-from bertology.analyze import CorpusAnalysis, analyze_corpus
-from bertology.corpus import sample_corpus
-from bertology.models import load_model
+from bertology.analysis.analyze import CorpusAnalysis, analyze_corpus
+from bertology.analysis.settings import AnalysisSettings
+from bertology.corpus.segments import sample_corpus
+from bertology.models.loading import load_model
 from bertology.options import DTYPES
 
 

@@ -54,9 +54,9 @@ def main() -> None:
 
     from transformers import get_linear_schedule_with_warmup
 
-    from bertology.attention import capture_batch
-    from bertology.models import load_model
-    from bertology.readers.glue import read_glue
+    from bertology.attention.capturing import capture_batch
+    from bertology.corpus.readers.glue import read_glue
+    from bertology.models.loading import load_model
     from bertology.training.compare import head_change
     from bertology.training.loop import _MixedPrecision, _optimizer, _train_step
     from bertology.training.monitor import ProbeSet

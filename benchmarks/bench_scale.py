@@ -37,12 +37,12 @@ from bench_analyze import gap_corpus
 
 import bertology
 from bertology.allocator import keep_freed_memory
-from bertology.analysis_settings import AnalysisSettings
-from bertology.analyze import CorpusAnalysis, analyze_corpus, corpus_batches
+from bertology.analysis.analyze import CorpusAnalysis, analyze_corpus, corpus_batches
+from bertology.analysis.settings import AnalysisSettings
 from bertology.cluster.analyze import AnalysisJob, analyze_on_pool
 from bertology.cluster.shards import SHARD_SEGMENTS, Shard, shards_of
 from bertology.cluster.workers import ClusterOptions, WorkerPool
-from bertology.models import ModelSpec
+from bertology.models.loading import ModelSpec
 
 #: Segments of at most 128 tokens in one copy of GAP's texts (the corpus repeats them for more).
 GAP_SEGMENTS = 2700

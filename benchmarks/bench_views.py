@@ -24,8 +24,8 @@ import torch
 from transformers import BertConfig, BertModel
 
 import bertology
-from bertology.attention import Attention
-from bertology.models import default_model_path, wrap_model
+from bertology.attention.capturing import Attention
+from bertology.models.loading import default_model_path, wrap_model
 
 OUT = Path(__file__).parent / "out"
 CHROMIUM = "/usr/bin/chromium"

@@ -13,8 +13,8 @@ from support.ci_rules import missing
 from support.tiny_models import TinyModelDirs
 
 import bertology
-from bertology.corpus import sample_corpus
-from bertology.models import LoadedModel
+from bertology.corpus.segments import sample_corpus
+from bertology.models.loading import LoadedModel
 
 pytest_plugins = ["support.ci_rules", "pytester"]
 

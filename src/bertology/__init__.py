@@ -29,21 +29,27 @@ def _import_tqdm_without_its_notebook_warning() -> None:
 _import_tqdm_without_its_notebook_warning()
 
 if TYPE_CHECKING:
-    from bertology.attention import Attention, AttentionBatch, capture, capture_batch, capture_long_batch
-    from bertology.long_capture import LongAttention, LongAttentionBatch
-    from bertology.models import LoadedModel, load_model
+    from bertology.attention.capturing import (
+        Attention,
+        AttentionBatch,
+        capture,
+        capture_batch,
+        capture_long_batch,
+    )
+    from bertology.attention.long_capture import LongAttention, LongAttentionBatch
+    from bertology.models.loading import LoadedModel, load_model
     from bertology.views import View, head_view, model_view, neuron_view
 
 _HOMES = {
-    "Attention": "attention",
-    "AttentionBatch": "attention",
-    "capture": "attention",
-    "capture_batch": "attention",
-    "capture_long_batch": "attention",
-    "LongAttention": "long_capture",
-    "LongAttentionBatch": "long_capture",
-    "LoadedModel": "models",
-    "load_model": "models",
+    "Attention": "attention.capturing",
+    "AttentionBatch": "attention.capturing",
+    "capture": "attention.capturing",
+    "capture_batch": "attention.capturing",
+    "capture_long_batch": "attention.capturing",
+    "LongAttention": "attention.long_capture",
+    "LongAttentionBatch": "attention.long_capture",
+    "LoadedModel": "models.loading",
+    "load_model": "models.loading",
     "View": "views",
     "head_view": "views",
     "model_view": "views",

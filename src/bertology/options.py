@@ -1,7 +1,7 @@
 """The choices and defaults of bertology's options, defined once in a module that imports nothing heavy.
 
-The modules that use them import them from here (``bertology.views``, ``bertology.words``, ...), and the
-command line reads them to describe itself (``bertology --help``, a usage error) without loading torch.
+The modules that use them import them from here (``bertology.views``, ``bertology.attention.words``, ...), and
+the command line reads them to describe itself (``bertology --help``, a usage error) without loading torch.
 """
 
 from __future__ import annotations
@@ -14,16 +14,17 @@ ViewKind = Literal["head", "model", "neuron"]
 VIEW_KINDS: tuple[ViewKind, ...] = get_args(ViewKind)
 #: Page colour themes.
 Theme = Literal["light", "dark"]
-#: Softmax weights, or norm-based weights ||a f(x)|| (Kobayashi et al. 2020; :mod:`bertology.norms`).
+#: Softmax weights, or norm-based weights ||a f(x)|| (Kobayashi et al. 2020;
+#: :mod:`bertology.attention.norms`).
 Weights = Literal["attention", "norm"]
 WEIGHTS: tuple[Weights, ...] = get_args(Weights)
-#: How a word split into pieces attends (:mod:`bertology.words`).
+#: How a word split into pieces attends (:mod:`bertology.attention.words`).
 WordMode = Literal["mean", "first", "max"]
 #: How the attention-only parser decodes (:mod:`bertology.probes.parser`).
 Decode = Literal["argmax", "mst"]
-#: The attention sets of an encoder-decoder (:mod:`bertology.capture_seq2seq`).
+#: The attention sets of an encoder-decoder (:mod:`bertology.attention.seq2seq`).
 AttentionSetName = Literal["encoder", "decoder", "cross"]
-#: Rows compared between two models (:mod:`bertology.comparison`).
+#: Rows compared between two models (:mod:`bertology.analysis.comparison`).
 Level = Literal["auto", "token", "word"]
 #: Attention rollout and flow (:mod:`bertology.analysis.relevance`).
 RelevanceMethod = Literal["rollout", "flow"]
@@ -47,17 +48,17 @@ INTEGRATION_RULES: tuple[IntegrationRule, ...] = get_args(IntegrationRule)
 #: How the surface statistics average (:mod:`bertology.stats.surface`).
 Convention = Literal["bertology", "clark"]
 CONVENTIONS: tuple[Convention, ...] = get_args(Convention)
-#: Corpus file formats (:mod:`bertology.corpus`).
+#: Corpus file formats (:mod:`bertology.corpus.segments`).
 CorpusFormat = Literal["text", "jsonl", "conllu"]
 FORMATS: tuple[CorpusFormat, ...] = get_args(CorpusFormat)
 
-#: Where a model runs (:mod:`bertology.devices`): ``auto`` (a CUDA GPU when there is one, else an Apple GPU
-#: through MPS, else the CPU), ``cpu``, ``cuda`` (the current CUDA device), ``cuda:N`` or ``mps``.
+#: Where a model runs (:mod:`bertology.models.devices`): ``auto`` (a CUDA GPU when there is one, else an Apple
+#: GPU through MPS, else the CPU), ``cpu``, ``cuda`` (the current CUDA device), ``cuda:N`` or ``mps``.
 DEVICE_FORMS = "auto|cpu|cuda|cuda:N|mps"
 DEVICE_FORM = re.compile(r"auto|cpu|cuda(:\d+)?|mps")
 DEFAULT_DEVICE = "auto"
 #: The floating-point type of a model's weights and computation (statistics accumulate in float64 whatever
-#: it is; :mod:`bertology.devices`).
+#: it is; :mod:`bertology.models.devices`).
 Dtype = Literal["float32", "bfloat16", "float16"]
 DTYPES: tuple[Dtype, ...] = get_args(Dtype)
 DEFAULT_DTYPE: Dtype = "float32"

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 import bertology
 from bertology.analysis.composition import composition_scores
 from bertology.cli import app
-from bertology.models import LoadedModel
+from bertology.models.loading import LoadedModel
 
 
 def frobenius_score(left: torch.Tensor, right: torch.Tensor) -> float:

@@ -13,7 +13,7 @@ from support.tiny_models import ARCHITECTURES
 from transformers import AutoModel
 
 import bertology
-from bertology.models import LoadedModel
+from bertology.models.loading import LoadedModel
 
 PAIRS = [
     ("Unbelievably, the quick fox jumps.", "The store is near the riverbank."),
@@ -86,7 +86,7 @@ def test_capture_stops_the_pass_after_the_last_attention(
 
 
 def test_capture_equals_eager_on_default_model(default_model: LoadedModel) -> None:
-    from bertology.models import default_model_path
+    from bertology.models.loading import default_model_path
 
     assert default_model.num_layers == 6 and default_model.num_heads == 12
     _check_against_eager(default_model_path(), default_model)
@@ -206,9 +206,9 @@ def test_mixed_batch_of_pairs_and_single_texts_equals_separate_captures(default_
 def test_one_input_is_numpy_on_the_host_and_a_batch_stays_where_the_model_ran(
     tiny_model_dirs: dict[str, Path],
 ) -> None:
-    """The array rule (bertology.attention's docstring, README "Capture and views"): one input's arrays are
-    float32 numpy, a batch's torch tensors on the model's device, in its dtype (bfloat16 here, so a batch
-    brought to float32 by mistake, or an input left in torch, shows) but for the float32 value norms."""
+    """The array rule (bertology.attention.capturing's docstring, README "Capture and views"): one input's
+    arrays are float32 numpy, a batch's torch tensors on the model's device, in its dtype (bfloat16 here, so a
+    batch brought to float32 by mistake, or an input left in torch, shows) but for the float32 value norms."""
     loaded = bertology.load_model(tiny_model_dirs["bert"], dtype="bfloat16")
     batch = bertology.capture_batch(*zip(*PAIRS, strict=True), model=loaded, qk=True, weights="norm")
     for tensor in (batch.probs, batch.queries, batch.keys, batch.value_norms):

@@ -16,14 +16,14 @@ from support.tiny_models import SINGLE_STACK_TYPES
 from transformers import AutoModel
 
 import bertology
-from bertology import long_capture
-from bertology.analysis_settings import AnalysisSettings
-from bertology.analyze import analyze_corpus
-from bertology.attention import capture, capture_long_batch
+from bertology.analysis.analyze import analyze_corpus
+from bertology.analysis.settings import AnalysisSettings
+from bertology.attention import long_capture
+from bertology.attention.capturing import capture, capture_long_batch
+from bertology.attention.long_capture import LongAttention
 from bertology.errors import BertologyError
-from bertology.long_capture import LongAttention
-from bertology.model_types import MODEL_TYPES
-from bertology.models import LoadedModel
+from bertology.models.loading import LoadedModel
+from bertology.models.model_types import MODEL_TYPES
 
 #: Two inputs of different lengths (the shorter is padded), longer than the tiny models' windows of 8.
 TEXTS = [
@@ -123,7 +123,7 @@ def test_capture_modes_choose_queries_and_keys_above_the_threshold(
     loaded = loaded_types("modernbert")
     probs = capture(TEXTS[0], model=loaded)
     assert isinstance(probs, bertology.Attention)  # 24 tokens: under the threshold
-    monkeypatch.setattr(importlib.import_module("bertology.attention"), "LONG_INPUT_TOKENS", 16)
+    monkeypatch.setattr(importlib.import_module("bertology.attention.capturing"), "LONG_INPUT_TOKENS", 16)
     long = capture(TEXTS[0], model=loaded)
     assert isinstance(long, LongAttention) and long.tokens == probs.tokens
     np.testing.assert_allclose(np.stack([long.block(layer) for layer in range(3)]), probs.probs, atol=1e-5)

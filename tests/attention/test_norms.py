@@ -15,12 +15,12 @@ from transformers import AutoModel
 from typer.testing import CliRunner
 
 import bertology
-from bertology.analysis_settings import AnalysisSettings
-from bertology.analyze import analyze_corpus
+from bertology.analysis.analyze import analyze_corpus
+from bertology.analysis.settings import AnalysisSettings
+from bertology.attention.norms import norm_weights
 from bertology.cli import app
 from bertology.errors import BertologyError
-from bertology.models import LoadedModel, default_model_path
-from bertology.norms import norm_weights
+from bertology.models.loading import LoadedModel, default_model_path
 from bertology.views import neuron_view
 
 TEXT_A, TEXT_B = "I went to the store.", "At the store, I bought fresh strawberries."

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import bertology
-from bertology.models import LoadedModel, wrap_model
+from bertology.models.loading import LoadedModel, wrap_model
 
 TEXT = "The quick brown fox jumps over the lazy dog."
 

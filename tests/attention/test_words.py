@@ -6,10 +6,18 @@ import numpy as np
 import pytest
 import torch
 
-from bertology.attention import Attention, capture
+from bertology.attention.capturing import Attention, capture
+from bertology.attention.words import (
+    WORD_MODES,
+    UnitMaps,
+    Units,
+    WordAttention,
+    WordMode,
+    padded_units,
+    word_attention,
+)
 from bertology.errors import BertologyError
-from bertology.models import LoadedModel
-from bertology.words import WORD_MODES, UnitMaps, Units, WordAttention, WordMode, padded_units, word_attention
+from bertology.models.loading import LoadedModel
 
 
 def make_attention(probs: np.ndarray, tokens: list[str], word_ids: list[int], words: list[str]) -> Attention:

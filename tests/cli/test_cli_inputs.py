@@ -15,7 +15,7 @@ import pytest
 from support.cli import run_in_process
 
 from bertology.errors import BertologyError
-from bertology.models import LoadedModel, load_model
+from bertology.models.loading import LoadedModel, load_model
 
 BERTOLOGY = [sys.executable, "-m", "bertology"]
 
@@ -184,10 +184,10 @@ def test_importing_the_command_line_does_not_import_torch() -> None:
 
 def test_library_names_still_resolve_after_lazy_import() -> None:
     import bertology
-    import bertology.attention  # importing the submodule keeps the package's names
+    import bertology.attention.capturing  # importing the submodule keeps the package's names
 
     assert callable(bertology.capture) and bertology.capture.__name__ == "capture"
-    assert bertology.capture is bertology.attention.capture
+    assert bertology.capture is bertology.attention.capturing.capture
     assert bertology.load_model is load_model
 
 
@@ -217,7 +217,7 @@ def test_unwritable_output_is_refused_before_any_work(tmp_path: Path) -> None:
 
 
 def test_output_file_checks(tmp_path: Path) -> None:
-    from bertology.outputs import check_output_file
+    from bertology.files.outputs import check_output_file
 
     (tmp_path / "page.json").mkdir()
     with pytest.raises(BertologyError, match=r"page\.json: it is a folder"):
@@ -230,7 +230,7 @@ def test_output_file_checks(tmp_path: Path) -> None:
 
 
 def test_output_folder_moves_in_only_finished_work(tmp_path: Path) -> None:
-    from bertology.outputs import output_folder
+    from bertology.files.outputs import output_folder
 
     target = tmp_path / "out"
     target.mkdir()
@@ -423,7 +423,7 @@ def test_an_input_that_is_not_a_regular_file_says_what_it_is(
 def test_a_model_folder_without_tokenizer_files_says_so(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from bertology.models import default_model_path
+    from bertology.models.loading import default_model_path
 
     folder = tmp_path / "weights_only"
     folder.mkdir()
@@ -458,12 +458,12 @@ def test_ctrl_c_in_a_local_run_exits_130_with_a_message(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    import bertology.analyze
+    import bertology.analysis.analyze
 
     def interrupted(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(bertology.analyze, "analyze_corpus", interrupted)
+    monkeypatch.setattr(bertology.analysis.analyze, "analyze_corpus", interrupted)
     corpus = sample_corpus_head(4)  # type: ignore[operator]
     code, stderr = run_in_process(["analyze", str(corpus), "-o", str(tmp_path / "out")], capsys)
     assert code == 130

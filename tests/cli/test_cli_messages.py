@@ -14,7 +14,7 @@ from support.cli import run_in_process
 from typer.testing import CliRunner
 
 from bertology.cli import app
-from bertology.models import typo_of_offline_model
+from bertology.models.loading import typo_of_offline_model
 
 
 def _commands(command: typer.core.click.Command, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:

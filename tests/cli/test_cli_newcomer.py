@@ -53,7 +53,7 @@ def test_comparing_an_encoder_with_a_decoder_draws_single_texts(
 
 
 def test_the_models_table_is_one_line_per_type_in_80_columns() -> None:
-    from bertology.model_types import FEATURES, MODEL_TYPES, features
+    from bertology.models.model_types import FEATURES, MODEL_TYPES, features
 
     lines = CliRunner().invoke(app, ["models"], env={"COLUMNS": "80"}).stdout.splitlines()
     rows = {line.split()[0]: line for line in lines if line.split() and line.split()[0] in MODEL_TYPES}

@@ -14,10 +14,10 @@ import torch
 from support.run_folders import write_tiny_task
 from typer.testing import CliRunner
 
-from bertology.classify import predict_logits
 from bertology.cli import app
-from bertology.inputs import encode
-from bertology.models import load_model
+from bertology.corpus.encoding import encode
+from bertology.models.classify import predict_logits
+from bertology.models.loading import load_model
 
 #: ablate's stages, in order (bertology.interventions.run.run_ablation).
 ABLATE_STAGES = (

@@ -1,4 +1,4 @@
-"""The token index folder (bertology.index_store): a rebuild killed at any moment leaves the old index or
+"""The token index folder (bertology.index.store): a rebuild killed at any moment leaves the old index or
 the new one, whole; old generations are removed and other files kept; every damaged index file is named
 in one sentence (CLI: exit 1; web app: refused at start); `index -o` refuses a file and a folder that
 holds files but no index."""
@@ -22,10 +22,10 @@ import torch
 
 from bertology import cli
 from bertology.errors import BertologyError
-from bertology.index_store import MANIFEST, new_generation
-from bertology.models import LoadedModel
+from bertology.index.store import MANIFEST, new_generation
+from bertology.index.token_index import TokenIndex, build_index
+from bertology.models.loading import LoadedModel
 from bertology.server.app import create_app
-from bertology.token_index import TokenIndex, build_index
 
 LAYERS = [2, 5]
 KILLS = 6  # rebuilds killed, each at a seeded moment

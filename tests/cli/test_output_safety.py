@@ -1,7 +1,7 @@
 """Output folders keep the user's files: the commands that write a folder (`analyze`, `compare`, `probe ...`,
-`ablate`, all through :func:`bertology.outputs.output_folder`) move their files in one by one, so a user's
-own files in the subfolders the tool writes (`plots/`, `examples/`, `pruned/`) stay; and no file beside an
-output file (`relevance -o X.html` writes `X.json`) is replaced unless the tool wrote it."""
+`ablate`, all through :func:`bertology.files.outputs.output_folder`) move their files in one by one, so a
+user's own files in the subfolders the tool writes (`plots/`, `examples/`, `pruned/`) stay; and no file beside
+an output file (`relevance -o X.html` writes `X.json`) is replaced unless the tool wrote it."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from bertology.cli import app
 from bertology.errors import BertologyError
-from bertology.outputs import output_folder
+from bertology.files.outputs import output_folder
 
 USER_FILES = {
     "mine.txt": "the user's notes",
@@ -138,8 +138,8 @@ def test_relevance_refuses_to_replace_a_foreign_json_beside_its_page(tmp_path: P
 def test_explain_replaces_only_its_own_json_beside_its_page(
     beside: object, replaced: bool, tmp_path: Path
 ) -> None:
+    from bertology.files.outputs import check_output_file
     from bertology.interventions.saliency import JSON_MARKS
-    from bertology.outputs import check_output_file
 
     page = tmp_path / "why.html"
     text = beside if isinstance(beside, str) else json.dumps(beside)
@@ -156,7 +156,7 @@ def test_explain_replaces_only_its_own_json_beside_its_page(
 #: Enters output_folder(argv[1]), writes a file, says where its staging folder is, then waits to be killed.
 _HOLD_STAGING = """
 import sys, time
-from bertology.outputs import output_folder
+from bertology.files.outputs import output_folder
 with output_folder(sys.argv[1]) as staging:
     (staging / "half.txt").write_text("half", encoding="utf-8")
     print(staging, flush=True)
@@ -265,12 +265,12 @@ FILE_WRITERS = {
 def test_a_named_pipe_as_output_is_refused_before_the_model_loads(
     command: str, fifo_at: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import bertology.models
+    import bertology.models.loading
 
     def no_loading(*args: object, **options: object) -> None:
         raise AssertionError("the model was loaded before the output was checked")
 
-    monkeypatch.setattr(bertology.models, "load_model", no_loading)
+    monkeypatch.setattr(bertology.models.loading, "load_model", no_loading)
     page = tmp_path / "page.html"
     fifo = page if fifo_at == "page" else page.with_suffix(".json")
     os.mkfifo(fifo)
@@ -296,7 +296,7 @@ def test_watch_refuses_a_named_pipe_and_a_device_as_its_page(tmp_path: Path) -> 
 
 
 def test_an_error_while_writing_a_page_names_the_file() -> None:
-    from bertology.outputs import write_text
+    from bertology.files.outputs import write_text
 
     with pytest.raises(BertologyError) as raised:
         write_text("/dev/full", "<html></html>")

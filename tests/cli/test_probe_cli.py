@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bertology.models import LoadedModel
+from bertology.models.loading import LoadedModel
 from bertology.probes.gap import BASELINES
 from bertology.report.arcs import arc_diagram
 

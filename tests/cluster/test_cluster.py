@@ -23,9 +23,10 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-import bertology.analyze
-from bertology.analysis_settings import AnalysisSettings
-from bertology.analyze import CorpusAnalysis, analyze_corpus
+import bertology.analysis.analyze
+from bertology.analysis.analyze import CorpusAnalysis, analyze_corpus
+from bertology.analysis.comparison import compare_models
+from bertology.analysis.settings import AnalysisSettings
 from bertology.cli import app
 from bertology.cluster.analyze import AnalysisJob, analyze_on_pool
 from bertology.cluster.checkpoint import checkpoint_file
@@ -33,10 +34,9 @@ from bertology.cluster.compare import ComparisonJob, compare_on_pool
 from bertology.cluster.driver import ShardedRun
 from bertology.cluster.shards import shards_of
 from bertology.cluster.workers import ClusterOptions, WorkerPool, import_ray, ray_session
-from bertology.comparison import compare_models
-from bertology.corpus import Segment, sample_corpus
+from bertology.corpus.segments import Segment, sample_corpus
 from bertology.errors import BertologyError
-from bertology.models import LoadedModel, ModelSpec, load_model
+from bertology.models.loading import LoadedModel, ModelSpec, load_model
 
 #: Short segments, small batches and shards: the 85 segments of the sample corpus make six shards.
 MAX_LENGTH, BATCH, SHARD = 64, 8, 16
@@ -115,7 +115,7 @@ def test_ray_run_equals_a_local_run_on_ud_ewt_dev(
 ) -> None:
     """CoNLL-U input, windows of 40 segments sorted by length, shards of 24 that cross the windows, on a
     worker of its own (its job reads 150 segments in batches of 16) beside the module's two."""
-    monkeypatch.setattr(bertology.analyze, "SORT_WINDOW", 40)
+    monkeypatch.setattr(bertology.analysis.analyze, "SORT_WINDOW", 40)
     settings = AnalysisSettings(max_length=MAX_LENGTH, limit=150, batch_size=16)
     local = analyze_corpus(ewt_dev, default_model, settings)
     with WorkerPool(AnalysisJob(ModelSpec(), settings), ClusterOptions(workers=1)) as on_ewt:

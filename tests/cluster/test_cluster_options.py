@@ -17,9 +17,9 @@ import bertology.cluster.analyze
 import bertology.cluster.compare
 import bertology.cluster.probes
 import bertology.cluster.workers
-from bertology.analysis_settings import AnalysisSettings
+from bertology.analysis.settings import AnalysisSettings
 from bertology.cluster.driver import ShardedRun
-from bertology.models import ModelSpec
+from bertology.models.loading import ModelSpec
 
 
 class Recorded(BaseException):

@@ -16,9 +16,9 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from bertology.analysis.analyze import CorpusAnalysis, analyze_corpus, example_segments
 from bertology.analysis.examples import chosen_examples, collect_examples
-from bertology.analysis_settings import AnalysisSettings
-from bertology.analyze import CorpusAnalysis, analyze_corpus, example_segments
+from bertology.analysis.settings import AnalysisSettings
 from bertology.cli import app
 from bertology.cluster.ablation import IMPORTANCE_BATCH, AblationJob, ablate_on_pool
 from bertology.cluster.analyze import AnalysisJob, analyze_on_pool
@@ -31,9 +31,9 @@ from bertology.cluster.probes import (
     probe_dependencies_on_pool,
 )
 from bertology.cluster.workers import ClusterOptions, WorkerPool
-from bertology.corpus import sample_corpus
+from bertology.corpus.segments import sample_corpus
 from bertology.interventions.run import AblationRun, run_ablation
-from bertology.models import LoadedModel, ModelSpec, load_model
+from bertology.models.loading import LoadedModel, ModelSpec, load_model
 from bertology.probes.coreference import CorefProbe
 from bertology.probes.run import probe_coreference, probe_dependencies
 

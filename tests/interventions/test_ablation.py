@@ -16,14 +16,14 @@ from transformers import BertForMaskedLM
 from typer.testing import CliRunner
 
 from bertology.cli import app
-from bertology.inputs import encode
+from bertology.corpus.encoding import encode
 from bertology.interventions.ablation import _sweep_full_passes, _sweep_reusing, ablation_sweep
 from bertology.interventions.attention_gradients import attention_gradients
 from bertology.interventions.curves import pruning_curve, removal_counts
 from bertology.interventions.data import LabelledTexts
 from bertology.interventions.gates import head_gates
 from bertology.interventions.importance import head_importance
-from bertology.models import LoadedModel, load_model, wrap_model
+from bertology.models.loading import LoadedModel, load_model, wrap_model
 
 TEXTS = [
     "The quick brown fox jumps over the lazy dog near the riverbank.",

@@ -19,7 +19,7 @@ from transformers import AutoTokenizer, BertConfig, BertForSequenceClassificatio
 
 from bertology.errors import BertologyError
 from bertology.interventions import attack, explain
-from bertology.models import LoadedModel, default_model_path, load_model, wrap_model
+from bertology.models.loading import LoadedModel, default_model_path, load_model, wrap_model
 
 PAIR = ("Researchers measured how much each head attends to punctuation.", "The quick brown fox jumps.")
 #: hotflip.py's DEFAULT_IGNORE_TOKENS.

@@ -11,10 +11,10 @@ import torch
 from support.known_classifier import known_sentiment_classifier
 from support.tiny_models import tiny_classifier
 
+from bertology.corpus.encoding import encode
 from bertology.errors import BertologyError
-from bertology.inputs import encode
 from bertology.interventions.attacks import Attack, attack, replacement_entries
-from bertology.models import LoadedModel
+from bertology.models.loading import LoadedModel
 
 POSITIVE = "the film was good and long"
 PAIR = ("Researchers measured how much each head attends to punctuation.", "The quick brown fox jumps.")

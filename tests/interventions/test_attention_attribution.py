@@ -13,9 +13,8 @@ import torch
 from support.tiny_models import tiny_classifier
 from transformers.masking_utils import eager_mask
 
+from bertology.corpus.encoding import encode
 from bertology.errors import BertologyError
-from bertology.hook import recording
-from bertology.inputs import encode
 from bertology.interventions.attention_attribution import (
     attribute,
     attribute_input,
@@ -25,7 +24,8 @@ from bertology.interventions.attention_attribution import (
 from bertology.interventions.attribution_tree import TreeEdge, attribution_tree
 from bertology.interventions.data import LabelledTexts
 from bertology.interventions.pruning import prune_heads
-from bertology.models import LoadedModel, load_model
+from bertology.models.hook import recording
+from bertology.models.loading import LoadedModel, load_model
 
 
 def test_integration_points() -> None:

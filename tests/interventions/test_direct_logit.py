@@ -10,10 +10,10 @@ import pytest
 import torch
 
 import bertology
+from bertology.corpus.encoding import encode
 from bertology.errors import BertologyError
-from bertology.inputs import encode
 from bertology.interventions import direct_logit_attribution, explain
-from bertology.models import LoadedModel
+from bertology.models.loading import LoadedModel
 
 PROMPT = "the quick brown fox jumps over"
 

@@ -12,10 +12,10 @@ import pytest
 import torch
 from torch import nn
 
+from bertology.corpus.encoding import encode
 from bertology.errors import BertologyError
-from bertology.inputs import encode
 from bertology.interventions.gates import gate_values, head_gates
-from bertology.models import LoadedModel, load_model, wrap_model
+from bertology.models.loading import LoadedModel, load_model, wrap_model
 
 TEXTS = ["The quick brown fox jumps over the lazy dog.", "She said that the committee would publish."]
 

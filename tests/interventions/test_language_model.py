@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 
 from bertology import BertologyError
 from bertology.cli import app
-from bertology.corpus import sample_corpus
+from bertology.corpus.segments import sample_corpus
 from bertology.interventions.decoder_pruning import prune_decoder
 from bertology.interventions.language_model import (
     TokenSequences,
@@ -34,7 +34,7 @@ from bertology.interventions.language_model import (
     next_token_losses,
 )
 from bertology.interventions.pruning import save_model
-from bertology.models import LoadedModel, load_model
+from bertology.models.loading import LoadedModel, load_model
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from bertology import BertologyError
 from bertology.interventions.patching import Patch, exact_patching, patch, run_group
 from bertology.interventions.patching_pairs import PatchPair, encode_pairs, read_pairs, sst2_pairs
 from bertology.interventions.path_patching import path_patch
-from bertology.models import LoadedModel, load_model
+from bertology.models.loading import LoadedModel, load_model
 
 #: One word swapped (the first pair) or two words exchanged: the same token count in each tiny model's
 #: tokenizer; the pairs' counts differ.

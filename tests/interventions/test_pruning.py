@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from bertology.classify import predict_logits
 from bertology.errors import BertologyError
 from bertology.interventions.data import LabelledTexts
 from bertology.interventions.gates import head_gates
 from bertology.interventions.pruning import count_parameters, prune_and_measure, prune_heads, save_model
-from bertology.models import LoadedModel, load_model, wrap_model
-from bertology.surgery import pruned_heads
+from bertology.models.classify import predict_logits
+from bertology.models.loading import LoadedModel, load_model, wrap_model
+from bertology.models.surgery import pruned_heads
 
 TEXTS = ["The quick brown fox jumps over the lazy dog.", "She said, that the committee would publish it."]
 

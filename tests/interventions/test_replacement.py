@@ -24,14 +24,14 @@ from typer.testing import CliRunner
 
 from bertology import BertologyError
 from bertology.cli import app
-from bertology.corpus import sample_corpus
-from bertology.inputs import encode
+from bertology.corpus.encoding import encode
+from bertology.corpus.segments import sample_corpus
 from bertology.interventions.ablation import _sweep_reusing, ablation_sweep, text_replacement
 from bertology.interventions.data import LabelledTexts
 from bertology.interventions.gates import head_gates, record_head_outputs
 from bertology.interventions.language_model import TokenSequences, loss_ablation_sweep, sequence_replacement
 from bertology.interventions.replacement import resample_sources
-from bertology.models import LoadedModel, load_model
+from bertology.models.loading import LoadedModel, load_model
 
 TEXTS = ["The quick brown fox jumps over the lazy dog.", "I went to the store.", "Heads look back."]
 

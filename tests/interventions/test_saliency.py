@@ -14,10 +14,10 @@ from support.tiny_models import tiny_classifier
 from typer.testing import CliRunner
 
 from bertology.cli import app
+from bertology.corpus.encoding import encode
 from bertology.errors import BertologyError
-from bertology.inputs import encode
 from bertology.interventions.saliency import METHODS, explain
-from bertology.models import LoadedModel, load_model, wrap_model
+from bertology.models.loading import LoadedModel, load_model, wrap_model
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bertology.allocator import MMAP_THRESHOLD, TRIM_THRESHOLD
-from bertology.corpus import sample_corpus
+from bertology.corpus.segments import sample_corpus
 
 ROUNDS = """
 import resource, sys
@@ -66,8 +66,8 @@ ctypes.CDLL.__getattr__ = spying
 
 LIBRARY_RUN = """
 import bertology
-from bertology.analysis_settings import AnalysisSettings
-from bertology.analyze import CorpusAccumulators, analyze_corpus
+from bertology.analysis.settings import AnalysisSettings
+from bertology.analysis.analyze import CorpusAccumulators, analyze_corpus
 loaded = bertology.load_model()
 CorpusAccumulators(loaded)
 analyze_corpus(sys.argv[1], loaded, AnalysisSettings(limit=4, batch_size=2))

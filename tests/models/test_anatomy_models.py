@@ -1,5 +1,5 @@
-"""Interventions and norm-based weights on every encoder type bertology.anatomy describes, whichever route
-captures its attention: head gates against zeroed output-projection columns, the ablation sweep against
+"""Interventions and norm-based weights on every encoder type bertology.models.anatomy describes, whichever
+route captures its attention: head gates against zeroed output-projection columns, the ablation sweep against
 full passes, batched importance against one example at a time, pruning against gating (and reloading),
 norm-based weights against a hand computation from the model's own weights and ``output_attentions``;
 GPT-2's Conv1D projections; and the refusals for the types it does not describe."""
@@ -18,25 +18,25 @@ from torch.nn.functional import cross_entropy
 from transformers import AutoModel, DebertaConfig, DebertaModel, FunnelConfig, FunnelModel, RoFormerConfig
 
 import bertology
-from bertology.anatomy import attention_parts, described_types, describes
-from bertology.classify import predict_logits
+from bertology.attention.norms import NormWeighting
+from bertology.corpus.encoding import encode
 from bertology.errors import BertologyError
-from bertology.inputs import encode
 from bertology.interventions.ablation import _sweep_full_passes, _sweep_reusing
 from bertology.interventions.data import LabelledTexts
 from bertology.interventions.gates import head_gates
 from bertology.interventions.importance import head_importance
 from bertology.interventions.pruning import count_parameters, prune_heads, save_model
-from bertology.model_store import packaged_model_path
-from bertology.models import LoadedModel, load_model, wrap_model
-from bertology.norms import NormWeighting
+from bertology.models.anatomy import attention_parts, described_types, describes
+from bertology.models.classify import predict_logits
+from bertology.models.loading import LoadedModel, load_model, wrap_model
+from bertology.models.model_store import packaged_model_path
 
 ENCODERS = (*ARCHITECTURES, *MORE_ENCODERS)
 TEXTS = ["The quick brown fox jumps over the lazy dog.", "She said, that the committee would publish it."]
 TEXT = "Researchers measured how much each head attends to punctuation, and separators."
 
-#: Per type, independently of bertology.anatomy: the path from the base model to the layers, then from a
-#: layer to its output projection and to the Linear computing its value vectors, and how that Linear
+#: Per type, independently of bertology.models.anatomy: the path from the base model to the layers, then from
+#: a layer to its output projection and to the Linear computing its value vectors, and how that Linear
 #: orders its rows ("separate": the values alone; "stacked": q, k, v of every head in turn; "interleaved":
 #: q, k, v of head 0, then of head 1, ...).
 _BERT = ("encoder.layer", "attention.output.dense", "attention.self.value", "separate")

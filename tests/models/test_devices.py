@@ -18,14 +18,14 @@ import torch
 from typer.testing import CliRunner
 
 import bertology
-from bertology.analysis_settings import AnalysisSettings
-from bertology.analyze import CorpusAccumulators, analyze_corpus, corpus_batches
+from bertology.analysis.analyze import CorpusAccumulators, analyze_corpus, corpus_batches
+from bertology.analysis.settings import AnalysisSettings
 from bertology.cli import app
-from bertology.corpus import sample_corpus
-from bertology.devices import float64_home, resolve_device, resolve_dtype
+from bertology.corpus.segments import sample_corpus
 from bertology.errors import BertologyError
-from bertology.models import LoadedModel, load_model
-from bertology.run_files import JS_DIVERGENCE_FILE
+from bertology.files.run_files import JS_DIVERGENCE_FILE
+from bertology.models.devices import float64_home, resolve_device, resolve_dtype
+from bertology.models.loading import LoadedModel, load_model
 from bertology.training import FinetuneSettings, finetune
 
 #: The README's documented tolerance ("Devices and precision"): the largest absolute difference from a
@@ -139,7 +139,7 @@ def seen(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, object]]:
         record.update(device=settings.device, dtype=settings.dtype)
         raise _Stopped("stopped")
 
-    homes = [import_module(f"bertology.{name}") for name in ("models", "server.app", "training.loop")]
+    homes = [import_module(f"bertology.{name}") for name in ("models.loading", "server.app", "training.loop")]
     for module in homes:
         monkeypatch.setattr(module, "load_model", spy_load)
     monkeypatch.setattr(homes[-1], "finetune", spy_finetune)

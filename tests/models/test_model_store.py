@@ -16,15 +16,15 @@ from typer.testing import CliRunner
 import bertology
 from bertology.cli import app
 from bertology.errors import BertologyError
-from bertology.model_store import (
+from bertology.files.cache_folder import cache_root
+from bertology.models.loading import LoadedModel
+from bertology.models.model_store import (
     PACKAGED_MODELS,
     GgufModel,
     PackagedModel,
     assembled_path,
-    cache_root,
     packaged_model_path,
 )
-from bertology.models import LoadedModel
 
 NAME = "tiny-packaged"
 PART_COUNT = 3

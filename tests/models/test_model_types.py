@@ -17,11 +17,11 @@ from support.tiny_models import DECODERS, GENERATIVE_ARCHITECTURES, SINGLE_STACK
 from transformers import AutoConfig, AutoModel
 
 import bertology
-from bertology.analysis_settings import AnalysisSettings
-from bertology.analyze import analyze_corpus
-from bertology.attention import encode_for_model, stream_batch
-from bertology.model_types import FEATURES, MODEL_TYPES, REFUSED, features
-from bertology.models import LoadedModel
+from bertology.analysis.analyze import analyze_corpus
+from bertology.analysis.settings import AnalysisSettings
+from bertology.attention.capturing import encode_for_model, stream_batch
+from bertology.models.loading import LoadedModel
+from bertology.models.model_types import FEATURES, MODEL_TYPES, REFUSED, features
 from bertology.views.build import view_data
 
 TEXTS = ["Unbelievably, the quick brown fox jumps over the lazy dog.", "I went to the store."]

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 import bertology
-from bertology.model_types import MODEL_TYPES
-from bertology.models import default_model_path
+from bertology.models.loading import default_model_path
+from bertology.models.model_types import MODEL_TYPES
 
 
 def test_default_model_by_none_and_by_name() -> None:

@@ -11,7 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from bertology.models import LoadedModel
+from bertology.corpus.readers.coref import read_coref
+from bertology.corpus.readers.coref_documents import CorefDocument, Mention
+from bertology.corpus.readers.treebank import read_treebank
+from bertology.models.loading import LoadedModel
 from bertology.probes.coreference import (
     ALL,
     OTHER,
@@ -26,8 +29,6 @@ from bertology.probes.coreference import (
     with_heads,
 )
 from bertology.probes.rows import query_word_rows
-from bertology.readers.coref import CorefDocument, Mention, read_coref
-from bertology.readers.treebank import read_treebank
 
 
 def make_document(sentences: list[str], mentions: list[tuple[int, int, str]]) -> CorefDocument:

@@ -10,9 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bertology.attention import capture
+from bertology.attention.capturing import capture
+from bertology.attention.words import WordAttention, word_attention
+from bertology.corpus.readers.treebank import Sentence, read_treebank
 from bertology.errors import BertologyError
-from bertology.models import LoadedModel
+from bertology.models.loading import LoadedModel
 from bertology.probes import (
     DIRECTIONS,
     OFFSETS,
@@ -23,8 +25,6 @@ from bertology.probes import (
     predicted_heads,
 )
 from bertology.probes.data import predict_heads
-from bertology.readers.treebank import Sentence, read_treebank
-from bertology.words import WordAttention, word_attention
 
 
 def make_sentence(heads: Sequence[int], relations: Sequence[str], origin: str = "test:1") -> Sentence:

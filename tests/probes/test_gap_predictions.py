@@ -15,9 +15,9 @@ from typer.testing import CliRunner
 
 from bertology.cli import app
 from bertology.errors import BertologyError
+from bertology.files.run_files import gap_predictions_file
 from bertology.probes.gap import GapAccumulator, GapWords
 from bertology.probes.gap_scorer import FEMININE, MASCULINE
-from bertology.run_files import gap_predictions_file
 
 # --- GAP's scorer: its reading of the files and its counting, as published -------------------------
 

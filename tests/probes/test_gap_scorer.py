@@ -9,8 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bertology.corpus.readers.gap import GapExample, read_gap
+from bertology.corpus.readers.spacy_parse import ParsedText
 from bertology.errors import BertologyError
-from bertology.models import LoadedModel
+from bertology.models.loading import LoadedModel
 from bertology.probes.gap import (
     BASELINES,
     GapAccumulator,
@@ -23,8 +25,6 @@ from bertology.probes.gap import (
     tree_distance,
 )
 from bertology.probes.gap_scorer import FEMININE, MASCULINE
-from bertology.readers.gap import GapExample, read_gap
-from bertology.readers.spacy_parse import ParsedText
 
 # (gender, gold (A, B), the head's answer (A, B) or None for a text cut to fit the model)
 CONSTRUCTED = [

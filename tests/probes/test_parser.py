@@ -10,8 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bertology.attention.words import WordAttention
+from bertology.corpus.readers.treebank import Sentence, read_treebank
 from bertology.errors import BertologyError
-from bertology.models import LoadedModel
+from bertology.models.loading import LoadedModel
 from bertology.probes.data import iter_word_attention
 from bertology.probes.parser import (
     AttentionParser,
@@ -20,8 +22,6 @@ from bertology.probes.parser import (
     evaluate_parser,
     right_branching,
 )
-from bertology.readers.treebank import Sentence, read_treebank
-from bertology.words import WordAttention
 
 LAYERS, HEADS = 2, 3
 PLANTED = (1, 2)  # (layer, head) whose attention encodes the tree

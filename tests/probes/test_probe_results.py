@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bertology.models import LoadedModel
+from bertology.files.run_files import gap_predictions_file
+from bertology.models.loading import LoadedModel
 from bertology.probes import (
     BestHead,
     ProbeResult,
@@ -19,7 +20,6 @@ from bertology.probes import (
     probe_parser,
 )
 from bertology.report.probes import write_probe_report
-from bertology.run_files import gap_predictions_file
 
 Verb = Callable[[Path, LoadedModel], ProbeResult]
 

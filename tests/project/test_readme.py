@@ -21,7 +21,7 @@ from support.cli import run_in_process
 from transformers import AutoTokenizer, ModernBertConfig, ModernBertModel
 
 from bertology.cli.app import app
-from bertology.models import default_model_path
+from bertology.models.loading import default_model_path
 
 README = REPOSITORY / "README.md"
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.DOTALL | re.MULTILINE)

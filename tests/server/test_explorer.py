@@ -19,12 +19,12 @@ import torch
 from fastapi.testclient import TestClient
 from support.run_folders import MAX_LENGTH, PER_HEAD, write_analysis
 
+from bertology.analysis.analyze import CorpusAnalysis, corpus_batches
 from bertology.analysis.examples import EXAMPLES_FILE, HeadExamples, example_patterns
 from bertology.analysis.patterns import PATTERNS, PatternAccumulator
-from bertology.analyze import CorpusAnalysis, corpus_batches
-from bertology.attention import capture_batch
+from bertology.attention.capturing import capture_batch
 from bertology.errors import BertologyError, TruncationWarning
-from bertology.models import LoadedModel
+from bertology.models.loading import LoadedModel
 from bertology.report.analysis import save_analysis
 from bertology.report.plots import label_style
 from bertology.server import create_app

@@ -15,10 +15,10 @@ from support.browser import ViewPage, serving
 from support.run_folders import PER_HEAD, write_analysis
 
 from bertology.analysis.examples import EXAMPLES_FILE, HeadExamples
-from bertology.models import LoadedModel
+from bertology.index.token_index import build_index
+from bertology.models.loading import LoadedModel
 from bertology.report.plots import label_style
 from bertology.server import create_app
-from bertology.token_index import build_index
 
 pytestmark = pytest.mark.browser
 

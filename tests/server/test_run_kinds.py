@@ -12,8 +12,8 @@ import pytest
 from fastapi.testclient import TestClient
 from support.cli import run_in_process
 
-from bertology.models import LoadedModel
-from bertology.run_files import KIND_FILE, TRAINING_FILE
+from bertology.files.run_files import KIND_FILE, TRAINING_FILE
+from bertology.models.loading import LoadedModel
 from bertology.server import create_app
 
 

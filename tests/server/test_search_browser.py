@@ -13,9 +13,9 @@ import pytest
 from playwright.sync_api import expect
 from support.browser import serving
 
-from bertology.models import LoadedModel
+from bertology.index.token_index import build_index
+from bertology.models.loading import LoadedModel
 from bertology.server import create_app
-from bertology.token_index import build_index
 
 pytestmark = pytest.mark.browser
 

@@ -22,7 +22,7 @@ from fastapi.testclient import TestClient
 
 from bertology import capture
 from bertology.errors import BertologyError
-from bertology.models import LoadedModel, load_model
+from bertology.models.loading import LoadedModel, load_model
 from bertology.server import Limits, create_app
 from bertology.server import compute as server_compute
 from bertology.server.hosts import loopback_hosts

@@ -13,7 +13,7 @@ import pytest
 from playwright.sync_api import Error as PlaywrightError
 from support.browser import ViewPage, serving
 
-from bertology.models import LoadedModel
+from bertology.models.loading import LoadedModel
 from bertology.server import create_app
 
 pytestmark = pytest.mark.browser

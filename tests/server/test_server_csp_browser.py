@@ -19,7 +19,7 @@ import pytest
 from support.browser import ViewPage, serving
 from support.run_folders import write_synthetic_run
 
-from bertology.models import LoadedModel
+from bertology.models.loading import LoadedModel
 from bertology.server import create_app
 
 pytestmark = pytest.mark.browser

@@ -27,10 +27,10 @@ from schemathesis import BaseSchema, GenerationMode
 from schemathesis.engine import events, from_schema
 from support.run_folders import write_analysis
 
-from bertology.models import LoadedModel
+from bertology.index.token_index import build_index
+from bertology.models.loading import LoadedModel
 from bertology.server import Limits, create_app
 from bertology.server.schemas import MOST_HEADS
-from bertology.token_index import build_index
 
 LIMITS = Limits(max_tokens=32, max_body_bytes=4096)
 INDEXED_LAYERS = [1, 3, 5]

@@ -21,7 +21,7 @@ import pytest
 from support.browser import serving
 from support.run_folders import write_synthetic_run
 
-from bertology.models import LoadedModel
+from bertology.models.loading import LoadedModel
 from bertology.server import create_app
 
 SECRET = "the-secret-outside-the-runs-folder"

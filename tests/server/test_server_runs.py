@@ -24,10 +24,10 @@ import zarr
 from fastapi.testclient import TestClient
 from support.run_folders import write_synthetic_run
 
-from bertology.beneath import OpenFolder
 from bertology.errors import BertologyError
-from bertology.models import LoadedModel
-from bertology.run_files import mark_run
+from bertology.files.beneath import OpenFolder
+from bertology.files.run_files import mark_run
+from bertology.models.loading import LoadedModel
 from bertology.server import Limits, create_app, watch_pages
 from bertology.server.errors import RequestError
 from bertology.server.runs import RunsFolder

@@ -19,9 +19,9 @@ from support.synthetic_batches import (
 )
 
 import bertology
-from bertology.attention import Attention, AttentionBatch
+from bertology.attention.capturing import Attention, AttentionBatch
 from bertology.errors import BertologyError
-from bertology.models import LoadedModel
+from bertology.models.loading import LoadedModel
 from bertology.stats import SURFACE_STATISTICS, SpecialTokens, SurfaceAccumulator, TokenRoles
 from bertology.stats.surface import CONVENTIONS
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
-from bertology.models import LoadedModel, default_model_path, wrap_model
+from bertology.models.loading import LoadedModel, default_model_path, wrap_model
 
 #: Sentiment of the entries that have one: a word piece (``##y``) is the most negative, for the check
 #: that HotFlip swaps in whole words only unless asked.

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-from bertology.analysis_settings import AnalysisSettings
-from bertology.analyze import CorpusAnalysis, analyze_corpus
-from bertology.models import LoadedModel
+from bertology.analysis.analyze import CorpusAnalysis, analyze_corpus
+from bertology.analysis.settings import AnalysisSettings
+from bertology.models.loading import LoadedModel
 from bertology.report.analysis import save_analysis
 from bertology.stats.surface import SURFACE_STATISTICS
 from bertology.training.archive import ARCHIVE_FOLDER, ArchiveWriter, ProbeTokens

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from bertology.attention import AttentionBatch
-from bertology.inputs import EncodedBatch
+from bertology.attention.capturing import AttentionBatch
+from bertology.corpus.encoding import EncodedBatch
 
 Word = str | Sequence[str]
 

@@ -41,7 +41,7 @@ from transformers import (
     XLMRobertaTokenizer,
 )
 
-from bertology.models import LoadedModel, default_model_path, load_model
+from bertology.models.loading import LoadedModel, default_model_path, load_model
 
 ARCHITECTURES = ("bert", "roberta", "xlm-roberta", "albert", "distilbert", "electra")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bertology.attention import Attention
+from bertology.attention.capturing import Attention
 from support.browser import ViewPage
 
 #: Attention codes are round(p * 255): the page's weights are within half a step of the captured ones.

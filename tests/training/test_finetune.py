@@ -16,10 +16,10 @@ import pytest
 import torch
 from support.run_folders import write_tiny_task
 
-from bertology.classify import accuracy, predict_logits
+from bertology.corpus.readers.glue import read_glue
 from bertology.errors import BertologyError, TruncationWarning
-from bertology.models import load_model
-from bertology.readers.glue import read_glue
+from bertology.models.classify import accuracy, predict_logits
+from bertology.models.loading import load_model
 from bertology.training import FinetuneSettings, finetune, read_archive
 from bertology.training.loop import evaluate, length_batches
 

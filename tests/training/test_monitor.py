@@ -16,9 +16,9 @@ import torch
 import zarr
 from support.run_folders import write_tiny_task
 
-from bertology.attention import capture_batch
+from bertology.attention.capturing import capture_batch
 from bertology.errors import BertologyError
-from bertology.models import LoadedModel, load_model
+from bertology.models.loading import LoadedModel, load_model
 from bertology.stats.surface import SURFACE_STATISTICS
 from bertology.training import AttentionMonitor, MonitorArchive, ProbeSet, read_archive
 from bertology.training.archive import ARCHIVE_FOLDER, ArchiveWriter, ProbeTokens

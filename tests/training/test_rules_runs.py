@@ -16,7 +16,7 @@ import pytest
 import torch
 from support.run_folders import write_tiny_task
 
-from bertology.models import LoadedModel, load_model
+from bertology.models.loading import LoadedModel, load_model
 from bertology.training import FinetuneSettings, finetune, read_archive
 from bertology.training.signals import SignalRecorder
 from bertology.training.watch import watch_data

@@ -16,7 +16,7 @@ from support.cli import run_in_process
 from support.run_folders import write_tiny_task
 
 from bertology.errors import BertologyError
-from bertology.models import LoadedModel, load_model
+from bertology.models.loading import LoadedModel, load_model
 from bertology.training import FinetuneSettings, finetune
 from bertology.training.rules import (
     KNOWN_RULES,

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from support.browser import ViewPage
 
-from bertology.analysis_settings import AnalysisSettings
-from bertology.comparison import compare_models, first_segment
-from bertology.corpus import sample_corpus
-from bertology.models import LoadedModel
+from bertology.analysis.comparison import compare_models, first_segment
+from bertology.analysis.settings import AnalysisSettings
+from bertology.corpus.segments import sample_corpus
+from bertology.models.loading import LoadedModel
 from bertology.report.comparison import write_comparison_report
 from bertology.views import head_view
 

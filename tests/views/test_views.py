@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import bertology
-from bertology.models import LoadedModel
+from bertology.models.loading import LoadedModel
 from bertology.views.build import view_data
 from bertology.views.payload import pack_attention, pack_float16, script_json, unpack
 

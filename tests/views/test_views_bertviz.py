@@ -18,9 +18,9 @@ from support.browser import ViewPage, open_view, write_page
 from support.tiny_models import save_tiny_model
 
 import bertology
-from bertology.attention import capture
-from bertology.capture_seq2seq import capture_seq2seq
-from bertology.models import LoadedModel
+from bertology.attention.capturing import capture
+from bertology.attention.seq2seq import capture_seq2seq
+from bertology.models.loading import LoadedModel
 from bertology.views import PageHTML, View, seq2seq_view
 from bertology.views.bertviz import attention_from_outputs, is_special_token, words_from_tokens
 from bertology.views.payload import unpack

@@ -22,11 +22,11 @@ import torch
 from transformers import AutoModel, AutoTokenizer, PreTrainedModel
 
 import bertology
-from bertology.attention import capture
+from bertology.attention.capturing import capture
 from bertology.bertviz import head_view as bertviz_head_view
 from bertology.bertviz import model_view as bertviz_model_view
 from bertology.bertviz.neuron_view import show
-from bertology.models import LoadedModel, default_model_path
+from bertology.models.loading import LoadedModel, default_model_path
 from bertology.views import PageHTML, View
 from bertology.views.payload import unpack
 

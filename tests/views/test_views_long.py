@@ -17,10 +17,10 @@ from support.transfers import HostTransfers
 from transformers import AutoModel
 
 import bertology
-from bertology.analysis_settings import AnalysisSettings
-from bertology.attention import capture, encode_for_model
+from bertology.analysis.settings import AnalysisSettings
+from bertology.attention.capturing import capture, encode_for_model
+from bertology.attention.long_capture import LongAttention
 from bertology.errors import BertologyError
-from bertology.long_capture import LongAttention
 from bertology.views import head_view, model_view, neuron_view
 from bertology.views.long import layer_summaries
 from bertology.views.payload import ATTENTION_SCALE, unpack
@@ -149,11 +149,11 @@ def test_the_reports_example_pages_build_from_long_captures(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from bertology.analyze import analyze_corpus
+    from bertology.analysis.analyze import analyze_corpus
     from bertology.report.analysis import save_analysis
 
     # The tiny model's segments of up to 64 tokens count as long, so the report captures them so.
-    monkeypatch.setattr(importlib.import_module("bertology.attention"), "LONG_INPUT_TOKENS", 8)
+    monkeypatch.setattr(importlib.import_module("bertology.attention.capturing"), "LONG_INPUT_TOKENS", 8)
     loaded = bertology.load_model(tiny_model_dirs["modernbert"])
     analysis = analyze_corpus(
         sample_corpus_head(6), loaded, AnalysisSettings(limit=6, batch_size=3, max_length=64)
@@ -174,7 +174,7 @@ def test_view_command_reads_max_tokens_and_draws_the_long_view(
 
     from bertology.cli import app
 
-    monkeypatch.setattr(importlib.import_module("bertology.attention"), "LONG_INPUT_TOKENS", 8)
+    monkeypatch.setattr(importlib.import_module("bertology.attention.capturing"), "LONG_INPUT_TOKENS", 8)
     output = tmp_path / "view.html"
     arguments = ["view", TEXT, "--model", str(tiny_model_dirs["modernbert"]), "--max-tokens", "20"]
     result = CliRunner().invoke(app, [*arguments, "--query", "15", "-o", str(output)])
@@ -190,7 +190,7 @@ def test_the_api_answers_a_block_of_a_long_input(long_case: tuple, monkeypatch: 
 
     attention, eager, loaded = long_case
     n = len(attention.tokens)
-    monkeypatch.setattr(importlib.import_module("bertology.attention"), "LONG_INPUT_TOKENS", 8)
+    monkeypatch.setattr(importlib.import_module("bertology.attention.capturing"), "LONG_INPUT_TOKENS", 8)
     with TestClient(create_app([loaded])) as client:
         body = {"text": TEXT, "layer": 1, "rows": [n - 6, n - 1], "keys": [2, n]}
         answer = client.post("/api/attention", json=body)

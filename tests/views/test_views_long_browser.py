@@ -17,9 +17,9 @@ from support.browser import ViewPage, open_view, serving
 from transformers import AutoTokenizer, BertConfig, BertModel
 
 import bertology
-from bertology.attention import capture
-from bertology.long_capture import LongAttention
-from bertology.models import default_model_path
+from bertology.attention.capturing import capture
+from bertology.attention.long_capture import LongAttention
+from bertology.models.loading import default_model_path
 from bertology.views import head_view, model_view, neuron_view
 
 pytestmark = pytest.mark.browser

@@ -19,8 +19,8 @@ from support.tiny_models import ARCHITECTURES, save_tiny_model
 from support.view_readback import CODE_TOLERANCE, NEURON_TOLERANCE, assert_head_view_shows, neuron_shown
 
 import bertology
-from bertology.capture_seq2seq import ATTENTION_SETS, capture_seq2seq
-from bertology.models import LoadedModel
+from bertology.attention.seq2seq import ATTENTION_SETS, capture_seq2seq
+from bertology.models.loading import LoadedModel
 from bertology.views import seq2seq_view
 from bertology.views.build import view_data
 

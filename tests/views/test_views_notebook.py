@@ -18,7 +18,7 @@ from support.synthetic_views import synthetic_view
 from transformers.utils import logging as transformers_logging
 
 import bertology
-from bertology.models import _quiet_weight_loading
+from bertology.models.loading import _quiet_weight_loading
 from bertology.views import MAX_FRAME_HEIGHT, View
 
 FRAME_HEIGHT_JS = "document.querySelector('iframe').getBoundingClientRect().height"
@@ -171,8 +171,8 @@ def test_views_and_results_print_one_line_and_show_a_summary_table(
 ) -> None:
     """A notebook cell's ``text/plain`` of a view or a result is one short line, not its payload or arrays
     (a head view's repr was 19 kB, a corpus analysis's 81 kB); results show their summary as a table."""
-    from bertology.analysis_settings import AnalysisSettings
-    from bertology.analyze import analyze_corpus
+    from bertology.analysis.analyze import analyze_corpus
+    from bertology.analysis.settings import AnalysisSettings
     from bertology.probes import probe_dependencies
 
     view = bertology.head_view("The cat sat on the mat.", model=default_model)
@@ -210,8 +210,8 @@ def test_an_executed_notebook_of_three_views_and_an_analysis_stays_small(tmp_pat
 
     cells = [
         "import bertology\n"
-        "from bertology.analyze import analyze_corpus\n"
-        "from bertology.corpus import sample_corpus\n"
+        "from bertology.analysis.analyze import analyze_corpus\n"
+        "from bertology.corpus.segments import sample_corpus\n"
         "model = bertology.load_model()\n"
         "att = bertology.capture('The cat sat on the mat.', model=model, qk=True)",
         "bertology.head_view(att)",

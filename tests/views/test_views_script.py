@@ -14,8 +14,8 @@ import pytest
 import torch
 from support.ci_rules import REPOSITORY
 
-from bertology.attention import Attention
-from bertology.long_capture import LayerQueriesKeys, LongAttention
+from bertology.attention.capturing import Attention
+from bertology.attention.long_capture import LayerQueriesKeys, LongAttention
 from bertology.views import View, render_view
 from bertology.views.build import attention_set_entry, attention_sets_data
 from bertology.views.page import SCRIPT_MODULES, view_script
@@ -28,8 +28,8 @@ PAIR = (["[CLS]", "i", "went", "home", "[SEP]", "at", "the", "store", "[SEP]"], 
 
 
 def _roles(tokens: list[str], segments: list[int]) -> dict:
-    """The :class:`~bertology.inputs.InputDescription` fields of BERT-style ``tokens`` (its words: the
-    tokens that are not special)."""
+    """The :class:`~bertology.corpus.encoding.InputDescription` fields of BERT-style ``tokens`` (its
+    words: the tokens that are not special)."""
     special = np.array([token in SPECIAL for token in tokens])
     word_ids = np.where(special, -1, np.cumsum(~special) - 1)
     return {

@@ -17,7 +17,7 @@ from support.synthetic_views import synthetic_view
 from support.tiny_models import save_tiny_model
 
 import bertology
-from bertology.capture_seq2seq import Seq2SeqAttention, capture_seq2seq
+from bertology.attention.seq2seq import Seq2SeqAttention, capture_seq2seq
 from bertology.views import seq2seq_view
 from bertology.views.build import view_data
 

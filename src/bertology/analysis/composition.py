@@ -21,7 +21,7 @@ the scores, and for post-norm encoders (BERT) no norm sits between a head's proj
 grouped-query attention query head ``h`` uses key/value head ``h // groups`` (as transformers'
 ``repeat_kv``): its ``W_K`` and ``W_V`` are that shared head's. DeBERTa's relative-position terms and the
 per-head query and key norms of some decoders (Qwen3, Gemma 3) are outside these linear circuits and
-left out. Projections are found through :mod:`bertology.anatomy` (fused layouts included).
+left out. Projections are found through :mod:`bertology.models.anatomy` (fused layouts included).
 
 Computation: each ``[d_model, d_head]`` factor ``F`` is replaced by the ``[d_head, d_head]`` triangular
 factor ``R`` of its QR decomposition (``F = Q R``, orthonormal ``Q``), which keeps every Frobenius norm, so
@@ -38,8 +38,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from bertology.anatomy import AttentionParts, attention_parts, linear_weight
-from bertology.models import LoadedModel
+from bertology.models.anatomy import AttentionParts, attention_parts, linear_weight
+from bertology.models.loading import LoadedModel
 
 #: The three kinds of composition, in the paper's order.
 COMPOSITION_KINDS = ("q", "k", "v")
@@ -68,7 +68,7 @@ def _reading(parts: AttentionParts, which: str, slots: list[int]) -> torch.Tenso
 
 
 def head_factors(parts: AttentionParts) -> HeadFactors:
-    """The :class:`HeadFactors` of one layer's :class:`~bertology.anatomy.AttentionParts`."""
+    """The :class:`HeadFactors` of one layer's :class:`~bertology.models.anatomy.AttentionParts`."""
     heads = list(range(parts.heads))
     shared = [head // parts.groups for head in heads]
     output = parts.output_weight().detach().double().cpu()  # [d_model, heads * d_head]

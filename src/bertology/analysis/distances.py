@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING, Any, Self
 import numpy as np
 import torch
 
-from bertology.devices import float64_home
 from bertology.errors import BertologyError
+from bertology.models.devices import float64_home
 from bertology.stats.base import SegmentCounter, check_same_shape, on_the_host
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from bertology.attention import AttentionBatch
+    from bertology.attention.capturing import AttentionBatch
 
 #: Probabilities are raised to at least this before taking logs; ``x ln x`` there is ~1e-28, i.e. 0.
 _TINY = 1e-30
@@ -225,7 +225,7 @@ class RowSampler:
     def add_rows(self, rows: torch.Tensor) -> None:
         """Keep one layer's sampled rows, already taken: ``rows`` [M, H, N], row ``i`` query
         :attr:`position` ``[i]`` of segment :attr:`segment_of` ``[i]`` (e.g. computed from queries and
-        keys, :meth:`bertology.long_capture.LayerQueriesKeys.rows_at`)."""
+        keys, :meth:`bertology.attention.long_capture.LayerQueriesKeys.rows_at`)."""
         self.layers.append(rows.float())
 
     def segment_rows(self, index: int) -> torch.Tensor:

@@ -30,14 +30,14 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import numpy as np
 
 from bertology.analysis.patterns import PATTERNS, HeadPatterns
-from bertology.attention import capture_batch
+from bertology.attention.capturing import capture_batch
+from bertology.corpus.encoding import TokenRoles
 from bertology.errors import BertologyError
-from bertology.inputs import TokenRoles
 
 if TYPE_CHECKING:
-    from bertology.corpus import Segment
-    from bertology.models import LoadedModel
-    from bertology.norms import Weights
+    from bertology.attention.norms import Weights
+    from bertology.corpus.segments import Segment
+    from bertology.models.loading import LoadedModel
 
 #: The examples file of an analysis folder.
 EXAMPLES_FILE = "head_examples.npz"
@@ -65,8 +65,8 @@ def example_patterns(patterns: HeadPatterns) -> np.ndarray:
 @dataclass(frozen=True)
 class SegmentTokens(TokenRoles):
     """What a view of one example segment shows: its tokens and their roles (:class:`TokenRoles`, as
-    :class:`~bertology.attention.Attention` holds them); origin: where the segment comes from (file name
-    and lines)."""
+    :class:`~bertology.attention.capturing.Attention` holds them); origin: where the segment comes from (file
+    name and lines)."""
 
     origin: str
 
@@ -249,9 +249,9 @@ def collect_examples(
     """Capture the top ``per_head`` segments of every head's example pattern (:func:`chosen_examples`)
     and keep each head's attention on them as 8-bit codes.
 
-    segments: segment number -> the :class:`~bertology.corpus.Segment` (at least every chosen one, e.g.
-    :func:`bertology.analyze.example_segments`). max_length: the analysis's token limit (segments are
-    cut as they were), at most :data:`EXAMPLE_MAX_TOKENS`.
+    segments: segment number -> the :class:`~bertology.corpus.segments.Segment` (at least every chosen one,
+    e.g. :func:`bertology.analysis.analyze.example_segments`). max_length: the analysis's token limit
+    (segments are cut as they were), at most :data:`EXAMPLE_MAX_TOKENS`.
 
     Raises:
         BertologyError: ``per_head`` above what the analysis kept, a chosen segment missing, or

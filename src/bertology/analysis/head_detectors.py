@@ -49,13 +49,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from bertology.attention import Attention, capture_encoded, encode_for_model, stream_batch
-from bertology.corpus import iter_segments
-from bertology.devices import float64_home
+from bertology.attention.capturing import Attention, capture_encoded, encode_for_model, stream_batch
+from bertology.corpus.encoding import EncodedBatch, Text, encode_token_ids
+from bertology.corpus.segments import iter_segments
 from bertology.errors import BertologyError
-from bertology.inputs import EncodedBatch, Text, encode_token_ids
-from bertology.model_store import model_note
-from bertology.models import LoadedModel, require_single_stack
+from bertology.models.devices import float64_home
+from bertology.models.loading import LoadedModel, require_single_stack
+from bertology.models.model_store import model_note
 from bertology.progress import Progress, part_of
 
 if TYPE_CHECKING:
@@ -162,7 +162,7 @@ class HeadDetection:
 
     scores: per name of :data:`HEAD_SCORES`, ``[layers, heads]`` float64. length, sequences, seed: the
     repeated random tokens. segments: the corpus segments of the sink score, corpus: their file.
-    note: what to know about the model (:func:`~bertology.model_store.model_note`; empty if nothing).
+    note: what to know about the model (:func:`~bertology.models.model_store.model_note`; empty if nothing).
     """
 
     model_name: str
@@ -233,9 +233,9 @@ def _nan_as_none(grid: np.ndarray) -> list[list[float | None]]:
 def _summing(
     sums: dict[str, list[torch.Tensor]], score_of: Callable[[torch.Tensor], dict[str, torch.Tensor]]
 ) -> Callable[[torch.Tensor], None]:
-    """What :func:`~bertology.attention.stream_batch` hands each layer's ``probs`` to, for one batch: the
-    layer's per-input scores (``score_of(probs) -> {name: [batch, heads]}``, NaN where undefined) are
-    summed over the batch into ``sums[name][layer]`` ([heads] float64 where the scores are computed)."""
+    """What :func:`~bertology.attention.capturing.stream_batch` hands each layer's ``probs`` to, for one
+    batch: the layer's per-input scores (``score_of(probs) -> {name: [batch, heads]}``, NaN where undefined)
+    are summed over the batch into ``sums[name][layer]`` ([heads] float64 where the scores are computed)."""
     layer = 0
 
     def take(probs: torch.Tensor) -> None:

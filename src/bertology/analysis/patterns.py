@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
     import pandas as pd
 
-    from bertology.attention import AttentionBatch
+    from bertology.attention.capturing import AttentionBatch
 
 #: Labels of heads that focus on particular keys, most specific first (this order breaks ties).
 FOCUSED_PATTERNS = ("word_pieces", "other_sentence", "same_word", "next", "previous", "delimiters")

@@ -61,7 +61,7 @@ from bertology.options import FLOW_MAX_TOKENS
 from bertology.progress import Progress
 
 if TYPE_CHECKING:
-    from bertology.attention import Attention
+    from bertology.attention.capturing import Attention
 
 RelevanceMethod = Literal["rollout", "flow"]
 RELEVANCE_METHODS: tuple[RelevanceMethod, ...] = ("rollout", "flow")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from bertology.errors import BertologyError
-from bertology.models import LoadedModel
+from bertology.models.loading import LoadedModel
 from bertology.views import PageHTML, View, neuron_view
 
 #: The model types BertViz's ``show`` takes (it picked a tokenization template by them).
@@ -26,7 +26,7 @@ def show(
     """BertViz's ``show(model, model_type, tokenizer, sentence_a, sentence_b, display_mode, layer, head,
     html_action)``: the neuron view of ``sentence_a`` (and ``sentence_b``, with the Sentence A / B filter)
     for a transformers ``model`` object and its ``tokenizer`` (or a bertology model name, path or
-    :class:`~bertology.models.LoadedModel` with ``tokenizer=None``).
+    :class:`~bertology.models.loading.LoadedModel` with ``tokenizer=None``).
 
     The input is built by the tokenizer's own template (``tokenizer(sentence_a, sentence_b)``), so
     ``model_type`` (BertViz's ``"bert"``, ``"gpt2"``, ``"xlnet"``, ``"roberta"``, or the model's own type)

@@ -1,5 +1,7 @@
 """The ``bertology`` command: one subcommand per verb, each a thin call into the library.
 
+The top of the one-way flow: it may import every package; nothing in the library imports it.
+
 :mod:`~bertology.cli.app` holds the typer application and the entry point, :mod:`~bertology.cli.options`
 the option types the commands share, :mod:`~bertology.cli.progress` the progress bars; each command group
 is a module of its own, registered on the application when this package is imported. Only light modules

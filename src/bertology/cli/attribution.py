@@ -10,8 +10,8 @@ import typer
 from bertology.cli.app import app, out
 from bertology.cli.interventions import ClassifierArgument
 from bertology.cli.options import DeviceOption, DtypeOption, TextArgument, TextBArgument, share
+from bertology.files.run_files import ATTRIBUTION_FILE
 from bertology.options import DEFAULT_DEVICE, DEFAULT_DTYPE, MAX_IG_STEPS, IntegrationRule
-from bertology.run_files import ATTRIBUTION_FILE
 
 
 @app.command()
@@ -46,10 +46,10 @@ def attribute(
 ) -> None:
     """Which attention links the prediction rests on: integrated gradients of each head's attention map,
     head scores and the attribution tree (Hao et al. 2021)."""
+    from bertology.files.outputs import check_output_file
     from bertology.interventions.attention_attribution import JSON_MARKS
     from bertology.interventions.attention_attribution import attribute as attribute_attention
-    from bertology.models import load_model
-    from bertology.outputs import check_output_file
+    from bertology.models.loading import load_model
     from bertology.report.attribution import write_attribution
 
     check_output_file(output, beside=(".json",), marks=JSON_MARKS)

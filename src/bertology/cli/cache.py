@@ -1,4 +1,4 @@
-"""``bertology cache list | clear``: the encoded-corpus cache (:mod:`bertology.corpus_cache`)."""
+"""``bertology cache list | clear``: the encoded-corpus cache (:mod:`bertology.corpus.cache`)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ app.add_typer(cache_app, name="cache")
 @cache_app.command("list")
 def list_entries() -> None:
     """List the cache's entries, least recently used first: key, corpus file, segments, size, last use."""
-    from bertology.corpus_cache import cache_entries, corpus_cache_folder, limit_bytes
+    from bertology.corpus.cache import cache_entries, corpus_cache_folder, limit_bytes
 
     entries = cache_entries()
     total = sum(entry.bytes for entry in entries)
@@ -40,7 +40,7 @@ def list_entries() -> None:
 @cache_app.command("clear")
 def clear() -> None:
     """Remove every entry of the corpus cache (the packaged models beside it stay)."""
-    from bertology.corpus_cache import clear_cache, corpus_cache_folder
+    from bertology.corpus.cache import clear_cache, corpus_cache_folder
 
     removed = clear_cache()
     out.print(f"Removed {removed} entries from {corpus_cache_folder()}.", highlight=False)

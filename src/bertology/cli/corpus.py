@@ -102,17 +102,17 @@ def analyze(
     cluster = cluster_options(ray, workers, threads_per_worker, resume)  # a usage error before torch loads
     require_corpus("CORPUS", corpus, corpus_format)
     from bertology.allocator import keep_freed_memory
-    from bertology.analysis_settings import AnalysisSettings
-    from bertology.analyze import analyze_corpus
+    from bertology.analysis.analyze import analyze_corpus
+    from bertology.analysis.settings import AnalysisSettings
     from bertology.cluster.analyze import AnalysisJob, analyze_on_pool
     from bertology.cluster.checkpoint import checkpoint_file
     from bertology.cluster.driver import ShardedRun
     from bertology.cluster.workers import cluster_pool
-    from bertology.models import ModelSpec, load_model, require_max_length
-    from bertology.outputs import check_output_folder, output_folder
+    from bertology.files.outputs import check_output_folder, output_folder
+    from bertology.files.run_files import HEADS_FILE, JS_DIVERGENCE_FILE
+    from bertology.models.loading import ModelSpec, load_model, require_max_length
     from bertology.progress import stage
     from bertology.report.analysis import save_analysis
-    from bertology.run_files import HEADS_FILE, JS_DIVERGENCE_FILE
 
     check_output_folder(output)
     checkpoint = checkpoint_file(output, "analyze")
@@ -192,9 +192,9 @@ def index(
     except ValueError as error:
         raise typer.BadParameter("--layers takes layer numbers separated by commas, e.g. 1,3,5.") from error
     require_corpus("CORPUS", corpus)
-    from bertology.index_store import check_index_folder
-    from bertology.models import load_model, require_max_length
-    from bertology.token_index import build_index
+    from bertology.index.store import check_index_folder
+    from bertology.index.token_index import build_index
+    from bertology.models.loading import load_model, require_max_length
 
     check_index_folder(output)
     loaded = load_model(model, device=device, dtype=dtype)
@@ -224,7 +224,7 @@ def ablation_of(
     """Model ``name``'s single-head ablation on the task, or why it has none (not a fine-tuned classifier)."""
     from bertology.errors import BertologyError
     from bertology.interventions.run import single_head_ablation
-    from bertology.models import load_model
+    from bertology.models.loading import load_model
 
     try:
         classifier = load_model(name, classifier=True, device=device, dtype=dtype)
@@ -298,16 +298,16 @@ def compare(
     require_corpus("--corpus", corpus)
     require_task("--task", task_dir)
     from bertology.allocator import keep_freed_memory
-    from bertology.analysis_settings import AnalysisSettings
+    from bertology.analysis.comparison import compare_models, first_segment
+    from bertology.analysis.settings import AnalysisSettings
     from bertology.cluster.checkpoint import checkpoint_file
     from bertology.cluster.compare import ComparisonJob, compare_on_pool
     from bertology.cluster.driver import ShardedRun
     from bertology.cluster.workers import cluster_pool
-    from bertology.comparison import compare_models, first_segment
-    from bertology.corpus import sample_corpus
-    from bertology.models import ModelSpec, load_model, require_max_length
-    from bertology.outputs import check_output_folder, output_folder
-    from bertology.readers.glue import read_glue
+    from bertology.corpus.readers.glue import read_glue
+    from bertology.corpus.segments import sample_corpus
+    from bertology.files.outputs import check_output_folder, output_folder
+    from bertology.models.loading import ModelSpec, load_model, require_max_length
     from bertology.report.comparison import write_comparison_report
     from bertology.views import head_view
 
@@ -417,9 +417,9 @@ def heads(
         _composition(model, output, device, dtype)
         return
     from bertology.analysis.head_detectors import HEAD_SCORES, detect_heads, repeated_sequence_attention
-    from bertology.corpus import sample_corpus
-    from bertology.models import load_model, require_max_length
-    from bertology.outputs import check_output_folder, output_folder
+    from bertology.corpus.segments import sample_corpus
+    from bertology.files.outputs import check_output_folder, output_folder
+    from bertology.models.loading import load_model, require_max_length
     from bertology.report.head_detectors import SCORES_FILE, write_head_detection
 
     check_output_folder(output)
@@ -458,8 +458,8 @@ def heads(
 def _composition(model: str, output: Path, device: str, dtype: Dtype) -> None:
     """``heads --composition``: :func:`~bertology.analysis.composition.composition_scores` and its files."""
     from bertology.analysis.composition import composition_scores
-    from bertology.models import load_model
-    from bertology.outputs import check_output_folder, output_folder
+    from bertology.files.outputs import check_output_folder, output_folder
+    from bertology.models.loading import load_model
     from bertology.report.composition import COMPOSITION_FILE, write_composition
 
     check_output_folder(output)

@@ -25,6 +25,7 @@ from bertology.cli.options import (
     share_below_one,
 )
 from bertology.cli.progress import progress_bar
+from bertology.files.run_files import ATTACK_FILE, EXPLANATION_FILE
 from bertology.options import (
     DEFAULT_DEVICE,
     DEFAULT_DTYPE,
@@ -37,7 +38,6 @@ from bertology.options import (
     AttackMethod,
     Dtype,
 )
-from bertology.run_files import ATTACK_FILE, EXPLANATION_FILE
 
 ClassifierArgument = Annotated[
     str,
@@ -145,9 +145,9 @@ def ablate(
 
     from bertology.cluster.ablation import AblationJob, ablate_on_pool
     from bertology.cluster.workers import cluster_pool
+    from bertology.files.outputs import check_output_folder, output_folder
     from bertology.interventions.run import run_ablation
-    from bertology.models import ModelSpec, load_model
-    from bertology.outputs import check_output_folder, output_folder
+    from bertology.models.loading import ModelSpec, load_model
     from bertology.report.interventions import write_ablation_report
 
     check_output_folder(output)
@@ -215,9 +215,9 @@ def _ablate_language_model(
     :func:`~bertology.interventions.language_model_run.run_language_model_ablation`."""
     from dataclasses import replace
 
+    from bertology.files.outputs import check_output_folder, output_folder
     from bertology.interventions.language_model_run import run_language_model_ablation
-    from bertology.models import load_model
-    from bertology.outputs import check_output_folder, output_folder
+    from bertology.models.loading import load_model
     from bertology.report.language_model import write_language_model_ablation_report
 
     check_output_folder(output)
@@ -333,10 +333,10 @@ def explain(
     """Which tokens the prediction rests on: gradient, input x gradient, integrated gradients, SmoothGrad;
     for a decoder's next token also each head's direct contribution to its logit. --convention allennlp:
     AllenNLP Interpret's definitions (a classifier)."""
+    from bertology.files.outputs import check_output_file
     from bertology.interventions.saliency import JSON_MARKS, explanation_settings
     from bertology.interventions.saliency import explain as explain_prediction
-    from bertology.models import load_model, model_kind
-    from bertology.outputs import check_output_file
+    from bertology.models.loading import load_model, model_kind
     from bertology.report.interventions import write_explanation
 
     check_output_file(output, beside=(".json",), marks=JSON_MARKS)
@@ -408,10 +408,10 @@ def attack(
 ) -> None:
     """Explain a prediction by changing the input: the reduced input, or the swaps that flip it.
     --convention allennlp: AllenNLP Interpret's definitions."""
+    from bertology.files.outputs import check_output_file
     from bertology.interventions.attacks import JSON_MARKS, check_attack_settings
     from bertology.interventions.attacks import attack as attack_input
-    from bertology.models import load_model
-    from bertology.outputs import check_output_file
+    from bertology.models.loading import load_model
     from bertology.report.attacks import write_attack
 
     check_output_file(output, beside=(".json",), marks=JSON_MARKS)

@@ -219,10 +219,10 @@ def require_inputs(paths: dict[str, Path | None]) -> None:
 def require_task(hint: str, folder: Path | None) -> None:
     """A usage error for a task folder that does not exist (:func:`require_inputs`), then a
     :class:`~bertology.errors.BertologyError` for one without its train or dev file
-    (:func:`bertology.readers.glue.task_files`), both before torch is imported and any model loads."""
+    (:func:`bertology.corpus.readers.glue.task_files`), both before torch is imported and any model loads."""
     require_inputs({hint: folder})
     if folder is not None:
-        from bertology.readers.glue import task_files
+        from bertology.corpus.readers.glue import task_files
 
         task_files(folder)
 
@@ -230,9 +230,10 @@ def require_task(hint: str, folder: Path | None) -> None:
 def require_corpus(hint: str, corpus: Path | None, corpus_format: str | None = None) -> None:
     """A usage error for a corpus that does not exist (:func:`require_inputs`), then a
     :class:`~bertology.errors.BertologyError` for a file of no corpus format
-    (:func:`bertology.corpus.detect_format`: a table such as a GLUE ``.tsv``), before any model loads."""
+    (:func:`bertology.corpus.segments.detect_format`: a table such as a GLUE ``.tsv``), before any model
+    loads."""
     require_inputs({hint: corpus})
     if corpus is not None and not corpus.is_dir():
-        from bertology.corpus import detect_format
+        from bertology.corpus.segments import detect_format
 
         detect_format(corpus, corpus_format)

@@ -123,9 +123,9 @@ def patch(
     path_heads = None if senders is None else (parse_senders(senders), parse_receivers(receivers or ""))
     require_inputs({"PAIRS": pairs})
     from bertology.errors import BertologyError
+    from bertology.files.outputs import check_output_folder, output_folder
     from bertology.interventions.patching_pairs import pairs_for_language_model, read_pairs
-    from bertology.models import load_model, model_kind
-    from bertology.outputs import check_output_folder, output_folder
+    from bertology.models.loading import load_model, model_kind
 
     chosen = read_pairs(pairs)
     language_model = pairs_for_language_model(chosen)

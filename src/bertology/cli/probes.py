@@ -20,14 +20,14 @@ from bertology.cli.options import (
     require_inputs,
 )
 from bertology.cli.progress import progress_bar
+from bertology.corpus.readers.coref import CorefFormat
+from bertology.corpus.readers.treebank import TreebankFormat
 from bertology.options import (
     DEFAULT_DEVICE,
     DEFAULT_DTYPE,
     Decode,
     WordMode,
 )
-from bertology.readers.coref import CorefFormat
-from bertology.readers.treebank import TreebankFormat
 
 probe_app = BertologyApp(
     help="Linguistic probes: heads that track dependency relations (deps), the attention-only parser "
@@ -73,8 +73,8 @@ def probe_deps(
     from bertology.cluster.driver import ShardedRun
     from bertology.cluster.probes import DependencyJob, probe_dependencies_on_pool
     from bertology.cluster.workers import cluster_pool
-    from bertology.models import ModelSpec, load_model
-    from bertology.outputs import check_output_folder, output_folder
+    from bertology.files.outputs import check_output_folder, output_folder
+    from bertology.models.loading import ModelSpec, load_model
     from bertology.probes.run import probe_dependencies
     from bertology.report.probes import write_probe_report
 
@@ -120,10 +120,10 @@ def probe_parser_command(
 ) -> None:
     """Clark et al.'s attention-only parser: train on one treebank, UAS without punctuation on another."""
     require_inputs({"--train": train, "--eval": evaluation})
-    from bertology.models import load_model
-    from bertology.outputs import check_output_folder, output_folder
+    from bertology.corpus.readers.treebank import check_treebank
+    from bertology.files.outputs import check_output_folder, output_folder
+    from bertology.models.loading import load_model
     from bertology.probes.run import probe_parser
-    from bertology.readers.treebank import check_treebank
     from bertology.report.probes import write_probe_report
 
     check_output_folder(output)
@@ -189,8 +189,8 @@ def probe_coref(
     from bertology.cluster.driver import ShardedRun
     from bertology.cluster.probes import CorefJob, probe_coreference_on_pool
     from bertology.cluster.workers import cluster_pool
-    from bertology.models import ModelSpec, load_model
-    from bertology.outputs import check_output_folder, output_folder
+    from bertology.files.outputs import check_output_folder, output_folder
+    from bertology.models.loading import ModelSpec, load_model
     from bertology.probes.run import probe_coreference
     from bertology.report.probes import write_probe_report
 
@@ -227,8 +227,8 @@ def probe_gap_command(
 ) -> None:
     """GAP's scorecard (P/R/F1 overall, masculine, feminine, bias F/M) for every head and GAP's baselines."""
     require_inputs({"GAP_FILE": gap_file})
-    from bertology.models import load_model
-    from bertology.outputs import check_output_folder, output_folder
+    from bertology.files.outputs import check_output_folder, output_folder
+    from bertology.models.loading import load_model
     from bertology.probes.run import probe_gap
     from bertology.report.probes import write_probe_report
 

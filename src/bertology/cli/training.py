@@ -102,7 +102,7 @@ def finetune(
 ) -> None:
     """Fine-tune a classifier on a GLUE-style task, recording how its attention changes (see 'watch')."""
     require_task("TASK_DIR", task_dir)
-    from bertology.outputs import check_output_folder
+    from bertology.files.outputs import check_output_folder
     from bertology.training.loop import finetune as run_finetune
 
     check_output_folder(output)
@@ -158,15 +158,15 @@ def watch(
     open_: Annotated[bool, typer.Option("--open", help="Open the page in a web browser.")] = False,
 ) -> None:
     """Write a page showing the probe examples' attention at every recorded step and what changed."""
+    from bertology.corpus.readers import file_problem
     from bertology.errors import BertologyError
-    from bertology.readers import file_problem
 
     if not run_dir.is_dir():  # before the archive's reader (torch, zarr) is imported
         what = file_problem(run_dir) or "is a file"
         raise BertologyError(
             f"{run_dir} {what}; give a run folder of 'bertology finetune' or its monitor.zarr archive."
         )
-    from bertology.outputs import check_output_file
+    from bertology.files.outputs import check_output_file
     from bertology.training.watch import write_watch
 
     target = write_watch(run_dir, check_output_file(output or run_dir / "watch.html"))

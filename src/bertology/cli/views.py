@@ -75,8 +75,8 @@ def view(
 ) -> None:
     """Write a head, model or neuron view of TEXT (or the pair TEXT TEXT_B, or for an encoder-decoder model
     the source TEXT and --target) as one self-contained page."""
-    from bertology.models import load_model
-    from bertology.outputs import check_output_file
+    from bertology.files.outputs import check_output_file
+    from bertology.models.loading import load_model
     from bertology.views import render_view
 
     target_file = check_output_file(output or Path(f"{kind}_view.html"))
@@ -127,9 +127,9 @@ def relevance(
     beside the page: {model, tokens, formula, attention, rollout, flow}, each matrix [layers][n][n]
     (row: token at that layer's output, column: input token; flow rows not normalised)."""
     from bertology.analysis.relevance import JSON_MARKS, RELEVANCE_METHODS, flow_pair_count
-    from bertology.attention import capture
-    from bertology.models import load_model
-    from bertology.outputs import check_output_file
+    from bertology.attention.capturing import capture
+    from bertology.files.outputs import check_output_file
+    from bertology.models.loading import load_model
     from bertology.views.relevance import relevance_view
 
     methods = RELEVANCE_METHODS if method == "both" else (method,)
@@ -161,8 +161,13 @@ def _letters(names: tuple[str, ...]) -> dict[str, str]:
 @app.command()
 def models() -> None:
     """List the supported model types with their kind, capture route and features, and the default model."""
-    from bertology.model_store import DEFAULT_LABEL, PACKAGED_MODELS, assembled_path, default_model_path
-    from bertology.model_types import FEATURES, MODEL_TYPES, REFUSED, features
+    from bertology.models.model_store import (
+        DEFAULT_LABEL,
+        PACKAGED_MODELS,
+        assembled_path,
+        default_model_path,
+    )
+    from bertology.models.model_types import FEATURES, MODEL_TYPES, REFUSED, features
 
     # one line per type in 80 columns: a narrow column per feature, its initial as the heading
     table = Table(

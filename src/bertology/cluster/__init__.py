@@ -1,5 +1,8 @@
 """Corpus work on a Ray cluster, with the results of one machine.
 
+May import the corpus runs, probes and interventions it distributes and what lies below them; the
+renderers and front ends import it.
+
 A run is cut into *shards* (:mod:`bertology.cluster.shards`): consecutive batches of the very batch
 order a local run uses, each with the number of its first segment. Ray actors
 (:mod:`bertology.cluster.workers`) each start the run's job once (load the model) and fold their shards

@@ -26,7 +26,7 @@ from bertology.interventions.curves import Head
 from bertology.interventions.data import LabelledTexts
 from bertology.interventions.importance import HeadImportance, importance_sums
 from bertology.interventions.run import AblationRun, dev_examples, run_ablation
-from bertology.models import LoadedModel, ModelSpec
+from bertology.models.loading import LoadedModel, ModelSpec
 from bertology.progress import Progress
 
 #: Shards per worker of each measure: few enough that a shard's own lower-layer passes cost little, enough
@@ -40,8 +40,8 @@ IMPORTANCE_BATCH = 16
 @dataclass(frozen=True)
 class AblationJob:
     """What every worker of a distributed ablation needs (picklable): the classifier (a
-    :class:`~bertology.models.ModelSpec` with ``classifier=True``: a run folder or hub name every node can
-    read), the task folder (likewise), how many dev examples and the sweep's batch size."""
+    :class:`~bertology.models.loading.ModelSpec` with ``classifier=True``: a run folder or hub name every node
+    can read), the task folder (likewise), how many dev examples and the sweep's batch size."""
 
     model: ModelSpec
     task: str

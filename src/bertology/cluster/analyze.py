@@ -1,8 +1,8 @@
 """``bertology analyze`` on a Ray cluster: the same statistics as one machine, from many workers.
 
-The driver reads and segments the corpus exactly as :func:`bertology.analyze.analyze_corpus` does and
+The driver reads and segments the corpus exactly as :func:`bertology.analysis.analyze.analyze_corpus` does and
 cuts the batches into shards (:mod:`bertology.cluster.shards`); each worker loads the model once
-(:class:`AnalysisJob`) and folds a shard into fresh :class:`~bertology.analyze.CorpusAccumulators`
+(:class:`AnalysisJob`) and folds a shard into fresh :class:`~bertology.analysis.analyze.CorpusAccumulators`
 numbered from the shard's first segment; the driver merges the returned accumulators in shard order
 (:func:`~bertology.cluster.driver.run_on_shards`). The JS divergences sample query tokens by
 ``[seed, segment number]`` and a pattern's best segment is kept by number, so the result equals a local
@@ -14,19 +14,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from bertology.analysis_settings import DEFAULT_SETTINGS, AnalysisSettings
-from bertology.analyze import CorpusAccumulators, CorpusAnalysis, corpus_batches
+from bertology.analysis.analyze import CorpusAccumulators, CorpusAnalysis, corpus_batches
+from bertology.analysis.settings import DEFAULT_SETTINGS, AnalysisSettings
 from bertology.cluster.driver import PLAIN_RUN, ShardedRun, run_on_shards
 from bertology.cluster.shards import SHARD_SEGMENTS, Shard
 from bertology.cluster.workers import WorkerPool
-from bertology.models import LoadedModel, ModelSpec
+from bertology.models.loading import LoadedModel, ModelSpec
 
 
 @dataclass(frozen=True)
 class AnalysisJob:
     """What every worker of a distributed analysis needs (picklable): the model to load and where
-    (:class:`~bertology.models.ModelSpec`) and the run's
-    :class:`~bertology.analysis_settings.AnalysisSettings`."""
+    (:class:`~bertology.models.loading.ModelSpec`) and the run's
+    :class:`~bertology.analysis.settings.AnalysisSettings`."""
 
     model: ModelSpec
     settings: AnalysisSettings = DEFAULT_SETTINGS
@@ -73,8 +73,8 @@ def analyze_on_pool(
     shard, not the workers' start-up (:attr:`WorkerPool.startup_seconds`).
 
     Raises:
-        BertologyError: as :func:`~bertology.analyze.analyze_corpus`, a checkpoint of another run, or a
-            worker that failed.
+        BertologyError: as :func:`~bertology.analysis.analyze.analyze_corpus`, a checkpoint of another run,
+            or a worker that failed.
     """
     settings = pool.spec.settings
     batches = corpus_batches(

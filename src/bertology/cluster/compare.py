@@ -2,7 +2,7 @@
 many workers, equal to one machine's.
 
 Each worker loads both models once (:class:`ComparisonJob`) and folds a shard into fresh
-:class:`~bertology.comparison.ComparisonAccumulators` numbered from the shard's first segment; the
+:class:`~bertology.analysis.comparison.ComparisonAccumulators` numbered from the shard's first segment; the
 driver merges them in shard order (:func:`~bertology.cluster.driver.run_on_shards`), as
 :mod:`bertology.cluster.analyze` does for one model.
 """
@@ -12,20 +12,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from bertology.analysis_settings import DEFAULT_SETTINGS, AnalysisSettings
+from bertology.analysis.comparison import ComparisonAccumulators, ModelComparison, comparison_batches
+from bertology.analysis.settings import DEFAULT_SETTINGS, AnalysisSettings
 from bertology.cluster.driver import PLAIN_RUN, ShardedRun, run_on_shards
 from bertology.cluster.shards import SHARD_SEGMENTS, Shard
 from bertology.cluster.workers import WorkerPool
-from bertology.comparison import ComparisonAccumulators, ModelComparison, comparison_batches
-from bertology.models import LoadedModel, ModelSpec
+from bertology.models.loading import LoadedModel, ModelSpec
 from bertology.options import Level
 
 
 @dataclass(frozen=True)
 class ComparisonJob:
     """What every worker of a distributed comparison needs (picklable): the two models to load and where
-    (:class:`~bertology.models.ModelSpec`), the run's
-    :class:`~bertology.analysis_settings.AnalysisSettings` and the comparison's level."""
+    (:class:`~bertology.models.loading.ModelSpec`), the run's
+    :class:`~bertology.analysis.settings.AnalysisSettings` and the comparison's level."""
 
     model_a: ModelSpec
     model_b: ModelSpec
@@ -76,8 +76,8 @@ def compare_on_pool(
     as in :func:`bertology.cluster.analyze.analyze_on_pool`.
 
     Raises:
-        BertologyError: as :func:`~bertology.comparison.compare_models`, a checkpoint of another run, or a
-            worker that failed.
+        BertologyError: as :func:`~bertology.analysis.comparison.compare_models`, a checkpoint of another
+            run, or a worker that failed.
     """
     settings = pool.spec.settings
     merged = run_on_shards(

@@ -20,14 +20,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from bertology.attention.words import WordMode
 from bertology.cluster.driver import PLAIN_RUN, ShardedRun, run_on_shards
 from bertology.cluster.shards import Shard
 from bertology.cluster.workers import WorkerPool
-from bertology.models import LoadedModel, ModelSpec, require_encoder
+from bertology.models.loading import LoadedModel, ModelSpec, require_encoder
 from bertology.probes.coreference import CorefAccumulator, CorefItem, score_coref_batches
 from bertology.probes.results import CoreferenceResult, DependencyResult
 from bertology.probes.run import DependencyTally, NumberedSentence, dependency_batches, probe_coreference
-from bertology.words import WordMode
 
 #: Sentences per shard by default: a few seconds of work for a small model on one core.
 SHARD_SENTENCES = 128
@@ -39,7 +39,8 @@ SHARD_WINDOWS = 32
 @dataclass(frozen=True)
 class DependencyJob:
     """What every worker of a distributed dependency probe needs (picklable): the model to load and where
-    (:class:`~bertology.models.ModelSpec`), the word mode and how many example sentences the run keeps."""
+    (:class:`~bertology.models.loading.ModelSpec`), the word mode and how many example sentences the run
+    keeps."""
 
     model: ModelSpec
     mode: WordMode = "mean"
@@ -109,7 +110,7 @@ def probe_dependencies_on_pool(
 @dataclass(frozen=True)
 class CorefJob:
     """What every worker of a distributed coreference probe needs (picklable): the model to load and where
-    (:class:`~bertology.models.ModelSpec`)."""
+    (:class:`~bertology.models.loading.ModelSpec`)."""
 
     model: ModelSpec
 

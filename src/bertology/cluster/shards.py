@@ -1,8 +1,8 @@
 """Shards: the units of work of a distributed corpus run.
 
 A shard is a run of consecutive batches, in exactly the order and composition a local run gives them
-(:func:`bertology.analyze.corpus_batches`: windows of segments sorted longest first, then batches), with
-the number of its first segment in that order. A worker that folds a shard's batches into accumulators
+(:func:`bertology.analysis.analyze.corpus_batches`: windows of segments sorted longest first, then batches),
+with the number of its first segment in that order. A worker that folds a shard's batches into accumulators
 started at that number computes what the local run computes for those segments, so merging the shards'
 accumulators gives the local result (up to the order of floating-point sums, about 1e-16 relative).
 The items of a batch are corpus segments for ``analyze`` and ``compare``, numbered sentences or documents

@@ -77,10 +77,10 @@ class ClusterOptions:
 
 def _gpus_per_worker(options: ClusterOptions, spec: object, cluster: dict[str, float]) -> float:
     """:attr:`ClusterOptions.gpus_per_worker`, deciding ``None`` from the device of the job's (first)
-    :class:`~bertology.models.ModelSpec`."""
+    :class:`~bertology.models.loading.ModelSpec`."""
     if options.gpus_per_worker is not None:
         return options.gpus_per_worker
-    from bertology.models import ModelSpec  # here: importing this module must not load torch
+    from bertology.models.loading import ModelSpec  # here: importing this module must not load torch
 
     models = [value for value in vars(spec).values() if isinstance(value, ModelSpec)]
     device = models[0].device if models else "auto"

@@ -1,5 +1,8 @@
 """Interventions on attention heads: gates, single-head ablation, importance, pruning, saliency.
 
+May import the captured attention (:mod:`bertology.attention`), the models and what lies below them;
+independent of :mod:`bertology.analysis` and :mod:`bertology.probes`.
+
 - :func:`head_gates`: multiply any heads' outputs by a factor (0 removes them) inside a ``with`` block,
   or move them towards a replacement (e.g. :func:`record_head_outputs` of other inputs).
 - :func:`text_replacement`, :func:`sequence_replacement`: zero, mean or resample ablation
@@ -26,7 +29,6 @@
   (``bertology patch``).
 """
 
-from bertology.heads import HeadSelection
 from bertology.interventions.ablation import AblationResult, ablation_sweep, text_replacement
 from bertology.interventions.attacks import Attack, AttackStep, attack
 from bertology.interventions.attention_attribution import (
@@ -60,6 +62,7 @@ from bertology.interventions.pruning import PruningOutcome, prune_and_measure, p
 from bertology.interventions.replacement import HeadReplacement
 from bertology.interventions.run import AblationRun, run_ablation
 from bertology.interventions.saliency import Explanation, explain
+from bertology.models.heads import HeadSelection
 
 __all__ = [
     "AblationResult",

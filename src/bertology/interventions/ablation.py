@@ -5,8 +5,8 @@ Michel et al. (2019), Table 1 / Figure 1: removing one head at test time and mea
 task score. With ``reuse_lower_layers`` (the default) each batch's lower layers run once: removing head
 ``(l, h)`` changes nothing below layer ``l``, so only layers ``l..L-1`` are recomputed for it
 (:mod:`~bertology.interventions.partial`), and batches hold examples of similar length (less padding).
-Without it, every head costs one full pass through :func:`~bertology.classify.predict_logits`; both give
-the same accuracies (the logits agree to float rounding).
+Without it, every head costs one full pass through :func:`~bertology.models.classify.predict_logits`; both
+give the same accuracies (the logits agree to float rounding).
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ import numpy as np
 import pandas as pd
 import torch
 
-from bertology.classify import accuracy, predict_logits
 from bertology.errors import BertologyError
 from bertology.interventions.curves import Head, lowest_first
 from bertology.interventions.data import LabelledTexts, batches, eval_mode, token_counts
 from bertology.interventions.gates import head_gates
 from bertology.interventions.partial import logits_from_layer, record_layer_inputs
 from bertology.interventions.replacement import HeadReplacement, ZeroReplacement, head_replacement
-from bertology.models import LoadedModel
+from bertology.models.classify import accuracy, predict_logits
+from bertology.models.loading import LoadedModel
 from bertology.progress import Progress, part_of
 from bertology.stats.base import head_index_frame
 

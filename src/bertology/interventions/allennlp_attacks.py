@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from bertology.interventions.attack_steps import AttackedInput, AttackStep, Candidate
-from bertology.models import LoadedModel
+from bertology.models.loading import LoadedModel
 
 #: AllenNLP's ``DEFAULT_IGNORE_TOKENS`` of HotFlip: tokens never flipped (compared with the token's text).
 IGNORED_TOKENS = ("@@NULL@@", ".", ",", ";", "!", "?", "[MASK]", "[SEP]", "[CLS]")

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bertology.inputs import Text
+from bertology.corpus.encoding import Text
 from bertology.interventions.embeddings import (
     cross_entropy,
     logits_gradient,
@@ -22,7 +22,7 @@ from bertology.interventions.embeddings import (
 )
 from bertology.interventions.explained import ExplainedInput
 from bertology.interventions.saliency import encode_one
-from bertology.models import LoadedModel
+from bertology.models.loading import LoadedModel
 from bertology.options import AttackMethod, InterpretConvention
 
 

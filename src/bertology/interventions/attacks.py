@@ -38,14 +38,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from bertology.corpus.encoding import Text
 from bertology.errors import BertologyError
-from bertology.inputs import Text
 from bertology.interventions import allennlp_attacks
 from bertology.interventions.attack_steps import Attack, AttackedInput, AttackStep, Candidate
 from bertology.interventions.data import eval_mode
 from bertology.interventions.explained import as_string
 from bertology.interventions.saliency import check_convention
-from bertology.models import LoadedModel
+from bertology.models.loading import LoadedModel
 from bertology.options import ATTACK_METHODS, AttackMethod, InterpretConvention
 
 METHODS: tuple[AttackMethod, ...] = ATTACK_METHODS

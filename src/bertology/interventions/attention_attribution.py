@@ -34,19 +34,19 @@ import numpy as np
 import pandas as pd
 import torch
 
+from bertology.corpus.encoding import Text, encode
 from bertology.errors import BertologyError
-from bertology.hook import recording
-from bertology.inputs import Text, encode
 from bertology.interventions.attribution_tree import AttributionTree, attribution_tree
 from bertology.interventions.curves import Head, lowest_first
 from bertology.interventions.data import LabelledTexts, batches, eval_mode
 from bertology.interventions.explained import ExplainedInput, as_string
 from bertology.interventions.partial import logits_from_layer, record_layer_inputs
-from bertology.models import LoadedModel, require_encoder
+from bertology.models.hook import recording
+from bertology.models.loading import LoadedModel, require_encoder
+from bertology.models.surgery import pruned_heads
 from bertology.options import INTEGRATION_RULES, MAX_IG_STEPS, IntegrationRule
 from bertology.progress import Progress
 from bertology.stats.base import head_index_frame
-from bertology.surgery import pruned_heads
 
 #: Integration rules: the paper's right Riemann sum, or Gauss–Legendre quadrature.
 RULES = INTEGRATION_RULES

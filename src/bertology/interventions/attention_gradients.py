@@ -21,9 +21,9 @@ import torch
 from torch.nn.functional import cross_entropy
 
 from bertology.errors import BertologyError
-from bertology.hook import recording
 from bertology.interventions.data import Batch, LabelledTexts, batches, eval_mode
-from bertology.models import LoadedModel
+from bertology.models.hook import recording
+from bertology.models.loading import LoadedModel
 from bertology.progress import Progress
 from bertology.stats.base import head_index_frame
 from bertology.stats.rows import SpecialTokens, TokenRoles

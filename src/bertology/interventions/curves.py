@@ -12,11 +12,11 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from bertology.classify import accuracy
 from bertology.interventions.data import LabelledTexts, batches, eval_mode
 from bertology.interventions.gates import head_gates
 from bertology.interventions.replacement import HeadReplacement, ZeroReplacement
-from bertology.models import LoadedModel
+from bertology.models.classify import accuracy
+from bertology.models.loading import LoadedModel
 from bertology.progress import Progress
 
 #: A head as ``(layer, head)``, 0-based.

@@ -1,6 +1,6 @@
 """Labelled examples for a classifier, and their encoded batches.
 
-Batches are cut as :func:`bertology.classify.predict_logits` cuts them (input order, the same batch
+Batches are cut as :func:`bertology.models.classify.predict_logits` cuts them (input order, the same batch
 size and token limit), so a score computed from them equals one computed through it; or, for speed,
 from the examples sorted by token count, so a batch is padded to little more than its own length.
 """
@@ -14,10 +14,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from bertology.corpus.encoding import EncodedBatch, encode
+from bertology.corpus.readers.glue import GlueTask, Split
 from bertology.errors import BertologyError
-from bertology.inputs import EncodedBatch, encode
-from bertology.models import LoadedModel
-from bertology.readers.glue import GlueTask, Split
+from bertology.models.loading import LoadedModel
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,9 @@
 """Structural pruning of a decoder, measured by its language-model loss and checked against gating.
 
-The weights are removed by :func:`bertology.surgery.prune_model` (with grouped-query attention a key/value
-head goes only with the last of its query heads); the pruned copy must compute what the original computes
-with the same heads gated to 0, which :func:`prune_decoder` measures on the data (the largest difference of
-their next-token logits) beside the loss, size and speed of both models.
+The weights are removed by :func:`bertology.models.surgery.prune_model` (with grouped-query attention a
+key/value head goes only with the last of its query heads); the pruned copy must compute what the original
+computes with the same heads gated to 0, which :func:`prune_decoder` measures on the data (the largest
+difference of their next-token logits) beside the loss, size and speed of both models.
 """
 
 from __future__ import annotations
@@ -13,8 +13,6 @@ from dataclasses import dataclass
 
 import torch
 
-from bertology.anatomy import attention_parts
-from bertology.heads import HeadSelection
 from bertology.interventions.data import eval_mode
 from bertology.interventions.gates import head_gates
 from bertology.interventions.language_model import (
@@ -24,8 +22,10 @@ from bertology.interventions.language_model import (
     token_batches,
 )
 from bertology.interventions.pruning import PrunedHeads, count_parameters, inference_seconds
-from bertology.models import LoadedModel, wrap_model
-from bertology.surgery import prune_model, pruned_heads
+from bertology.models.anatomy import attention_parts
+from bertology.models.heads import HeadSelection
+from bertology.models.loading import LoadedModel, wrap_model
+from bertology.models.surgery import prune_model, pruned_heads
 
 
 @dataclass

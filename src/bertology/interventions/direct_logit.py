@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 from bertology.errors import BertologyError
-from bertology.models import LoadedModel
+from bertology.models.loading import LoadedModel
 
 #: Decoder types whose layers add attention and MLP outputs straight into the residual stream and whose
 #: final norm is an RMSNorm ``w ⊙ x / rms(x)`` (Gemma's ``(1 + w)`` norms after attention and its scaled

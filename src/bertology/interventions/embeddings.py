@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import torch
 
-from bertology.models import LoadedModel
+from bertology.models.loading import LoadedModel
 
 #: A scalar per input from the classifier's logits: ``[k, labels] -> [k]``.
 Score = Callable[[torch.Tensor], torch.Tensor]

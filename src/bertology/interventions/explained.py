@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from bertology.inputs import Text
+from bertology.corpus.encoding import Text
 
 
 def as_string(text: Text) -> str:

@@ -11,9 +11,9 @@ with head_gates(loaded, {(2, 3)}, replacement=record_head_outputs(loaded, other_
 ```
 
 A gate of 1 changes nothing; 0 removes the head (Michel et al. 2019's mask ``ξ_h``). Gates act only in
-the current thread / task and only inside the block (see :func:`bertology.hook.gating`), where the heads'
-outputs enter each layer's output projection, for every encoder type :mod:`bertology.anatomy` describes
-(whichever route captures its attention).
+the current thread / task and only inside the block (see :func:`bertology.models.hook.gating`), where the
+heads' outputs enter each layer's output projection, for every encoder type :mod:`bertology.models.anatomy`
+describes (whichever route captures its attention).
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from contextlib import contextmanager
 
 import torch
 
-from bertology.anatomy import attention_parts
 from bertology.errors import BertologyError
-from bertology.heads import HeadSelection, heads_by_layer
-from bertology.hook import HeadGates, gating, hook_gates
-from bertology.models import LoadedModel
+from bertology.models.anatomy import attention_parts
+from bertology.models.heads import HeadSelection, heads_by_layer
+from bertology.models.hook import HeadGates, gating, hook_gates
+from bertology.models.loading import LoadedModel
 
 
 def gate_values(loaded: LoadedModel, gates: torch.Tensor | HeadSelection) -> torch.Tensor:
@@ -55,9 +55,9 @@ def gate_values(loaded: LoadedModel, gates: torch.Tensor | HeadSelection) -> tor
 def gated(
     loaded: LoadedModel, values: torch.Tensor, replacement: Sequence[torch.Tensor] | None = None
 ) -> Iterator[HeadGates]:
-    """Run ``loaded`` with head gates ``values`` (a tensor, see :class:`~bertology.hook.HeadGates`) and
+    """Run ``loaded`` with head gates ``values`` (a tensor, see :class:`~bertology.models.hook.HeadGates`) and
     ``replacement`` (per layer, what gate 0 puts in a head's place; ``None``: zero) inside the block, its
-    output projections hooked first (:func:`~bertology.hook.hook_gates`).
+    output projections hooked first (:func:`~bertology.models.hook.hook_gates`).
 
     Raises:
         BertologyError: a model type whose layers and projections bertology does not know.
@@ -79,8 +79,8 @@ def head_gates(
     """Run ``loaded`` with its heads' outputs multiplied by ``gates`` inside the block.
 
     gates: ``[layers, heads]`` multipliers, ``[batch, layers, heads]`` (one row per input of every batch run
-        inside), or a :data:`~bertology.heads.HeadSelection` of heads to switch off (gate 0, the others 1).
-        A tensor that requires grad gets gradients through every forward pass made inside.
+        inside), or a :data:`~bertology.models.heads.HeadSelection` of heads to switch off (gate 0, the others
+        1). A tensor that requires grad gets gradients through every forward pass made inside.
     replacement: per layer, ``[batch or 1, tokens or 1, heads * head_dim]``, what each head's output moves
         towards as its gate goes to 0 (``gate * output + (1 - gate) * replacement``; e.g. from
         :func:`record_head_outputs` of another input), or ``None`` for zero (plain multiplication).

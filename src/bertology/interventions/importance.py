@@ -24,7 +24,7 @@ from torch.nn.functional import cross_entropy
 from bertology.interventions.curves import Head, lowest_first
 from bertology.interventions.data import LabelledTexts, batches, eval_mode
 from bertology.interventions.gates import head_gates
-from bertology.models import LoadedModel
+from bertology.models.loading import LoadedModel
 from bertology.progress import Progress
 from bertology.stats.base import head_index_frame
 

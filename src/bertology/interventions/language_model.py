@@ -5,7 +5,7 @@ The loss is the mean next-token cross-entropy, in nats per predicted token:
     L = - (1 / N) sum_x sum_t log p(x_{t+1} | x_1 .. x_t)
 
 over every position ``t`` of every sequence ``x`` whose next token is a real token (not padding), ``N``
-such positions in all. A corpus file is read as :func:`bertology.corpus.iter_segments` reads it for a
+such positions in all. A corpus file is read as :func:`bertology.corpus.segments.iter_segments` reads it for a
 decoder (consecutive paragraphs packed into runs of at most ``max_length`` tokens, one running text each);
 constructed sequences (repeated random tokens, say) are given as token ids.
 
@@ -20,7 +20,7 @@ constructed sequences (repeated random tokens, say) are given as token ids.
 
 With grouped-query attention each query head has its own gate (its output, before the output projection);
 the key/value head it shares is untouched until all of its query heads are removed, which then computes
-what removing the key/value head computes (:mod:`bertology.surgery` removes its weights only then).
+what removing the key/value head computes (:mod:`bertology.models.surgery` removes its weights only then).
 """
 
 from __future__ import annotations
@@ -34,17 +34,17 @@ import numpy as np
 import pandas as pd
 import torch
 
-from bertology.corpus import iter_segments
-from bertology.devices import float64_home
+from bertology.corpus.segments import iter_segments
 from bertology.errors import BertologyError
-from bertology.heads import HeadSelection
 from bertology.interventions.curves import Head, lowest_first
 from bertology.interventions.data import eval_mode
 from bertology.interventions.gates import head_gates
 from bertology.interventions.importance import HeadImportance
 from bertology.interventions.partial import logits_from_layer, record_layer_inputs
 from bertology.interventions.replacement import HeadReplacement, ZeroReplacement, head_replacement
-from bertology.models import LoadedModel
+from bertology.models.devices import float64_home
+from bertology.models.heads import HeadSelection
+from bertology.models.loading import LoadedModel
 from bertology.progress import Progress
 from bertology.stats.base import head_index_frame
 
@@ -100,7 +100,8 @@ class TokenSequences:
         max_segments: int | None = None,
     ) -> TokenSequences:
         """The first ``max_segments`` (``None``: all) segments of the corpus file at ``path``, read as
-        :func:`~bertology.corpus.iter_segments` reads it for a decoder, tokenized and cut to ``max_length``.
+        :func:`~bertology.corpus.segments.iter_segments` reads it for a decoder, tokenized and cut to
+        ``max_length``.
 
         Raises:
             BertologyError: a missing or unreadable corpus, or one without text.
@@ -186,8 +187,8 @@ def next_token_losses(
 
     Only those positions are scored, as rows of a [positions, vocabulary] matrix taken ``chunk`` rows at a
     time into float64 for the log-softmax (a float32 log-sum-exp over a 49k vocabulary is off by about 1e-4
-    nats), on the CPU for MPS (:func:`~bertology.devices.float64_home`). Differentiable. Returns ([batch],
-    [batch]) on the float64 device.
+    nats), on the CPU for MPS (:func:`~bertology.models.devices.float64_home`). Differentiable. Returns
+    ([batch], [batch]) on the float64 device.
     """
     home = float64_home(logits.device)
     valid = (attention_mask[:, 1:] * attention_mask[:, :-1]).bool()

@@ -27,10 +27,10 @@ from bertology.interventions.language_model import (
 )
 from bertology.interventions.pruning import save_model
 from bertology.interventions.replacement import ZeroReplacement
-from bertology.models import LoadedModel
+from bertology.models.loading import LoadedModel
+from bertology.models.surgery import check_prunable
 from bertology.progress import Progress, part_of
 from bertology.summaries import Summarised
-from bertology.surgery import check_prunable
 
 
 @dataclass(repr=False)

@@ -11,7 +11,7 @@ states, or a tuple that starts with them). From layer 0 the whole model runs gat
 what happens between the embeddings and the first layers, or after the first, stays the model's own:
 DeBERTa-v2's convolution after layer 0). Both steps change the model's modules for the duration of one
 call (a hook, a replaced ``forward``), so the model must not serve other threads meanwhile. The layers are
-found through :mod:`bertology.anatomy`.
+found through :mod:`bertology.models.anatomy`.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from bertology.anatomy import layer_modules
 from bertology.interventions.gates import gated
-from bertology.models import LoadedModel
+from bertology.models.anatomy import layer_modules
+from bertology.models.loading import LoadedModel
 
 
 @dataclass
@@ -101,7 +101,7 @@ def logits_from_layer(
     """[batch, labels] logits of ``inputs`` with layers ``start..L-1`` recomputed from ``recorded``.
 
     gates: the whole model's head gates, ``[layers, heads]`` or ``[batch, layers, heads]`` (see
-    :class:`~bertology.hook.HeadGates`); layers ``start..`` run with theirs. replacement: the whole
+    :class:`~bertology.models.hook.HeadGates`); layers ``start..`` run with theirs. replacement: the whole
     model's, per layer (``None``: zero), layers ``start..`` run with theirs.
     """
     if start == 0:

@@ -42,7 +42,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from bertology.anatomy import attention_parts, layer_modules, shares_layers
 from bertology.errors import BertologyError
 from bertology.interventions.data import eval_mode
 from bertology.interventions.partial import LayerInputs, logits_from_layer, record_layer_inputs
@@ -53,7 +52,8 @@ from bertology.interventions.patching_pairs import (
     encode_pairs,
     read_pairs,
 )
-from bertology.models import LoadedModel
+from bertology.models.anatomy import attention_parts, layer_modules, shares_layers
+from bertology.models.loading import LoadedModel
 from bertology.progress import Progress
 
 Direction = Literal["denoising", "noising"]

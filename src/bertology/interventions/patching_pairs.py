@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from bertology.corpus.encoding import encode
 from bertology.errors import BertologyError
-from bertology.inputs import encode
-from bertology.models import LoadedModel
+from bertology.models.loading import LoadedModel
 
 #: The keys a line may hold.
 TEXT_KEYS = ("clean", "corrupted")

@@ -33,7 +33,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from bertology.anatomy import AttentionParts, attention_parts
 from bertology.errors import BertologyError
 from bertology.interventions.curves import Head
 from bertology.interventions.data import eval_mode
@@ -46,7 +45,8 @@ from bertology.interventions.patching import (
     run_group,
 )
 from bertology.interventions.patching_pairs import PatchPair
-from bertology.models import LoadedModel
+from bertology.models.anatomy import AttentionParts, attention_parts
+from bertology.models.loading import LoadedModel
 
 Input = Literal["q", "k", "v"]
 #: A receiver: (layer, head, which of its inputs).

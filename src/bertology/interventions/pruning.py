@@ -2,9 +2,9 @@
 smaller model's accuracy, size and speed against the original.
 
 The weight surgery itself (and the rebuilding of a saved pruned model, which ``load_model`` does) is
-:mod:`bertology.surgery`: removing a head computes exactly what gating it to 0 computes
+:mod:`bertology.models.surgery`: removing a head computes exactly what gating it to 0 computes
 (:mod:`~bertology.interventions.gates`), and the removed heads are recorded in the model's config
-(:func:`~bertology.surgery.pruned_heads`). ALBERT shares one layer's weights between all layers, so its
+(:func:`~bertology.models.surgery.pruned_heads`). ALBERT shares one layer's weights between all layers, so its
 heads cannot be removed from one layer alone; gate them instead.
 """
 
@@ -19,16 +19,16 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from bertology.classify import accuracy, predict_logits
-from bertology.heads import HeadSelection
 from bertology.interventions.data import LabelledTexts, batches, eval_mode
-from bertology.models import RUN_MODEL_FOLDER, LoadedModel, wrap_model
-from bertology.surgery import prune_model, pruned_heads
+from bertology.models.classify import accuracy, predict_logits
+from bertology.models.heads import HeadSelection
+from bertology.models.loading import RUN_MODEL_FOLDER, LoadedModel, wrap_model
+from bertology.models.surgery import prune_model, pruned_heads
 
 
 def prune_heads(loaded: LoadedModel, heads: HeadSelection) -> LoadedModel:
-    """Remove ``heads`` from ``loaded``'s model in place (see :func:`~bertology.surgery.prune_model`); returns
-    ``loaded``."""
+    """Remove ``heads`` from ``loaded``'s model in place (see :func:`~bertology.models.surgery.prune_model`);
+    returns ``loaded``."""
     prune_model(loaded.model, heads)
     return loaded
 
@@ -37,7 +37,7 @@ def save_model(loaded: LoadedModel, run_dir: str | Path) -> Path:
     """Save ``loaded``'s model and tokenizer as a run folder (``run_dir/model/``) that
     ``load_model(run_dir, classifier=True)`` loads again; returns the model folder. The weights keep the
     model's own names (no conversion to an original checkpoint layout, such as GTE's fused ``qkv_proj``),
-    which :func:`~bertology.surgery.load_pruned` reads as they are."""
+    which :func:`~bertology.models.surgery.load_pruned` reads as they are."""
     target = Path(run_dir) / RUN_MODEL_FOLDER
     loaded.model.save_pretrained(target, save_original_format=False)
     loaded.tokenizer.save_pretrained(target)

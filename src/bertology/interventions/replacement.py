@@ -33,7 +33,7 @@ import torch
 from bertology.errors import BertologyError
 from bertology.interventions.data import eval_mode
 from bertology.interventions.gates import record_head_outputs
-from bertology.models import LoadedModel
+from bertology.models.loading import LoadedModel
 from bertology.options import ABLATION_KINDS
 
 #: A model's input tensors for one batch ([batch, tokens] each, with ``attention_mask``).

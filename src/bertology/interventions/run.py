@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bertology.classify import predict_logits
+from bertology.corpus.readers.glue import GlueTask, read_glue
 from bertology.errors import BertologyError
 from bertology.interventions.ablation import AblationResult, ablation_sweep, text_replacement
 from bertology.interventions.attention_attribution import AttributionImportance, attribution_importance
@@ -24,9 +24,9 @@ from bertology.interventions.data import LabelledTexts
 from bertology.interventions.importance import HeadImportance, head_importance
 from bertology.interventions.pruning import PruningOutcome, prune_and_measure, save_model
 from bertology.interventions.replacement import ZeroReplacement
-from bertology.models import LoadedModel, require_encoder
+from bertology.models.classify import predict_logits
+from bertology.models.loading import LoadedModel, require_encoder
 from bertology.progress import Progress, part_of
-from bertology.readers.glue import GlueTask, read_glue
 from bertology.summaries import Summarised
 
 #: Measures every head on the dev examples, reporting progress as :func:`ablation_sweep` (example passes)

@@ -88,8 +88,8 @@ from functools import cached_property
 import numpy as np
 import torch
 
+from bertology.corpus.encoding import EncodedBatch, Text, encode
 from bertology.errors import BertologyError
-from bertology.inputs import EncodedBatch, Text, encode
 from bertology.interventions.data import eval_mode
 from bertology.interventions.direct_logit import (
     DirectLogitAttribution,
@@ -106,7 +106,7 @@ from bertology.interventions.embeddings import (
     word_embeddings,
 )
 from bertology.interventions.explained import ExplainedInput, as_string
-from bertology.models import LoadedModel, require_pair_template
+from bertology.models.loading import LoadedModel, require_pair_template
 from bertology.options import (
     IG_STEPS,
     INTERPRET_CONVENTIONS,

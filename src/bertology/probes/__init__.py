@@ -1,6 +1,9 @@
 """Linguistic probes over word-level attention: which heads track dependency relations, parse, and find
 antecedents.
 
+May import the captured attention (:mod:`bertology.attention`), the statistics and what lies below them;
+independent of :mod:`bertology.analysis` and :mod:`bertology.interventions`.
+
 One verb per probe (:mod:`bertology.probes.run`; files in, a :class:`~bertology.probes.base.ProbeResult`
 out): :func:`probe_dependencies` (Clark et al. 2019's per-relation head accuracies), :func:`probe_parser`
 (their attention-only parser), :func:`probe_coreference` (antecedent selection) and :func:`probe_gap`

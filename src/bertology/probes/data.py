@@ -5,13 +5,14 @@ unit per treebank word (plus the special tokens). A sentence the probes cannot s
 counted, not warned about: one cut to fit the model's token limit, or one with a word the tokenizer
 drops entirely (e.g. a lone control character), since neither has attention for all of its words.
 
-Sentences are batched by their token counts within windows (:func:`~bertology.batching.length_sorted_batches`,
-the helper corpus analysis uses), each batch padded to its longest sentence only, so batches pad little
-(3.8% more tokens than the sentences have on GUM, against 42% for a character-count order padded to a
-multiple of 8) and memory holds one window of sentences; they come out in that order, not in the treebank's.
+Sentences are batched by their token counts within windows
+(:func:`~bertology.corpus.batching.length_sorted_batches`, the helper corpus analysis uses), each batch padded
+to its longest sentence only, so batches pad little (3.8% more tokens than the sentences have on GUM, against
+42% for a character-count order padded to a multiple of 8) and memory holds one window of sentences; they come
+out in that order, not in the treebank's.
 
 :func:`predict_heads` is the dependency probe's lean path: the word attention of each layer is computed
-for the whole batch while the model runs (:class:`~bertology.words.UnitMaps`) and only each head's
+for the whole batch while the model runs (:class:`~bertology.attention.words.UnitMaps`) and only each head's
 predicted head words are kept (plus the word attention of the few sentences kept as examples).
 """
 
@@ -24,15 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from bertology.attention import capture_batch, encode_for_model, stream_batch
-from bertology.batching import length_sorted_batches
-from bertology.corpus import counting_tokenizer
-from bertology.errors import TruncationWarning
-from bertology.inputs import EncodedBatch
-from bertology.models import LoadedModel
-from bertology.probes.dependency import predictions
-from bertology.readers.treebank import Sentence
-from bertology.words import (
+from bertology.attention.capturing import capture_batch, encode_for_model, stream_batch
+from bertology.attention.words import (
     UnitMaps,
     Units,
     WordAttention,
@@ -41,6 +35,13 @@ from bertology.words import (
     padded_units,
     word_attention,
 )
+from bertology.corpus.batching import length_sorted_batches
+from bertology.corpus.encoding import EncodedBatch
+from bertology.corpus.readers.treebank import Sentence
+from bertology.corpus.segments import counting_tokenizer
+from bertology.errors import TruncationWarning
+from bertology.models.loading import LoadedModel
+from bertology.probes.dependency import predictions
 
 
 @dataclass
@@ -116,7 +117,7 @@ def token_counter(model: LoadedModel) -> Callable[[Sequence[str]], int]:
     """``words -> tokens``: how many tokens ``model``'s tokenizer gives a pre-split word list, special
     tokens included, untruncated (the batching length of a sentence). Counted by a copy of the model's Rust
     tokenizer, so a reader thread may count while the model's own tokenizer encodes
-    (:func:`~bertology.batching.prefetched`)."""
+    (:func:`~bertology.corpus.batching.prefetched`)."""
     counter = counting_tokenizer(model.tokenizer)
     return lambda words: len(counter.encode(list(words), is_pretokenized=True, add_special_tokens=True).ids)
 
@@ -219,11 +220,11 @@ def iter_word_attention(
     batch_size: int = 16,
     max_length: int | None = None,
 ) -> WordAttentionStream:
-    """Each sentence with its :class:`~bertology.words.WordAttention`, skipped ones left out, in the
+    """Each sentence with its :class:`~bertology.attention.words.WordAttention`, skipped ones left out, in the
     batching order of the module docstring.
 
     Sentences run through ``model`` ``batch_size`` at a time (one forward pass per batch).
-    mode: how a split word's rows are combined (see :mod:`bertology.words`).
+    mode: how a split word's rows are combined (see :mod:`bertology.attention.words`).
     max_length: token limit per sentence (default and upper bound: the model's own limit).
     The returned stream's ``skipped`` counts the sentences left out (see the module docstring).
     """

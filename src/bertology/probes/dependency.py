@@ -1,7 +1,7 @@
 """Which attention heads track which dependency relations (Clark et al. 2019, Section 4.2, Table 1).
 
 Every head predicts a head word for every word of a sentence from its word-level attention
-(:mod:`bertology.words`) over the sentence's words, in two directions (as in Clark et al.'s released
+(:mod:`bertology.attention.words`) over the sentence's words, in two directions (as in Clark et al.'s released
 code, ``Syntax_Analysis.ipynb``, modes "normal" and "transpose"):
 
 * ``0`` dependent -> head: the word the dependent attends to most, ``argmax_j W[d, j]``;
@@ -31,11 +31,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from bertology.attention.words import WordAttention
+from bertology.corpus.readers.treebank import Sentence, base_relation
 from bertology.errors import BertologyError
 from bertology.probes.base import BestHead
-from bertology.readers.treebank import Sentence, base_relation
 from bertology.stats.base import check_same_shape
-from bertology.words import WordAttention
 
 if TYPE_CHECKING:
     import pandas as pd

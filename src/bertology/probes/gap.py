@@ -4,7 +4,7 @@
 ``pronoun_offset``, and a name is every word overlapping its character span (the pronoun's word left
 out).
 
-**Heads.** With ``W`` the word-level attention of the Text (mean mode, :mod:`bertology.words`), head
+**Heads.** With ``W`` the word-level attention of the Text (mean mode, :mod:`bertology.attention.words`), head
 ``(layer, head)`` answers "A" when ``sum_{w in A} W[p, w] > sum_{w in B} W[p, w]``, "B" when less, and
 neither on a tie: it says TRUE for the name it picks and FALSE for the other. Answers are scored with
 GAP's own scorer (:mod:`bertology.probes.gap_scorer`): precision, recall and F1 over both names' labels,
@@ -35,20 +35,20 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bertology.batching import length_sorted_batches
+from bertology.corpus.batching import length_sorted_batches
+from bertology.corpus.readers.gap import GapExample
+from bertology.corpus.readers.spacy_parse import ParsedText, parse_texts
 from bertology.errors import BertologyError
 from bertology.probes.base import BestHead
 from bertology.probes.gap_scorer import GENDERS, GapCounts, decision_counts, pronoun_gender
 from bertology.probes.rows import query_word_rows
 from bertology.progress import Progress
-from bertology.readers.gap import GapExample
-from bertology.readers.spacy_parse import ParsedText, parse_texts
 from bertology.stats.base import check_same_shape
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from bertology.models import LoadedModel
+    from bertology.models.loading import LoadedModel
 
 _WORD = re.compile(r"\S+")
 #: Baselines, in table order; the two of :data:`SYNTACTIC` need a spaCy parse.
@@ -417,8 +417,8 @@ def score_gap(
 ) -> GapProbe:
     """Score every head of ``model`` and GAP's baselines on ``examples`` (at most ``limit``).
 
-    Examples are batched by length (:func:`~bertology.batching.length_sorted_batches`, ``batch_size`` per
-    forward pass) and only the pronoun's rows are kept (:func:`~bertology.probes.rows.query_word_rows`).
+    Examples are batched by length (:func:`~bertology.corpus.batching.length_sorted_batches`, ``batch_size``
+    per forward pass) and only the pronoun's rows are kept (:func:`~bertology.probes.rows.query_word_rows`).
     syntax: run the syntactic baselines when spaCy and its English pipeline are installed.
     on_progress: told the examples scored, with ``limit`` as the total.
 

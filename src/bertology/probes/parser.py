@@ -56,8 +56,8 @@ if TYPE_CHECKING:
 
     import pandas as pd
 
-    from bertology.readers.treebank import Sentence
-    from bertology.words import WordAttention
+    from bertology.attention.words import WordAttention
+    from bertology.corpus.readers.treebank import Sentence
 
 
 def check_decode(decode: str) -> None:

@@ -14,18 +14,18 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from bertology.errors import BertologyError
+from bertology.files.run_files import ANTECEDENTS_FILE, gap_predictions_file
 from bertology.probes.base import BestHead, ProbeResult
 from bertology.probes.coreference import CorefProbe
 from bertology.probes.dependency import ALL, DIRECTIONS, DependencyProbe
 from bertology.probes.gap import GapProbe
 from bertology.probes.parser import AttentionParser, ParserReport
-from bertology.run_files import ANTECEDENTS_FILE, gap_predictions_file
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from bertology.readers.treebank import Sentence
-    from bertology.words import WordAttention
+    from bertology.attention.words import WordAttention
+    from bertology.corpus.readers.treebank import Sentence
 
 
 class CountsResult(ProbeResult):
@@ -208,7 +208,7 @@ class CoreferenceResult(CountsResult):
 
     @property
     def files(self) -> list[str]:
-        """The data files of every probe, and :data:`~bertology.run_files.ANTECEDENTS_FILE`: the best
+        """The data files of every probe, and :data:`~bertology.files.run_files.ANTECEDENTS_FILE`: the best
         head's choice for every scored mention (:meth:`CorefProbe.antecedents`)."""
         return [*super().files, ANTECEDENTS_FILE]
 
@@ -259,7 +259,7 @@ class GapResult(CountsResult):
     def prediction_files(self) -> dict[str, str]:
         """Each system of :meth:`table` (the best head, then the baselines) and the file of its answers to
         every example, as GAP's own scorer reads system output (:meth:`GapProbe.predictions`,
-        :func:`~bertology.run_files.gap_predictions_file`); none when the probe kept no answers."""
+        :func:`~bertology.files.run_files.gap_predictions_file`); none when the probe kept no answers."""
         if self.probe.answers is None:
             return {}
         return {system: gap_predictions_file(system) for system in self.table()["system"]}

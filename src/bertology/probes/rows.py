@@ -3,12 +3,12 @@
 The coreference and GAP probes need, per input, the attention *from* a few query words (mention heads,
 the pronoun) *to* every word, in every layer and head: ``W[q, w]`` = the mean over the query word's tokens
 of their attention rows, summed over the tokens of key word ``w`` (mean mode, as
-:func:`bertology.words.word_attention`). :func:`query_word_rows` computes only those rows while the model
-runs and keeps nothing else: where the model's attention is ``softmax(q·k * scaling + mask)``
-(:func:`~bertology.long_capture.long_input_refusal` is ``None``), the forward pass uses the fused kernel and
-the rows are recomputed from each layer's queries and keys (:meth:`LayerQueriesKeys.rows_at`); otherwise
-each layer's probabilities are streamed (:func:`~bertology.attention.stream_batch`) and dropped after the
-rows are taken from them. Either way, no ``[layers, heads, n, n]`` map is held.
+:func:`bertology.attention.words.word_attention`). :func:`query_word_rows` computes only those rows while the
+model runs and keeps nothing else: where the model's attention is ``softmax(q·k * scaling + mask)``
+(:func:`~bertology.attention.long_capture.long_input_refusal` is ``None``), the forward pass uses the fused
+kernel and the rows are recomputed from each layer's queries and keys (:meth:`LayerQueriesKeys.rows_at`);
+otherwise each layer's probabilities are streamed (:func:`~bertology.attention.capturing.stream_batch`) and
+dropped after the rows are taken from them. Either way, no ``[layers, heads, n, n]`` map is held.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from bertology.attention import encode_for_model, stream_batch, stream_long_batch
-from bertology.batching import PAD_MULTIPLE
-from bertology.inputs import EncodedBatch
-from bertology.long_capture import LayerQueriesKeys, long_input_refusal
-from bertology.models import LoadedModel
+from bertology.attention.capturing import encode_for_model, stream_batch, stream_long_batch
+from bertology.attention.long_capture import LayerQueriesKeys, long_input_refusal
+from bertology.corpus.batching import PAD_MULTIPLE
+from bertology.corpus.encoding import EncodedBatch
+from bertology.models.loading import LoadedModel
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ def query_word_rows(
     max_length: int | None = None,
 ) -> list[QueryRows]:
     """One forward pass over ``inputs`` (pre-split words), padded to a multiple of
-    :data:`~bertology.batching.PAD_MULTIPLE` tokens: for each input, the word rows of its ``queries``
+    :data:`~bertology.corpus.batching.PAD_MULTIPLE` tokens: for each input, the word rows of its ``queries``
     (word indices), see the module docstring. Inputs longer than ``max_length`` tokens (default and upper
     bound: the model's) are cut without a warning; their ``truncated`` says by how much."""
     collector = _Rows(queries, model.device)

@@ -13,9 +13,15 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from bertology.batching import length_sorted_batches, prefetched
+from bertology.attention.words import WordAttention, WordMode
+from bertology.corpus.batching import length_sorted_batches, prefetched
+from bertology.corpus.readers.coref import read_coref
+from bertology.corpus.readers.coref_documents import CorefDocument
+from bertology.corpus.readers.corefud import is_corefud, read_corefud
+from bertology.corpus.readers.gap import read_gap
+from bertology.corpus.readers.treebank import Sentence, check_treebank, read_treebank
 from bertology.errors import BertologyError
-from bertology.models import LoadedModel, require_encoder
+from bertology.models.loading import LoadedModel, require_encoder
 from bertology.probes.coreference import (
     CorefAccumulator,
     CorefItem,
@@ -31,11 +37,6 @@ from bertology.probes.gap import score_gap
 from bertology.probes.parser import AttentionParser, Decode, check_decode, evaluate_parser
 from bertology.probes.results import CoreferenceResult, DependencyResult, GapResult, ParserResult
 from bertology.progress import Progress
-from bertology.readers.coref import CorefDocument, read_coref
-from bertology.readers.corefud import is_corefud, read_corefud
-from bertology.readers.gap import read_gap
-from bertology.readers.treebank import Sentence, check_treebank, read_treebank
-from bertology.words import WordAttention, WordMode
 
 #: A sentence with its place in the treebank (0-based, among the sentences read).
 NumberedSentence = tuple[int, Sentence]

@@ -1,7 +1,7 @@
 """The files and HTML report of ``bertology analyze``, in the style of Clark et al. 2019 ("What Does BERT
 Look At?").
 
-:func:`save_analysis` writes a :class:`~bertology.analyze.CorpusAnalysis` as CSV and JSON files, an
+:func:`save_analysis` writes a :class:`~bertology.analysis.analyze.CorpusAnalysis` as CSV and JSON files, an
 example head view per labelled head and the report. :func:`write_analysis_report` draws the figures of
 :mod:`bertology.report.plots`, saves each as ``plots/<name>.png`` and writes ``report.html`` with the same
 images inline: layer x head heatmaps of the surface statistics, per-layer summaries (Clark et al., Figs.
@@ -27,17 +27,14 @@ import numpy as np
 
 from bertology.analysis import distances as distances_module
 from bertology.analysis import patterns as patterns_module
+from bertology.analysis.analyze import CorpusAnalysis, example_segments
 from bertology.analysis.examples import EXAMPLE_MAX_TOKENS, EXAMPLES_FILE, chosen_examples, collect_examples
 from bertology.analysis.head_detectors import DETECTORS, REPEATED_LENGTH, SCORE_DESCRIPTIONS, detector_scores
 from bertology.analysis.patterns import PATTERN_DESCRIPTIONS, HeadPatterns, label_heads
-from bertology.analyze import CorpusAnalysis, example_segments
-from bertology.attention import capture
+from bertology.attention.capturing import capture
+from bertology.attention.norms import WEIGHT_DESCRIPTIONS
 from bertology.errors import BertologyError, TruncationWarning
-from bertology.norms import WEIGHT_DESCRIPTIONS
-from bertology.progress import Progress, stage
-from bertology.report import page, plots
-from bertology.report.page import Markup, Section
-from bertology.run_files import (
+from bertology.files.run_files import (
     DETECTORS_FILE,
     HEADS_FILE,
     JS_DIVERGENCE_FILE,
@@ -45,6 +42,9 @@ from bertology.run_files import (
     SUMMARY_FILE,
     mark_run,
 )
+from bertology.progress import Progress, stage
+from bertology.report import page, plots
+from bertology.report.page import Markup, Section
 from bertology.stats import surface as surface_module
 from bertology.stats.base import HeadTable
 from bertology.stats.surface import SURFACE_STATISTICS, Convention, statistics_of
@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from bertology.analysis.distances import HeadDistances
-    from bertology.models import LoadedModel
+    from bertology.models.loading import LoadedModel
 
 #: (statistic, uniform baseline) pairs of the entropy figure; [CLS] entropy only when defined.
 ENTROPY_PANELS = (("entropy", "entropy_uniform"), ("cls_entropy", "cls_entropy_uniform"))
@@ -503,14 +503,14 @@ def _head_examples(analysis: CorpusAnalysis, loaded: LoadedModel, target: Path) 
 def save_analysis(
     analysis: CorpusAnalysis, loaded: LoadedModel, outdir: str | Path, *, on_progress: Progress | None = None
 ) -> Path:
-    """Write ``heads.csv`` (:meth:`~bertology.analyze.CorpusAnalysis.heads_frame`), :data:`JS_DIVERGENCE_FILE`
-    (the mean Jensen-Shannon divergence in nats between every two heads, rows and columns named
-    ``layer-head``), ``summary.json``, a head view of each labelled head's best segment in ``examples/``,
-    every head's top examples (:data:`EXAMPLES_FILE`, for ``bertology serve --runs``), ``report.html``
-    with its plots and the folder's mark (:func:`bertology.run_files.mark_run`) into ``outdir``.
-    ``loaded``: the model analysed, for the examples. on_progress: told each stage of the writing (the
-    tables, the heads' top examples, a decoder's head scores, the example views, the plots and page) as it
-    starts and ends (:func:`bertology.progress.stage`).
+    """Write ``heads.csv`` (:meth:`~bertology.analysis.analyze.CorpusAnalysis.heads_frame`),
+    :data:`JS_DIVERGENCE_FILE` (the mean Jensen-Shannon divergence in nats between every two heads, rows and
+    columns named ``layer-head``), ``summary.json``, a head view of each labelled head's best segment in
+    ``examples/``, every head's top examples (:data:`EXAMPLES_FILE`, for ``bertology serve --runs``),
+    ``report.html`` with its plots and the folder's mark (:func:`bertology.files.run_files.mark_run`) into
+    ``outdir``. ``loaded``: the model analysed, for the examples. on_progress: told each stage of the writing
+    (the tables, the heads' top examples, a decoder's head scores, the example views, the plots and page) as
+    it starts and ends (:func:`bertology.progress.stage`).
 
     Returns the path of ``report.html``.
     """

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from bertology.files.outputs import write_text
 from bertology.interventions.attacks import Attack, AttackStep
-from bertology.outputs import write_text
 from bertology.report import page
 from bertology.report.interventions import CONVENTION_NAMES
 

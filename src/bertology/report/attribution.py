@@ -13,9 +13,9 @@ import numpy as np
 import pandas as pd
 from markupsafe import Markup
 
+from bertology.files.outputs import write_text
 from bertology.interventions.attention_attribution import AttentionAttribution
 from bertology.interventions.attribution_tree import AttributionTree
-from bertology.outputs import write_text
 from bertology.report import page, plots
 from bertology.report.page import render
 from bertology.stats.base import HeadTable

@@ -17,8 +17,9 @@ import pandas as pd
 from matplotlib.colors import Colormap
 from matplotlib.figure import Figure
 
-from bertology import comparison as comparison_module
-from bertology.comparison import HeadMatching, ModelComparison
+from bertology.analysis import comparison as comparison_module
+from bertology.analysis.comparison import HeadMatching, ModelComparison
+from bertology.files.run_files import REPORT_FILE, mark_run
 from bertology.interventions.ablation import AblationResult
 from bertology.report import page, plots
 from bertology.report.analysis import (
@@ -30,7 +31,6 @@ from bertology.report.analysis import (
     head_name,
 )
 from bertology.report.page import Markup, Section
-from bertology.run_files import REPORT_FILE, mark_run
 from bertology.stats.base import HeadTable
 from bertology.views import View
 from bertology.views.page import inline_code_hashes

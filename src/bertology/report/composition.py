@@ -11,8 +11,8 @@ from matplotlib.figure import Figure
 
 from bertology.analysis.composition import COMPOSITION_KINDS, CompositionScores
 from bertology.analysis.composition import __doc__ as DEFINITIONS
+from bertology.files.run_files import REPORT_FILE
 from bertology.report import page, plots
-from bertology.run_files import REPORT_FILE
 
 #: The files written beside the report.
 COMPOSITION_FILE = "composition.csv"

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from bertology.analysis.head_detectors import HEAD_SCORES, SCORE_DESCRIPTIONS, HeadDetection
 from bertology.analysis.head_detectors import __doc__ as DEFINITIONS
-from bertology.attention import Attention
+from bertology.attention.capturing import Attention
+from bertology.files.run_files import REPORT_FILE
 from bertology.report import page, plots
-from bertology.run_files import REPORT_FILE
 from bertology.views import render_view
 
 #: The files written beside the report.

@@ -10,6 +10,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from bertology.files.outputs import write_text
+from bertology.files.run_files import ATTRIBUTION_IMPORTANCE_FILE, REPORT_FILE, SUMMARY_FILE, mark_run
 from bertology.interventions import direct_logit
 from bertology.interventions.attention_gradients import CATEGORIES
 from bertology.interventions.direct_logit import DirectLogitAttribution
@@ -17,10 +19,8 @@ from bertology.interventions.language_model_run import LanguageModelAblationRun
 from bertology.interventions.pruning import PruningOutcome
 from bertology.interventions.run import AblationRun
 from bertology.interventions.saliency import Explanation
-from bertology.outputs import write_text
 from bertology.report import page, plots
 from bertology.report.analysis import docstring
-from bertology.run_files import ATTRIBUTION_IMPORTANCE_FILE, REPORT_FILE, SUMMARY_FILE, mark_run
 from bertology.stats.base import HeadTable
 
 #: Display names of the saliency methods.

@@ -9,11 +9,11 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from bertology.files.run_files import REPORT_FILE
 from bertology.interventions.decoder_pruning import DecoderPruning
 from bertology.interventions.language_model_run import LanguageModelAblationRun
 from bertology.report import page, plots
 from bertology.report.interventions import how_removed, write_ablation_files
-from bertology.run_files import REPORT_FILE
 
 #: The pruning curves' columns with their legends.
 CURVES = (

@@ -23,10 +23,10 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from bertology.files.run_files import REPORT_FILE, SUMMARY_FILE, mark_run
 from bertology.interventions.patching import PatchingResult, PatchingStudy
 from bertology.interventions.path_patching import PathPatching
 from bertology.report import page, plots
-from bertology.run_files import REPORT_FILE, SUMMARY_FILE, mark_run
 
 HEAD_EFFECTS_FILE = "head_effects.csv"
 POSITION_EFFECTS_FILE = "position_effects.csv"

@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from bertology.files.run_files import ANTECEDENTS_FILE, REPORT_FILE, mark_run
 from bertology.probes.base import ProbeResult
 from bertology.probes.dependency import ALL, DIRECTIONS, predicted_heads
 from bertology.probes.results import CoreferenceResult, DependencyResult, GapResult, ParserResult
 from bertology.report import page, plots
 from bertology.report.arcs import arc_diagram
-from bertology.run_files import ANTECEDENTS_FILE, REPORT_FILE, mark_run
 
 #: Relations shown as heatmaps and arc diagrams: the most frequent ones.
 MOST_RELATIONS = 12

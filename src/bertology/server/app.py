@@ -35,7 +35,7 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from bertology.models import LoadedModel, load_model
+from bertology.models.loading import LoadedModel, load_model
 from bertology.options import DEFAULT_DEVICE, DEFAULT_DTYPE, Dtype
 from bertology.server.answers import BODY_ERRORS, error_answers
 from bertology.server.errors import install_error_handlers
@@ -125,8 +125,8 @@ def create_app(
     values it answers (``None``: any; :func:`bertology.server.hosts.loopback_hosts` for a loopback
     server, as ``bertology serve`` sets it); ``index``: a corpus index folder for corpus search
     (:mod:`bertology.server.search`). Models given by name are loaded on ``device`` in ``dtype``
-    (:func:`bertology.models.load_model`), and so is each fine-tuned run in the runs folder, after them,
-    named ``runs/PATH`` (:func:`_run_models`).
+    (:func:`bertology.models.loading.load_model`), and so is each fine-tuned run in the runs folder, after
+    them, named ``runs/PATH`` (:func:`_run_models`).
 
     Raises:
         BertologyError: a model that cannot be loaded, or a runs folder that does not exist.

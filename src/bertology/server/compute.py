@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 
 from bertology.analysis.patterns import PATTERN_DESCRIPTIONS, PatternAccumulator
-from bertology.attention import capture, capture_batch
-from bertology.long_capture import LongAttention
-from bertology.models import LoadedModel
+from bertology.attention.capturing import capture, capture_batch
+from bertology.attention.long_capture import LongAttention
+from bertology.models.loading import LoadedModel
 from bertology.server.errors import RequestError
 from bertology.server.schemas import AttentionRequest, InputRequest, ViewRequest
 from bertology.stats.rows import SpecialTokens
@@ -55,7 +55,7 @@ def attention_answer(
     loaded: LoadedModel, request: AttentionRequest, *, max_tokens: int, max_values: int
 ) -> dict[str, Any]:
     """Tokens, segments and ``attention[layer][head][query][key]`` for the asked layers, heads, rows and
-    keys; a long input's (:class:`~bertology.long_capture.LongAttention`) block computed from its
+    keys; a long input's (:class:`~bertology.attention.long_capture.LongAttention`) block computed from its
     queries and keys."""
     n = check_length(loaded, request, max_tokens)
     _check_index("Layer", request.layer, loaded.num_layers)

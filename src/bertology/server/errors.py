@@ -1,7 +1,7 @@
 """Every failed request gets a JSON answer ``{"error": "<one sentence>"}`` with a 4xx (or 503) status.
 
 Library errors (:class:`~bertology.errors.BertologyError`: empty text, a layer that does not exist)
-become 422, a symbolic link met in the runs folder (:class:`~bertology.beneath.LinkRefused`) 403;
+become 422, a symbolic link met in the runs folder (:class:`~bertology.files.beneath.LinkRefused`) 403;
 request-shape errors name the field and what is wrong with it; anything unexpected is logged and
 answered 500 with a generic sentence, so no request can take the server down. An answer echoes at most
 :data:`ECHO_CHARS` characters of any one thing the request sent, and names at most :data:`MAX_PROBLEMS`
@@ -18,8 +18,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
-from bertology.beneath import LinkRefused
 from bertology.errors import BertologyError
+from bertology.files.beneath import LinkRefused
 
 log = logging.getLogger("bertology.server")
 

@@ -15,7 +15,7 @@ can say whose heads it measured. A patching run (``bertology patch``, ``head_eff
 own model is joined in too: each head's patching effect and its rank.
 
 Every file is opened below the analysis folder's descriptor without following links
-(:mod:`bertology.beneath`; a symbolic link is refused, 403) and read from that descriptor, so no file
+(:mod:`bertology.files.beneath`; a symbolic link is refused, 403) and read from that descriptor, so no file
 outside the runs folder is ever read. A folder's data is kept, with the size and modification time of
 the files it was read from, and read again when they change.
 """
@@ -35,10 +35,10 @@ import pandas as pd
 from bertology.analysis.distances import mds_embedding
 from bertology.analysis.examples import EXAMPLES_FILE, HeadExamples
 from bertology.analysis.patterns import OTHER_PATTERN_COLOUR, PATTERN_COLOURS, PATTERN_DESCRIPTIONS
-from bertology.attention import Attention
-from bertology.beneath import OpenFolder, path_parts
+from bertology.attention.capturing import Attention
 from bertology.errors import BertologyError
-from bertology.run_files import HEADS_FILE, JS_DIVERGENCE_FILE, SUMMARY_FILE
+from bertology.files.beneath import OpenFolder, path_parts
+from bertology.files.run_files import HEADS_FILE, JS_DIVERGENCE_FILE, SUMMARY_FILE
 from bertology.server.errors import RequestError, shown
 from bertology.server.runs import RunsFolder
 from bertology.views import View

@@ -3,8 +3,8 @@
 The page shows a view by putting the view page (the same HTML ``bertology view`` writes) into a
 sandboxed ``<iframe srcdoc>``. A srcdoc document inherits its parent's policy on top of its own, so the
 page's policy allows, by their SHA-256 hashes, exactly the view pages' inline script and style
-(``views.js`` and ``views.css``), and nothing else inline. Everything else the page runs comes from
-``/static/``; it may connect only to this server.
+(the views' script, joined from ``views/static/views/*.js``, and ``views.css``), and nothing else
+inline. Everything else the page runs comes from ``/static/``; it may connect only to this server.
 
 Every other answer has a policy too, each starting from ``default-src 'none'``: view pages
 (:data:`VIEW_POLICY`), the files of the runs folder (:func:`run_file_policy`), the frame page that holds

@@ -8,8 +8,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 
-from bertology.beneath import OpenFolder
-from bertology.run_files import REPORT_FILE, TRAINING_FILE
+from bertology.files.beneath import OpenFolder
+from bertology.files.run_files import REPORT_FILE, TRAINING_FILE
 from bertology.server.answers import error_answers
 from bertology.server.errors import RequestError, shown
 from bertology.server.opened_file import OpenedFileResponse

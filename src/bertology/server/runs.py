@@ -4,12 +4,12 @@ Only files inside the runs folder are ever read. A request path is refused (403)
 ``..`` part, starts with ``/`` or a drive, has a backslash, a NUL or a ``%`` (the server already
 decoded it once, so a ``%`` left is an encoded variant such as ``%2e%2e``), or when a symbolic link
 lies on its way. Everything is opened below the runs folder's descriptor one component at a time,
-without following links, and read from the descriptor opened (:mod:`bertology.beneath`), so an entry
+without following links, and read from the descriptor opened (:mod:`bertology.files.beneath`), so an entry
 swapped for a link between a check and a read cannot lead outside. Paths that do not exist give 404.
 What a page built by the server reads (a training run's files, an analysis's files) is opened the same
-way; a link met there is refused (403, :class:`bertology.beneath.LinkRefused`).
+way; a link met there is refused (403, :class:`bertology.files.beneath.LinkRefused`).
 
-A folder is listed with the kind of run its writer marked it with (:mod:`bertology.run_files`: an
+A folder is listed with the kind of run its writer marked it with (:mod:`bertology.files.run_files`: an
 analysis, a comparison, a probe, an ablation; a training run is the folder with ``run.json``, shown by its
 watch page with the step slider); a folder with a ``report.html`` and no mark (written by an older
 bertology, or by hand) is listed as a ``"report"``. Only analyses get the explorer.
@@ -23,13 +23,13 @@ from pathlib import Path
 from typing import BinaryIO, Literal
 from urllib.parse import quote
 
-from bertology.beneath import LinkRefused, OpenFolder
 from bertology.errors import BertologyError
-from bertology.models import RUN_MODEL_FOLDER
-from bertology.run_files import KIND_FILE, REPORT_FILE, TRAINING_FILE, RunKind, read_kind
+from bertology.files.beneath import LinkRefused, OpenFolder
+from bertology.files.run_files import KIND_FILE, REPORT_FILE, TRAINING_FILE, RunKind, read_kind
+from bertology.models.loading import RUN_MODEL_FOLDER
 from bertology.server.errors import RequestError, shown
 
-#: A run's kind as listed: one of :data:`bertology.run_files.RunKind`, or ``"report"`` for an unmarked
+#: A run's kind as listed: one of :data:`bertology.files.run_files.RunKind`, or ``"report"`` for an unmarked
 #: folder with a report.
 ListedKind = Literal[RunKind, "report"]
 #: How deep below the runs folder runs are looked for, and how many are listed at most.
@@ -79,7 +79,7 @@ def run_kind(folder: OpenFolder) -> ListedKind | None:
 
 class RunsFolder:
     """The folder given with ``--runs``; everything the server reads from it is opened through
-    :meth:`open` or :meth:`folder` (:mod:`bertology.beneath`: no link followed, the opened descriptor
+    :meth:`open` or :meth:`folder` (:mod:`bertology.files.beneath`: no link followed, the opened descriptor
     checked and read)."""
 
     def __init__(self, root: str | Path) -> None:

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
 from pydantic_core import PydanticCustomError
 
-from bertology.norms import WEIGHTS
+from bertology.attention.norms import WEIGHTS
 from bertology.views import VIEW_KINDS
 
 PerHead = list[list[float | None]]

@@ -1,6 +1,6 @@
 """Corpus search routes (exBERT's idea): the tokens of a corpus whose contextual vectors are nearest to a
 token of the current input, from an index folder that ``bertology index`` wrote
-(:mod:`bertology.token_index`).
+(:mod:`bertology.index.token_index`).
 
 - ``POST /api/search/info``: whether there is an index, and its model, layers and size;
 - ``POST /api/search/input``: the tokens of a typed input and, for one of them, its nearest corpus tokens at
@@ -21,7 +21,8 @@ import numpy as np
 from fastapi import APIRouter, Request
 
 from bertology.errors import BertologyError
-from bertology.models import LoadedModel
+from bertology.index.token_index import TokenIndex, histogram, query_vectors
+from bertology.models.loading import LoadedModel
 from bertology.server.errors import RequestError
 from bertology.server.schemas import (
     SearchAnswer,
@@ -34,7 +35,6 @@ from bertology.server.schemas import (
     search_request_models,
 )
 from bertology.server.workers import ModelWorkers
-from bertology.token_index import TokenIndex, histogram, query_vectors
 
 
 def _neighbours(index: TokenIndex, vector: np.ndarray, layer: int, k: int) -> dict[str, Any]:

@@ -8,7 +8,7 @@ time of ``run.json``, ``metrics.jsonl`` and the archive's ``zarr.json``, which c
 completes a record); a page is rebuilt only when its run's stamp has changed.
 
 Every file the page reads is opened below the runs folder without following links
-(:mod:`bertology.beneath`): a run whose files are symbolic links is refused (403), whatever they point
+(:mod:`bertology.files.beneath`): a run whose files are symbolic links is refused (403), whatever they point
 to, and the files cannot be swapped for links while the page is built.
 """
 
@@ -19,7 +19,7 @@ from collections import OrderedDict
 import anyio.to_thread
 from starlette.requests import Request
 
-from bertology.beneath import OpenFolder
+from bertology.files.beneath import OpenFolder
 from bertology.server.runs import RunsFolder
 from bertology.server.workers import ComputeSlots
 

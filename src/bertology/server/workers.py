@@ -10,7 +10,7 @@ cannot be interrupted); its result is then dropped.
 A model's weights are shared by all requests. Its fast tokenizer is not: a Hugging Face fast tokenizer
 changes its truncation settings on each call and fails when two threads do that at once ("Already
 borrowed"), so every computation slot of a model gets its own copy of the tokenizer. Attention capture
-records through a ``ContextVar`` (:mod:`bertology.hook`), so concurrent captures never mix.
+records through a ``ContextVar`` (:mod:`bertology.models.hook`), so concurrent captures never mix.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import anyio
 import anyio.to_thread
 from starlette.requests import Request
 
-from bertology.models import LoadedModel
+from bertology.models.loading import LoadedModel
 from bertology.server.errors import RequestError, shown
 
 T = TypeVar("T")

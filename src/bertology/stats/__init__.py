@@ -1,4 +1,8 @@
-"""Streaming corpus statistics over attention batches: ``update(batch)`` / ``merge(other)`` / ``result()``."""
+"""Streaming corpus statistics over attention batches: ``update(batch)`` / ``merge(other)`` / ``result()``.
+
+May import the captured attention (:mod:`bertology.attention`) and what lies below it; the analyses,
+probes and corpus runs build on it.
+"""
 
 from bertology.accumulator import Accumulator
 from bertology.stats.base import HeadTable, SegmentCounter, SegmentMeans

@@ -1,8 +1,8 @@
 """The streaming accumulator contract and the running sums the accumulators are built from.
 
 Every corpus statistic is an :class:`~bertology.accumulator.Accumulator`: ``update(batch)`` folds in one
-:class:`~bertology.attention.AttentionBatch`, ``merge(other)`` folds in another accumulator of the same
-kind (e.g. from another worker), ``result()`` gives the statistic and ``items`` counts the segments seen.
+:class:`~bertology.attention.capturing.AttentionBatch`, ``merge(other)`` folds in another accumulator of the
+same kind (e.g. from another worker), ``result()`` gives the statistic and ``items`` counts the segments seen.
 State is a few float64 arrays whose size depends on the model (layers x heads), never on the corpus, and
 merging the accumulators of two halves of a corpus gives the result of one pass over all of it.
 
@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from bertology.devices import float64_home
 from bertology.errors import BertologyError
+from bertology.models.devices import float64_home
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -104,8 +104,8 @@ class SegmentMeans:
     defined for that segment (e.g. [SEP]-to-[SEP] needs a [SEP] query). The mean of statistic ``s`` is
     ``sums[s] / counts[s]``: the plain average over the segments where ``s`` is defined.
 
-    The sums stay where the values are computed, in float64 (:func:`~bertology.devices.float64_home`: on
-    the CPU for MPS, which has no float64), and reach the host only in :meth:`table` or when pickled, not
+    The sums stay where the values are computed, in float64 (:func:`~bertology.models.devices.float64_home`:
+    on the CPU for MPS, which has no float64), and reach the host only in :meth:`table` or when pickled, not
     once per batch.
     """
 

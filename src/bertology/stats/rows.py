@@ -17,13 +17,13 @@ import numpy as np
 import torch
 from torch.nn.functional import pad
 
-from bertology.devices import float64_home
 from bertology.errors import BertologyError
+from bertology.models.devices import float64_home
 
 if TYPE_CHECKING:
-    from bertology.attention import AttentionBatch
-    from bertology.inputs import EncodedBatch
-    from bertology.models import LoadedModel
+    from bertology.attention.capturing import AttentionBatch
+    from bertology.corpus.encoding import EncodedBatch
+    from bertology.models.loading import LoadedModel
 
 #: Word-start and continuation markers of WordPiece (``##``), byte-level BPE (``Ġ``) and
 #: SentencePiece (``▁``), removed before comparing token text.
@@ -203,7 +203,7 @@ def stack_segment_means(statistics: Iterable[QueryValues]) -> tuple[torch.Tensor
     statistic has no query gets 0 and ``defined`` False. Sums over queries are taken in float32 where the
     rows are (at most a segment's tokens per sum), the means in float64 (whatever the model's precision)
     on the same device, or on the CPU for an Apple GPU, which has no float64
-    (:func:`~bertology.devices.float64_home`): nothing reaches the host per batch on CUDA.
+    (:func:`~bertology.models.devices.float64_home`): nothing reaches the host per batch on CUDA.
     """
     sums, counts, divisors = [], [], []
     for statistic in statistics:

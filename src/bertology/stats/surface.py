@@ -30,7 +30,7 @@ from bertology.stats.base import HeadTable, SegmentMeans
 from bertology.stats.rows import QueryValues, RowSummary, SpecialTokens, stack_segment_means
 
 if TYPE_CHECKING:
-    from bertology.attention import AttentionBatch
+    from bertology.attention.capturing import AttentionBatch
 
 Statistic = Callable[[RowSummary], QueryValues]
 

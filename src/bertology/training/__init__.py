@@ -1,5 +1,8 @@
 """Fine-tuning with an attention monitor, its run archive, and the page that shows attention change.
 
+Its loop, monitor and archive sit with the computations (they may import the interventions, the models
+and what lies below); its watch page and plots are renderers (``pyproject.toml`` places each module).
+
 :func:`finetune` trains a classifier on a GLUE-style task into a run folder. :class:`AttentionMonitor`
 records a probe set's attention during any training loop (for Hugging Face's Trainer:
 :class:`~bertology.training.callback.MonitorCallback`); :func:`read_archive` reads the records;

@@ -23,7 +23,7 @@ file is either old or new, never half-written. A reader that trusts only ``recor
 whole records only, during training and after the process is killed.
 
 Reading opens every file of the archive below the archive's folder descriptor without following links
-(:mod:`bertology.beneath`), so an archive in a folder others can write (the web server's runs folder)
+(:mod:`bertology.files.beneath`), so an archive in a folder others can write (the web server's runs folder)
 cannot be made to read a file elsewhere: a symbolic link inside it is refused.
 """
 
@@ -38,8 +38,8 @@ from typing import Any
 
 import numpy as np
 
-from bertology.beneath import OpenFolder
 from bertology.errors import BertologyError
+from bertology.files.beneath import OpenFolder
 
 FORMAT = "bertology-monitor"
 VERSION = 1
@@ -248,7 +248,7 @@ class ArchiveFiles(MutableMapping[str, Any]):
     (zarr ``Buffer``), each read when asked for, without following links; read-only.
 
     A key that is a symbolic link exists (``in``) but reading it raises
-    :class:`~bertology.beneath.LinkRefused`.
+    :class:`~bertology.files.beneath.LinkRefused`.
     """
 
     def __init__(self, folder: OpenFolder) -> None:

@@ -9,7 +9,7 @@ trainer = Trainer(model=loaded.model, args=args, train_dataset=data,
 ```
 
 The model must be the one in ``loaded`` (its attention routed through bertology's capture, as
-:func:`~bertology.models.load_model` prepares it). Records: step 0 when training begins, every
+:func:`~bertology.models.loading.load_model` prepares it). Records: step 0 when training begins, every
 ``monitor.every`` optimizer steps, and the last step when training ends; the archive's ``losses`` get the
 Trainer's logged training loss at each logging step (every step with ``logging_steps=1``).
 
@@ -39,7 +39,7 @@ from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from bertology.models import LoadedModel
+from bertology.models.loading import LoadedModel
 from bertology.training.monitor import AttentionMonitor
 from bertology.training.rules import Alert, Watchdog
 from bertology.training.signals import SignalRecorder

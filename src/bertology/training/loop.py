@@ -33,13 +33,13 @@ import numpy as np
 import torch
 from transformers import get_linear_schedule_with_warmup
 
-from bertology.classify import accuracy, predict_logits
-from bertology.devices import resolve_dtype
+from bertology.corpus.encoding import encode
+from bertology.corpus.readers.glue import GlueTask, Split, read_glue
 from bertology.errors import BertologyError, TruncationWarning
-from bertology.inputs import encode
-from bertology.models import RUN_MODEL_FOLDER, LoadedModel, load_model
-from bertology.readers.glue import GlueTask, Split, read_glue
-from bertology.run_files import TRAINING_FILE
+from bertology.files.run_files import TRAINING_FILE
+from bertology.models.classify import accuracy, predict_logits
+from bertology.models.devices import resolve_dtype
+from bertology.models.loading import RUN_MODEL_FOLDER, LoadedModel, load_model
 from bertology.training.archive import ARCHIVE_FOLDER
 from bertology.training.monitor import AttentionMonitor, ProbeSet
 from bertology.training.rules import Alert, Rule, SignalRecord, Watchdog, select_rules

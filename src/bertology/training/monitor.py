@@ -19,10 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
-from bertology.attention import AttentionBatch, capture_batch
+from bertology.attention.capturing import AttentionBatch, capture_batch
+from bertology.corpus.readers.glue import Split
 from bertology.errors import BertologyError, TruncationWarning
-from bertology.models import LoadedModel
-from bertology.readers.glue import Split
+from bertology.models.loading import LoadedModel
 from bertology.stats.rows import SpecialTokens
 from bertology.stats.surface import SURFACE_STATISTICS, SurfaceAccumulator
 from bertology.training.archive import ArchiveWriter, ProbeTokens

@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from bertology.errors import BertologyError
-from bertology.models import RUN_MODEL_FOLDER
-from bertology.run_files import TRAINING_FILE
+from bertology.files.run_files import TRAINING_FILE
+from bertology.models.loading import RUN_MODEL_FOLDER
 from bertology.training.archive import ARCHIVE_FOLDER
 
 METRICS_JSONL = "metrics.jsonl"
@@ -61,7 +61,7 @@ def check_run_dir(run_dir: Path, overwrite: bool) -> None:
         BertologyError: ``run_dir`` is a file or not writable, holds a run (without ``overwrite``), or holds
             files with the names of a run's outputs but no ``run.json``.
     """
-    from bertology.outputs import check_output_folder
+    from bertology.files.outputs import check_output_folder
 
     check_output_folder(run_dir)
     if (run_dir / TRAINING_FILE).exists():
@@ -90,10 +90,11 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
 def run_folder(run_dir: Path) -> Iterator[Path]:
     """The folder a run (checked by :func:`check_run_dir`) writes in: ``run_dir`` itself for a new run, so
     that it can be watched as it trains; over an earlier run, a staging folder beside it
-    (:func:`bertology.outputs.output_folder`) whose outputs replace the earlier run's (:data:`RUN_OUTPUTS`,
+    (:func:`bertology.files.outputs.output_folder`) whose outputs replace the earlier run's
+    (:data:`RUN_OUTPUTS`,
     each whole) only when the block ends without an error, so a run killed or stopped on the way leaves
     the earlier run as it was."""
-    from bertology.outputs import output_folder
+    from bertology.files.outputs import output_folder
 
     if not (run_dir / TRAINING_FILE).exists():
         run_dir.mkdir(parents=True, exist_ok=True)

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from bertology.anatomy import layer_modules, shares_layers
+from bertology.models.anatomy import layer_modules, shares_layers
 from bertology.training.rules.records import SignalRecord
 
 #: Activation functions whose outputs are bounded, and the bounds.

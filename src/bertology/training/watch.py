@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bertology.beneath import OpenFolder
 from bertology.errors import BertologyError
-from bertology.outputs import write_text
+from bertology.files.beneath import OpenFolder
+from bertology.files.outputs import write_text
+from bertology.files.run_files import TRAINING_FILE
 from bertology.report.plots import title_of, to_png, unit_of
-from bertology.run_files import TRAINING_FILE
 from bertology.stats.base import HeadTable
 from bertology.training import plots
 from bertology.training.archive import ARCHIVE_FOLDER, MonitorArchive, open_run, read_archive
@@ -257,11 +257,11 @@ def _sections(
 
 
 def watch_data(run_dir: str | Path | OpenFolder) -> dict[str, Any]:
-    """The watch page's data (the ``"watch"`` contract of ``views/static/views.js``).
+    """The watch page's data (the ``"watch"`` contract of ``views/static/views/contract.js``).
 
     run_dir: a training run folder (``run.json``, ``metrics.jsonl``, ``monitor.zarr``) or an archive, as
     a path or opened (every file is then read below it without following links,
-    :mod:`bertology.beneath`). Only complete records are used, so a run still training (or killed) can
+    :mod:`bertology.files.beneath`). Only complete records are used, so a run still training (or killed) can
     be watched.
 
     Raises:

@@ -1,4 +1,8 @@
-"""Head, model and neuron views: one self-contained HTML page each, also shown inline in notebooks."""
+"""Head, model and neuron views: one self-contained HTML page each, also shown inline in notebooks.
+
+A renderer: it may import the computations (analysis, probes, interventions, stats), the captured attention
+and what lies below them, never the server or the command line.
+"""
 
 from __future__ import annotations
 
@@ -8,14 +12,14 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bertology.attention import Attention, capture
-from bertology.capture_seq2seq import AttentionSetName, Seq2SeqAttention, capture_seq2seq
+from bertology.attention.capturing import Attention, capture
+from bertology.attention.long_capture import LongAttention
+from bertology.attention.norms import Weights
+from bertology.attention.seq2seq import AttentionSetName, Seq2SeqAttention, capture_seq2seq
+from bertology.corpus.encoding import Text
 from bertology.errors import BertologyError
-from bertology.inputs import Text
-from bertology.long_capture import LongAttention
-from bertology.models import KIND_PHRASES, LoadedModel, model_in_use
-from bertology.norms import Weights
-from bertology.outputs import write_text
+from bertology.files.outputs import write_text
+from bertology.models.loading import KIND_PHRASES, LoadedModel, model_in_use
 from bertology.views.bertviz import (
     ATTENTION_KEYWORDS,
     bertviz_view_data,
@@ -142,9 +146,9 @@ def render_view(
     (and ``text_b``) first.
 
     model: a loaded model, a name or path, or a transformers model object with its ``tokenizer``
-    (:func:`~bertology.models.model_in_use`; the model is left as it was).
+    (:func:`~bertology.models.loading.model_in_use`; the model is left as it was).
     weights: when capturing, show the softmax output (``"attention"``) or the norm-based weights
-    (``"norm"``, :mod:`bertology.norms`; the neuron view shows them beside the softmax).
+    (``"norm"``, :mod:`bertology.attention.norms`; the neuron view shows them beside the softmax).
     head_names: labels shown instead of the head numbers (one per head).
     layer, head: shown first (default: the first); with ``include_layers`` / ``include_heads`` (show only
     these, labelled with their own numbers) they are original numbers among those. heads: the heads the
@@ -153,7 +157,8 @@ def render_view(
     A decoder-only model's attention is drawn as causal. An encoder-decoder model takes ``source`` and
     ``target`` texts and shows ``attention_set`` first (see :func:`seq2seq_view`).
     A long input (a :class:`LongAttention`, which ``capture`` gives above
-    :data:`~bertology.long_capture.LONG_INPUT_TOKENS` tokens) is shown as :mod:`bertology.views.long`
+    :data:`~bertology.attention.long_capture.LONG_INPUT_TOKENS` tokens) is shown as
+    :mod:`bertology.views.long`
     describes: a ``window`` of ``(start, size)`` tokens (default: 256 around ``query``) and a minimap.
     max_tokens: when capturing, read at most this many tokens (default: the model's own limit).
     """
@@ -404,7 +409,7 @@ def head_view(
     The parameters up to ``html_action`` are BertViz 1.4.1's ``head_view``'s, in its order; the
     keyword-only ones are bertology's. Three forms: ``head_view(text[, text_b], model=...)`` captures
     first (``attention`` holds the text, ``tokens`` the second text; ``model``: a name, a path, a
-    :class:`~bertology.models.LoadedModel`, or a transformers model object with ``tokenizer=``);
+    :class:`~bertology.models.loading.LoadedModel`, or a transformers model object with ``tokenizer=``);
     ``head_view(attention)`` draws a captured :class:`Attention`; BertViz's
     ``head_view(attention=outputs.attentions, tokens=tokens)`` draws the per-layer
     ``[batch, heads, q, k]`` tensors any model returns, torch or numpy, with the ``encoder_attention`` /

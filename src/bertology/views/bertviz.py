@@ -3,8 +3,8 @@
 BertViz draws ``head_view(attention=outputs.attentions, tokens=tokens)``: one ``[batch, heads, q, k]``
 tensor per layer, as every transformers model returns them with ``output_attentions=True``, and the
 token strings. This module checks such tensors (torch or numpy, per layer or stacked) and turns them
-into the :class:`~bertology.attention.Attention` a capture gives (so every view draws them as it draws a
-capture, causal attention included), or, for an encoder-decoder's ``encoder_attention``,
+into the :class:`~bertology.attention.capturing.Attention` a capture gives (so every view draws them as it
+draws a capture, causal attention included), or, for an encoder-decoder's ``encoder_attention``,
 ``decoder_attention`` and ``cross_attention``, into the page data of the attention-set views.
 Nothing here depends on which model produced the tensors.
 """
@@ -19,9 +19,9 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
-from bertology.attention import Attention
+from bertology.attention.capturing import Attention
+from bertology.corpus.encoding import InputDescription
 from bertology.errors import BertologyError
-from bertology.inputs import InputDescription
 from bertology.options import AttentionSetName, Theme, ViewKind
 from bertology.views.build import (
     attention_set_entry,

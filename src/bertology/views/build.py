@@ -1,5 +1,5 @@
-"""Turn a captured :class:`~bertology.attention.Attention` (or an encoder-decoder's
-:class:`~bertology.capture_seq2seq.Seq2SeqAttention`) into the data a view page draws."""
+"""Turn a captured :class:`~bertology.attention.capturing.Attention` (or an encoder-decoder's
+:class:`~bertology.attention.seq2seq.Seq2SeqAttention`) into the data a view page draws."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from bertology.attention import Attention
-from bertology.capture_seq2seq import AttentionSetName, Seq2SeqAttention
+from bertology.attention.capturing import Attention
+from bertology.attention.seq2seq import AttentionSetName, Seq2SeqAttention
 from bertology.errors import BertologyError
 from bertology.options import Theme, ViewKind
 from bertology.views.payload import pack_attention, pack_float16

@@ -1,4 +1,4 @@
-"""View data of a long input (:class:`~bertology.long_capture.LongAttention`, queries and keys kept,
+"""View data of a long input (:class:`~bertology.attention.long_capture.LongAttention`, queries and keys kept,
 rows computed on demand): a page carries only what it can show, so its size does not grow with ``n²``.
 
 - Head view: every layer of the whole input (the layer selector works as on short pages), as each
@@ -36,8 +36,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from bertology.attention.long_capture import LongAttention, pool_bins, pool_rows
 from bertology.errors import BertologyError
-from bertology.long_capture import LongAttention, pool_bins, pool_rows
 from bertology.options import Theme, ViewKind
 from bertology.views.payload import pack_attention, pack_float16, pack_indices
 

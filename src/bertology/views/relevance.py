@@ -16,8 +16,8 @@ from bertology.analysis.relevance import (
     normalise_rows,
     relevance,
 )
-from bertology.attention import Attention
-from bertology.outputs import write_text
+from bertology.attention.capturing import Attention
+from bertology.files.outputs import write_text
 from bertology.progress import Progress
 from bertology.views import View
 from bertology.views.build import Theme, view_data

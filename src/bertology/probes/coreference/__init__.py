@@ -1,8 +1,8 @@
 """Which attention heads find a mention's antecedent (Clark et al. 2019, Section 4.3, Table 2).
 
-**Mentions and antecedents.** In a :class:`~bertology.readers.coref.CorefDocument`, a mention ``c`` is a
-*candidate* for a mention ``m`` when it ends before ``m`` starts (``c.end <= m.start``; so a mention
-containing ``m`` is not one) and its head word is not ``m``'s head word. A candidate of ``m``'s entity
+**Mentions and antecedents.** In a :class:`~bertology.corpus.readers.coref_documents.CorefDocument`, a mention
+``c`` is a *candidate* for a mention ``m`` when it ends before ``m`` starts (``c.end <= m.start``; so a
+mention containing ``m`` is not one) and its head word is not ``m``'s head word. A candidate of ``m``'s entity
 is an *antecedent*; ``m`` is *coreferent* (and scored) when it has an antecedent in the document.
 
 **Head words.** The head word of a mention is the first word of its span whose syntactic head lies
@@ -23,8 +23,8 @@ that start in a sentence before the window, or whose head word is outside it, ar
 mention whose antecedents are ALL out of reach is counted in ``out_of_reach`` and not scored. A
 sentence that alone does not fit has its mentions counted in ``skipped``.
 
-**Heads.** With ``W`` the word-level attention of the window (mean mode, :mod:`bertology.words`), head
-``(layer, head)`` predicts for ``m`` the candidate head word ``argmax_c W[h(m), h(c)]`` over the distinct
+**Heads.** With ``W`` the word-level attention of the window (mean mode, :mod:`bertology.attention.words`),
+head ``(layer, head)`` predicts for ``m`` the candidate head word ``argmax_c W[h(m), h(c)]`` over the distinct
 head words of ``m``'s in-reach candidates (a tie goes to the earliest word); it is correct when that word
 is the head word of one of ``m``'s antecedents.
 

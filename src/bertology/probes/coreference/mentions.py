@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from bertology.readers.coref import CorefDocument, Mention, with_sentences
-from bertology.readers.treebank import Sentence
+from bertology.corpus.readers.coref import with_sentences
+from bertology.corpus.readers.coref_documents import CorefDocument, Mention
+from bertology.corpus.readers.treebank import Sentence
 
 #: Mention types, in row order; ``ALL`` is the row over every type.
 TYPES = ("pronoun", "proper", "other")
@@ -45,7 +46,7 @@ def document_heads(sentences: Sequence[Sentence]) -> list[int]:
 def with_heads(
     documents: Iterable[CorefDocument], sentences: Iterable[Sentence]
 ) -> Iterator[tuple[CorefDocument, list[int]]]:
-    """:func:`~bertology.readers.coref.with_sentences`, each document paired with its document-level
+    """:func:`~bertology.corpus.readers.coref.with_sentences`, each document paired with its document-level
     dependency heads (:func:`document_heads`). For GUM: ``with_heads(read_coref(coref_conll),
     read_treebank(dep_stanford))``. Streams: one document's sentences are held at a time."""
     consumed: list[Sentence] = []

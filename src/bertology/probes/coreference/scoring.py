@@ -12,16 +12,16 @@ from typing import TYPE_CHECKING
 import numpy as np
 from transformers import PreTrainedTokenizerBase
 
-from bertology.batching import length_sorted_batches, prefetched
+from bertology.corpus.batching import length_sorted_batches, prefetched
+from bertology.corpus.readers.coref_documents import CorefDocument
 from bertology.errors import BertologyError
 from bertology.probes.coreference.counts import CorefAccumulator, CorefProbe, DocumentsRead
 from bertology.probes.coreference.windows import CorefWindow, coref_windows
 from bertology.probes.rows import query_word_rows
 from bertology.progress import Progress
-from bertology.readers.coref import CorefDocument
 
 if TYPE_CHECKING:
-    from bertology.models import LoadedModel
+    from bertology.models.loading import LoadedModel
 
 
 class NoMentionScored(BertologyError):
@@ -137,10 +137,10 @@ def coref_batches(
 ) -> Iterator[list[CorefItem]]:
     """The batches of windows a coreference probe of ``documents`` captures, in order: the windows with
     scored mentions of consecutive documents, sorted by token count
-    (:func:`~bertology.batching.length_sorted_batches`), each carrying the counts of the documents read
+    (:func:`~bertology.corpus.batching.length_sorted_batches`), each carrying the counts of the documents read
     before it. Arguments as in :func:`score_coreference`; only one sort window of documents is held. The
     windows are counted with a copy of the model's tokenizer, so the batches may be made in a thread while
-    the model runs (:func:`~bertology.batching.prefetched`)."""
+    the model runs (:func:`~bertology.corpus.batching.prefetched`)."""
     reader = copy.deepcopy(model.tokenizer)  # a tokenizer serves one thread
     items = _coref_items(islice(documents, limit_documents), reader, _window_limit(model, max_length))
     return length_sorted_batches(items, lambda item: item.tokens, batch_size=batch_size)

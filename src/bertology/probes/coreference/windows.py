@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bertology.corpus.readers.coref_documents import CorefDocument
 from bertology.errors import BertologyError
 from bertology.probes.coreference.mentions import TYPES, MentionInfo, baselines_right, head_word, mention_type
-from bertology.readers.coref import CorefDocument
 
 
 @dataclass(frozen=True)
