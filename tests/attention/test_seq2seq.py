@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from support.cli import run_child
 from support.tiny_models import GENERATIVE_ARCHITECTURES, save_tiny_model
 from transformers import AutoModel
 
@@ -217,17 +216,11 @@ def test_head_names_travel_with_the_view_data(loaded: dict[str, LoadedModel]) ->
         view_data(attention, "model", head_names=names[:3])
 
 
-def _run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bertology", *args], capture_output=True, text=True, timeout=300
-    )
-
-
 @pytest.mark.slow
 def test_cli_writes_an_encoder_decoder_view(generative_dirs: dict[str, Path], tmp_path: Path) -> None:
     output = tmp_path / "x.html"
     model = str(generative_dirs["bart"])
-    result = _run_cli(
+    result = run_child(
         "view", SOURCE, "--target", TARGET, "--model", model, "--attention", "encoder", "-o", str(output)
     )
     assert result.returncode == 0, result.stderr
@@ -236,7 +229,7 @@ def test_cli_writes_an_encoder_decoder_view(generative_dirs: dict[str, Path], tm
     data = json.loads(match.group(1))
     assert data["attentionSet"] == "encoder" and [s["name"] for s in data["attentionSets"]][-1] == "cross"
 
-    refused = _run_cli("view", SOURCE, "--target", TARGET, "--model", model, "--view", "neuron")
+    refused = run_child("view", SOURCE, "--target", TARGET, "--model", model, "--view", "neuron")
     assert refused.returncode != 0 and "Traceback" not in refused.stderr
     assert "The neuron view is not available for encoder-decoder models" in refused.stderr
 

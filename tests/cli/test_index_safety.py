@@ -6,7 +6,6 @@ holds files but no index."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import signal
@@ -19,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from support.cli import run_child
 
 from bertology import cli
 from bertology.errors import BertologyError
@@ -146,16 +146,6 @@ def test_a_failed_build_leaves_the_index_and_a_new_folder_as_they_were(
     assert not (tmp_path / "new" / "index").exists()
 
 
-def _quick_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bertology", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=os.environ,
-    )
-
-
 @pytest.mark.slow
 def test_index_refuses_a_file_and_a_folder_without_an_index(
     sample_corpus_head: Callable[[int], Path], tmp_path: Path
@@ -163,7 +153,7 @@ def test_index_refuses_a_file_and_a_folder_without_an_index(
     corpus = sample_corpus_head(3)
     plain = tmp_path / "plain.txt"
     plain.write_text("the user's", encoding="utf-8")
-    result = _quick_cli("index", str(corpus), "-o", str(plain))
+    result = run_child("index", str(corpus), "-o", str(plain))
     assert (result.returncode, result.stderr) == (
         1,
         f"Error: The output folder {plain} is a file; choose a folder.\n",
@@ -173,7 +163,7 @@ def test_index_refuses_a_file_and_a_folder_without_an_index(
     files = {"manifest.json": '{"name": "my web app"}', "tokens.npz": "mine", "segments.jsonl": "mine"}
     for name, text in files.items():
         (foreign / name).write_text(text, encoding="utf-8")
-    result = _quick_cli("index", str(corpus), "-o", str(foreign))
+    result = run_child("index", str(corpus), "-o", str(foreign))
     assert (result.returncode, result.stderr) == (
         1,
         f"Error: '{foreign}' holds files but no token index; choose a new or empty folder, or an index to "

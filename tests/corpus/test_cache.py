@@ -7,13 +7,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+from support.cli import run_child
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 import bertology.corpus.segments
@@ -262,28 +261,18 @@ def test_analyze_from_the_cache_equals_a_run_without_it(
         assert np.array_equal(result.distances.distance, plain.distances.distance)
 
 
-def _bertology(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bertology", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=os.environ,
-    )
-
-
 def test_the_cache_command_lists_and_clears_entries(
     corpus: Path, tokenizer: PreTrainedTokenizerFast, corpus_cache: Path
 ) -> None:
     list(read_segments(corpus, tokenizer, max_length=48))
     key = cache_entries()[0].key
 
-    listed = _bertology("cache", "list")
+    listed = run_child("cache", "list")
     assert listed.returncode == 0, listed.stderr
     assert key in listed.stdout and "corpus.txt" in listed.stdout
     assert "1 entries, " in listed.stdout and str(corpus_cache) in listed.stdout.replace("\n", "")
 
-    cleared = _bertology("cache", "clear")
+    cleared = run_child("cache", "clear")
     assert cleared.returncode == 0, cleared.stderr
     assert "Removed 1 entries" in cleared.stdout
     assert cache_entries() == []
@@ -295,18 +284,18 @@ def test_analyze_and_index_write_the_cache_and_no_cache_does_not(
 ) -> None:
     corpus = sample_corpus_head(6)
     quick = ["--examples-per-head", "0", "--batch-size", "8"]
-    plain = _bertology("analyze", str(corpus), "--no-cache", *quick, "-o", str(tmp_path / "plain"))
+    plain = run_child("analyze", str(corpus), "--no-cache", *quick, "-o", str(tmp_path / "plain"))
     assert plain.returncode == 0, plain.stderr
     assert cache_entries() == []
     for name in ("written", "cached"):
-        run = _bertology("analyze", str(corpus), *quick, "-o", str(tmp_path / name))
+        run = run_child("analyze", str(corpus), *quick, "-o", str(tmp_path / name))
         assert run.returncode == 0, run.stderr
         assert len(cache_entries()) == 1
         assert (tmp_path / name / "heads.csv").read_bytes() == (tmp_path / "plain" / "heads.csv").read_bytes()
 
-    indexed = _bertology("index", str(corpus), "--no-cache", "-o", str(tmp_path / "index"))
+    indexed = run_child("index", str(corpus), "--no-cache", "-o", str(tmp_path / "index"))
     assert indexed.returncode == 0, indexed.stderr
     assert len(cache_entries()) == 1
-    indexed = _bertology("index", str(corpus), "-o", str(tmp_path / "index"))
+    indexed = run_child("index", str(corpus), "-o", str(tmp_path / "index"))
     assert indexed.returncode == 0, indexed.stderr
     assert len(cache_entries()) == 2  # the index's segments, without encodings: an entry of its own

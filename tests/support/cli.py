@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 
 import pytest
@@ -21,3 +23,15 @@ def run_in_process(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple
     finally:
         sys.argv = saved
     return code, capsys.readouterr().err
+
+
+def run_child(*args: str) -> subprocess.CompletedProcess[str]:
+    """``bertology ARGS`` in a child process with this process's environment (at most 300 s): its exit
+    code, stdout and stderr as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "bertology", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=os.environ,
+    )

@@ -89,6 +89,19 @@ class EncodedBatch:
     def __len__(self) -> int:
         return len(self.tokens)
 
+    def input_fields(self, index: int) -> dict[str, Any]:
+        """Input ``index``'s token roles and ``truncated`` (the fields of an :class:`InputDescription` or an
+        :class:`EncodedRow` that come from the batch), by name."""
+        return {
+            "tokens": self.tokens[index],
+            "segment_ids": self.segment_ids[index],
+            "special": self.special[index],
+            "word_ids": self.word_ids[index],
+            "words": self.words[index],
+            "word_segments": self.word_segments[index],
+            "truncated": self.truncated[index],
+        }
+
     def rows(self) -> list[EncodedRow]:
         """Each input unpadded (the inverse of :func:`stack_rows`)."""
         return [
@@ -97,32 +110,10 @@ class EncodedBatch:
                     name: values[index, : self.lengths[index]].numpy()
                     for name, values in self.model_inputs.items()
                 },
-                tokens=self.tokens[index],
-                segment_ids=self.segment_ids[index],
-                special=self.special[index],
-                word_ids=self.word_ids[index],
-                words=self.words[index],
-                word_segments=self.word_segments[index],
-                truncated=self.truncated[index],
+                **self.input_fields(index),
             )
             for index in range(len(self))
         ]
-
-
-@dataclass(frozen=True)
-class EncodedRow:
-    """One input of an :class:`EncodedBatch`, unpadded (fields as there): features: ``input_ids``,
-    ``attention_mask`` (and ``token_type_ids``), [n] int64 each; tokens, segment_ids, special, word_ids,
-    words, word_segments and truncated of this input."""
-
-    features: dict[str, np.ndarray]
-    tokens: list[str]
-    segment_ids: np.ndarray
-    special: np.ndarray
-    word_ids: np.ndarray
-    words: list[str]
-    word_segments: np.ndarray
-    truncated: int
 
 
 @dataclass(frozen=True)
@@ -150,6 +141,16 @@ class TokenRoles:
 
 
 @dataclass(frozen=True)
+class EncodedRow(TokenRoles):
+    """One input of an :class:`EncodedBatch`, unpadded: its :class:`TokenRoles`, the tokens cut
+    (``truncated``) and its features: ``input_ids``, ``attention_mask`` (and ``token_type_ids``), [n] int64
+    each."""
+
+    truncated: int
+    features: dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
 class InputDescription(TokenRoles):
     """One encoded input as the views and statistics read it: its :class:`TokenRoles`, the tokens cut to
     fit the model (``truncated``) and the model's label (``model_name``); what a capture of its attention
@@ -162,17 +163,7 @@ class InputDescription(TokenRoles):
     @classmethod
     def of_input(cls, encoded: EncodedBatch, index: int, model_name: str, **own: Any) -> Self:
         """Input ``index`` of ``encoded`` described, with the subclass's ``own`` fields."""
-        return cls(
-            tokens=encoded.tokens[index],
-            segment_ids=encoded.segment_ids[index],
-            special=encoded.special[index],
-            word_ids=encoded.word_ids[index],
-            words=encoded.words[index],
-            word_segments=encoded.word_segments[index],
-            truncated=encoded.truncated[index],
-            model_name=model_name,
-            **own,
-        )
+        return cls(**encoded.input_fields(index), model_name=model_name, **own)
 
 
 def _sequence_array(sequence_ids: list[int | None]) -> np.ndarray:
