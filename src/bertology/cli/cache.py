@@ -19,19 +19,19 @@ app.add_typer(cache_app, name="cache")
 @cache_app.command("list")
 def list_entries() -> None:
     """List the cache's entries, least recently used first: key, corpus file, segments, size, last use."""
-    from bertology.corpus.cache import cache_entries, corpus_cache_folder, limit_bytes
+    from bertology.corpus.cache import MEGABYTE, cache_entries, corpus_cache_folder, limit_bytes
 
     entries = cache_entries()
     total = sum(entry.bytes for entry in entries)
     for entry in entries:
         used = datetime.datetime.fromtimestamp(entry.used).isoformat(sep=" ", timespec="seconds")
         out.print(
-            f"{entry.key}  {entry.corpus}  {entry.segments} segments  {entry.bytes / 1e6:.1f} MB  "
+            f"{entry.key}  {entry.corpus}  {entry.segments} segments  {entry.bytes / MEGABYTE:.1f} MB  "
             f"used {used}",
             highlight=False,
         )
     out.print(
-        f"{len(entries)} entries, {total / 1e6:.1f} MB of at most {limit_bytes() / 1e6:.0f} MB in "
+        f"{len(entries)} entries, {total / MEGABYTE:.1f} MB of at most {limit_bytes() / MEGABYTE:.0f} MB in "
         f"{corpus_cache_folder()}.",
         highlight=False,
     )

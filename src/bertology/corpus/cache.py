@@ -94,6 +94,10 @@ def corpus_cache_folder() -> Path:
     return Path(os.environ.get("BERTOLOGY_CORPUS_CACHE") or cache_root() / "corpora")
 
 
+#: The megabyte of ``$BERTOLOGY_CACHE_MB`` and of ``bertology cache list``: 2**20 bytes.
+MEGABYTE = 1024 * 1024
+
+
 def limit_bytes() -> int:
     """The size bound of the corpus cache: ``$BERTOLOGY_CACHE_MB`` megabytes (default
     :data:`DEFAULT_LIMIT_MB`).
@@ -104,7 +108,7 @@ def limit_bytes() -> int:
     text = os.environ.get("BERTOLOGY_CACHE_MB", "").strip() or str(DEFAULT_LIMIT_MB)
     if not text.isdigit():
         raise BertologyError(f"BERTOLOGY_CACHE_MB must be a whole number of megabytes, not '{text}'.")
-    return int(text) * 1024 * 1024
+    return int(text) * MEGABYTE
 
 
 def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerFast) -> str:
