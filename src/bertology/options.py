@@ -84,6 +84,8 @@ MAX_SEED = 2**32 - 1
 MAX_COUNT = 2**63 - 1
 #: Most torch threads per process, and workers per Ray run (more threads than that abort OpenMP).
 MAX_THREADS = 1024
+#: Most reader processes of a corpus run (``--readers``).
+MAX_READERS = 256
 #: Most quadrature points of integrated gradients (Gauss-Legendre nodes need ``steps**2`` floats).
 MAX_IG_STEPS = 1000
 #: Most noisy copies SmoothGrad averages (each one a forward and backward pass).

@@ -20,6 +20,7 @@ from bertology.analysis.analyze import analyze_corpus
 from bertology.analysis.settings import AnalysisSettings
 from bertology.corpus.cache import CacheWarning, cache_entries, evict, read_segments
 from bertology.corpus.encoding import encode
+from bertology.corpus.readers import ByteSpan
 from bertology.corpus.segments import Segment, iter_segments, sample_corpus
 from bertology.models.loading import LoadedModel
 
@@ -44,9 +45,9 @@ def paragraphs_read(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     opened: list[Path] = []
     reader = bertology.corpus.segments.read_paragraphs
 
-    def counting(path: Path) -> Iterator[object]:
+    def counting(path: Path, span: ByteSpan | None = None) -> Iterator[object]:
         opened.append(path)
-        return reader(path)
+        return reader(path, span)
 
     monkeypatch.setattr(bertology.corpus.segments, "read_paragraphs", counting)
     return opened
@@ -147,7 +148,9 @@ def test_any_change_of_the_key_misses(
     records_read: list[Path] = []
     reader = bertology.corpus.segments.read_records
     monkeypatch.setattr(
-        bertology.corpus.segments, "read_records", lambda path: records_read.append(path) or reader(path)
+        bertology.corpus.segments,
+        "read_records",
+        lambda path, span=None: records_read.append(path) or reader(path, span),
     )
     arguments: dict[str, object] = {
         "path": corpus,

@@ -477,7 +477,9 @@ def test_an_endless_corpus_streams(
     """The text reader's line source is swapped for an endless generator: only a lazy pipeline returns."""
     pulled = 0
 
-    def endless_lines(path: Path, *, piece_bytes: int | None = None) -> Iterator[tuple[int, str]]:
+    def endless_lines(
+        path: Path, *, piece_bytes: int | None = None, span: object = None
+    ) -> Iterator[tuple[int, str]]:
         nonlocal pulled
         for number in itertools.count(1):
             pulled = number

@@ -44,6 +44,7 @@ from bertology.attention.norms import Weights, check_weights
 from bertology.corpus.batching import PAD_MULTIPLE, SORT_WINDOW, length_sorted_batches, prefetched
 from bertology.corpus.cache import read_segments
 from bertology.corpus.encoding import EncodedBatch, Text, stack_rows
+from bertology.corpus.reader_processes import default_readers
 from bertology.corpus.segments import Segment
 from bertology.errors import BertologyError, TruncationWarning
 from bertology.models.loading import LoadedModel, require_pair_template, require_single_stack
@@ -127,6 +128,7 @@ def corpus_batches(
     pairs: bool = True,
     encoded_length: int | None = None,
     cache: bool = True,
+    readers: int = 1,
 ) -> Iterator[list[Segment]]:
     """The first ``limit`` segments of ``corpus`` (all if ``None``), packed with ``tokenizer`` into at most
     ``max_length`` tokens each (:func:`~bertology.corpus.segments.iter_segments`; ``pairs=False`` for a
@@ -144,7 +146,10 @@ def corpus_batches(
     ``cache=False``, or a ``limit``: read from the file, nothing written: a limited run reads only the
     corpus's beginning, and the cache's key would hash the whole file); ``encoded_length``: each also
     carries its encoding cut to this many tokens (:attr:`~bertology.corpus.segments.Segment.encoded`), which
-    :meth:`CorpusAccumulators.encode` then stacks instead of encoding again.
+    :meth:`CorpusAccumulators.encode` then stacks instead of encoding again. ``readers``: processes that
+    read, segment and encode the corpus when the cache does not serve it
+    (:mod:`bertology.corpus.reader_processes`; 1: the calling thread); the segments are the same for any
+    number.
     """
     segments = read_segments(
         corpus,
@@ -154,6 +159,7 @@ def corpus_batches(
         pairs=pairs,
         encoded_length=encoded_length,
         cache=cache and limit is None,
+        readers=readers,
     )
     limited = itertools.islice(segments, limit)
     return length_sorted_batches(limited, _segment_tokens, batch_size=batch_size, window=SORT_WINDOW)
@@ -404,6 +410,7 @@ def analyze_corpus(
     loaded: LoadedModel,
     settings: AnalysisSettings = DEFAULT_SETTINGS,
     *,
+    readers: int | None = None,
     on_progress: Progress | None = None,
 ) -> CorpusAnalysis:
     """Stream ``corpus`` through ``loaded`` and return every head's statistics.
@@ -411,6 +418,9 @@ def analyze_corpus(
     settings: how the corpus is read and measured (:class:`~bertology.analysis.settings.AnalysisSettings`;
     segments over :data:`~bertology.attention.long_capture.LONG_INPUT_TOKENS` tokens, up to the model's
     own limit, are computed from queries and keys, in batches of at most :data:`LONG_BATCH_TOKENS` tokens).
+    readers: processes that read, segment and encode the corpus (:func:`corpus_batches`; ``None``:
+    :func:`~bertology.corpus.reader_processes.default_readers` for the model's device); the results are
+    the same for any number.
     on_progress: told the segments done after each batch, and the limit as the total
     (:class:`~bertology.progress.Progress`).
 
@@ -431,6 +441,7 @@ def analyze_corpus(
         pairs=loaded.kind == "encoder",
         encoded_length=min(settings.max_length, loaded.max_length),
         cache=settings.cache,
+        readers=readers or default_readers(str(loaded.device)),
     )
     reader = copy.deepcopy(loaded.tokenizer)  # the reader thread's own: a tokenizer serves one thread
     encoded = (accumulators.encode(batch, reader) for batch in batches)

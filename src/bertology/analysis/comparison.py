@@ -39,6 +39,7 @@ from bertology.attention.norms import WEIGHT_DESCRIPTIONS
 from bertology.attention.words import WordAttention, word_attention
 from bertology.corpus.batching import prefetched
 from bertology.corpus.encoding import EncodedBatch
+from bertology.corpus.reader_processes import default_readers
 from bertology.corpus.segments import Segment, iter_segments
 from bertology.errors import BertologyError
 from bertology.models.devices import float64_home
@@ -388,10 +389,14 @@ class ComparisonAccumulators:
 
 
 def comparison_batches(
-    corpus: str | Path, model_a: LoadedModel, model_b: LoadedModel, settings: AnalysisSettings
+    corpus: str | Path,
+    model_a: LoadedModel,
+    model_b: LoadedModel,
+    settings: AnalysisSettings,
+    readers: int = 1,
 ) -> Iterator[list[Segment]]:
-    """The batches both models read (:func:`~bertology.analysis.analyze.corpus_batches` with A's tokenizer and
-    the settings' reading options)."""
+    """The batches both models read (:func:`~bertology.analysis.analyze.corpus_batches` with A's tokenizer,
+    the settings' reading options and ``readers`` reader processes)."""
     return corpus_batches(
         corpus,
         model_a.tokenizer,
@@ -401,6 +406,7 @@ def comparison_batches(
         corpus_format=settings.corpus_format,
         pairs=model_a.kind == model_b.kind == "encoder",  # a decoder reads single texts
         cache=settings.cache,
+        readers=readers,
     )
 
 
@@ -411,6 +417,7 @@ def compare_models(
     settings: AnalysisSettings = DEFAULT_SETTINGS,
     *,
     level: Level = "auto",
+    readers: int | None = None,
     on_progress: Progress | None = None,
 ) -> ModelComparison:
     """Stream ``corpus`` through both models and compare every head of A with every head of B.
@@ -419,15 +426,17 @@ def compare_models(
     reduced and dropped (flat memory). settings: how the corpus is read and both models measured
     (:class:`~bertology.analysis.settings.AnalysisSettings`; its ``js_tokens_per_segment`` query tokens,
     or words, are sampled per segment for the distances, seeded). level: ``"token"``, ``"word"`` or
-    ``"auto"`` (tokens when :func:`same_tokenizer`, else words); see the module docstring. on_progress as
-    in :func:`~bertology.analysis.analyze.analyze_corpus`.
+    ``"auto"`` (tokens when :func:`same_tokenizer`, else words); see the module docstring. readers and
+    on_progress as in :func:`~bertology.analysis.analyze.analyze_corpus` (the readers' default for A's
+    device).
 
     Raises:
         BertologyError: an unknown level, an unreadable or empty corpus, or token-level comparison of two
             tokenizers that split the text differently.
     """
     accumulators = ComparisonAccumulators(model_a, model_b, settings, level=level, corpus=corpus)
-    for batch in prefetched(comparison_batches(corpus, model_a, model_b, settings)):
+    readers = readers or default_readers(str(model_a.device))
+    for batch in prefetched(comparison_batches(corpus, model_a, model_b, settings, readers)):
         accumulators.update(batch)
         if on_progress is not None:
             on_progress(accumulators.items, settings.limit)

@@ -30,6 +30,7 @@ from bertology.cli.options import (
     ModelOption,
     NoCacheOption,
     RayOption,
+    ReadersOption,
     ResumeOption,
     SegmentBatchOption,
     ThreadsPerWorkerOption,
@@ -97,6 +98,7 @@ def analyze(
     device: DeviceOption = DEFAULT_DEVICE,
     dtype: DtypeOption = DEFAULT_DTYPE,
     no_cache: NoCacheOption = False,
+    readers: ReadersOption = None,
 ) -> None:
     """Per-head statistics, pattern labels and head clustering over CORPUS, written as an HTML report."""
     cluster = cluster_options(ray, workers, threads_per_worker, resume)  # a usage error before torch loads
@@ -135,12 +137,12 @@ def analyze(
     with progress_bar("Analysing segments", limit, rate="segments") as on_progress:
         if cluster is None:
             keep_freed_memory()  # each batch reuses the buffers the last one freed (this process only)
-            analysis = analyze_corpus(corpus, loaded, settings, on_progress=on_progress)
+            analysis = analyze_corpus(corpus, loaded, settings, readers=readers, on_progress=on_progress)
         else:
             job = AnalysisJob(ModelSpec(model, device, dtype), settings)
             sharded = ShardedRun(checkpoint, resume, on_progress=on_progress)
             with resumable(checkpoint), cluster_pool(job, cluster) as pool:
-                analysis = analyze_on_pool(pool, corpus, loaded, sharded=sharded)
+                analysis = analyze_on_pool(pool, corpus, loaded, sharded=sharded, readers=readers)
     if analysis.truncated_segments:
         err.print(
             f"[yellow]Warning:[/yellow] {analysis.truncated_segments} segments were longer than "
@@ -184,6 +186,7 @@ def index(
     device: DeviceOption = DEFAULT_DEVICE,
     dtype: DtypeOption = DEFAULT_DTYPE,
     no_cache: NoCacheOption = False,
+    readers: ReadersOption = None,
 ) -> None:
     """Index every token's contextual vector of CORPUS at a few layers, for corpus search in `bertology serve
     --index DIR` (exBERT's idea)."""
@@ -210,6 +213,7 @@ def index(
             limit=limit,
             on_progress=on_progress,
             cache=not no_cache,
+            readers=readers,
         )
     out.print(
         f"Indexed {len(built)} tokens of {len(built.segments)} segments at layers "
@@ -291,6 +295,7 @@ def compare(
     threads_per_worker: ThreadsPerWorkerOption = 1,
     resume: ResumeOption = False,
     no_cache: NoCacheOption = False,
+    readers: ReadersOption = None,
 ) -> None:
     """Compare two models head by head: statistics, labels and confidence side by side, heads matched by mean
     JS divergence, both models' head views of one input and, with --task, both ablation pictures."""
@@ -333,14 +338,16 @@ def compare(
         if cluster is None:
             keep_freed_memory()  # each batch reuses the buffers the last one freed (this process only)
             comparison = compare_models(
-                loaded_a, loaded_b, corpus, settings, level=level, on_progress=on_progress
+                loaded_a, loaded_b, corpus, settings, level=level, readers=readers, on_progress=on_progress
             )
         else:
             specs = (ModelSpec(model_a, device, dtype), ModelSpec(model_b, device, dtype))
             job = ComparisonJob(*specs, settings, level)
             sharded = ShardedRun(checkpoint, resume, on_progress=on_progress)
             with resumable(checkpoint), cluster_pool(job, cluster) as pool:
-                comparison = compare_on_pool(pool, corpus, loaded_a, loaded_b, sharded=sharded)
+                comparison = compare_on_pool(
+                    pool, corpus, loaded_a, loaded_b, sharded=sharded, readers=readers
+                )
     segment = None if text is not None else first_segment(corpus, loaded_a, loaded_b, max_length=max_len)
     texts = (text, None) if segment is None else (segment.text_a, segment.text_b)
     views = (

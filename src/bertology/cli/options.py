@@ -13,6 +13,7 @@ import typer
 
 from bertology.options import (
     DEVICE_FORMS,
+    MAX_READERS,
     MAX_THREADS,
     Convention,
     Dtype,
@@ -112,6 +113,17 @@ NoCacheOption = Annotated[
         "--no-cache",
         help="Read, segment and encode the corpus again, without reading or writing the encoded-corpus "
         "cache ($BERTOLOGY_CACHE/corpora; see `bertology cache`).",
+    ),
+]
+ReadersOption = Annotated[
+    int | None,
+    typer.Option(
+        "--readers",
+        min=1,
+        max=MAX_READERS,
+        help="Processes that read, segment and encode the corpus in a local run when the cache does not "
+        "serve it (default: 1 on a CPU, the cores but one beside a GPU); the results are the same for any "
+        "number.",
     ),
 ]
 ResumeOption = Annotated[

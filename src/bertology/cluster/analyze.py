@@ -63,14 +63,16 @@ def analyze_on_pool(
     *,
     segments_per_shard: int = SHARD_SEGMENTS,
     sharded: ShardedRun = PLAIN_RUN,
+    readers: int | None = None,
 ) -> CorpusAnalysis:
     """Analyse ``corpus`` on the pool's workers; the result equals ``analyze_corpus(corpus, loaded,
     settings)`` with the settings of the pool's job (to about 1e-16 relative; see the module docstring).
 
     loaded: the job's model on the driver (its tokenizer segments the corpus). segments_per_shard: the unit
     of work (:func:`~bertology.cluster.shards.shards_of`). sharded: checkpoint, resume and progress
-    (:class:`~bertology.cluster.driver.ShardedRun`). ``seconds`` of the result counts from the first
-    shard, not the workers' start-up (:attr:`WorkerPool.startup_seconds`).
+    (:class:`~bertology.cluster.driver.ShardedRun`). readers: processes that read the corpus on the driver
+    (:func:`~bertology.analysis.analyze.corpus_batches`; ``None``: 1). ``seconds`` of the result counts
+    from the first shard, not the workers' start-up (:attr:`WorkerPool.startup_seconds`).
 
     Raises:
         BertologyError: as :func:`~bertology.analysis.analyze.analyze_corpus`, a checkpoint of another run,
@@ -86,6 +88,7 @@ def analyze_on_pool(
         corpus_format=settings.corpus_format,
         pairs=loaded.kind == "encoder",
         cache=settings.cache,
+        readers=readers or 1,
     )
     merged = run_on_shards(
         pool,

@@ -67,6 +67,7 @@ def compare_on_pool(
     *,
     segments_per_shard: int = SHARD_SEGMENTS,
     sharded: ShardedRun = PLAIN_RUN,
+    readers: int | None = None,
 ) -> ModelComparison:
     """Compare the two models on ``corpus`` on the pool's workers; the result equals
     ``compare_models(model_a, model_b, corpus, settings, level=...)`` with the settings and level of the
@@ -84,7 +85,7 @@ def compare_on_pool(
         pool,
         "compare",
         corpus,
-        comparison_batches(corpus, model_a, model_b, settings),
+        comparison_batches(corpus, model_a, model_b, settings, readers or 1),
         pool.spec.accumulators(model_a, model_b, corpus=corpus),
         per_shard=segments_per_shard,
         limit=settings.limit,

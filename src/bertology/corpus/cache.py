@@ -30,24 +30,23 @@ segment with its texts, origin, token strings and words.
 
 from __future__ import annotations
 
-import copy
 import hashlib
-import itertools
 import json
 import os
 import shutil
 import time
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from transformers import PreTrainedTokenizerFast
 
-from bertology.corpus.encoding import EncodedRow, encode
-from bertology.corpus.segments import Segment, detect_format, iter_segments
+from bertology.corpus.encoding import EncodedRow
+from bertology.corpus.reader_processes import SpanReading, read_encoded
+from bertology.corpus.segments import Segment, detect_format, iter_segments, require_text
 from bertology.errors import BertologyError
 from bertology.files.cache_folder import cache_root
 
@@ -55,8 +54,6 @@ from bertology.files.cache_folder import cache_root
 LAYOUT = 1
 #: Default bound of the corpus cache's size in megabytes (``$BERTOLOGY_CACHE_MB`` overrides it).
 DEFAULT_LIMIT_MB = 2048
-#: Segments encoded together while an entry is written.
-ENCODE_CHUNK = 256
 #: A temporary folder older than this (seconds) is a killed run's leftover, removed on the next write.
 STALE_SECONDS = 3600
 
@@ -162,6 +159,7 @@ def read_segments(
     pairs: bool = True,
     encoded_length: int | None = None,
     cache: bool = True,
+    readers: int = 1,
 ) -> Iterator[Segment]:
     """The segments of :func:`~bertology.corpus.segments.iter_segments` (same arguments, same order,
     equal segments),
@@ -172,39 +170,26 @@ def read_segments(
     (:attr:`~bertology.corpus.segments.Segment.encoded`; :func:`~bertology.corpus.encoding.encode`,
     nothing padded);
     ``None``: segments only. cache: ``False`` reads the file and writes nothing (``--no-cache``).
+    readers: processes that read, segment and encode the file when the cache does not serve
+    (:func:`~bertology.corpus.reader_processes.read_encoded`; 1: this process).
 
     Raises:
         BertologyError: as :func:`~bertology.corpus.segments.iter_segments`.
     """
     path = Path(path)
     chosen = detect_format(path, format)
-    segments = iter_segments(path, tokenizer, max_length=max_length, format=chosen, pairs=pairs)  # checks
+    iter_segments(path, tokenizer, max_length=max_length, format=chosen, pairs=pairs).close()  # checks
+    reading = SpanReading(path, chosen, tokenizer, max_length, pairs, encoded_length)
+    segments = require_text(read_encoded(reading, readers), path)
     if not cache:
-        return _encoded(segments, tokenizer, encoded_length)
+        return segments
     key = cache_key(
         path, tokenizer, max_length=max_length, format=chosen, pairs=pairs, encoded_length=encoded_length
     )
     folder = corpus_cache_folder() / key
     if (manifest := _trusted(folder)) is not None:
-        segments.close()
         return _cached(folder, manifest, encoded_length)
-    return _written(_encoded(segments, tokenizer, encoded_length), folder, path.name, encoded_length)
-
-
-def _encoded(
-    segments: Iterator[Segment], tokenizer: PreTrainedTokenizerFast, encoded_length: int | None
-) -> Iterator[Segment]:
-    """``segments``, each with its encoding where ``encoded_length`` is given: encoded :data:`ENCODE_CHUNK`
-    at a time with a copy of ``tokenizer`` (this may run in a reader thread); else as they come."""
-    if encoded_length is None:
-        yield from segments
-        return
-    own = copy.deepcopy(tokenizer)
-    while chunk := list(itertools.islice(segments, ENCODE_CHUNK)):
-        texts = [segment.text_a for segment in chunk], [segment.text_b for segment in chunk]
-        rows = encode(own, *texts, max_length=encoded_length, warn=False).rows()
-        for segment, row in zip(chunk, rows, strict=True):
-            yield replace(segment, encoded=row, encoded_length=encoded_length)
+    return _written(segments, folder, path.name, encoded_length)
 
 
 def _written(

@@ -36,7 +36,7 @@ from tokenizers import Tokenizer
 from tokenizers.pre_tokenizers import BertPreTokenizer
 from transformers import PreTrainedTokenizerFast
 
-from bertology.corpus.readers import Passage, file_problem
+from bertology.corpus.readers import ByteSpan, Passage, file_problem
 from bertology.corpus.readers.jsonl import read_records
 from bertology.corpus.readers.text import read_paragraphs
 from bertology.corpus.readers.treebank import TREEBANK_EXTENSIONS, read_passages
@@ -144,15 +144,27 @@ def iter_segments(
         raise BertologyError(
             f"max_length {max_length} leaves no room for text besides the {special} special tokens."
         )
-    return _require_text(_segments(path, chosen, tokenizer, max_length, pairs), path)
+    return require_text(span_segments(path, chosen, tokenizer, max_length, pairs), path)
 
 
-def _segments(
-    path: Path, format: str, tokenizer: PreTrainedTokenizerFast, max_length: int, pairs: bool
+def span_segments(
+    path: Path,
+    format: str,
+    tokenizer: PreTrainedTokenizerFast,
+    max_length: int,
+    pairs: bool,
+    span: ByteSpan | None = None,
+    counter: Tokenizer | None = None,
 ) -> Iterator[Segment]:
-    packer = _Packer(tokenizer, max_length, path, pairs=pairs)
+    """The segments of the corpus file ``path`` in ``format``, of its ``span`` only if given (a run of whole
+    documents, :func:`~bertology.corpus.readers.spans.document_spans`: the same segments as the whole file
+    gives there); unchecked (:func:`iter_segments` checks the file and settings first).
+
+    counter: :func:`counting_tokenizer` of ``tokenizer``, made once by a caller that reads many spans in one
+    thread (``None``: made here)."""
+    packer = _Packer(tokenizer, max_length, path, pairs=pairs, counter=counter)
     if format == "jsonl":
-        for record in read_records(path):
+        for record in read_records(path, span):
             if record.text_b is not None and not pairs:
                 raise BertologyError(
                     f"{_origin(path, record.line, record.line)} has a text_b, but this model reads one text."
@@ -160,13 +172,17 @@ def _segments(
             tokens = packer.tokens(record.text, record.text_b, special=True)
             yield Segment(record.text, record.text_b, _origin(path, record.line, record.line), tokens)
         return
-    passages = read_paragraphs(path) if format == "text" else read_passages(path)
+    passages = read_paragraphs(path, span) if format == "text" else read_passages(path, span)
     for _, document in groupby(passages, key=attrgetter("document")):
         yield from packer.pack(document)
 
 
-def _require_text(segments: Iterator[Segment], path: Path) -> Iterator[Segment]:
-    """Pass ``segments`` through; raise at the end if there were none."""
+def require_text(segments: Iterator[Segment], path: Path) -> Iterator[Segment]:
+    """Pass ``segments`` (of the corpus file ``path``) through; raise at the end if there were none.
+
+    Raises:
+        BertologyError: the corpus gave no segment.
+    """
     empty = True
     for segment in segments:
         empty = False
@@ -222,9 +238,15 @@ class _Packer:
     """
 
     def __init__(
-        self, tokenizer: PreTrainedTokenizerFast, max_length: int, path: Path, *, pairs: bool = True
+        self,
+        tokenizer: PreTrainedTokenizerFast,
+        max_length: int,
+        path: Path,
+        *,
+        pairs: bool = True,
+        counter: Tokenizer | None = None,
     ) -> None:
-        self.counter = counting_tokenizer(tokenizer)
+        self.counter = counter or counting_tokenizer(tokenizer)
         processor = self.counter.post_processor
         self.additive = isinstance(self.counter.pre_tokenizer, BertPreTokenizer) and processor is not None
         self.special = {

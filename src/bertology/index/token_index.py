@@ -49,6 +49,7 @@ from usearch.index import Index
 
 from bertology.corpus.batching import PAD_MULTIPLE, length_sorted_batches, prefetched
 from bertology.corpus.cache import read_segments
+from bertology.corpus.reader_processes import default_readers
 from bertology.corpus.readers.treebank import read_treebank
 from bertology.corpus.segments import detect_format
 from bertology.errors import BertologyError
@@ -92,12 +93,12 @@ def default_layers(num_layers: int) -> list[int]:
 
 
 def read_indexed_segments(
-    path: Path, tokenizer: PreTrainedTokenizerFast, max_length: int, *, cache: bool = True
+    path: Path, tokenizer: PreTrainedTokenizerFast, max_length: int, *, cache: bool = True, readers: int = 1
 ) -> Iterator[IndexedSegment]:
     """The corpus as index inputs: a treebank sentence by sentence (with its relations), any other
     corpus as :func:`bertology.corpus.segments.iter_segments` packs it (words split as BERT
-    pre-tokenises), through
-    the encoded-corpus cache (:func:`bertology.corpus.cache.read_segments`; ``cache=False``: not)."""
+    pre-tokenises), through the encoded-corpus cache (:func:`bertology.corpus.cache.read_segments`;
+    ``cache=False``: not) and read by ``readers`` processes where the cache does not serve."""
     format = "conllu" if path.is_dir() else detect_format(path)  # refuses a table at once
     if format == "conllu":
         for sentence in read_treebank(path):
@@ -110,7 +111,10 @@ def read_indexed_segments(
             return []
         return text if isinstance(text, list) else [word for word, _ in pre_tokenizer.pre_tokenize_str(text)]
 
-    for segment in read_segments(path, tokenizer, max_length=max_length, format=format, cache=cache):
+    segments = read_segments(
+        path, tokenizer, max_length=max_length, format=format, cache=cache, readers=readers
+    )
+    for segment in segments:
         first, second = words(segment.text_a), words(segment.text_b)
         split = len(first) if segment.is_pair else None
         yield IndexedSegment(first + second, split, None, None, segment.origin)
@@ -204,6 +208,7 @@ def build_index(
     threads: int = 0,
     on_progress: Progress | None = None,
     cache: bool = True,
+    readers: int | None = None,
 ) -> TokenIndex:
     """Index every token of ``corpus`` at ``layers`` (0-based; default :func:`default_layers`) into the
     folder ``out`` and open it. ``out`` is new, empty or an index, which is replaced whole only once the
@@ -221,6 +226,9 @@ def build_index(
     on_progress: told the segments indexed after each batch (no total: the corpus is read as it goes;
         :class:`~bertology.progress.Progress`).
     cache: read a text or JSON Lines corpus through the encoded-corpus cache (:mod:`bertology.corpus.cache`).
+    readers: processes that read, segment and encode a text or JSON Lines corpus
+    (:mod:`bertology.corpus.reader_processes`; ``None``: the default for the model's device); the index is
+    the same for any number.
 
     Raises:
         BertologyError: an unreadable corpus, a model that is not a BERT-family encoder, a layer the
@@ -236,6 +244,7 @@ def build_index(
             f"Layer {bad[0]} does not exist: the model has layers 0-{loaded.num_layers - 1}."
         )
     corpus = Path(corpus)
+    readers = readers or default_readers(str(loaded.device))
     width = loaded.model.config.hidden_size
     indexes = {layer: _new_index(width) for layer in chosen}
     columns = {name: array("l") for name in ("segment", "position", "token_id", "word")}
@@ -258,9 +267,8 @@ def build_index(
 
         def numbered() -> Iterator[tuple[int, IndexedSegment]]:
             """The segments in corpus order, numbered; each is written to the segments file as it is read."""
-            segments = itertools.islice(
-                read_indexed_segments(corpus, loaded.tokenizer, max_length, cache=cache), limit
-            )
+            read = read_indexed_segments(corpus, loaded.tokenizer, max_length, cache=cache, readers=readers)
+            segments = itertools.islice(read, limit)
             for number, segment in enumerate(segments):
                 segments_file.write(json.dumps(segment.__dict__) + "\n")
                 starts.append(-1)

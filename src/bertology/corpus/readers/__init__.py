@@ -12,6 +12,7 @@ turns into segments and encodings.
 from __future__ import annotations
 
 import errno
+import io
 import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -47,6 +48,36 @@ class Passage:
     last_line: int
 
 
+@dataclass(frozen=True)
+class ByteSpan:
+    """A part of a file: the bytes ``start`` (inclusive) to ``end`` (exclusive; ``None``: the end of the
+    file), which begin a line, the ``first_line``-th of the file (1-based). A reader process reads one
+    (:mod:`bertology.corpus.reader_processes`)."""
+
+    start: int
+    end: int | None
+    first_line: int
+
+
+class _Window(io.RawIOBase):
+    """The bytes of ``span`` of an open file, as a file of their own (read through a buffer)."""
+
+    def __init__(self, handle: BinaryIO, span: ByteSpan) -> None:
+        handle.seek(span.start)
+        self.handle = handle
+        self.left = None if span.end is None else span.end - span.start
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+        wanted = len(buffer) if self.left is None else min(len(buffer), self.left)
+        got = self.handle.readinto(memoryview(buffer)[:wanted]) or 0
+        if self.left is not None:
+            self.left -= got
+        return got
+
+
 def file_problem(path: Path) -> str | None:
     """What keeps ``path`` from being read as an input file, as the end of a sentence that starts with
     the path ("is missing", "is a directory, not a file", "is a named pipe (FIFO), not a regular file",
@@ -77,10 +108,13 @@ def require_file(path: Path) -> None:
         raise BertologyError(f"{path} {problem}; give a text file.")
 
 
-def read_lines(path: Path, *, piece_bytes: int | None = None) -> Iterator[tuple[int, str]]:
-    """Yield ``(line number, line)`` for each line of ``path``, lazily, without the line ending.
+def read_lines(
+    path: Path, *, piece_bytes: int | None = None, span: ByteSpan | None = None
+) -> Iterator[tuple[int, str]]:
+    """Yield ``(line number, line)`` for each line of ``path`` (of its ``span`` only, if given), lazily,
+    without the line ending.
 
-    Line numbers are 1-based. A UTF-8 byte order mark at the start of the file is dropped.
+    Line numbers are 1-based, in the whole file. A UTF-8 byte order mark at the start of the file is dropped.
 
     piece_bytes: read a line longer than this many bytes in pieces instead of whole (for a corpus that
         is one huge line): each piece is the longest run of whole words of at most ``piece_bytes``
@@ -97,13 +131,15 @@ def read_lines(path: Path, *, piece_bytes: int | None = None) -> Iterator[tuple[
         handle = path.open("rb")
     except OSError as error:
         raise BertologyError(f"Could not open {path}: {error.strerror}.") from error
+    span = span or ByteSpan(0, None, 1)
     with handle:
+        lines = io.BufferedReader(_Window(handle, span)) if span.start or span.end is not None else handle
         if piece_bytes is None:
-            yield from _whole_lines(handle, path)
+            yield from _whole_lines(lines, path, span)
             return
-        for number, start, raw in _pieces(handle, piece_bytes):
+        for number, start, raw in _pieces(lines, piece_bytes, span.first_line):
             line = _decoded(raw, path, number, start)
-            if number == 1 and start == 0:
+            if span.start == 0 and number == 1 and start == 0:
                 line = line.removeprefix(_BOM)
             yield number, line.rstrip("\r\n")
 
@@ -112,11 +148,11 @@ def read_lines(path: Path, *, piece_bytes: int | None = None) -> Iterator[tuple[
 LINES_CHUNK_BYTES = 1 << 20
 
 
-def _whole_lines(handle: BinaryIO, path: Path) -> Iterator[tuple[int, str]]:
-    """``(line number, line)`` of every line of ``handle``, read :data:`LINES_CHUNK_BYTES` of whole lines
-    at a time and decoded in one call (a chunk with a NUL byte or bad UTF-8 is gone through line by line
-    for the error that names the line)."""
-    number = 0
+def _whole_lines(handle: BinaryIO, path: Path, span: ByteSpan) -> Iterator[tuple[int, str]]:
+    """``(line number, line)`` of every line of ``handle`` (``span`` of ``path``), read
+    :data:`LINES_CHUNK_BYTES` of whole lines at a time and decoded in one call (a chunk with a NUL byte or
+    bad UTF-8 is gone through line by line for the error that names the line)."""
+    number = span.first_line - 1
     while raw := handle.readlines(LINES_CHUNK_BYTES):
         data = b"".join(raw)
         try:
@@ -128,7 +164,7 @@ def _whole_lines(handle: BinaryIO, path: Path) -> Iterator[tuple[int, str]]:
         lines = text.split("\n")
         if data.endswith(b"\n"):
             lines.pop()  # the last line's ending, not a line
-        if number == 0:
+        if number == 0 and span.start == 0:
             lines[0] = lines[0].removeprefix(_BOM)
         for offset, line in enumerate(lines, start=number + 1):
             yield offset, line.rstrip("\r")
@@ -154,11 +190,11 @@ def _decoded(raw: bytes, path: Path, number: int, start: int) -> str:
         ) from error
 
 
-def _pieces(handle: BinaryIO, piece_bytes: int) -> Iterator[tuple[int, int, bytes]]:
-    """``(line number, byte offset in the line, bytes)`` of each line of ``handle``, a line longer than
-    ``piece_bytes`` cut into pieces as :func:`read_lines` says; never more than ``2 * piece_bytes + 1``
-    bytes of a line held."""
-    number = 0
+def _pieces(handle: BinaryIO, piece_bytes: int, first_line: int = 1) -> Iterator[tuple[int, int, bytes]]:
+    """``(line number, byte offset in the line, bytes)`` of each line of ``handle`` (whose first line is
+    the ``first_line``-th), a line longer than ``piece_bytes`` cut into pieces as :func:`read_lines` says;
+    never more than ``2 * piece_bytes + 1`` bytes of a line held."""
+    number = first_line - 1
     pending = b""  # the part of the current line read but not yet yielded
     start = 0  # where ``pending`` starts in the line
     cut = False  # whether the current line was cut into pieces

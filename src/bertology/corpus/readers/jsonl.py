@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from bertology.corpus.readers import read_lines
+from bertology.corpus.readers import ByteSpan, read_lines
 from bertology.errors import BertologyError
 
 _JSON_TYPES = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
@@ -38,14 +38,14 @@ def _text_field(record: dict, key: str, where: str, *, required: bool) -> str | 
     return value
 
 
-def read_records(path: Path) -> Iterator[JsonRecord]:
-    """Yield one :class:`JsonRecord` per non-blank line of ``path``.
+def read_records(path: Path, span: ByteSpan | None = None) -> Iterator[JsonRecord]:
+    """Yield one :class:`JsonRecord` per non-blank line of ``path`` (of its ``span``, if given).
 
     Raises:
         BertologyError: a line that is not a JSON object, or whose ``text`` (or ``text_b``, when given)
             is not a non-empty string; the message names the file and line.
     """
-    for number, line in read_lines(path):
+    for number, line in read_lines(path, span=span):
         if not line.strip():
             continue
         where = f"{path.name} line {number}"

@@ -11,21 +11,23 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from bertology.corpus.readers import Passage, read_lines
+from bertology.corpus.readers import ByteSpan, Passage, read_lines
 
 #: Longest line read whole, in bytes; a longer one is read as paragraphs of at most this many bytes.
 PIECE_BYTES = 65_536
 
 
-def read_paragraphs(path: Path) -> Iterator[Passage]:
-    """Yield each non-blank line of ``path`` as a paragraph (stripped of surrounding whitespace), a line
-    longer than :data:`PIECE_BYTES` as several (see the module docstring), each with its line's number.
+def read_paragraphs(path: Path, span: ByteSpan | None = None) -> Iterator[Passage]:
+    """Yield each non-blank line of ``path`` (of its ``span``, if given) as a paragraph (stripped of
+    surrounding whitespace), a line longer than :data:`PIECE_BYTES` as several (see the module docstring),
+    each with its line's number.
 
-    One or more blank (or whitespace-only) lines end a document; documents are numbered from 0.
+    One or more blank (or whitespace-only) lines end a document; documents are numbered from 0 (in the
+    span).
     """
     document = 0
     document_has_text = False
-    for number, line in read_lines(path, piece_bytes=PIECE_BYTES):
+    for number, line in read_lines(path, piece_bytes=PIECE_BYTES, span=span):
         paragraph = line.strip()
         if not paragraph:
             if document_has_text:

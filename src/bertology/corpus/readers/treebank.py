@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, get_args
 
-from bertology.corpus.readers import Passage, corpus_files, require_records
+from bertology.corpus.readers import ByteSpan, Passage, corpus_files, require_records
 from bertology.corpus.readers.conllu import Block, sentence_blocks
 from bertology.errors import BertologyError
 
@@ -130,17 +130,20 @@ def _read_file(path: Path, format: str | None) -> Iterator[Sentence]:
 _NEWDOC = re.compile(r"#\s*newdoc(\s|=|$)")
 
 
-def read_passages(path: Path) -> Iterator[Passage]:
-    """The words of each sentence of the treebank file ``path`` as running text for a corpus, a document
-    per ``# newdoc``; every sentence is checked as :func:`read_treebank` checks it (the format from the
-    extension, else the first sentence), so every corpus command refuses the same malformed file.
+def read_passages(path: Path, span: ByteSpan | None = None) -> Iterator[Passage]:
+    """The words of each sentence of the treebank file ``path`` (of its ``span``, if given) as running text
+    for a corpus, a document per ``# newdoc``; every sentence is checked as :func:`read_treebank` checks it
+    (the format from the extension, else the file's first sentence), so every corpus command refuses the
+    same malformed file.
 
     Raises:
         BertologyError: as :func:`read_treebank` for a malformed line, naming the file and line.
     """
     format = TREEBANK_EXTENSIONS.get(path.suffix.lower())
+    if format is None and span is not None and span.start > 0:
+        format = _file_format(path)
     document = 0
-    for block in sentence_blocks(path):
+    for block in sentence_blocks(path, span):
         document += any(_NEWDOC.match(line) for _, line in block)
         tokens = token_lines(block)
         if not tokens:
@@ -149,6 +152,14 @@ def read_passages(path: Path) -> Iterator[Passage]:
         sentence = block_sentence(block[0][0], tokens, path, format)
         if sentence is not None:
             yield Passage(sentence.words, document, block[0][0], block[-1][0])
+
+
+def _file_format(path: Path) -> str:
+    """The format :func:`_sniff` gives the file's first sentence (``"conllu"`` for a file without any)."""
+    for block in sentence_blocks(path):
+        if tokens := token_lines(block):
+            return _sniff(tokens)
+    return "conllu"
 
 
 def token_lines(block: Block) -> TokenLines:
