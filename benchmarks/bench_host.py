@@ -14,6 +14,11 @@ whole of UD English EWT train as CoNLL-U (``../shared/data/ud_ewt``), with the d
    it); the second run's batches are checked equal to the first's. ``cached_speedup`` = first / second.
    ``needed_per_reader`` is the rate each reader process would need for a GPU's bfloat16 forward pass
    (``GPU_SEGMENTS_PER_S``, issue 37) with 15 readers beside the model on a 16-core machine.
+5. reader processes (``bertology.corpus.reader_processes``; ``--readers``, default 1,2,4): the first run
+   without the cache (read, segment, encode, each batch stacked as the model receives it) by each number of
+   readers; ``readers_N_s`` its seconds, ``readers_N_speedup`` the one-reader time over it, and the rate
+   per reader beside the rate a 16-core machine's 15 readers would each need. The segments of every run
+   are checked equal to one reader's.
 
 ``--baseline SRC``: the same three, in the same run, in a subprocess that imports bertology from an older
 checkout's ``src`` folder (e.g. a ``git worktree`` of the commit before the change); ratios are
@@ -40,7 +45,7 @@ MAX_LENGTH, BATCH = 128, 256
 GPU_SEGMENTS_PER_S, READERS_BESIDE_GPU = 20_000, 15
 
 
-def measure(corpus: Path, repeats: int) -> dict[str, float | int]:
+def measure(corpus: Path, repeats: int, readers: list[int]) -> dict[str, float | int]:
     """Best seconds of each stage over ``repeats`` runs, and the counts they produced."""
     import bertology
     from bertology.analysis.analyze import batch_texts, corpus_batches
@@ -72,6 +77,7 @@ def measure(corpus: Path, repeats: int) -> dict[str, float | int]:
     )
     segments = sum(len(batch) for batch in batches)  # type: ignore[union-attr]
     first_s, cached_s = cache_runs(corpus, tokenizer)
+    curve = readers_curve(corpus, tokenizer, readers, repeats) if readers else {}
     return {
         "sentences": sentences,  # type: ignore[dict-item]
         "segments": segments,
@@ -84,7 +90,53 @@ def measure(corpus: Path, repeats: int) -> dict[str, float | int]:
         "cache_second_s": round(cached_s, 3),
         "cached_speedup": round(first_s / cached_s, 1),
         "needed_per_reader": round(GPU_SEGMENTS_PER_S / READERS_BESIDE_GPU),
+        **curve,
     }
+
+
+def stacked_batches(corpus: Path, tokenizer: object, readers: int) -> list:
+    """The corpus's batches without the cache, read by ``readers`` processes, each stacked as ``analyze``
+    gives it to the model."""
+    from bertology.analysis.analyze import corpus_batches
+    from bertology.corpus.encoding import stack_rows
+
+    return [
+        stack_rows([segment.encoded for segment in batch], tokenizer, pad_to_multiple_of=8)  # type: ignore[arg-type]
+        for batch in corpus_batches(
+            corpus,
+            tokenizer,  # type: ignore[arg-type]
+            max_length=MAX_LENGTH,
+            batch_size=BATCH,
+            encoded_length=MAX_LENGTH,
+            cache=False,
+            readers=readers,
+        )
+    ]
+
+
+def readers_curve(corpus: Path, tokenizer: object, counts: list[int], repeats: int) -> dict[str, float]:
+    """Best seconds of :func:`stacked_batches` with each number of readers in ``counts``, the speed-up over
+    the first count, and the segments a second each reader made; every run's batches equal the first's."""
+    import torch
+
+    curve: dict[str, float] = {}
+    first: list | None = None
+    for readers in counts:
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            batches = stacked_batches(corpus, tokenizer, readers)
+            times.append(time.perf_counter() - start)
+        if first is None:
+            first = batches
+        for a, b in zip(first, batches, strict=True):
+            assert all(torch.equal(a.model_inputs[name], b.model_inputs[name]) for name in a.model_inputs)
+            assert a.tokens == b.tokens and a.words == b.words
+        segments = sum(len(batch.tokens) for batch in batches)
+        curve[f"readers_{readers}_s"] = round(min(times), 3)
+        curve[f"readers_{readers}_speedup"] = round(curve[f"readers_{counts[0]}_s"] / min(times), 2)
+        curve[f"readers_{readers}_per_reader"] = round(segments / min(times) / readers)
+    return curve
 
 
 def cache_runs(corpus: Path, tokenizer: object) -> tuple[float, float]:
@@ -132,10 +184,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpus", type=Path, default=EWT_TRAIN)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--readers", default="1,2,4", help="numbers of reader processes to time, comma-separated ('': none)"
+    )
     parser.add_argument("--baseline", type=Path, help="an older checkout's src folder, run in a subprocess")
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # the baseline's answer
     args = parser.parse_args()
-    now = measure(args.corpus, args.repeats)
+    counts = [int(count) for count in args.readers.split(",") if count.strip()]
+    now = measure(args.corpus, args.repeats, counts)
     if args.json:
         print(json.dumps(now))
         return
@@ -150,6 +206,8 @@ def main() -> None:
             str(args.corpus),
             "--repeats",
             str(args.repeats),
+            "--readers",
+            "",  # an older checkout has no reader processes
         ]
         answer = subprocess.run(command, env=environment, capture_output=True, text=True, check=True)
         rows = {"baseline": json.loads(answer.stdout.strip().splitlines()[-1]), **rows}
@@ -157,7 +215,13 @@ def main() -> None:
     print("| run | " + " | ".join(keys) + " |")
     print("|---" * (len(keys) + 1) + "|")
     for name, row in rows.items():
-        print(f"| {name} | " + " | ".join(str(row[key]) for key in keys) + " |")
+        print(f"| {name} | " + " | ".join(str(row.get(key, "")) for key in keys) + " |")
+    for count in counts:
+        print(
+            f"{count} readers: {now[f'readers_{count}_per_reader']} segments/s per reader, "
+            f"{now[f'readers_{count}_speedup']}x one reader; a 16-core machine's {READERS_BESIDE_GPU} "
+            f"readers would each need {now['needed_per_reader']} for {GPU_SEGMENTS_PER_S:,} segments/s"
+        )
     if "baseline" in rows:
         base = rows["baseline"]
         for key in ("read_s", "read_segment_s", "encode_s", "host_pipeline_s"):

@@ -1,9 +1,10 @@
 """The encoded-corpus cache: a corpus's segments, encoded as the model reads them, kept on disk so that
 later runs of any corpus command skip reading, segmenting and encoding.
 
-:func:`read_segments` is how every corpus command reads a corpus (``analyze``, ``compare``, ``index`` on
-text and JSON Lines, the head detectors, the language-model ablation): the first complete pass over a
-corpus writes an *entry*, later passes with the same key read it memory-mapped. The key is
+:func:`read_segments` is how the corpus runs read a corpus (``analyze``, ``compare``, ``index`` on text and
+JSON Lines; the head detectors and the language-model ablation read only a corpus's first segments, from
+the file, and the probes read treebanks sentence by sentence): the first complete pass over a corpus writes
+an *entry*, later passes with the same key read it memory-mapped. The key is
 
 * the corpus's content: SHA-256 of its bytes (a renamed copy hits, one changed byte misses);
 * the tokenizer: SHA-256 of its serialised Rust tokenizer (vocabulary, normaliser, pre-tokenizer, model,
