@@ -8,10 +8,10 @@ file's order. At most :data:`SPANS_AHEAD` spans per reader are in flight, so mem
 however far the readers run ahead of the model. The segments, their order and so every result are those
 of one reader, whatever the number of readers.
 
-The pool's processes are forked where the platform can (Linux): they start in milliseconds with the
-modules and the tokenizer already loaded, where a fresh interpreter would spend seconds importing torch
-and transformers before its first span (longer than all of UD English EWT's reading). A reader ignores
-Ctrl-C; the process that started it stops the pool (the readers finish the span in hand, at most
+The pool's processes are forked on Linux: they start in milliseconds with the modules and the tokenizer
+already loaded, where a fresh interpreter (elsewhere) spends seconds importing torch and transformers
+before its first span (longer than all of UD English EWT's reading). A reader ignores Ctrl-C; the process
+that started it stops the pool (the readers finish the span in hand, about
 :data:`~bertology.corpus.readers.spans.SPAN_BYTES` of the file, and exit). An error in a reader (a
 malformed line) is raised here at its place in the stream, as the one sentence the reader gave, naming
 the file and line.
@@ -25,6 +25,7 @@ import itertools
 import multiprocessing
 import os
 import signal
+import sys
 from collections.abc import Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -32,6 +33,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 
+import torch
 from tokenizers import Tokenizer
 from transformers import PreTrainedTokenizerFast
 
@@ -108,10 +110,13 @@ _reading: SpanReading | None = None
 
 
 def _start_reader(reading: SpanReading) -> None:
-    """A reader process's start: Ctrl-C is its parent's to handle, and its tokenizer runs one thread."""
+    """A reader process's start: Ctrl-C is its parent's to handle, and its tokenizer and torch (the
+    encodings' few tensor operations) run one thread each: a reader is one core's work, and a forked
+    process must not use the OpenMP threads of its parent."""
     global _reading
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # this process's own environment: one core's work
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # this process's own environment
+    torch.set_num_threads(1)
     _reading = reading
 
 
@@ -128,7 +133,9 @@ def _read_span(span: ByteSpan) -> tuple[list[Segment], BertologyError | None]:
 
 
 def _start_method() -> str:
-    return "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    """Fork on Linux (see the module docstring); elsewhere a fresh interpreter (macOS's system libraries
+    are not safe to fork)."""
+    return "fork" if sys.platform.startswith("linux") else "spawn"
 
 
 def read_encoded(reading: SpanReading, readers: int = 1) -> Iterator[Segment]:
