@@ -9,11 +9,12 @@ run takes layer ``l``'s gates); the head (pooler, final norm, classifier) is the
 every layer replaced, for that call, by a module that returns what the last layer returned (the hidden
 states, or a tuple that starts with them). From layer 0 the whole model runs gated (nothing to reuse, and
 what happens between the embeddings and the first layers, or after the first, stays the model's own:
-DeBERTa-v2's convolution after layer 0). A causal decoder can run the later positions of a batch only,
-from the keys and values of its earlier ones (:class:`Prefix`, a transformers cache from one pass of
-those positions). Both steps change the model's modules for the duration of one
+DeBERTa-v2's convolution after layer 0). Both steps change the model's modules for the duration of one
 call (a hook, a replaced ``forward``), so the model must not serve other threads meanwhile. The layers are
 found through :mod:`bertology.models.anatomy`.
+
+A causal decoder can run the later positions of a batch only, reading the keys and values of the
+earlier ones from a transformers cache filled by one pass of those positions (:class:`Prefix`).
 """
 
 from __future__ import annotations
