@@ -249,6 +249,142 @@ def test_head_position_patches_sum_to_nothing_outside_the_head(models: Callable[
     assert np.abs(grid[:, :, swapped:, 0] - study.exact.ld_corrupted[0]).max() > 1e-3
 
 
+#: Two pairs of one token count in the tiny llama's and GPT-2's tokenizers whose first difference is at
+#: different positions (fox/dog, then over/near): they share their tokens up to the first pair's.
+SHARED_START = [
+    ("The quick brown fox jumps over the lazy", "The quick brown dog jumps over the lazy"),
+    ("The quick brown fox jumps over the lazy", "The quick brown fox jumps near the lazy"),
+]
+#: A pair that differs at its first token in the tiny GPT-2's tokenizer (which adds no start token).
+FIRST_TOKEN = [("She quick brown fox jumps over the lazy", "The quick brown fox jumps over the lazy")]
+
+
+def decoder_layer(loaded: LoadedModel, layer: int) -> torch.nn.Module:
+    model = loaded.model
+    return model.transformer.h[layer] if model.config.model_type == "gpt2" else model.model.layers[layer]
+
+
+def reference_patches(
+    loaded: LoadedModel, pair: PatchPair, cases: list[tuple[int, int | None, int | None]], denoising: bool
+) -> list[float]:
+    """Per case ``(layer, head, position)``: LD of the target text with head ``head``'s output (``None``:
+    the residual stream entering ``layer``) at ``position`` (``None``: every position) taken from the
+    source text, by plain forward passes with forward pre-hooks written here."""
+    source, target = (pair.clean, pair.corrupted) if denoising else (pair.corrupted, pair.clean)
+    d = loaded.model.config.hidden_size // loaded.num_heads
+    answer, wrong = answer_ids(loaded, pair)
+    saved: dict[tuple[int, bool], torch.Tensor] = {}
+    found = []
+    with torch.no_grad():
+        for layer, head, position in cases:
+            module = decoder_layer(loaded, layer) if head is None else output_projection(loaded, layer)
+            key = (layer, head is None)
+            if key not in saved:
+                with pre_hook(module, lambda _, args, key=key: saved.setdefault(key, args[0].clone())):
+                    final_logits(loaded, source)
+            features = slice(None) if head is None else slice(head * d, (head + 1) * d)
+            where = slice(None) if position is None else slice(position, position + 1)
+
+            def swap(
+                _: torch.nn.Module,
+                args: tuple[torch.Tensor, ...],
+                key: tuple[int, bool] = key,
+                where: slice = where,
+                features: slice = features,
+            ) -> tuple[torch.Tensor, ...]:
+                patched = args[0].clone()
+                patched[:, where, features] = saved[key][:, where, features]
+                return (patched, *args[1:])
+
+            with pre_hook(module, swap):
+                logits = final_logits(loaded, target)
+            found.append(float(logits[answer] - logits[wrong]))
+    return found
+
+
+def exact_and_lengths(
+    loaded: LoadedModel,
+    pairs: list[PatchPair],
+    cases: list[tuple[int, int | None, int | None]],
+    **options: object,
+) -> tuple[np.ndarray, set[int]]:
+    """[cases, pairs] LD of exact patching of ``cases`` ((layer, head or None, position or None), one
+    granularity), and the token counts the last layer was run on meanwhile."""
+    (group,) = encode_pairs(loaded, pairs).groups
+    heads, tokens = loaded.num_heads, group.tokens
+    patches = [
+        Patch(
+            layer,
+            None if head is None else torch.arange(heads) == head,
+            torch.ones(tokens, dtype=torch.bool) if position is None else torch.arange(tokens) == position,
+        )
+        for layer, head, position in cases
+    ]
+    lengths: set[int] = set()
+    with torch.no_grad():
+        runs = run_group(loaded, group)
+        last = decoder_layer(loaded, loaded.num_layers - 1)
+        with pre_hook(last, lambda _, args: lengths.add(args[0].shape[1])):
+            found = exact_patching(loaded, group, runs, patches, patches_per_pass=2, **options)  # type: ignore[arg-type]
+    return found.numpy(), lengths
+
+
+def first_difference(loaded: LoadedModel, pairs: list[PatchPair]) -> int:
+    """The first position at which any pair's clean and corrupted tokens differ, found here."""
+    tokenized = [
+        (loaded.tokenizer(p.clean)["input_ids"], loaded.tokenizer(p.corrupted)["input_ids"]) for p in pairs
+    ]
+    return min(next(i for i, (a, b) in enumerate(zip(*ids, strict=True)) if a != b) for ids in tokenized)
+
+
+@pytest.mark.parametrize("model_type", ["llama", "gpt2"])
+@pytest.mark.parametrize("direction", ["denoising", "noising"])
+def test_a_decoder_runs_only_the_positions_after_the_pairs_shared_start(
+    model_type: str, direction: str, models: Callable[[str], LoadedModel]
+) -> None:
+    """Heads at every position, heads at one position and the residual stream, at positions before the
+    first difference, at it and after it: the same LD as one hooked pass per patch and pair, and as
+    exact patching run at every position, while the patched passes run only the later positions."""
+    loaded = models(model_type)
+    pairs = pairs_for(model_type, SHARED_START)
+    start, tokens = first_difference(loaded, pairs), len(loaded.tokenizer(pairs[0].clean)["input_ids"])
+    assert 1 < start < tokens - 2
+    last = loaded.num_layers - 1
+    positions = (start - 1, start, tokens - 1)
+    granularities = {
+        "head": [(0, 0, None), (0, 2, None), (last, 1, None), (last, 3, None)],
+        "head-position": [(layer, 1, position) for layer in (0, last) for position in positions],
+        "residual": [(layer, None, position) for layer in (0, last) for position in positions],
+    }
+    denoising = direction == "denoising"
+    for granularity, cases in granularities.items():
+        expected = np.array([reference_patches(loaded, p, cases, denoising) for p in pairs]).T
+        found, lengths = exact_and_lengths(loaded, pairs, cases, direction=direction)
+        np.testing.assert_allclose(found, expected, atol=1e-4, err_msg=granularity)
+        assert lengths == {start, tokens - start}, granularity  # the shared start once, then the rest
+        every, lengths = exact_and_lengths(
+            loaded, pairs, cases, direction=direction, skip_shared_prefix=False
+        )
+        np.testing.assert_allclose(every, expected, atol=1e-4, err_msg=granularity)
+        assert lengths == {tokens}, granularity
+        assert np.ptp(expected) > 1e-3, granularity  # the patches do change LD
+
+
+def test_pairs_that_differ_at_their_first_token_run_every_position(
+    models: Callable[[str], LoadedModel],
+) -> None:
+    loaded = models("gpt2")
+    pairs = pairs_for("gpt2", FIRST_TOKEN)
+    assert first_difference(loaded, pairs) == 0
+    tokens = len(loaded.tokenizer(pairs[0].clean)["input_ids"])
+    cases = [(layer, head, None) for layer in (0, loaded.num_layers - 1) for head in (0, 3)]
+    expected = np.array([reference_patches(loaded, p, cases, True) for p in pairs]).T
+    found, lengths = exact_and_lengths(loaded, pairs, cases)
+    np.testing.assert_allclose(found, expected, atol=1e-4)
+    assert lengths == {tokens}
+    assert np.ptp(expected) > 1e-3
+
+
 def autograd_attribution(loaded: LoadedModel, pair: PatchPair) -> np.ndarray:
     """[layers, heads] (clean - corrupted head output) . dLD/d(head output) at the corrupted run, by hooks
     and torch.autograd written here."""

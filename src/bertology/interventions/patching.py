@@ -18,7 +18,10 @@ so 1 (denoising) is a patch that restores the whole clean behaviour and -1 (nois
 
 Exact patching runs, for each layer ``l``, the target's layers ``l..L-1`` only (the layers below a patch
 are those of the target run, computed once: :mod:`bertology.interventions.partial`), with many patches
-side by side in one batch (copy ``k`` of the pairs carries patch ``k``).
+side by side in one batch (copy ``k`` of the pairs carries patch ``k``), and in a causal decoder only at
+the positions from the first one where a pair's clean and corrupted tokens differ: before it both runs,
+and so every patched run, have the same activations, whose keys and values come from one cached pass of
+the target run's first positions (:class:`TargetPass`).
 
 Attribution patching (Nanda 2023, "Attribution Patching"; Kramar et al. 2024, AtP) estimates every
 patch at once from the gradient at the target run: "attribution patching ... uses a first-order Taylor
@@ -44,7 +47,14 @@ from torch import nn
 
 from bertology.errors import BertologyError
 from bertology.interventions.data import eval_mode
-from bertology.interventions.partial import LayerInputs, logits_from_layer, record_layer_inputs
+from bertology.interventions.partial import (
+    LayerInputs,
+    Prefix,
+    logits_from_layer,
+    record_layer_inputs,
+    run_prefix,
+    tiled,
+)
 from bertology.interventions.patching_pairs import (
     EncodedPairs,
     PairGroup,
@@ -76,11 +86,16 @@ def logit_difference(logits: torch.Tensor, answer: torch.Tensor, wrong: torch.Te
 @dataclass(frozen=True)
 class Patch:
     """What one patch replaces at ``layer``: ``heads`` [heads] bool and ``positions`` [tokens] bool
-    (the heads' outputs at those positions), or for the residual stream ``heads`` ``None``."""
+    (the heads' outputs at those positions; ``[True]``: at every position of inputs of any length), or for
+    the residual stream ``heads`` ``None``."""
 
     layer: int
     heads: torch.Tensor | None
     positions: torch.Tensor
+
+    def at(self, tokens: int) -> torch.Tensor:
+        """[tokens] bool: the positions patched in inputs of ``tokens`` tokens."""
+        return self.positions.expand(tokens)
 
 
 def head_patches(
@@ -164,20 +179,6 @@ def run_group(
     return GroupRuns(heads, layers, ld)
 
 
-def _tiled(value: Any, copies: int, batch: int) -> Any:
-    """``value`` with every tensor of two or more dimensions whose first is ``batch`` repeated ``copies``
-    times along it (copy ``k``: rows ``k * batch .. (k + 1) * batch - 1``); in tuples, lists and dicts too."""
-    if isinstance(value, torch.Tensor):
-        if value.dim() >= 2 and value.shape[0] == batch:
-            return value.repeat(copies, *([1] * (value.dim() - 1)))
-        return value
-    if isinstance(value, tuple | list):
-        return type(value)(_tiled(item, copies, batch) for item in value)
-    if isinstance(value, dict):
-        return {key: _tiled(item, copies, batch) for key, item in value.items()}
-    return value
-
-
 @contextmanager
 def _hooked(module: nn.Module, hook: Callable[..., Any]) -> Iterator[None]:
     handle = module.register_forward_pre_hook(hook)
@@ -194,61 +195,104 @@ def _replacing(target: torch.Tensor, source: torch.Tensor, mask: torch.Tensor, c
     return torch.where(mask[:, None], source[None].to(target.dtype), shaped).flatten(0, 1)
 
 
-def _masks(patches: Sequence[Patch], head_dim: int) -> torch.Tensor:
-    """[patches, t, features] bool: per patch, the features it replaces (a head's ``head_dim`` features
-    at its positions; for the residual stream every feature, as a [patches, t, 1] mask)."""
+def _masks(patches: Sequence[Patch], head_dim: int, tokens: int) -> torch.Tensor:
+    """[patches, tokens, features] bool: per patch, the features it replaces (a head's ``head_dim``
+    features at its positions; for the residual stream every feature, as a [patches, tokens, 1] mask)."""
     rows = []
     for patch in patches:
-        if patch.heads is None:
-            rows.append(patch.positions[:, None])
-        else:
-            rows.append(patch.positions[:, None] & patch.heads.repeat_interleave(head_dim)[None, :])
+        positions = patch.at(tokens)[:, None]
+        rows.append(positions if patch.heads is None else positions & patch.heads.repeat_interleave(head_dim))
     return torch.stack(rows)
+
+
+def shared_prefix(group: PairGroup) -> int:
+    """The number of leading positions at which every pair of ``group`` has the same clean and corrupted
+    token, at most ``t - 1`` (the last position, whose logits are read, is always run)."""
+    differs = (group.clean["input_ids"] != group.corrupted["input_ids"]).any(0)  # [t]
+    first = int(differs.nonzero()[0]) if bool(differs.any()) else group.tokens
+    return min(first, group.tokens - 1)
+
+
+@dataclass
+class TargetPass:
+    """What every patched pass of one group starts from: the target run at positions ``start..t-1``.
+
+    start: the first position run. 0 (every position) unless the model is a causal decoder whose pairs
+    share their first ``start`` tokens (:func:`shared_prefix`): the activations at those positions are
+    then the same in the clean, the corrupted and every patched run (a patch there puts in what is already
+    there), so a patched pass runs the later positions only, reading the earlier ones' keys and values from
+    ``prefix`` (one pass of the target's first ``start`` positions).
+    inputs: the model's inputs of positions ``start..``. layers: what entered each layer at those positions
+    in the target run (hidden states [b, t - start, hidden] and the layers' other arguments).
+    """
+
+    start: int
+    inputs: dict[str, Any]
+    layers: LayerInputs
+    prefix: Prefix | None = None
+
+    def tiled(self, layer: int, copies: int) -> tuple[dict[str, Any], LayerInputs]:
+        """The inputs and layer inputs of a pass from ``layer`` with ``copies`` copies of the batch.
+
+        With a prefix the layers get a copy of its keys and values of their own to grow. From layer 0 the
+        model's forward runs them with its inputs' cache; from a later layer it runs none of them
+        (:func:`~bertology.interventions.partial.logits_from_layer`) and its inputs' cache, the kept one,
+        only gives the positions' numbers and the size of the mask."""
+        batch = self.layers.hidden[layer].shape[0]
+        if self.prefix is None:
+            return tiled(self.inputs, copies, batch), self.layers.tiled(layer, copies)
+        own = self.prefix.copy(copies)
+        inputs = tiled(self.inputs, copies, batch, own if layer == 0 else self.prefix.cache)
+        return inputs, self.layers.tiled(layer, copies, own)
+
+
+def target_pass(
+    loaded: LoadedModel, group: PairGroup, runs: GroupRuns, target: str, skip_shared_prefix: bool = True
+) -> TargetPass:
+    """The :class:`TargetPass` of ``group``'s ``target`` run (``"clean"`` or ``"corrupted"``): from the
+    first position after the pairs' shared prefix where the model is a causal decoder whose forward takes
+    a key/value cache and ``skip_shared_prefix``; from position 0 otherwise (an encoder, pairs that differ
+    at their first token)."""
+    inputs = getattr(group, target)
+    start = shared_prefix(group) if skip_shared_prefix else 0
+    prefix = run_prefix(loaded, inputs, start) if start > 0 else None
+    if prefix is None:
+        return TargetPass(0, inputs, runs.layers[target])
+    later = prefix.after(inputs, prefix.copy())
+    return TargetPass(start, later, record_layer_inputs(loaded, later), prefix)
 
 
 def _exact_layer(
     loaded: LoadedModel,
     group: PairGroup,
     runs: GroupRuns,
+    begin: TargetPass,
     patches: Sequence[Patch],
     source: str,
-    target: str,
 ) -> torch.Tensor:
-    """[patches, b] ``LD`` with each of ``patches`` (all at one layer) in the target run, side by side."""
+    """[patches, b] ``LD`` with each of ``patches`` (all at one layer) in the target run, side by side, at
+    the positions ``begin.start..`` (what a patch puts in at an earlier position is already there)."""
     layer, copies = patches[0].layer, len(patches)
-    batch = len(group.rows)
-    parts = attention_parts(loaded.model)[layer]
-    recorded = runs.layers[target]
-    hidden = list(recorded.hidden)
-    hidden[layer] = _tiled(hidden[layer], copies, batch)
-    tiled = LayerInputs(
-        hidden,
-        _tiled(recorded.extra_args, copies, batch),
-        _tiled(recorded.extra_kwargs, copies, batch),
-        recorded.logits,
-    )
     if patches[0].heads is None:
-        mask = _masks(patches, 1).to(loaded.device)
+        mask = _masks(patches, 1, group.tokens)
         replacement = runs.layers[source].hidden[layer]
         module = layer_modules(loaded.model)[layer]
-
-        def hook(_: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
-            return (_replacing(args[0], replacement, mask, copies), *args[1:])
-
     else:
-        mask = _masks(patches, parts.head_dim).to(loaded.device)
+        parts = attention_parts(loaded.model)[layer]
+        mask = _masks(patches, parts.head_dim, group.tokens)
         replacement = runs.heads[source][layer]
         module = parts.output
+    mask, replacement = mask[:, begin.start :].to(loaded.device), replacement[:, begin.start :]
 
-        def hook(_: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
-            return (_replacing(args[0], replacement, mask, copies), *args[1:])
+    def hook(_: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        return (_replacing(args[0], replacement, mask, copies), *args[1:])
 
-    inputs = _tiled(getattr(group, target), copies, batch)
+    inputs, recorded = begin.tiled(layer, copies)
     gates = torch.ones(loaded.num_layers, loaded.num_heads)
     with _hooked(module, hook):
-        logits = logits_from_layer(loaded, inputs, tiled, layer, gates)
+        logits = logits_from_layer(loaded, inputs, recorded, layer, gates)
     answer, wrong = group.answer.repeat(copies), group.wrong.repeat(copies)
-    return logit_difference(logits, answer, wrong).unflatten(0, (copies, batch))
+    return logit_difference(logits, answer, wrong).unflatten(0, (copies, len(group.rows)))
 
 
 def exact_patching(
@@ -259,20 +303,33 @@ def exact_patching(
     *,
     direction: Direction = "denoising",
     patches_per_pass: int = 16,
+    skip_shared_prefix: bool = True,
     on_patches_done: Callable[[int], None] | None = None,
 ) -> torch.Tensor:
     """[patches, b] ``LD`` of ``group`` with each patch alone (``direction``: which run is patched),
     ``patches_per_pass`` patches side by side in one pass of layers ``l..`` (all patches of a pass share
-    their layer ``l``)."""
+    their layer ``l``), at the positions after the pairs' shared prefix in a causal decoder
+    (:class:`TargetPass`; ``skip_shared_prefix=False``: at every position, as for an encoder). A patch
+    only at positions of the shared prefix changes nothing: its ``LD`` is the target run's, without a
+    pass."""
     source, target = roles(direction)
+    begin = target_pass(loaded, group, runs, target, skip_shared_prefix)
     results = torch.empty(len(patches), len(group.rows))
     by_layer: dict[int, list[int]] = {}
+    unchanged = []
     for index, patch in enumerate(patches):
-        by_layer.setdefault(patch.layer, []).append(index)
+        if bool(patch.at(group.tokens)[begin.start :].any()):
+            by_layer.setdefault(patch.layer, []).append(index)
+        else:
+            unchanged.append(index)
+    if unchanged:
+        results[unchanged] = runs.ld[target].cpu()
+        if on_patches_done is not None:
+            on_patches_done(len(unchanged))
     for indices in by_layer.values():
         for start in range(0, len(indices), patches_per_pass):
             chosen = indices[start : start + patches_per_pass]
-            ld = _exact_layer(loaded, group, runs, [patches[i] for i in chosen], source, target)
+            ld = _exact_layer(loaded, group, runs, begin, [patches[i] for i in chosen], source)
             results[chosen] = ld.cpu()
             if on_patches_done is not None:
                 on_patches_done(len(chosen))
