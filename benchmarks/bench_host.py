@@ -16,9 +16,11 @@ whole of UD English EWT train as CoNLL-U (``../shared/data/ud_ewt``), with the d
    (``GPU_SEGMENTS_PER_S``, issue 37) with 15 readers beside the model on a 16-core machine.
 5. reader processes (``bertology.corpus.reader_processes``; ``--readers``, default 1,2,4): the first run
    without the cache (read, segment, encode, each batch stacked as the model receives it) by each number of
-   readers; ``readers_N_s`` its seconds, ``readers_N_speedup`` the one-reader time over it, and the rate
-   per reader beside the rate a 16-core machine's 15 readers would each need. The segments of every run
-   are checked equal to one reader's.
+   readers; ``readers_N_s`` its seconds, ``readers_N_speedup`` the one-reader time over it, the rate
+   per reader beside the rate a 16-core machine's 15 readers would each need, and the CPU seconds of
+   this process (``readers_N_parent_cpu_s``: with 1 reader all the work, the tokenizer's threads
+   included) and of the reader processes (``readers_N_readers_cpu_s``), of the fastest run. The segments
+   of every run are checked equal to one reader's.
 
 ``--baseline SRC``: the same three, in the same run, in a subprocess that imports bertology from an older
 checkout's ``src`` folder (e.g. a ``git worktree`` of the commit before the change); ratios are
@@ -94,12 +96,14 @@ def measure(corpus: Path, repeats: int, readers: list[int]) -> dict[str, float |
     }
 
 
-def stacked_batches(corpus: Path, tokenizer: object, readers: int) -> list:
-    """The corpus's batches without the cache, read by ``readers`` processes, each stacked as ``analyze``
-    gives it to the model."""
+def stacked_batches(corpus: Path, tokenizer: object, *, cache: bool, readers: int | None = None) -> list:
+    """The corpus's batches through the encoded-corpus cache or not (``cache``), read by ``readers``
+    processes (``None``: the default, so that an older checkout without reader processes runs it too),
+    each stacked as ``analyze`` gives it to the model."""
     from bertology.analysis.analyze import corpus_batches
     from bertology.corpus.encoding import stack_rows
 
+    reading = {} if readers is None else {"readers": readers}
     return [
         stack_rows([segment.encoded for segment in batch], tokenizer, pad_to_multiple_of=8)  # type: ignore[arg-type]
         for batch in corpus_batches(
@@ -108,8 +112,8 @@ def stacked_batches(corpus: Path, tokenizer: object, readers: int) -> list:
             max_length=MAX_LENGTH,
             batch_size=BATCH,
             encoded_length=MAX_LENGTH,
-            cache=False,
-            readers=readers,
+            cache=cache,
+            **reading,  # type: ignore[arg-type]
         )
     ]
 
@@ -122,21 +126,32 @@ def readers_curve(corpus: Path, tokenizer: object, counts: list[int], repeats: i
     curve: dict[str, float] = {}
     first: list | None = None
     for readers in counts:
-        times = []
+        times = []  # (wall, this process's CPU, the reader processes' CPU) seconds
         for _ in range(repeats):
-            start = time.perf_counter()
-            batches = stacked_batches(corpus, tokenizer, readers)
-            times.append(time.perf_counter() - start)
+            wall, cpu, children = time.perf_counter(), time.process_time(), _children_cpu()
+            batches = stacked_batches(corpus, tokenizer, cache=False, readers=readers)
+            times.append((time.perf_counter() - wall, time.process_time() - cpu, _children_cpu() - children))
+        wall_s, cpu_s, readers_cpu_s = min(times)
         if first is None:
             first = batches
         for a, b in zip(first, batches, strict=True):
             assert all(torch.equal(a.model_inputs[name], b.model_inputs[name]) for name in a.model_inputs)
             assert a.tokens == b.tokens and a.words == b.words
         segments = sum(len(batch.tokens) for batch in batches)
-        curve[f"readers_{readers}_s"] = round(min(times), 3)
-        curve[f"readers_{readers}_speedup"] = round(curve[f"readers_{counts[0]}_s"] / min(times), 2)
-        curve[f"readers_{readers}_per_reader"] = round(segments / min(times) / readers)
+        curve[f"readers_{readers}_s"] = round(wall_s, 3)
+        curve[f"readers_{readers}_speedup"] = round(curve[f"readers_{counts[0]}_s"] / wall_s, 2)
+        curve[f"readers_{readers}_per_reader"] = round(segments / wall_s / readers)
+        curve[f"readers_{readers}_parent_cpu_s"] = round(cpu_s, 3)
+        curve[f"readers_{readers}_readers_cpu_s"] = round(readers_cpu_s, 3)
     return curve
+
+
+def _children_cpu() -> float:
+    """CPU seconds (user and system) of this process's ended child processes (the reader processes)."""
+    import resource
+
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
 
 
 def cache_runs(corpus: Path, tokenizer: object) -> tuple[float, float]:
@@ -146,21 +161,9 @@ def cache_runs(corpus: Path, tokenizer: object) -> tuple[float, float]:
     import numpy as np
     import torch
 
-    from bertology.analysis.analyze import corpus_batches
-    from bertology.corpus.encoding import stack_rows
-
     def run() -> tuple[float, list]:
         start = time.perf_counter()
-        batches = [
-            stack_rows([segment.encoded for segment in batch], tokenizer, pad_to_multiple_of=8)  # type: ignore[arg-type]
-            for batch in corpus_batches(
-                corpus,
-                tokenizer,
-                max_length=MAX_LENGTH,
-                batch_size=BATCH,
-                encoded_length=MAX_LENGTH,  # type: ignore[arg-type]
-            )
-        ]
+        batches = stacked_batches(corpus, tokenizer, cache=True)
         return time.perf_counter() - start, batches
 
     with tempfile.TemporaryDirectory() as folder:

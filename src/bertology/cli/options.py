@@ -121,9 +121,9 @@ ReadersOption = Annotated[
         "--readers",
         min=1,
         max=MAX_READERS,
-        help="Processes that read, segment and encode the corpus in a local run when the cache does not "
-        "serve it (default: 1 on a CPU, the cores but one beside a GPU); the results are the same for any "
-        "number.",
+        help="Processes that read, segment and encode the corpus when the cache does not serve it (index: "
+        "plain text and JSONL; a treebank is indexed sentence by sentence in one) (default: 1 on a CPU, "
+        "the cores but one beside a GPU); the results are the same for any number.",
     ),
 ]
 ResumeOption = Annotated[

@@ -63,9 +63,9 @@ def prefetched(items: Iterable[Item], depth: int = PREFETCH_DEPTH) -> Iterator[I
     kernels release the GIL).
 
     The order is unchanged, and an exception of the producer is raised here at its place in the stream.
-    Closing the returned iterator (or leaving a ``for`` loop early) stops the thread after the item it is
-    making. ``items`` must not share a tokenizer with the consumer (each reader here counts tokens with a
-    copy of its own).
+    Closing the returned iterator (or leaving a ``for`` loop early, or an exception in its body) stops the
+    thread after the item it is making, and waits for it. ``items`` must not share a tokenizer with the
+    consumer (each reader here counts tokens with a copy of its own).
     """
     ready: queue.Queue[Item | _End] = queue.Queue(maxsize=max(1, depth))
     stop = threading.Event()
@@ -105,5 +105,9 @@ def prefetched(items: Iterable[Item], depth: int = PREFETCH_DEPTH) -> Iterator[I
                 raise entry.error
         finally:
             stop.set()
+            # waited for, so the producer has closed ``items`` (and any reader processes behind them) and
+            # is not still running native code when the interpreter exits (a daemon thread stopped there
+            # aborts the process)
+            producer.join()
 
     return consume()

@@ -47,7 +47,7 @@ from transformers import PreTrainedTokenizerFast
 
 from bertology.corpus.encoding import EncodedRow
 from bertology.corpus.reader_processes import SpanReading, read_encoded
-from bertology.corpus.segments import Segment, detect_format, iter_segments, require_text
+from bertology.corpus.segments import Segment, check_corpus, require_text
 from bertology.errors import BertologyError
 from bertology.files.cache_folder import cache_root
 
@@ -178,8 +178,7 @@ def read_segments(
         BertologyError: as :func:`~bertology.corpus.segments.iter_segments`.
     """
     path = Path(path)
-    chosen = detect_format(path, format)
-    iter_segments(path, tokenizer, max_length=max_length, format=chosen, pairs=pairs).close()  # checks
+    chosen = check_corpus(path, tokenizer, max_length=max_length, format=format)
     reading = SpanReading(path, chosen, tokenizer, max_length, pairs, encoded_length)
     segments = require_text(read_encoded(reading, readers), path)
     if not cache:

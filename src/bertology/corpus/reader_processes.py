@@ -29,6 +29,7 @@ import sys
 from collections.abc import Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
@@ -110,11 +111,17 @@ _reading: SpanReading | None = None
 
 
 def _start_reader(reading: SpanReading) -> None:
-    """A reader process's start: Ctrl-C is its parent's to handle, and its tokenizer and torch (the
-    encodings' few tensor operations) run one thread each: a reader is one core's work, and a forked
-    process must not use the OpenMP threads of its parent."""
+    """A reader process's start: Ctrl-C is its parent's to handle (ignored here, then unblocked: it was
+    blocked from the fork on, :func:`_interrupts_held`), SIGTERM ends it at once (a forked reader would
+    otherwise run the command line's handler, which raises instead of exiting, so a pool stopping its
+    readers would wait forever), and its tokenizer and torch (the encodings' few tensor operations) run one
+    thread each: a reader is one core's work, and a forked process must not use the OpenMP threads of its
+    parent."""
     global _reading
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # this process's own environment
     torch.set_num_threads(1)
     _reading = reading
@@ -130,6 +137,21 @@ def _read_span(span: ByteSpan) -> tuple[list[Segment], BertologyError | None]:
     except BertologyError as problem:
         return read, problem
     return read, None
+
+
+@contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """SIGINT blocked in this thread inside the block, so that a process it starts (which inherits the
+    mask) cannot be stopped by Ctrl-C before it ignores it; a Ctrl-C meanwhile reaches this process as the
+    block ends (or at once, in another thread)."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def _start_method() -> str:
@@ -154,6 +176,8 @@ def read_encoded(reading: SpanReading, readers: int = 1) -> Iterator[Segment]:
     waiting: collections.deque[Future[tuple[list[Segment], BertologyError | None]]] = collections.deque()
     spans = document_spans(reading.path, reading.format)
     try:
+        with _interrupts_held():  # the pool starts its processes at the first submission
+            waiting.append(pool.submit(_read_span, next(spans)))
         for span in itertools.chain(spans, [None]):
             if span is not None:
                 waiting.append(pool.submit(_read_span, span))

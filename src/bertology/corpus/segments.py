@@ -136,6 +136,20 @@ def iter_segments(
             the line), or a corpus without any text.
     """
     path = Path(path)
+    chosen = check_corpus(path, tokenizer, max_length=max_length, format=format)
+    return require_text(span_segments(path, chosen, tokenizer, max_length, pairs), path)
+
+
+def check_corpus(
+    path: Path, tokenizer: PreTrainedTokenizerFast, *, max_length: int, format: str | None = None
+) -> str:
+    """Check what :func:`iter_segments` checks before reading (the path, the format, room for text in
+    ``max_length`` tokens) and return the format chosen.
+
+    Raises:
+        BertologyError: no such file or not a regular file, an unknown format, a ``max_length`` too small
+            for any text.
+    """
     chosen = detect_format(path, format)
     if problem := file_problem(path):
         raise BertologyError(f"The corpus file '{path}' {problem}.")
@@ -144,7 +158,7 @@ def iter_segments(
         raise BertologyError(
             f"max_length {max_length} leaves no room for text besides the {special} special tokens."
         )
-    return require_text(span_segments(path, chosen, tokenizer, max_length, pairs), path)
+    return chosen
 
 
 def span_segments(

@@ -116,14 +116,28 @@ def check_treebank(path: str | Path, format: str | None = None, limit: int | Non
 
 
 def _read_file(path: Path, format: str | None) -> Iterator[Sentence]:
-    for block in sentence_blocks(path):
-        tokens = token_lines(block)
-        if not tokens:
-            continue
-        format = format or _sniff(tokens)
-        sentence = block_sentence(block[0][0], tokens, path, format)
+    for _, sentence in _checked_blocks(path, format):
         if sentence is not None:
             yield sentence
+
+
+def _checked_blocks(
+    path: Path, format: str | None, span: ByteSpan | None = None
+) -> Iterator[tuple[Block, Sentence | None]]:
+    """Every sentence block of ``path`` (of its ``span``) with its checked sentence (``None``: a block of
+    comments only, or a sentence :func:`block_sentence` leaves out); ``format`` ``None``: sniffed from the
+    first sentence.
+
+    Raises:
+        BertologyError: as :func:`block_sentence`.
+    """
+    for block in sentence_blocks(path, span):
+        tokens = token_lines(block)
+        if not tokens:
+            yield block, None
+            continue
+        format = format or _sniff(tokens)
+        yield block, block_sentence(block[0][0], tokens, path, format)
 
 
 #: A comment that starts a document (``# newdoc`` or ``# newdoc id = ...``).
@@ -143,13 +157,8 @@ def read_passages(path: Path, span: ByteSpan | None = None) -> Iterator[Passage]
     if format is None and span is not None and span.start > 0:
         format = _file_format(path)
     document = 0
-    for block in sentence_blocks(path, span):
+    for block, sentence in _checked_blocks(path, format, span):
         document += any(_NEWDOC.match(line) for _, line in block)
-        tokens = token_lines(block)
-        if not tokens:
-            continue
-        format = format or _sniff(tokens)
-        sentence = block_sentence(block[0][0], tokens, path, format)
         if sentence is not None:
             yield Passage(sentence.words, document, block[0][0], block[-1][0])
 
