@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from support.browser import ViewPage, open_view, write_page
@@ -40,6 +42,26 @@ def corpus_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
     folder = tmp_path_factory.mktemp("corpus-cache")
     monkeypatch.setenv("BERTOLOGY_CORPUS_CACHE", str(folder))
     return folder
+
+
+# --- Process-wide state: each test starts from the same, and may not leave it changed -------------
+
+
+@pytest.fixture(autouse=True)
+def same_process_state() -> Iterator[None]:
+    """Each test starts with the global random generators (torch's, numpy's, Python's) seeded with 0, so
+    its numbers do not depend on which tests ran before it, and must leave torch's thread count as it found
+    it (a thread count changes how float32 sums are split, hence their rounding, in every later test):
+    a test that leaves it changed fails, and the count is put back."""
+    threads = torch.get_num_threads()
+    torch.manual_seed(0)
+    np.random.seed(0)
+    random.seed(0)
+    yield
+    if torch.get_num_threads() != threads:
+        left = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        pytest.fail(f"the test left torch's thread count at {left}, not {threads}")
 
 
 # --- Browser (headless Chromium via Playwright) for the tests marked `browser` ------------------

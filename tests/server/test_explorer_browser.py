@@ -62,9 +62,11 @@ def test_clicking_a_head_on_the_map_draws_its_examples(chromium_browser: Any, li
     assert frames.count() == 1  # the first example; the others are drawn when opened
     assert page.locator("#examples details").count() == PER_HEAD
     for rank in range(1, PER_HEAD):
-        # opening an example appends its frame (420 px) in the toggle event that follows the click, moving the
-        # summaries below it: the next click waits for that frame, so it lands on the summary it aims at
-        page.click(f"#examples details[data-rank='{rank}'] summary")
+        # Each example is opened with Enter on its focused summary, as a keyboard user opens it. A mouse click
+        # aims at coordinates, and the frames above move them: a frame is appended when its example opens, and
+        # resized when its page, loaded asynchronously (later under load), reports its height; a click aimed
+        # before such a resize lands on another element. Enter opens the summary wherever it is.
+        page.press(f"#examples details[data-rank='{rank}'] summary", "Enter")
         opened = page.locator(f"#examples details[data-rank='{rank}'] iframe")
         expect(opened).to_have_count(1, timeout=WAIT_MS)
     expect(frames).to_have_count(PER_HEAD, timeout=WAIT_MS)

@@ -49,10 +49,14 @@ def serve(
     dtype: DtypeOption = DEFAULT_DTYPE,
 ) -> None:
     """A local web app: type a text, see its views and per-head statistics; browse RUNS; a JSON API."""
+    import torch
+
     from bertology.server import Limits
     from bertology.server import serve as serve_app
+    from bertology.server.serve import computation_threads
 
     limits = Limits(max_tokens=max_tokens, max_body_bytes=max_body, timeout_s=timeout, parallel=parallel)
+    torch.set_num_threads(computation_threads(parallel))  # this process is the server's own
     serve_app(
         model or ["default"],
         runs,

@@ -9,7 +9,6 @@ import socket
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import torch
 import uvicorn
 from fastapi import FastAPI
 
@@ -84,12 +83,12 @@ def serve(
     """Load ``models`` (on ``device``, in ``dtype``), bind ``host:port``, announce where it listens, and
     serve until interrupted; ``index``: a corpus index folder for corpus search.
 
-    The process's torch threads are set to :func:`computation_threads` of ``limits.parallel``. Bound to
+    The process's torch threads are the caller's to set (``bertology serve`` sets them to
+    :func:`computation_threads` of ``limits.parallel``; the library changes no process-wide setting). Bound to
     loopback, the server answers only requests whose ``Host`` header is a loopback name with its port
     (:mod:`bertology.server.hosts`, against DNS rebinding).
     """
     limits = limits or Limits()
-    torch.set_num_threads(computation_threads(limits.parallel))
     sock = bind(host, port)  # first, so a taken port fails before the models load
     hosts = loopback_hosts(sock.getsockname()[1]) if is_loopback(host) else None
     try:
