@@ -151,11 +151,11 @@ def output_folder(path: str | Path, *, replace: Collection[str] = ()) -> Iterato
     sees the old run or the new one, never a mixture, whenever the command is killed; on an error
     ``path`` stays as it was.
 
-    The staging folder (``.<name>.<random>.partial``) lies beside ``path`` (in its nearest existing
-    parent while ``path``'s parent is missing), is locked while the block runs, and is removed either way
-    (on SIGTERM too where the command line turns it into an exception). After the switch, the unlocked
-    staging folders of ``path``'s name that killed runs left (in ``path``, its parent and the parents up to
-    where this one lay) are removed; a locked one belongs to a live run and stays.
+    The staging folder (``.<name>.<random>.partial``) lies beside ``path`` (whose missing parents are made
+    first), is locked while the block runs, and is removed either way (on SIGTERM too where the command
+    line turns it into an exception). After the switch, the unlocked staging folders of ``path``'s name
+    that killed runs left beside it (or inside it, where earlier versions staged) are removed; a locked
+    one belongs to a live run and stays.
 
     Raises:
         BertologyError: ``path`` is a file or cannot be written (before the block runs), or the block
@@ -163,15 +163,14 @@ def output_folder(path: str | Path, *, replace: Collection[str] = ()) -> Iterato
             folder (then nothing is switched).
     """
     target = check_output_folder(path).resolve()  # a link to a folder: that folder is switched
-    ancestor = _existing_ancestor(target.parent)
-    staging, lock = locked_staging(f".{target.name}.", ancestor)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging, lock = locked_staging(f".{target.name}.", target.parent)
     try:
         yield staging
         _check_kinds(staging, target, skip=replace)
         if target.exists():
             os.chmod(staging, target.stat().st_mode & 0o7777)
             carry_over(target, staging, skip=replace)
-        target.parent.mkdir(parents=True, exist_ok=True)
         within = _working_folder_within(target)
         exchange(staging, target)
         if within is not None:  # this process worked in the old folder: go on in the new one
@@ -179,9 +178,7 @@ def output_folder(path: str | Path, *, replace: Collection[str] = ()) -> Iterato
     finally:
         shutil.rmtree(staging, ignore_errors=True)  # the old run after the switch, else the new one
         os.close(lock)
-    remove_stale_staging(
-        target, [folder for folder in target.parents if ancestor in (folder, *folder.parents)]
-    )
+    remove_stale_staging(target)
 
 
 def _working_folder_within(folder: Path) -> Path | None:

@@ -24,7 +24,7 @@ import glob
 import os
 import secrets
 import shutil
-from collections.abc import Collection, Iterable
+from collections.abc import Collection
 from pathlib import Path
 
 #: ``renameat2``'s flag that swaps two existing names, and the "relative to the working folder" descriptor.
@@ -74,10 +74,10 @@ def remove_if_unlocked(candidate: Path) -> None:
         os.close(lock)
 
 
-def remove_stale_staging(path: Path, folders: Iterable[Path]) -> None:
-    """Remove the staging folders of output ``path`` (:func:`staging_pattern`) that no live run holds
-    locked, in ``path`` itself (where earlier versions staged) and in each of ``folders``."""
-    for folder in dict.fromkeys([path, *folders]):
+def remove_stale_staging(path: Path) -> None:
+    """Remove the staging folders of the output folder ``path`` (:func:`staging_pattern`) that no live run
+    holds locked: beside it, and inside it (where earlier versions staged)."""
+    for folder in (path.parent, path):
         for candidate in folder.glob(staging_pattern(path.name)):
             remove_if_unlocked(candidate)
 

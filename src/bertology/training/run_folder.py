@@ -100,8 +100,7 @@ def run_folder(run_dir: Path) -> Iterator[Path]:
     if not (run_dir / TRAINING_FILE).exists():
         run_dir.mkdir(parents=True, exist_ok=True)
         yield run_dir
-        target = run_dir.resolve()
-        remove_stale_staging(target, [target.parent])
+        remove_stale_staging(run_dir.resolve())
         return
     with output_folder(run_dir, replace=RUN_OUTPUTS) as staging:
         yield staging
