@@ -1,7 +1,7 @@
 """Output folders keep the user's files: the commands that write a folder (`analyze`, `compare`, `probe ...`,
-`ablate`, all through :func:`bertology.files.outputs.output_folder`) move their files in one by one, so a
-user's own files in the subfolders the tool writes (`plots/`, `examples/`, `pruned/`) stay; and no file beside
-an output file (`relevance -o X.html` writes `X.json`) is replaced unless the tool wrote it."""
+`ablate`, all through :func:`bertology.files.outputs.output_folder`) switch the folder whole, keeping a
+user's own files in it and in the subfolders the tool writes (`plots/`, `examples/`, `pruned/`); and no
+file beside an output file (`relevance -o X.html` writes `X.json`) is replaced unless the tool wrote it."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from support.cli import run_child_killed_at_switch
 from typer.testing import CliRunner
 
 from bertology.cli import app
@@ -180,36 +181,37 @@ def _staging_folders(root: Path) -> list[Path]:
 def test_a_later_run_removes_the_staging_folders_killed_runs_left_but_not_a_live_runs(
     tmp_path: Path,
 ) -> None:
-    target = tmp_path / "out"
-    before, killed_before = _holding(target)  # killed before the target existed: staged in its parent
+    target = tmp_path / "runs" / "out"
+    before, killed_before = _holding(target)  # killed before the target existed (its parent is made)
     before.send_signal(signal.SIGKILL)
     before.wait(timeout=60)
     target.mkdir()
-    (tmp_path / ".other.abc.partial").mkdir()  # another output's: not ours to remove
-    killed, killed_inside = _holding(target)
+    (tmp_path / "runs" / ".other.abc.partial").mkdir()  # another output's: not ours to remove
+    (target / ".out.legacy.partial").mkdir()  # where earlier versions staged (issue 43 found 7 there)
+    killed, killed_beside = _holding(target)
     killed.send_signal(signal.SIGKILL)
     killed.wait(timeout=60)
     live, live_staging = _holding(target)
     try:
-        assert killed_before.parent == tmp_path and killed_inside.parent == target
-        assert {killed_before, killed_inside, live_staging} <= set(_staging_folders(tmp_path))
+        assert killed_before.parent == killed_beside.parent == target.parent
+        assert {killed_before, killed_beside, live_staging} <= set(_staging_folders(tmp_path))
         with output_folder(target) as folder:
             (folder / "report.html").write_text("done", encoding="utf-8")
-        assert _staging_folders(tmp_path) == sorted([tmp_path / ".other.abc.partial", live_staging])
+        assert _staging_folders(tmp_path) == sorted([tmp_path / "runs" / ".other.abc.partial", live_staging])
         assert (live_staging / "half.txt").read_text(encoding="utf-8") == "half"  # the live run's, intact
     finally:
         live.send_signal(signal.SIGKILL)
         live.wait(timeout=60)
     with output_folder(target) as folder:
         (folder / "report.html").write_text("again", encoding="utf-8")
-    assert _staging_folders(tmp_path) == [tmp_path / ".other.abc.partial"]
+    assert _staging_folders(tmp_path) == [tmp_path / "runs" / ".other.abc.partial"]
     assert _contents(target) == {"report.html": "again"}
 
 
-def _analyze_until_staged(corpus: Path, output: Path) -> subprocess.Popen[bytes]:
-    """``bertology analyze`` into ``output`` in a new process, once it has made a staging folder."""
+def _analyze_until_staged(args: list[str], output: Path) -> subprocess.Popen[bytes]:
+    """``bertology analyze ARGS -o OUTPUT`` in a new process, once it has made a staging folder."""
     earlier = set(_staging_folders(output.parent))
-    command = [sys.executable, "-m", "bertology", "analyze", str(corpus), "--limit", "40", "-o", str(output)]
+    command = [sys.executable, "-m", "bertology", "analyze", *args, "-o", str(output)]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 600
 
@@ -222,27 +224,47 @@ def _analyze_until_staged(corpus: Path, output: Path) -> subprocess.Popen[bytes]
     return process
 
 
+#: What an earlier analysis left (the files issue 43 found mixed with a killed run's new ones).
+OLD_ANALYSIS = {"report.html": "old", "heads.csv": "old", "summary.json": "old", "head_examples.npz": "old"}
+
+
 @pytest.mark.slow
-def test_analyze_killed_or_terminated_leaves_no_staging_folder_after_a_later_run(
-    tmp_path: Path, sample_corpus_head: Callable[[int], Path]
+def test_analyze_killed_at_its_switch_or_terminated_leaves_a_whole_run_and_a_later_run_cleans_up(
+    tmp_path: Path, sample_corpus_head: Callable[[int], Path], tiny_model_dirs: dict[str, Path]
 ) -> None:
+    """One SIGKILL at the switch of the folder, just after the names are exchanged: the point where the
+    old file-by-file move left a new report.html beside the old heads.csv (issue 43), and the one that
+    leaves the old run under a staging name for a later run to remove. The switch's every step is killed
+    in tests/files/test_swap.py, cheaply; here it is the real command's (a tiny model, 6 segments). Then
+    a SIGTERM while the run stages (issue 34: it removes its own staging folder), and a later run."""
     output = tmp_path / "analysis"
-    killed = _analyze_until_staged(sample_corpus_head(40), output)
-    killed.send_signal(signal.SIGKILL)
-    killed.wait(timeout=60)
-    assert len(_staging_folders(tmp_path)) == 1  # what issue 34 found left behind
-    terminated = _analyze_until_staged(sample_corpus_head(40), output)
+    _plant(output, USER_FILES | OLD_ANALYSIS)
+    args = [
+        str(sample_corpus_head(6)),
+        "--limit",
+        "6",
+        "--model",
+        str(tiny_model_dirs["bert"]),
+        "--max-len",
+        "64",
+    ]
+    killed = run_child_killed_at_switch("after", "analyze", *args, "-o", str(output))
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    found = _contents(output)
+    assert found.items() >= USER_FILES.items() and "plots/head_map.png" in found, sorted(found)
+    assert not [name for name in OLD_ANALYSIS if found[name] == "old"]  # the new run, whole
+    assert len(_staging_folders(tmp_path)) == 1  # the old run, under the staging name
+    terminated = _analyze_until_staged(args, output)
     terminated.send_signal(signal.SIGTERM)
     _, stderr = terminated.communicate(timeout=120)
     assert terminated.returncode == 143
     assert "Terminated: stopped by SIGTERM; nothing more was written." in stderr.decode()
     assert len(_staging_folders(tmp_path)) == 1  # the SIGTERM'd run removed its own
-    result = CliRunner().invoke(
-        app, ["analyze", str(sample_corpus_head(6)), "--limit", "6", "-o", str(output)]
-    )
+    assert _contents(output) == found
+    result = CliRunner().invoke(app, ["analyze", *args, "-o", str(output)])
     assert result.exit_code == 0, result.output
     assert _staging_folders(tmp_path) == []
-    assert (output / "report.html").is_file()
+    assert _contents(output).items() >= USER_FILES.items()
 
 
 # --- Output files: a page path is a regular file or absent, checked before the model loads -----------

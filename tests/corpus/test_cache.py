@@ -203,9 +203,10 @@ def test_a_killed_runs_half_written_entry_is_not_used(
 ) -> None:
     list(read_segments(corpus, tokenizer, max_length=48))
     key = cache_entries()[0].key
-    # seeded: what a run killed before its rename leaves (a temporary folder), and an entry without its
-    # manifest (the last file written)
-    shutil.copytree(corpus_cache / key, corpus_cache / f".writing-{key}-1-1")
+    # seeded: what a run killed before its rename leaves (a temporary folder no live writer holds
+    # locked), and an entry without its manifest (the last file written)
+    leftover = corpus_cache / f".writing-{key}-0123456789ab"
+    shutil.copytree(corpus_cache / key, leftover)
     (corpus_cache / key / "manifest.json").unlink()
 
     with pytest.warns(CacheWarning, match="its manifest is missing"):
@@ -213,10 +214,23 @@ def test_a_killed_runs_half_written_entry_is_not_used(
 
     assert len(paragraphs_read) == 2
     assert [entry.key for entry in cache_entries()] == [key]
-    old = corpus_cache / f".writing-{key}-1-1"
-    os.utime(old, (0, 0))
+    assert not leftover.exists()  # issue 43: removed by the next write, not an hour later
+
+
+def test_a_live_writers_temporary_folder_stays_while_a_killed_ones_goes(
+    corpus: Path, tokenizer: PreTrainedTokenizerFast, corpus_cache: Path
+) -> None:
+    """A writer part-way through its pass (this generator, suspended) holds its folder locked: a sweep
+    leaves it; a folder whose writer is gone (its lock gone with it) is removed however recent."""
+    writing = read_segments(corpus, tokenizer, max_length=48)
+    next(writing)
+    (live,) = corpus_cache.glob(".writing-*")
+    killed = corpus_cache / ".writing-0123-0123456789ab"
+    killed.mkdir()
     evict(1 << 40)
-    assert not old.exists()  # a killed run's leftover is removed once stale
+    assert live.is_dir() and not killed.exists()
+    list(writing)  # the pass ends: its entry is published
+    assert not list(corpus_cache.glob(".writing-*")) and len(cache_entries()) == 1
 
 
 def test_the_size_bound_removes_the_least_recently_used_entry(

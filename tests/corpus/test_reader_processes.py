@@ -278,3 +278,55 @@ def test_ctrl_c_stops_the_readers(tmp_path: Path) -> None:
     while any(Path(f"/proc/{pid}").exists() for pid in readers) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not any(Path(f"/proc/{pid}").exists() for pid in readers)
+
+
+#: Reads argv[1] with 2 reader processes and the tokenizer of the model folder argv[2] in spans of 2 KB,
+#: says so once the first segment has come, then waits to be killed (the readers go on with the spans
+#: handed out).
+_READING = """
+import sys, time
+from pathlib import Path
+from transformers import PreTrainedTokenizerFast
+import bertology.corpus.readers.spans
+from bertology.corpus.reader_processes import SpanReading, read_encoded
+
+bertology.corpus.readers.spans.SPAN_BYTES = 2048
+
+tokenizer = PreTrainedTokenizerFast.from_pretrained(sys.argv[2])
+segments = read_encoded(SpanReading(Path(sys.argv[1]), "text", tokenizer, 64, True, None), 2)
+next(segments)
+print("reading", flush=True)
+time.sleep(600)
+"""
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads the process tree from /proc")
+def test_readers_die_when_their_parent_is_killed(tmp_path: Path, tiny_model_dirs: dict[str, Path]) -> None:
+    """Issue 43: `analyze --readers 2` killed (kill -9) left both readers running under PID 1. Here the
+    process that starts them is a small script (the readers come from the same read_encoded as analyze's,
+    with a tiny model's tokenizer: a few seconds, not a model load); it is killed while the readers still
+    hold spans, and both must be gone within 5 s."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(sample_corpus().read_text(encoding="utf-8") * 4, encoding="utf-8")  # some 50 spans
+    command = [sys.executable, "-c", _READING, str(corpus), str(tiny_model_dirs["bert"])]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as parent:
+        assert parent.stdout is not None and parent.stdout.readline() == "reading\n"
+        readers = _children(parent.pid)
+        assert len(readers) == 2 and all(_alive(pid) for pid in readers)
+        parent.kill()
+        parent.wait(timeout=60)
+    deadline = time.monotonic() + 5
+    while any(_alive(pid) for pid in readers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    survivors = [pid for pid in readers if _alive(pid)]
+    for pid in survivors:  # this test's own leftovers: not left running whatever the outcome
+        os.kill(pid, signal.SIGKILL)
+    assert not survivors, "reader processes outlived their killed parent"

@@ -35,3 +35,36 @@ def run_child(*args: str) -> subprocess.CompletedProcess[str]:
         timeout=300,
         env=os.environ,
     )
+
+
+#: ``bertology ARGV[2:]`` in this child, SIGKILLed at the switch of its output folder
+#: (bertology.files.swap): ARGV[1] "before" (everything staged, the target's other files linked in) or
+#: "after" (the names exchanged, the old run not yet removed).
+_KILLED_AT_SWITCH = """
+import os, signal, sys
+from bertology.files import swap
+
+exchange, when = swap._renameat2, sys.argv[1]
+
+def killed(*args):
+    if when == "after":
+        exchange(*args)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+swap._renameat2 = killed
+sys.argv = ["bertology", *sys.argv[2:]]
+from bertology.cli import main
+main()
+"""
+
+
+def run_child_killed_at_switch(when: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``bertology ARGS`` in a child process (as :func:`run_child`) that is SIGKILLed at the switch of its
+    output folder over an earlier one, ``when`` ``"before"`` or ``"after"`` the names are exchanged."""
+    return subprocess.run(
+        [sys.executable, "-c", _KILLED_AT_SWITCH, when, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=os.environ,
+    )

@@ -16,11 +16,12 @@ an *entry*, later passes with the same key read it memory-mapped. The key is
 Entries live in ``$BERTOLOGY_CACHE/corpora`` (beside the packaged models,
 :func:`bertology.files.cache_folder.cache_root`, default ``~/.cache/bertology``; ``$BERTOLOGY_CORPUS_CACHE``
 names another folder for them alone), one folder each, made under a
-temporary name and renamed into place only once whole; a ``manifest.json`` written last names each file's
-size and BLAKE2 digest, checked before an entry is used, so a run killed mid-write never leaves an entry
-a later run trusts, and a damaged one is ignored with a :class:`CacheWarning` (and written again). After
-each write the least recently used entries are removed until the folder holds at most
-``$BERTOLOGY_CACHE_MB`` megabytes (:data:`DEFAULT_LIMIT_MB`).
+temporary name (``.writing-<key>-<random>``, locked while its writer lives) and renamed into place only
+once whole; a ``manifest.json`` written last names each file's size and BLAKE2 digest, checked before an
+entry is used, so a run killed mid-write never leaves an entry a later run trusts, and a damaged one is
+ignored with a :class:`CacheWarning` (and written again). After each write the temporary folders of
+writers that are gone (killed) are removed, and the least recently used entries until the folder holds
+at most ``$BERTOLOGY_CACHE_MB`` megabytes (:data:`DEFAULT_LIMIT_MB`).
 
 An entry's files (T tokens, S segments), raw little-endian arrays that are memory-mapped on reading:
 ``input_ids`` int32 [T], ``token_type_ids`` int8 [T] (where the tokenizer makes them), ``segment_ids`` int8
@@ -35,7 +36,6 @@ import hashlib
 import json
 import os
 import shutil
-import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -50,15 +50,16 @@ from bertology.corpus.reader_processes import SpanReading, read_encoded
 from bertology.corpus.segments import Segment, check_corpus, require_text
 from bertology.errors import BertologyError
 from bertology.files.cache_folder import cache_root
+from bertology.files.swap import locked_staging, remove_if_unlocked
 
 #: Bumped whenever an entry's layout changes (old entries then miss).
 LAYOUT = 1
 #: Default bound of the corpus cache's size in megabytes (``$BERTOLOGY_CACHE_MB`` overrides it).
 DEFAULT_LIMIT_MB = 2048
-#: A temporary folder older than this (seconds) is a killed run's leftover, removed on the next write.
-STALE_SECONDS = 3600
 
 _MANIFEST = "manifest.json"
+#: The name an entry is written under (then its key and a random part) until it is renamed whole.
+_WRITING = ".writing-"
 #: Joins the items of a list of strings in ``records`` (the ASCII unit separator).
 _SEPARATOR = "\x1f"
 _TOKEN_ARRAYS = {
@@ -196,12 +197,13 @@ def _written(
     segments: Iterator[Segment], folder: Path, corpus: str, encoded_length: int | None
 ) -> Iterator[Segment]:
     """``segments``, written to a temporary folder as they pass and renamed to ``folder`` once the last has
-    passed (a pass left early, or failing, writes nothing)."""
+    passed (a pass left early, or failing, writes nothing). The temporary folder is locked while this
+    writer lives (:func:`bertology.files.swap.locked_staging`), so another writer removes it only once its
+    writer is gone (:func:`evict`)."""
     parent = folder.parent
     try:
         parent.mkdir(parents=True, exist_ok=True)
-        scratch = parent / f".writing-{folder.name}-{os.getpid()}-{time.time_ns()}"
-        scratch.mkdir()
+        scratch, lock = locked_staging(f"{_WRITING}{folder.name}-", parent, suffix="")
     except OSError as error:
         warnings.warn(
             f"The corpus cache in {parent} is not writable ({error}); not caching.",
@@ -223,6 +225,7 @@ def _written(
             _publish(scratch, folder)
         else:
             shutil.rmtree(scratch, ignore_errors=True)
+        os.close(lock)  # the lock that told other writers this folder is not a killed run's
 
 
 class _EntryWriter:
@@ -413,15 +416,10 @@ def clear_cache() -> int:
 
 def evict(limit: int) -> list[str]:
     """Remove the least recently used entries until the cache holds at most ``limit`` bytes, and killed
-    runs' temporary folders older than :data:`STALE_SECONDS`; returns the keys removed."""
+    runs' temporary folders (those no live writer holds locked); returns the keys removed."""
     folder = corpus_cache_folder()
-    now = time.time()
-    for leftover in folder.glob(".writing-*"):
-        try:
-            if now - leftover.stat().st_mtime > STALE_SECONDS:
-                shutil.rmtree(leftover, ignore_errors=True)
-        except OSError:
-            continue
+    for leftover in folder.glob(f"{_WRITING}*"):
+        remove_if_unlocked(leftover)
     entries = cache_entries()
     total = sum(entry.bytes for entry in entries)
     removed = []

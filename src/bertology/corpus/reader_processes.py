@@ -12,7 +12,8 @@ The pool's processes are forked on Linux: they start in milliseconds with the mo
 already loaded, where a fresh interpreter (elsewhere) spends seconds importing torch and transformers
 before its first span (longer than all of UD English EWT's reading). A reader ignores Ctrl-C; the process
 that started it stops the pool (the readers finish the span in hand, about
-:data:`~bertology.corpus.readers.spans.SPAN_BYTES` of the file, and exit). An error in a reader (a
+:data:`~bertology.corpus.readers.spans.SPAN_BYTES` of the file, and exit). A reader dies with that process,
+even when it is killed (``kill -9``; Linux). An error in a reader (a
 malformed line) is raised here at its place in the stream, as the one sentence the reader gave, naming
 the file and line.
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import ctypes
 import itertools
 import multiprocessing
 import os
@@ -108,16 +110,19 @@ class SpanReading:
 
 #: The reading of the reader process this module runs in (set by :func:`_start_reader`).
 _reading: SpanReading | None = None
+#: ``prctl``'s request for the signal a process gets when its parent ends.
+_PR_SET_PDEATHSIG = 1
 
 
-def _start_reader(reading: SpanReading) -> None:
-    """A reader process's start: Ctrl-C is its parent's to handle (ignored here, then unblocked: it was
-    blocked from the fork on, :func:`_interrupts_held`), SIGTERM ends it at once (a forked reader would
-    otherwise run the command line's handler, which raises instead of exiting, so a pool stopping its
-    readers would wait forever), and its tokenizer and torch (the encodings' few tensor operations) run one
-    thread each: a reader is one core's work, and a forked process must not use the OpenMP threads of its
-    parent."""
+def _start_reader(reading: SpanReading, parent: int) -> None:
+    """A reader process's start: it dies with its parent (:func:`_die_with`), Ctrl-C is its parent's to
+    handle (ignored here, then unblocked: it was blocked from the fork on, :func:`_interrupts_held`),
+    SIGTERM ends it at once (a forked reader would otherwise run the command line's handler, which raises
+    instead of exiting, so a pool stopping its readers would wait forever), and its tokenizer and torch
+    (the encodings' few tensor operations) run one thread each: a reader is one core's work, and a forked
+    process must not use the OpenMP threads of its parent."""
     global _reading
+    _die_with(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if hasattr(signal, "pthread_sigmask"):
@@ -125,6 +130,19 @@ def _start_reader(reading: SpanReading) -> None:
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # this process's own environment
     torch.set_num_threads(1)
     _reading = reading
+
+
+def _die_with(parent: int) -> None:
+    """Have the kernel SIGKILL this process when the process ``parent`` that started it ends, killed
+    included (Linux's ``PR_SET_PDEATHSIG``; strictly, when the thread that forked it ends, which is the
+    thread iterating :func:`read_encoded`, and that thread shuts the pool down before it ends); exit at
+    once if ``parent`` has already gone. Elsewhere (no ``prctl``) nothing is done."""
+    prctl = getattr(ctypes.CDLL(None), "prctl", None)
+    if prctl is None:
+        return
+    prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # the parent died before the request: no signal will come
+        os._exit(1)
 
 
 def _read_span(span: ByteSpan) -> tuple[list[Segment], BertologyError | None]:
@@ -172,7 +190,9 @@ def read_encoded(reading: SpanReading, readers: int = 1) -> Iterator[Segment]:
         yield from reading.segments()
         return
     context = multiprocessing.get_context(_start_method())
-    pool = ProcessPoolExecutor(readers, mp_context=context, initializer=_start_reader, initargs=(reading,))
+    pool = ProcessPoolExecutor(
+        readers, mp_context=context, initializer=_start_reader, initargs=(reading, os.getpid())
+    )
     waiting: collections.deque[Future[tuple[list[Segment], BertologyError | None]]] = collections.deque()
     spans = document_spans(reading.path, reading.format)
     try:

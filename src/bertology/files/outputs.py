@@ -1,20 +1,16 @@
-"""Where the commands write: output locations checked before the work, folders written whole or not at all.
+"""Where the commands write: output locations checked before the work, folders switched whole.
 
 :func:`check_output_file` and :func:`check_output_folder` are what every command that writes calls
 first, so a location that cannot be written (a read-only or missing parent, a file where a folder should
 be) is reported in one sentence before any model is loaded. :func:`output_folder` then has the command
-write into a new staging folder and moves the finished files into the target only when everything has
-been written, so a failure leaves the target as it was. The move goes file by file: a file the command
-wrote replaces its namesake, and every other file in the target and its subfolders stays. A staging
-folder is locked (``flock``) while its run lives; a later successful run into the same target removes
-the staging folders that killed runs left (unlocked ones of that target's name), and :func:`write_text`
+write into a new staging folder beside the target, which replaces the target in one step only when
+everything has been written (:mod:`bertology.files.swap`), keeping the target's other files: a failure
+leaves the target as it was, and a kill at any moment leaves the old run or the new one. :func:`write_text`
 names the file in any error while writing it.
 """
 
 from __future__ import annotations
 
-import fcntl
-import glob
 import json
 import os
 import shutil
@@ -26,6 +22,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from bertology.errors import BertologyError
+from bertology.files.swap import carry_over, exchange, locked_staging, remove_stale_staging
 
 
 def _existing_ancestor(path: Path) -> Path:
@@ -109,7 +106,8 @@ def _is_own_json(path: Path, marks: Collection[str]) -> bool:
 
 def check_output_folder(path: str | Path) -> Path:
     """Check that ``path`` can be an output folder: not a file, and the nearest existing folder on the way
-    (``path`` itself when it exists) is writable. Creates nothing.
+    (``path`` itself when it exists, and then its parent too, where a new run is staged) is writable.
+    Creates nothing.
 
     Raises:
         BertologyError: one sentence saying which location cannot be written and why.
@@ -119,6 +117,8 @@ def check_output_folder(path: str | Path) -> Path:
         what = _special_kind(path) or "a file"
         raise BertologyError(f"The output folder {path} is {what}; choose a folder.")
     _check_writable_folder(_existing_ancestor(path), path)
+    if path.exists():
+        _check_writable_folder(path.resolve().parent, path)
     return path
 
 
@@ -141,78 +141,52 @@ def write_text(path: str | Path, text: str) -> Path:
 def output_folder(path: str | Path, *, replace: Collection[str] = ()) -> Iterator[Path]:
     """Check that ``path`` can be an output folder, then yield a new empty staging folder to write into.
 
-    When the block ends without an error, every file written in the staging folder is moved into ``path``
-    (created if needed) at the same place below it, file by file: a file replaces an earlier file of the
-    same name, a folder is created where missing and otherwise kept, so every other file in ``path`` and
-    in its subfolders (``plots/mine.png``) is left alone. ``replace``: names of entries directly in
-    ``path`` that are replaced whole instead (an earlier entry of such a name goes, whether or not the
-    block wrote its namesake: a training run's ``model/``). On an error nothing reaches ``path``.
+    When the block ends without an error, the staging folder becomes ``path`` in one step
+    (:mod:`bertology.files.swap`): first every file of ``path`` that the block did not write is linked
+    into it at the same place, so a file the block wrote replaces an earlier file of the same name, a
+    folder is merged with its namesake, and every other file in ``path`` and in its subfolders
+    (``plots/mine.png``) stays; then the two folders swap names, and the old one is removed. ``replace``:
+    names of entries directly in ``path`` that are replaced whole instead (an earlier entry of such a name
+    goes, whether or not the block wrote its namesake: a training run's ``model/``). A reader of ``path``
+    sees the old run or the new one, never a mixture, whenever the command is killed; on an error
+    ``path`` stays as it was.
 
-    The staging folder (``.<name>.<random>.partial``) lies in ``path`` or, before ``path`` exists, in its
-    nearest existing parent, is locked while the block runs, and is removed either way (on SIGTERM too
-    where the command line turns it into an exception). After the move, the unlocked staging folders of
-    ``path``'s name that killed runs left in ``path`` and the parents up to where this one lay are
-    removed; a locked one belongs to a live run and stays.
+    The staging folder (``.<name>.<random>.partial``) lies beside ``path`` (whose missing parents are made
+    first), is locked while the block runs, and is removed either way (on SIGTERM too where the command
+    line turns it into an exception). After the switch, the unlocked staging folders of ``path``'s name
+    that killed runs left beside it (or inside it, where earlier versions staged) are removed; a locked
+    one belongs to a live run and stays.
 
     Raises:
         BertologyError: ``path`` is a file or cannot be written (before the block runs), or the block
             wrote a folder where ``path`` holds a file or a link of that name, or a file where it holds a
-            folder (then nothing is moved).
+            folder (then nothing is switched).
     """
-    path = check_output_folder(path)
-    ancestor = _existing_ancestor(path)  # ``path`` itself when it exists: the same disk either way
-    staging, lock = _locked_staging(path.name, ancestor)
+    target = check_output_folder(path).resolve()  # a link to a folder: that folder is switched
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging, lock = locked_staging(f".{target.name}.", target.parent)
     try:
         yield staging
-        _check_kinds(staging, path, skip=replace)
-        _replace_into(staging, path, replace)
+        _check_kinds(staging, target, skip=replace)
+        if target.exists():
+            os.chmod(staging, target.stat().st_mode & 0o7777)
+            carry_over(target, staging, skip=replace)
+        within = _working_folder_within(target)
+        exchange(staging, target)
+        if within is not None:  # this process worked in the old folder: go on in the new one
+            os.chdir(target / within if (target / within).is_dir() else target)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(staging, ignore_errors=True)  # the old run after the switch, else the new one
         os.close(lock)
-    _remove_stale_staging(path, ancestor)
+    remove_stale_staging(target)
 
 
-def _locked_staging(name: str, folder: Path) -> tuple[Path, int]:
-    """A new staging folder for output ``name`` in ``folder`` and a descriptor holding its lock."""
-    while True:
-        staging = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".partial", dir=folder))
-        lock = os.open(staging, os.O_RDONLY | os.O_DIRECTORY)
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:  # a sweep may have taken it between its creation and the lock: then make another
-            if os.stat(staging, follow_symlinks=False).st_ino == os.fstat(lock).st_ino:
-                return staging, lock
-        except FileNotFoundError:
-            pass
-        os.close(lock)
-
-
-def _remove_stale_staging(path: Path, ancestor: Path) -> None:
-    """Remove the staging folders of output ``path`` that no live run holds locked, in ``path``, its
-    parent, and every folder between ``path`` and ``ancestor``."""
-    folders = [path, path.parent]
-    if ancestor != path:
-        folders += [folder for folder in path.parents if ancestor in (folder, *folder.parents)]
-    for folder in dict.fromkeys(folders):
-        for candidate in folder.glob(f".{glob.escape(path.name)}.*.partial"):
-            _remove_if_unlocked(candidate)
-
-
-def _remove_if_unlocked(candidate: Path) -> None:
-    """Remove the staging folder ``candidate`` (a real folder, not a link) unless a live run holds it
-    locked."""
+def _working_folder_within(folder: Path) -> Path | None:
+    """This process's working folder relative to ``folder`` when it lies in ``folder``, else ``None``."""
     try:
-        lock = os.open(candidate, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    except OSError:
-        return  # a link, a file, or gone
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(lock)
-        return
-    try:
-        shutil.rmtree(candidate, ignore_errors=True)
-    finally:
-        os.close(lock)
+        return Path.cwd().relative_to(folder)
+    except (OSError, ValueError):
+        return None
 
 
 def _check_kinds(staging: Path, path: Path, skip: Collection[str] = ()) -> None:
@@ -238,30 +212,3 @@ def _refuse(target: Path, have: str, want: str) -> NoReturn:
         f"{target} is a {have} where bertology writes a {want}; move it away or choose another output "
         "folder (nothing was written)."
     )
-
-
-def _replace_into(staging: Path, path: Path, replace: Collection[str]) -> None:
-    """Move the entries of ``path`` named in ``replace`` aside (into a staging-named folder, removed
-    after), then the files below ``staging`` into ``path``."""
-    old = [path / name for name in replace if (path / name).exists() or (path / name).is_symlink()]
-    if not old:
-        _move_into(staging, path)
-        return
-    aside = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".partial", dir=path))
-    try:
-        for entry in old:
-            os.replace(entry, aside / entry.name)
-        _move_into(staging, path)
-    finally:
-        shutil.rmtree(aside, ignore_errors=True)
-
-
-def _move_into(staging: Path, path: Path) -> None:
-    """Move the files below ``staging`` to the same places below ``path`` (kinds already checked)."""
-    path.mkdir(parents=True, exist_ok=True)
-    for entry in sorted(staging.iterdir()):
-        target = path / entry.name
-        if entry.is_dir() and (target.exists() or target.is_symlink()):
-            _move_into(entry, target)
-        else:  # a file, or a folder that is new there: one rename
-            os.replace(entry, target)

@@ -90,15 +90,17 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
 def run_folder(run_dir: Path) -> Iterator[Path]:
     """The folder a run (checked by :func:`check_run_dir`) writes in: ``run_dir`` itself for a new run, so
     that it can be watched as it trains; over an earlier run, a staging folder beside it
-    (:func:`bertology.files.outputs.output_folder`) whose outputs replace the earlier run's
-    (:data:`RUN_OUTPUTS`,
-    each whole) only when the block ends without an error, so a run killed or stopped on the way leaves
-    the earlier run as it was."""
+    (:func:`bertology.files.outputs.output_folder`) that replaces the earlier run (:data:`RUN_OUTPUTS`,
+    each whole; the folder's other files kept) in one step only when the block ends without an error, so
+    a run killed or stopped on the way leaves the earlier run as it was. Either way, a run that ends
+    without an error then removes the staging folders that killed runs left beside ``run_dir``."""
     from bertology.files.outputs import output_folder
+    from bertology.files.swap import remove_stale_staging
 
     if not (run_dir / TRAINING_FILE).exists():
         run_dir.mkdir(parents=True, exist_ok=True)
         yield run_dir
+        remove_stale_staging(run_dir.resolve())
         return
     with output_folder(run_dir, replace=RUN_OUTPUTS) as staging:
         yield staging
