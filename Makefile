@@ -7,7 +7,7 @@ DEMO_DIR ?= demo_output
 PAIR_A := I went to the store.
 PAIR_B := At the store, I bought fresh strawberries.
 
-.PHONY: setup demo test lint browser bench clean real-models
+.PHONY: setup demo test test-stress lint browser bench clean real-models
 
 setup: $(STAMP)
 
@@ -52,8 +52,13 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/lint-imports --no-cache
 
+# Two workers (pytest-xdist), each module's tests on one of them; the 20 slowest tests are listed at the end.
 test: $(STAMP) browser lint real-models
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=20
+
+# The flaky-prone tests three times over while busy processes keep every core busy (tests/stress.py).
+test-stress: $(STAMP) browser real-models
+	$(BIN)/python tests/stress.py
 
 bench: $(STAMP) browser
 	$(BIN)/python benchmarks/bench_views.py

@@ -44,6 +44,27 @@ def corpus_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
     return folder
 
 
+# --- Parallel runs (pytest-xdist, `make test` runs two workers): each module on one worker ------------
+
+#: Modules that start or join a Ray cluster: one worker runs them all, so one cluster runs at a time.
+RAY_MODULES = frozenset(
+    {
+        "tests/cluster/test_cluster.py",
+        "tests/cluster/test_cluster_options.py",
+        "tests/cluster/test_cluster_probes.py",
+        "tests/interventions/test_replacement.py",
+    }
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test joins the ``xdist_group`` of its module (``--dist loadgroup`` then sends a module's tests
+    to one worker, which builds its module fixtures once), and the Ray modules share one group."""
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group("ray" if module in RAY_MODULES else module))
+
+
 # --- Process-wide state: each test starts from the same, and may not leave it changed -------------
 
 

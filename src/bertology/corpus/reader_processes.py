@@ -13,7 +13,7 @@ already loaded, where a fresh interpreter (elsewhere) spends seconds importing t
 before its first span (longer than all of UD English EWT's reading). A reader ignores Ctrl-C; the process
 that started it stops the pool (the readers finish the span in hand, about
 :data:`~bertology.corpus.readers.spans.SPAN_BYTES` of the file, and exit). A reader dies with that process,
-even when it is killed (``kill -9``; Linux). An error in a reader (a
+even when it is killed (``kill -9``). An error in a reader (a
 malformed line) is raised here at its place in the stream, as the one sentence the reader gave, naming
 the file and line.
 """
@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import collections
 import copy
-import ctypes
 import itertools
 import multiprocessing
 import os
 import signal
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -110,8 +111,8 @@ class SpanReading:
 
 #: The reading of the reader process this module runs in (set by :func:`_start_reader`).
 _reading: SpanReading | None = None
-#: ``prctl``'s request for the signal a process gets when its parent ends.
-_PR_SET_PDEATHSIG = 1
+#: Seconds between a reader's looks at whether the process that started it is still there.
+PARENT_CHECK_SECONDS = 0.2
 
 
 def _start_reader(reading: SpanReading, parent: int) -> None:
@@ -133,16 +134,19 @@ def _start_reader(reading: SpanReading, parent: int) -> None:
 
 
 def _die_with(parent: int) -> None:
-    """Have the kernel SIGKILL this process when the process ``parent`` that started it ends, killed
-    included (Linux's ``PR_SET_PDEATHSIG``; strictly, when the thread that forked it ends, which is the
-    thread iterating :func:`read_encoded`, and that thread shuts the pool down before it ends); exit at
-    once if ``parent`` has already gone. Elsewhere (no ``prctl``) nothing is done."""
-    prctl = getattr(ctypes.CDLL(None), "prctl", None)
-    if prctl is None:
-        return
-    prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent:  # the parent died before the request: no signal will come
+    """End this process as soon as the process ``parent`` that started it is gone, killed included: a daemon
+    thread looks every :data:`PARENT_CHECK_SECONDS` at this process's parent, which becomes another process
+    (init, or a subreaper) when ``parent`` ends. Not ``PR_SET_PDEATHSIG``: the kernel sends that when the
+    *thread* that forked the process ends, and the pool's readers are forked by whichever thread first
+    iterates :func:`read_encoded` (a prefetching thread that ends before the pool is shut down), so it
+    killed readers in the middle of sending a result, and the pool then waited forever for the rest."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_CHECK_SECONDS)
         os._exit(1)
+
+    threading.Thread(target=watch, name="bertology-parent-watch", daemon=True).start()
 
 
 def _read_span(span: ByteSpan) -> tuple[list[Segment], BertologyError | None]:

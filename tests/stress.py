@@ -1,0 +1,79 @@
+"""`make test-stress`: the suite's flaky-prone tests, three times in a row, while as many busy processes as
+there are cores keep every core busy; exits 1 if any round fails (not part of `make test`).
+
+Flaky-prone are the tests whose outcome could depend on timing, load or the order of work: every browser
+test (pages drawn asynchronously in Chromium), the server's concurrency and race tests, the Ray runs and the
+tests that kill or interrupt processes, and the numerical equality tests (float32 sums whose order depends
+on batching and threads). The busy processes stop by themselves after :data:`BUSY_SECONDS` even if this
+script is killed.
+
+    python tests/stress.py [--rounds 3] [--busy N] [pytest arguments ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
+
+#: The flaky-prone tests: paths from the checkout's root (a module, or a module::test).
+FLAKY_PRONE = [
+    *sorted(str(path.relative_to(TESTS.parent)) for path in TESTS.rglob("test_*_browser.py")),
+    "tests/server/test_server.py",
+    "tests/server/test_server_race.py",
+    "tests/server/test_server_fuzz.py",
+    "tests/cluster/test_cluster.py",
+    "tests/cluster/test_cluster_probes.py",
+    "tests/cli/test_index_safety.py",
+    "tests/corpus/test_reader_processes.py",
+    "tests/training/test_finetune.py",
+    "tests/interventions/test_allennlp_convention.py",
+    "tests/interventions/test_patching.py",
+    "tests/interventions/test_saliency.py",
+    "tests/attention/test_capture.py",
+]
+
+#: The longest a busy process runs (it also stops when this script ends).
+BUSY_SECONDS = 3 * 3600
+
+BUSY_LOOP = f"import time\nend = time.monotonic() + {BUSY_SECONDS}\nwhile time.monotonic() < end:\n    pass\n"
+
+
+def cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3, help="how many times to run the tests (3)")
+    parser.add_argument("--busy", type=int, default=cores(), help="busy processes (one per core)")
+    options, pytest_args = parser.parse_known_args()
+    busy = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP]) for _ in range(options.busy)]
+    env = {**os.environ, "CI": os.environ.get("CI") or "1"}  # under CI's rules: a skip fails
+    failed = []
+    try:
+        for round_number in range(1, options.rounds + 1):
+            start = time.monotonic()
+            print(f"stress round {round_number} of {options.rounds}, {len(busy)} busy processes", flush=True)
+            pytest = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+            command = [*pytest, *FLAKY_PRONE, *pytest_args]
+            code = subprocess.run(command, cwd=TESTS.parent, env=env, check=False).returncode
+            print(f"stress round {round_number}: exit {code} in {time.monotonic() - start:.0f} s", flush=True)
+            if code != 0:
+                failed.append(round_number)
+    finally:
+        for process in busy:
+            process.kill()
+            process.wait()
+    print(f"stress: {options.rounds - len(failed)} of {options.rounds} rounds passed", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
