@@ -126,6 +126,10 @@ def patch(
         raise typer.BadParameter("path patching needs both --senders and --receivers.")
     path_heads = None if senders is None else (parse_senders(senders), parse_receivers(receivers or ""))
     require_inputs({"PAIRS": pairs})
+    if path_heads is not None:
+        from bertology.interventions.path_patching import check_receivers_after_senders
+
+        check_receivers_after_senders(*path_heads)  # type: ignore[arg-type]
     from bertology.errors import BertologyError
     from bertology.files.outputs import check_output_folder, output_folder
     from bertology.interventions.patching_pairs import pairs_for_language_model, read_pairs

@@ -81,6 +81,25 @@ def _rows(parts: AttentionParts, head: int, which: Input) -> tuple[nn.Module, to
     return projection.linear, torch.tensor(projection.rows([slot], parts.head_dim))
 
 
+def check_receivers_after_senders(senders: Sequence[Head], receivers: Sequence[Receiver]) -> None:
+    """Refuse a receiver in the layer of a sender or before it: no sender's output reaches it, so its path
+    effect would be exactly 0. Needs no model (the command line asks before loading one).
+
+    Raises:
+        BertologyError: as said.
+    """
+    if not senders:
+        return
+    last = max(layer for layer, _ in senders)
+    for layer, head, which in receivers:
+        if layer <= last:
+            raise BertologyError(
+                f"Receiver {head_name(layer, head)}:{which} is in layer {layer}, not after every sender (the "
+                f"last in layer {last}), so no sender's output can reach it; choose receivers in layers "
+                f"after {last}."
+            )
+
+
 def _check_heads(loaded: LoadedModel, senders: Sequence[Head], receivers: Sequence[Receiver]) -> None:
     if not senders or not receivers:
         raise BertologyError("Path patching needs at least one sender head and one receiver.")
@@ -93,14 +112,7 @@ def _check_heads(loaded: LoadedModel, senders: Sequence[Head], receivers: Sequen
     for receiver in receivers:
         if receiver[2] not in ("q", "k", "v"):
             raise BertologyError(f"A receiver's input is q, k or v, not {receiver[2]!r}.")
-    last = max(layer for layer, _ in senders)
-    for layer, head, which in receivers:
-        if layer <= last:
-            raise BertologyError(
-                f"Receiver {head_name(layer, head)}:{which} is in layer {layer}, not after every sender (the "
-                f"last in layer {last}), so no sender's output can reach it; choose receivers in layers "
-                f"after {last}."
-            )
+    check_receivers_after_senders(senders, receivers)
 
 
 @contextmanager

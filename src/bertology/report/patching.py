@@ -161,7 +161,7 @@ def position_labels(tokens: list[str]) -> list[str]:
     return [f"{position} {token}" for position, token in enumerate(tokens)]
 
 
-def _positions_figure(values: np.ndarray, rows: list[str], tokens: list[str], title: str) -> Figure:
+def positions_figure(values: np.ndarray, rows: list[str], tokens: list[str], title: str) -> Figure:
     """A rows x positions heatmap of effects, diverging colours centred at 0."""
     figure = plots.new_figure(min(12.0, 2.0 + 0.45 * len(tokens)), min(40.0, 1.5 + 0.16 * len(rows)))
     ax = figure.subplots()
@@ -197,10 +197,22 @@ def _effects_png(study: PatchingStudy, result: PatchingResult, target: Path, dpi
         effect = effect.reshape(-1, effect.shape[-1])
     else:
         rows = [f"layer {layer}" for layer in range(effect.shape[0])]
-    png = plots.to_png(_positions_figure(effect, rows, study.tokens[0][0], title), dpi=dpi)
+    png = plots.to_png(positions_figure(effect, rows, study.tokens[0][0], title), dpi=dpi)
     (target / "plots").mkdir(parents=True, exist_ok=True)
     (target / "plots" / f"{name}.png").write_bytes(png)
     return png
+
+
+def _top_table(study: PatchingStudy, result: PatchingResult) -> pd.DataFrame:
+    """The report's table of :func:`top_cells`: heads by name (``layer-head``, 0-based), positions with the
+    first pair's clean token, and the effect."""
+    top = pd.DataFrame(top_cells(result))
+    if "name" in top:
+        top = top.drop(columns=["layer", "head"]).rename(columns={"name": "head (layer-head)"})
+    if "position" in top:
+        tokens = [study.tokens[0][0][position] for position in top["position"]]
+        top.insert(top.columns.get_loc("position") + 1, "token", tokens)
+    return top
 
 
 def _pairs_table(study: PatchingStudy) -> pd.DataFrame:
@@ -260,11 +272,7 @@ def write_patching_report(study: PatchingStudy, outdir: str | Path, *, dpi: int 
     sections = []
     for result in study.results:
         png = _effects_png(study, result, target, dpi)
-        top = pd.DataFrame(top_cells(result))
-        if "position" in top:
-            top.insert(
-                top.columns.get_loc("position") + 1, "token", [study.tokens[0][0][p] for p in top["position"]]
-            )
+        top = _top_table(study, result)
         sections.append(
             page.Section(
                 f"{result.method.capitalize()} patching",
@@ -277,8 +285,12 @@ def write_patching_report(study: PatchingStudy, outdir: str | Path, *, dpi: int 
                         caption=f"Layers and heads 0-based. {colour_caption(result.direction)}",
                     ),
                     page.paragraph(
-                        f"The {len(top)} largest effects by size, with their sign (heads named layer-head, "
-                        "0-based; positions with the token of the first pair's clean input):"
+                        f"The {len(top)} largest effects by size, with their sign"
+                        + (
+                            ", positions with the token of the first pair's clean input:"
+                            if "token" in top
+                            else ":"
+                        )
                     ),
                     page.table(top, float_format="{:+.3f}"),
                 ],
