@@ -169,7 +169,8 @@ def test_bertology_heads_writes_scores_plots_views_and_report(
         assert (output / "views" / f"{name}_L{top['layer']}_H{top['head']}.html").is_file()
     report = (output / "report.html").read_text()
     assert f"views/induction_L{summary['top_heads']['induction'][0]['layer']}_H" in report
-    assert "Strongest heads (0-based): previous_token L" in result.stdout
+    first = summary["top_heads"]["previous_token"][0]
+    assert f"Strongest heads (0-based): previous_token {first['layer']}-{first['head']} " in result.stdout
 
 
 def _pattern_mass(

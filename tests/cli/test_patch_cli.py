@@ -62,6 +62,11 @@ def test_patch_writes_head_effects_both_methods_and_is_listed_as_a_patching_run(
     assert "Mean LD clean" in text and "on 2 pairs" in text
     effects = pd.read_csv(output / "head_effects.csv")
     assert list(effects.columns) == ["layer", "head", "effect", "attribution"]
+    # one name for a head, layer-head 0-based, in the CSV's numbers, the command's output, the summary and
+    # the report: here the head of the largest effect by size
+    largest = effects.loc[effects["effect"].abs().idxmax()]
+    name = f"{int(largest['layer'])}-{int(largest['head'])}"
+    assert f"{name} {largest['effect']:+.3f}" in " ".join(text.split())
     assert len(effects) == 2 * 4 and effects["layer"].tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
     summary = json.loads((output / "summary.json").read_text())
     assert summary["methods"] == ["exact", "attribution"] and summary["pairs"] == 2
@@ -75,8 +80,10 @@ def test_patch_writes_head_effects_both_methods_and_is_listed_as_a_patching_run(
     corrupted = np.mean([pair["ld_corrupted"] for pair in summary["pair_details"]])
     np.testing.assert_allclose(effects["effect"], (mean_patched - corrupted) / (clean - corrupted), atol=1e-9)
     assert (output / "plots" / "effects_exact.png").read_bytes()[:4] == b"\x89PNG"
+    assert summary["top"]["exact"][0]["name"] == name
     report = (output / "report.html").read_text()
     assert PAIRS[1]["corrupted"] in report and "Agreement" in report
+    assert f"<td>{name}</td>" in report
     assert [(run.path, run.kind) for run in RunsFolder(runs).runs()] == [("patching", "patching")]
 
 
@@ -108,13 +115,15 @@ def test_path_patching_from_the_command_line(tiny_model_dirs: dict[str, Path], t
         "-o",
         str(output),
         "--senders",
-        "0.1",
+        "0-1",
         "--receivers",
-        "1.0:q,1.2:v",
+        "1-0:q,1.2:v",  # the older L.H is read too
     )
     assert code == 0, text
     written = json.loads((output / "path_patching.json").read_text())
-    assert written["senders"] == ["0.1"] and written["receivers"] == ["1.0:q", "1.2:v"]
+    assert written["senders"] == ["0-1"] and written["receivers"] == ["1-0:q", "1-2:v"]
+    assert written["frozen"] == "corrupted" and "the corrupted run frozen" in " ".join(text.split())
+    assert "frozen at the corrupted run" in (output / "report.html").read_text()
     assert len(written["ld_patched"]) == 2 and "Path patching effect" in text
 
 
@@ -149,11 +158,22 @@ def test_answers_for_a_classifier_and_a_bad_receiver_are_refused(
         "-o",
         str(tmp_path / "o"),
         "--senders",
-        "0.1",
+        "0-1",
         "--receivers",
-        "1.0",
+        "1-0",
     )
-    assert code != 0 and "is not a receiver written L.H:q" in text
+    assert code != 0 and "is not a receiver written L-H:q" in text
+    code, text = invoke(
+        "no-such-model-is-loaded",
+        str(pairs),
+        "-o",
+        str(tmp_path / "p"),
+        "--senders",
+        "1-0",
+        "--receivers",
+        "0-1:q",
+    )
+    assert code != 0 and "Receiver 0-1:q is in layer 0, not after every sender" in text
 
 
 @pytest.mark.slow

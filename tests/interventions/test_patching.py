@@ -502,8 +502,7 @@ def test_path_patching_through_every_later_query_key_and_value_is_all_a_head_doe
     """A two-layer llama built so that head (0, 1) reaches the logits only through layer 1's attention: no
     MLPs, no final norm, and an unembedding blind to what the head writes (its rows projected off the
     head's output columns). Its path to every layer-1 head's query, key and value is then its whole effect,
-    which activation patching measures; through no receiver of a layer at or below its own it does
-    nothing."""
+    which activation patching measures."""
     loaded = tiny_language_model(tiny_model_dirs["llama"])
     assert loaded.num_layers == 2
     layers, d = loaded.model.model.layers, loaded.model.config.head_dim
@@ -525,7 +524,50 @@ def test_path_patching_through_every_later_query_key_and_value_is_all_a_head_doe
     assert path.effect == pytest.approx(study.exact.effect[0, 1], abs=1e-5)
     queries_only = path_patch(loaded, pairs, [(0, 1)], [(1, 0, "q")])
     assert np.abs(queries_only.ld_patched - path.ld_patched).max() > 1e-4
-    same_layer = path_patch(loaded, pairs, [(0, 1)], [(0, 2, "v"), (0, 3, "q")])
-    np.testing.assert_allclose(same_layer.ld_patched, same_layer.ld_corrupted, atol=1e-5)
-    with pytest.raises(BertologyError, match=r"Head 5\.0 is not in"):
+    with pytest.raises(BertologyError, match=r"Head 5-0 is not in"):
         path_patch(loaded, pairs, [(5, 0)], [(1, 0, "q")])
+
+
+def test_path_patching_refuses_a_receiver_not_after_every_sender_before_reading_the_pairs(
+    models: Callable[[str], LoadedModel],
+) -> None:
+    """A receiver in a sender's layer or below cannot be reached (its effect would be exactly 0): refused
+    in one sentence before the pairs are read or the model runs (the pairs file does not exist)."""
+    loaded = models("llama")
+    for senders, receivers, message in (
+        (
+            [(0, 1)],
+            [(0, 2, "v")],
+            r"^Receiver 0-2:v is in layer 0, not after every sender \(the last in layer 0\)",
+        ),
+        (
+            [(0, 1), (1, 3)],
+            [(1, 0, "q")],
+            r"^Receiver 1-0:q is in layer 1, not after every sender \(the last in layer 1\)",
+        ),
+    ):
+        with pytest.raises(BertologyError, match=message) as raised:
+            path_patch(loaded, "no-such-pairs.jsonl", senders, receivers)  # type: ignore[arg-type]
+        assert str(raised.value).count(". ") == 0 and str(raised.value).endswith(".")
+
+
+def test_a_model_without_the_head_its_pairs_need_is_refused_in_one_sentence(
+    tiny_model_dirs: dict[str, Path],
+) -> None:
+    """A decoder loaded without its language-modelling head given answers, an encoder loaded without a
+    classification head given labels: one sentence each (not transformers' missing ``logits``), before a
+    pass of the model."""
+    bare_decoder = load_model(tiny_model_dirs["llama"])
+    bare_encoder = load_model(tiny_model_dirs["bert"])
+    calls: list[int] = []
+    for loaded, pairs, message in (
+        (bare_decoder, pairs_for("llama"), "loaded without its language-modelling head"),
+        (bare_encoder, pairs_for("bert"), "loaded without a classification head"),
+    ):
+        handle = loaded.model.register_forward_pre_hook(lambda *_: calls.append(1))
+        try:
+            with pytest.raises(BertologyError, match=message) as raised:
+                patch(loaded, pairs)
+        finally:
+            handle.remove()
+        assert not calls and str(raised.value).count(". ") == 0

@@ -292,6 +292,7 @@ def test_a_patching_run_of_the_same_model_gives_each_head_its_effect(
     _, folder = analysed
     shutil.copytree(folder, tmp_path / "analysis")
     effect = np.arange(72.0).reshape(6, 12) / 100
+    effect[0, 0] = -0.9  # the largest by size: ranked first though the most negative
     layer, head = np.indices(effect.shape).reshape(2, -1)
     for name, model in (("a_other", "another-model"), ("b_patching", "all-MiniLM-L6-v2")):
         (tmp_path / name).mkdir()
@@ -305,10 +306,12 @@ def test_a_patching_run_of_the_same_model_gives_each_head_its_effect(
         head = client.post("/api/explore/head", json={"run": "analysis", "layer": 5, "head": 10}).json()
         assert head["patching"] == {
             "effect": pytest.approx(0.70),
-            "rank": 2,
+            "rank": 3,
             "direction": "denoising",
             "method": "exact",
         }
+        first = client.post("/api/explore/head", json={"run": "analysis", "layer": 0, "head": 0}).json()
+        assert first["patching"]["rank"] == 1
 
 
 def test_an_example_is_a_head_view_of_the_stored_attention(client: TestClient) -> None:

@@ -43,6 +43,7 @@ from bertology.corpus.reader_processes import default_readers
 from bertology.corpus.segments import Segment, iter_segments
 from bertology.errors import BertologyError
 from bertology.models.devices import float64_home
+from bertology.models.heads import head_name
 from bertology.models.loading import LoadedModel
 from bertology.options import Level
 from bertology.progress import Progress
@@ -56,7 +57,7 @@ LEVELS: tuple[Level, ...] = ("auto", "token", "word")
 
 def head_names(num_layers: int, num_heads: int) -> list[str]:
     """``"layer-head"`` (0-based) of every head, layer-major."""
-    return [f"{layer}-{head}" for layer, head in itertools.product(range(num_layers), range(num_heads))]
+    return [head_name(layer, head) for layer, head in itertools.product(range(num_layers), range(num_heads))]
 
 
 @dataclass

@@ -426,6 +426,7 @@ def heads(
     from bertology.analysis.head_detectors import HEAD_SCORES, detect_heads, repeated_sequence_attention
     from bertology.corpus.segments import sample_corpus
     from bertology.files.outputs import check_output_folder, output_folder
+    from bertology.models.heads import head_name
     from bertology.models.loading import load_model, require_max_length
     from bertology.report.head_detectors import SCORES_FILE, write_head_detection
 
@@ -451,7 +452,7 @@ def heads(
     if detection.note:
         err.print(f"Note: {detection.note}.", highlight=False)
     strongest = "; ".join(
-        f"{name} L{layer} H{head} {score:.3f}"
+        f"{name} {head_name(layer, head)} {score:.3f}"
         for name in HEAD_SCORES
         for layer, head, score in detection.top(name, 1)
     )
@@ -466,6 +467,7 @@ def _composition(model: str, output: Path, device: str, dtype: Dtype) -> None:
     """``heads --composition``: :func:`~bertology.analysis.composition.composition_scores` and its files."""
     from bertology.analysis.composition import composition_scores
     from bertology.files.outputs import check_output_folder, output_folder
+    from bertology.models.heads import head_name
     from bertology.models.loading import load_model
     from bertology.report.composition import COMPOSITION_FILE, write_composition
 
@@ -475,7 +477,7 @@ def _composition(model: str, output: Path, device: str, dtype: Dtype) -> None:
     with output_folder(output) as folder:
         report = output / write_composition(scores, folder).name
     strongest = "; ".join(
-        f"{kind.upper()} L{la} H{ha} -> L{lb} H{hb} {score:.3f}"
+        f"{kind.upper()} {head_name(la, ha)} -> {head_name(lb, hb)} {score:.3f}"
         for kind in scores.scores
         for la, ha, lb, hb, score in scores.top(kind, 1)
     )

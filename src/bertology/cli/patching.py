@@ -13,37 +13,38 @@ from bertology.cli.options import DeviceOption, DtypeOption, require_inputs
 from bertology.cli.progress import progress_bar
 from bertology.options import DEFAULT_DEVICE, DEFAULT_DTYPE
 
-_SENDER = re.compile(r"(\d+)\.(\d+)")
-_RECEIVER = re.compile(r"(\d+)\.(\d+):([qkv])")
+#: A head as printed everywhere, ``layer-head`` (0-based), or the older ``layer.head``.
+_SENDER = re.compile(r"(\d+)[-.](\d+)")
+_RECEIVER = re.compile(r"(\d+)[-.](\d+):([qkv])")
 
 
 def parse_senders(text: str) -> list[tuple[int, int]]:
-    """``"9.6,10.0"`` -> ``[(9, 6), (10, 0)]`` (0-based layer.head).
+    """``"9-6,10-0"`` -> ``[(9, 6), (10, 0)]`` (0-based layer-head; ``9.6`` is read too).
 
     Raises:
-        typer.BadParameter: an item that is not ``L.H``.
+        typer.BadParameter: an item that is not ``L-H``.
     """
     heads = []
     for item in filter(None, (part.strip() for part in text.split(","))):
         match = _SENDER.fullmatch(item)
         if match is None:
-            raise typer.BadParameter(f"{item!r} is not a head written L.H (0-based).", param_hint="--senders")
+            raise typer.BadParameter(f"{item!r} is not a head written L-H (0-based).", param_hint="--senders")
         heads.append((int(match[1]), int(match[2])))
     return heads
 
 
 def parse_receivers(text: str) -> list[tuple[int, int, str]]:
-    """``"11.2:q,11.2:k"`` -> ``[(11, 2, "q"), (11, 2, "k")]``.
+    """``"11-2:q,11-2:k"`` -> ``[(11, 2, "q"), (11, 2, "k")]`` (``11.2:q`` is read too).
 
     Raises:
-        typer.BadParameter: an item that is not ``L.H:q``, ``L.H:k`` or ``L.H:v``.
+        typer.BadParameter: an item that is not ``L-H:q``, ``L-H:k`` or ``L-H:v``.
     """
     receivers = []
     for item in filter(None, (part.strip() for part in text.split(","))):
         match = _RECEIVER.fullmatch(item)
         if match is None:
             raise typer.BadParameter(
-                f"{item!r} is not a receiver written L.H:q, L.H:k or L.H:v (0-based).",
+                f"{item!r} is not a receiver written L-H:q, L-H:k or L-H:v (0-based).",
                 param_hint="--receivers",
             )
         receivers.append((int(match[1]), int(match[2]), match[3]))
@@ -94,11 +95,14 @@ def patch(
     ] = "exact",
     senders: Annotated[
         str | None,
-        typer.Option("--senders", help="Path patching: sender heads L.H,... (with --receivers)."),
+        typer.Option("--senders", help="Path patching: sender heads L-H,... (0-based; with --receivers)."),
     ] = None,
     receivers: Annotated[
         str | None,
-        typer.Option("--receivers", help="Path patching: receivers L.H:q|k|v,... (with --senders)."),
+        typer.Option(
+            "--receivers",
+            help="Path patching: receivers L-H:q|k|v,... in layers after every sender's (with --senders).",
+        ),
     ] = None,
     patches_per_pass: Annotated[
         int, typer.Option("--patches-per-pass", min=1, help="Exact patching: patches run side by side.")
@@ -122,6 +126,10 @@ def patch(
         raise typer.BadParameter("path patching needs both --senders and --receivers.")
     path_heads = None if senders is None else (parse_senders(senders), parse_receivers(receivers or ""))
     require_inputs({"PAIRS": pairs})
+    if path_heads is not None:
+        from bertology.interventions.path_patching import check_receivers_after_senders
+
+        check_receivers_after_senders(*path_heads)  # type: ignore[arg-type]
     from bertology.errors import BertologyError
     from bertology.files.outputs import check_output_folder, output_folder
     from bertology.interventions.patching_pairs import pairs_for_language_model, read_pairs
@@ -141,15 +149,21 @@ def patch(
     loaded = load_model(model, language_model=decoder, classifier=not decoder, device=device, dtype=dtype)
     with output_folder(output) as folder:
         if path_heads is not None:
+            from bertology.interventions.patching import roles
             from bertology.interventions.path_patching import path_patch
             from bertology.report.patching import write_path_patching_report
 
             result = path_patch(loaded, chosen, *path_heads, direction=direction)  # type: ignore[arg-type]
             report = output / write_path_patching_report(result, loaded.name, folder).name
-            out.print(f"Path patching effect {result.effect:.3f}. Wrote {report}.", highlight=False)
+            frozen = roles(result.direction)[1]
+            out.print(
+                f"Path patching effect {result.effect:.3f} ({result.direction}: the {frozen} run frozen and "
+                f"patched). Wrote {report}.",
+                highlight=False,
+            )
             return
         from bertology.interventions.patching import patch as run_patching
-        from bertology.report.patching import write_patching_report
+        from bertology.report.patching import largest_effects_text, write_patching_report
 
         with progress_bar("patches", None) as on_progress:
             study = run_patching(
@@ -166,6 +180,7 @@ def patch(
     assert main is not None
     out.print(
         f"Mean LD clean {main.ld_clean.mean():.3f}, corrupted {main.ld_corrupted.mean():.3f} on "
-        f"{len(chosen)} pairs. Wrote {report} and the CSV, JSON and plots beside it.",
+        f"{len(chosen)} pairs. Largest effects by size ({main.method}, {main.direction}; heads layer-head, "
+        f"0-based): {largest_effects_text(main)}. Wrote {report} and the CSV, JSON and plots beside it.",
         highlight=False,
     )

@@ -420,6 +420,13 @@ class PatchingResult:
         return (self.ld_patched - self.ld_target) / (self.ld_clean - self.ld_corrupted)
 
 
+def largest(effect: np.ndarray, count: int) -> np.ndarray:
+    """[min(count, size)] flat indices into ``effect`` (any shape) of its ``count`` largest values by
+    absolute size, largest first (ties in index order): the patches that matter whichever their sign, so
+    under noising the most negative ones."""
+    return np.argsort(-np.abs(effect.ravel()), kind="stable")[:count]
+
+
 @dataclass
 class PatchingStudy:
     """What :func:`patch` found: ``exact`` and/or ``attribution`` results of the same patches, the pairs
@@ -439,14 +446,14 @@ class PatchingStudy:
 
     def agreement(self, top: int = 10) -> dict[str, float] | None:
         """With both methods: the Pearson correlation of their effects over every patch, and the share of
-        the ``top`` patches by absolute exact effect that are among attribution's ``top`` by absolute
-        estimate; ``None`` otherwise."""
+        the ``top`` patches by absolute exact effect (:func:`largest`, the set a report shows) that are
+        among attribution's ``top`` by absolute estimate; ``None`` otherwise."""
         if self.exact is None or self.attribution is None:
             return None
         exact, estimate = self.exact.effect.ravel(), self.attribution.effect.ravel()
         top = min(top, exact.size)
-        chosen = set(np.argsort(-np.abs(exact), kind="stable")[:top].tolist())
-        found = set(np.argsort(-np.abs(estimate), kind="stable")[:top].tolist())
+        chosen = set(largest(exact, top).tolist())
+        found = set(largest(estimate, top).tolist())
         return {
             "pearson": float(np.corrcoef(exact, estimate)[0, 1]),
             "top_k": top,

@@ -189,12 +189,32 @@ def _inputs(loaded: LoadedModel, texts: list[str]) -> dict[str, torch.Tensor]:
     return loaded.model_inputs(encode(loaded.tokenizer, texts, None, max_length=loaded.max_length))
 
 
+def _require_logits(loaded: LoadedModel, language_model: bool) -> None:
+    """Refuse a model without the head whose logits ``LD`` reads: a decoder's language-modelling head, a
+    classifier's sequence-classification head.
+
+    Raises:
+        BertologyError: as said.
+    """
+    if language_model and loaded.model.get_output_embeddings() is None:
+        raise BertologyError(
+            f"{loaded.name} was loaded without its language-modelling head, whose logits the answers are "
+            "read from; load it with load_model(..., language_model=True)."
+        )
+    if not language_model and not type(loaded.model).__name__.endswith("ForSequenceClassification"):
+        raise BertologyError(
+            f"{loaded.name} was loaded without a classification head, whose label logits patching compares; "
+            "load a fine-tuned classifier with load_model(..., classifier=True)."
+        )
+
+
 def encode_pairs(loaded: LoadedModel, pairs: list[PatchPair]) -> EncodedPairs:
     """``pairs`` tokenized for ``loaded`` and grouped by token count.
 
     Raises:
         BertologyError: a clean and corrupted text of different token counts, answers for a classifier or
-            none for a language model, an answer that is not one token, or an unknown label.
+            none for a language model, a model without the head its pairs need, an answer that is not one
+            token, or an unknown label.
     """
     language_model = pairs_for_language_model(pairs)
     if language_model and loaded.kind != "decoder":
@@ -204,6 +224,7 @@ def encode_pairs(loaded: LoadedModel, pairs: list[PatchPair]) -> EncodedPairs:
         )
     if not language_model and loaded.kind == "decoder":
         raise BertologyError(f"{loaded.name} is a language model: give 'answer' and 'wrong' on every line.")
+    _require_logits(loaded, language_model)
     tokenizer = loaded.tokenizer
     counts: dict[int, list[int]] = {}
     tokens = []

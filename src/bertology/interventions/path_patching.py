@@ -46,6 +46,7 @@ from bertology.interventions.patching import (
 )
 from bertology.interventions.patching_pairs import PatchPair
 from bertology.models.anatomy import AttentionParts, attention_parts
+from bertology.models.heads import head_name
 from bertology.models.loading import LoadedModel
 
 Input = Literal["q", "k", "v"]
@@ -80,18 +81,38 @@ def _rows(parts: AttentionParts, head: int, which: Input) -> tuple[nn.Module, to
     return projection.linear, torch.tensor(projection.rows([slot], parts.head_dim))
 
 
+def check_receivers_after_senders(senders: Sequence[Head], receivers: Sequence[Receiver]) -> None:
+    """Refuse a receiver in the layer of a sender or before it: no sender's output reaches it, so its path
+    effect would be exactly 0. Needs no model (the command line asks before loading one).
+
+    Raises:
+        BertologyError: as said.
+    """
+    if not senders:
+        return
+    last = max(layer for layer, _ in senders)
+    for layer, head, which in receivers:
+        if layer <= last:
+            raise BertologyError(
+                f"Receiver {head_name(layer, head)}:{which} is in layer {layer}, not after every sender (the "
+                f"last in layer {last}), so no sender's output can reach it; choose receivers in layers "
+                f"after {last}."
+            )
+
+
 def _check_heads(loaded: LoadedModel, senders: Sequence[Head], receivers: Sequence[Receiver]) -> None:
     if not senders or not receivers:
         raise BertologyError("Path patching needs at least one sender head and one receiver.")
     for layer, head, *_ in (*senders, *receivers):
         if not (0 <= layer < loaded.num_layers and 0 <= head < loaded.num_heads):
             raise BertologyError(
-                f"Head {layer}.{head} is not in {loaded.name} ({loaded.num_layers} layers of "
+                f"Head {head_name(layer, head)} is not in {loaded.name} ({loaded.num_layers} layers of "
                 f"{loaded.num_heads} heads, 0-based)."
             )
     for receiver in receivers:
         if receiver[2] not in ("q", "k", "v"):
             raise BertologyError(f"A receiver's input is q, k or v, not {receiver[2]!r}.")
+    check_receivers_after_senders(senders, receivers)
 
 
 @contextmanager
@@ -154,8 +175,8 @@ def path_patch(
     :func:`~bertology.interventions.patching.patch`).
 
     Raises:
-        BertologyError: no sender or receiver, a head outside the model, an input other than q, k, v, or
-            pairs the model cannot read.
+        BertologyError: no sender or receiver, a head outside the model, a receiver not in a layer after
+            every sender's, an input other than q, k, v, or pairs the model cannot read.
     """
     check_options(loaded, direction, "head", "exact")
     _check_heads(loaded, senders, receivers)

@@ -1,4 +1,6 @@
-"""Naming attention heads: a selection of ``(layer, head)`` pairs (0-based), checked against a model's size.
+"""Naming attention heads: a selection of ``(layer, head)`` pairs (0-based), checked against a model's size,
+and the one printed name of a head, ``"layer-head"`` (0-based: ``"23-3"``), used by every report, table,
+command's output and the web app.
 
 Head gates, single-head ablation, pruning curves and structural pruning all take heads this way.
 """
@@ -11,6 +13,11 @@ from bertology.errors import BertologyError
 
 #: Heads to act on: ``{layer: [head, ...]}`` or an iterable of ``(layer, head)`` pairs (0-based).
 HeadSelection = Mapping[int, Iterable[int]] | Iterable[tuple[int, int]]
+
+
+def head_name(layer: int, head: int) -> str:
+    """``"layer-head"``, 0-based: a head's name wherever one is printed."""
+    return f"{layer}-{head}"
 
 
 def heads_by_layer(selection: HeadSelection, num_layers: int, num_heads: int) -> dict[int, list[int]]:

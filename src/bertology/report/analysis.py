@@ -42,6 +42,7 @@ from bertology.files.run_files import (
     SUMMARY_FILE,
     mark_run,
 )
+from bertology.models.heads import head_name
 from bertology.progress import Progress, stage
 from bertology.report import page, plots
 from bertology.report.page import Markup, Section
@@ -96,11 +97,6 @@ def pattern_function(name: str) -> object:
     """The function that computes pattern ``name``'s per-query score: the surface statistic of that name
     (``next``, ``previous``) or the function of that name in :mod:`bertology.analysis.patterns`."""
     return SURFACE_STATISTICS[name] if name in SURFACE_STATISTICS else getattr(patterns_module, name)
-
-
-def head_name(layer: int, head: int) -> str:
-    """``"layer-head"``, 0-based."""
-    return f"{layer}-{head}"
 
 
 def closest_pairs(distances: HeadDistances, labels: np.ndarray, count: int = CLOSEST_PAIRS) -> pd.DataFrame:

@@ -21,6 +21,7 @@ from bertology.analysis import comparison as comparison_module
 from bertology.analysis.comparison import HeadMatching, ModelComparison
 from bertology.files.run_files import REPORT_FILE, mark_run
 from bertology.interventions.ablation import AblationResult
+from bertology.models.heads import head_name
 from bertology.report import page, plots
 from bertology.report.analysis import (
     CONFIDENCE,
@@ -28,7 +29,6 @@ from bertology.report.analysis import (
     JS_DIVERGENCE,
     Figures,
     docstring,
-    head_name,
 )
 from bertology.report.page import Markup, Section
 from bertology.stats.base import HeadTable

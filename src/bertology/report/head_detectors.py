@@ -10,6 +10,7 @@ from bertology.analysis.head_detectors import HEAD_SCORES, SCORE_DESCRIPTIONS, H
 from bertology.analysis.head_detectors import __doc__ as DEFINITIONS
 from bertology.attention.capturing import Attention
 from bertology.files.run_files import REPORT_FILE
+from bertology.models.heads import head_name
 from bertology.report import page, plots
 from bertology.views import render_view
 
@@ -28,7 +29,7 @@ def view_name(score: str, layer: int, head: int) -> str:
 def _score_section(detection: HeadDetection, name: str, png: bytes) -> page.Section:
     """A score's heatmap, its strongest heads and links to their views on the repeated sequence."""
     links = [
-        page.link(view_name(name, layer, head), f"L{layer} H{head} ({score:.3f})")
+        page.link(view_name(name, layer, head), f"{head_name(layer, head)} ({score:.3f})")
         for layer, head, score in detection.top(name, VIEWED_HEADS)
     ]
     return page.Section(

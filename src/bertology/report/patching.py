@@ -7,10 +7,12 @@
 - ``pair_effects.csv``: every patch's ``ld_patched`` and ``effect`` for each pair (``pair``: 0-based, the
   file's order), by method.
 - ``summary.json``: the settings, mean ``LD`` clean and corrupted, each pair with its texts and ``LD``s,
-  the heads that restore the answer most, and with both methods their agreement.
+  the largest effects by size with their sign (``top``; heads also by ``name``, ``"layer-head"``
+  0-based), and with both methods their agreement on that set.
 - ``plots/effects.png`` (diverging colours centred at 0) and ``report.html`` with the inputs.
 
-Path patching (``--senders``/``--receivers``) writes ``path_patching.json`` and its report instead.
+Path patching (``--senders``/``--receivers``) writes ``path_patching.json`` (with ``frozen``, the run kept
+frozen and patched) and its report instead.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from bertology.files.run_files import REPORT_FILE, SUMMARY_FILE, mark_run
-from bertology.interventions.patching import PatchingResult, PatchingStudy
+from bertology.interventions.patching import PatchingResult, PatchingStudy, largest, roles
 from bertology.interventions.path_patching import PathPatching
+from bertology.models.heads import head_name
 from bertology.report import page, plots
 
 HEAD_EFFECTS_FILE = "head_effects.csv"
@@ -88,17 +91,39 @@ def pair_frame(study: PatchingStudy) -> pd.DataFrame:
 
 
 def top_cells(result: PatchingResult, count: int = TOP) -> list[dict[str, Any]]:
-    """The ``count`` patches of largest effect (positive: they restore the answer when denoising), each
-    its cell and effect, largest first."""
+    """The ``count`` patches of largest effect by absolute size, with its sign, largest first
+    (:func:`~bertology.interventions.patching.largest`: the set the agreement is computed on): each its
+    cell (0-based), the head's name (``"layer-head"``) where the cell is a head's, and ``effect``."""
     effect = result.effect
-    order = np.argsort(-effect.ravel(), kind="stable")[:count]
-    return [
-        {
-            **dict(zip(_cells(result), map(int, np.unravel_index(i, effect.shape)), strict=True)),
-            "effect": float(effect.ravel()[i]),
-        }
-        for i in order
-    ]
+    cells = []
+    for i in largest(effect, count):
+        cell = dict(zip(_cells(result), map(int, np.unravel_index(i, effect.shape)), strict=True))
+        name = {"name": head_name(cell["layer"], cell["head"])} if "head" in cell else {}
+        cells.append({**name, **cell, "effect": float(effect.ravel()[i])})
+    return cells
+
+
+def largest_effects_text(result: PatchingResult, count: int = 5) -> str:
+    """``"23-3 +0.652, 24-4 -0.301, ..."``: the ``count`` largest effects by size, for a command's output."""
+    return ", ".join(
+        f"{cell.get('name', 'layer ' + str(cell['layer']))}"
+        + (f" at {cell['position']}" if "position" in cell else "")
+        + f" {cell['effect']:+.3f}"
+        for cell in top_cells(result, count)
+    )
+
+
+def colour_caption(direction: str) -> str:
+    """What the heatmap's colours mean under ``direction``."""
+    if direction == "denoising":
+        return (
+            "Red: putting the clean activation into the corrupted run restores the answer (1: all of it); "
+            "blue: it works against the answer."
+        )
+    return (
+        "Blue: putting the corrupted activation into the clean run removes the answer (-1: all of it), so "
+        "the patch matters; red: it raises the answer's lead above the clean run's."
+    )
 
 
 def summary(study: PatchingStudy) -> dict[str, Any]:
@@ -126,12 +151,17 @@ def summary(study: PatchingStudy) -> dict[str, Any]:
         "ld_clean": float(main.ld_clean.mean()),
         "ld_corrupted": float(main.ld_corrupted.mean()),
         "top": {result.method: top_cells(result) for result in study.results},
-        "agreement": study.agreement(),
+        "agreement": study.agreement(TOP),
         "pair_details": pairs,
     }
 
 
-def _positions_figure(values: np.ndarray, rows: list[str], tokens: list[str], title: str) -> Figure:
+def position_labels(tokens: list[str]) -> list[str]:
+    """``"3 Mary"``: each position's number (0-based) and its token."""
+    return [f"{position} {token}" for position, token in enumerate(tokens)]
+
+
+def positions_figure(values: np.ndarray, rows: list[str], tokens: list[str], title: str) -> Figure:
     """A rows x positions heatmap of effects, diverging colours centred at 0."""
     figure = plots.new_figure(min(12.0, 2.0 + 0.45 * len(tokens)), min(40.0, 1.5 + 0.16 * len(rows)))
     ax = figure.subplots()
@@ -140,7 +170,8 @@ def _positions_figure(values: np.ndarray, rows: list[str], tokens: list[str], ti
         values, cmap=plots.DIVERGING_COLORMAP, vmin=low, vmax=high, aspect="auto", interpolation="nearest"
     )
     figure.colorbar(image, ax=ax, fraction=0.05, pad=0.02).set_label("effect")
-    ax.set_xticks(range(len(tokens)), tokens, rotation=90, fontsize=7)
+    ax.set_xticks(range(len(tokens)), position_labels(tokens), rotation=90, fontsize=7)
+    ax.set_xlabel("position: token of the first pair's clean input", fontsize=8)
     ticks = plots.index_ticks(len(rows), most=40)
     ax.set_yticks(ticks, [rows[t] for t in ticks], fontsize=7)
     ax.set_title(title, fontsize=9)
@@ -162,14 +193,26 @@ def _effects_png(study: PatchingStudy, result: PatchingResult, target: Path, dpi
         )
     effect = result.effect
     if result.granularity == "head-position":
-        rows = [f"{layer}.{head}" for layer in range(effect.shape[0]) for head in range(effect.shape[1])]
+        rows = [head_name(layer, head) for layer in range(effect.shape[0]) for head in range(effect.shape[1])]
         effect = effect.reshape(-1, effect.shape[-1])
     else:
         rows = [f"layer {layer}" for layer in range(effect.shape[0])]
-    png = plots.to_png(_positions_figure(effect, rows, study.tokens[0][0], title), dpi=dpi)
+    png = plots.to_png(positions_figure(effect, rows, study.tokens[0][0], title), dpi=dpi)
     (target / "plots").mkdir(parents=True, exist_ok=True)
     (target / "plots" / f"{name}.png").write_bytes(png)
     return png
+
+
+def _top_table(study: PatchingStudy, result: PatchingResult) -> pd.DataFrame:
+    """The report's table of :func:`top_cells`: heads by name (``layer-head``, 0-based), positions with the
+    first pair's clean token, and the effect."""
+    top = pd.DataFrame(top_cells(result))
+    if "name" in top:
+        top = top.drop(columns=["layer", "head"]).rename(columns={"name": "head (layer-head)"})
+    if "position" in top:
+        tokens = [study.tokens[0][0][position] for position in top["position"]]
+        top.insert(top.columns.get_loc("position") + 1, "token", tokens)
+    return top
 
 
 def _pairs_table(study: PatchingStudy) -> pd.DataFrame:
@@ -229,7 +272,7 @@ def write_patching_report(study: PatchingStudy, outdir: str | Path, *, dpi: int 
     sections = []
     for result in study.results:
         png = _effects_png(study, result, target, dpi)
-        top = pd.DataFrame(top_cells(result))
+        top = _top_table(study, result)
         sections.append(
             page.Section(
                 f"{result.method.capitalize()} patching",
@@ -239,14 +282,21 @@ def write_patching_report(study: PatchingStudy, outdir: str | Path, *, dpi: int 
                     page.figure(
                         png,
                         alt=f"{result.method} patching effects",
-                        caption="0-based; red restores the answer, blue works against it.",
+                        caption=f"Layers and heads 0-based. {colour_caption(result.direction)}",
                     ),
-                    page.paragraph(f"The {TOP} largest effects:"),
-                    page.table(top, float_format="{:.3f}"),
+                    page.paragraph(
+                        f"The {len(top)} largest effects by size, with their sign"
+                        + (
+                            ", positions with the token of the first pair's clean input:"
+                            if "token" in top
+                            else ":"
+                        )
+                    ),
+                    page.table(top, float_format="{:+.3f}"),
                 ],
             )
         )
-    agreement = study.agreement()
+    agreement = study.agreement(TOP)
     if agreement is not None:
         sections.append(
             page.Section(
@@ -256,8 +306,8 @@ def write_patching_report(study: PatchingStudy, outdir: str | Path, *, dpi: int 
                     page.paragraph(
                         "Pearson correlation of the exact and the attribution effects over every patch: "
                         f"{agreement['pearson']:.3f}; of the {agreement['top_k']} largest exact effects by "
-                        f"size, {agreement['top_k_agreement']:.0%} are among attribution's "
-                        f"{agreement['top_k']} largest."
+                        f"size (the exact table above), {agreement['top_k_agreement']:.0%} are among "
+                        f"attribution's {agreement['top_k']} largest by size."
                     )
                 ],
             )
@@ -293,13 +343,15 @@ def write_path_patching_report(result: PathPatching, model_name: str, outdir: st
     ``report.html`` into ``outdir``; return the report."""
     target = Path(outdir)
     target.mkdir(parents=True, exist_ok=True)
-    senders = [f"{layer}.{head}" for layer, head in result.senders]
-    receivers = [f"{layer}.{head}:{which}" for layer, head, which in result.receivers]
+    senders = [head_name(layer, head) for layer, head in result.senders]
+    receivers = [f"{head_name(layer, head)}:{which}" for layer, head, which in result.receivers]
+    source, frozen = roles(result.direction)
     content = {
         "model": model_name,
         "direction": result.direction,
         "senders": senders,
         "receivers": receivers,
+        "frozen": frozen,
         "effect": result.effect,
         "ld_clean": result.ld_clean.tolist(),
         "ld_corrupted": result.ld_corrupted.tolist(),
@@ -315,8 +367,9 @@ def write_path_patching_report(result: PathPatching, model_name: str, outdir: st
         "path",
         [
             page.paragraph(
-                f"Senders {', '.join(senders)} patched ({result.direction}) into receivers "
-                f"{', '.join(receivers)} only, the rest frozen at the target run (Wang et al. 2022): "
+                f"Senders {', '.join(senders)} (heads layer-head, 0-based) take their output from the "
+                f"{source} run and reach receivers {', '.join(receivers)} only ({result.direction}); every "
+                f"other head is frozen at the {frozen} run, which is the run patched (Wang et al. 2022): "
                 f"effect {result.effect:.3f}."
             ),
             page.table(frame.rename_axis("pair").reset_index(), float_format="{:.3f}"),

@@ -287,14 +287,16 @@ class AnalysisRun:
         }
 
     def _patching(self, layer: int, head: int) -> dict[str, Any] | None:
-        """This head's patching effect, the run's direction and method, and its rank (1: largest)."""
+        """This head's patching effect, the run's direction and method, and its rank by the effect's size
+        whatever its sign (1: largest; under noising the heads that matter are the most negative)."""
         patching = self.related.patching
         if patching is None:
             return None
         effect = patching.effect
+        size = np.abs(effect)
         return {
             "effect": _finite(effect[layer, head]),
-            "rank": int((effect > effect[layer, head]).sum()) + 1,
+            "rank": int((size > size[layer, head]).sum()) + 1,
             "direction": patching.direction,
             "method": patching.method,
         }

@@ -272,7 +272,7 @@ function showDetail(detail) {
     const entry = detail.patching;
     $("patching").textContent = `Patching this head (${entry.direction}, ${entry.method}) has effect ` +
       `${number(entry.effect, 3)} (1: restores all of the clean behaviour; rank ${entry.rank} of ` +
-      `${analysis.layers * analysis.heads}, 1 = largest) (${related.patching}).`;
+      `${analysis.layers * analysis.heads}, 1 = largest by size, either sign) (${related.patching}).`;
   }
 }
 
