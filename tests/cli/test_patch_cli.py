@@ -142,7 +142,7 @@ def test_answers_for_a_classifier_and_a_bad_receiver_are_refused(
 ) -> None:
     pairs = write_pairs(tmp_path / "pairs.jsonl", PAIRS)
     code, text = invoke(str(tiny_model_dirs["bert"]), str(pairs), "-o", str(tmp_path / "out"))
-    assert code != 0 and "is a classifier" in text
+    assert code != 0 and "is an encoder model, patched as a classifier" in text, text
     code, text = invoke(
         str(tiny_model_dirs["llama"]),
         str(pairs),
