@@ -57,7 +57,9 @@ def test_help_shows_flags_as_flags_and_ranges_in_one_line(words: tuple[str, ...]
     assert all(line.count("[") == line.count("]") for line in lines if "x>=" in line or "x<=" in line)
 
 
-@pytest.mark.parametrize("words", [(), ("cache",), ("probe",)], ids=lambda words: " ".join(words) or "bertology")
+@pytest.mark.parametrize(
+    "words", [(), ("cache",), ("probe",)], ids=lambda words: " ".join(words) or "bertology"
+)
 def test_help_of_the_groups_shows_flags_as_flags(words: tuple[str, ...]) -> None:
     """Issue 43, item 10: ``bertology --help`` and a group's showed ``--help <bool>``."""
     result = CliRunner().invoke(app, [*words, "--help"], env={"COLUMNS": "100"})
