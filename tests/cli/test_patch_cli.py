@@ -90,8 +90,9 @@ def test_patch_residual_writes_the_per_position_table(
     )
     assert code == 0, text
     positions = pd.read_csv(output / "position_effects.csv")
+    assert not positions["clean_token"].str.contains("▁").any()  # shown as the views show it (issue 43)
     assert list(positions.columns) == ["layer", "position", "clean_token", "effect"]
-    fox = positions.loc[(positions["layer"] == 0) & (positions["clean_token"] == "▁fox"), "position"].item()
+    fox = positions.loc[(positions["layer"] == 0) & (positions["clean_token"] == " fox"), "position"].item()
     # the residual stream entering layer 0 at the one differing token is the whole difference
     per_pair = pd.read_csv(output / "pair_effects.csv")
     patched = per_pair.loc[(per_pair["layer"] == 0) & (per_pair["position"] == fox), "ld_patched"].item()

@@ -89,6 +89,15 @@ class State:
     debug = False
 
 
+def say_model_note(name: str) -> None:
+    """What a user should know about the model ``name`` (a quantised file's caveat), as a line on stderr;
+    nothing for a model without a note (:func:`~bertology.models.model_store.model_note`)."""
+    from bertology.models.model_store import model_note
+
+    if note := model_note(name):
+        err.print(f"Note: {note}.", highlight=False)
+
+
 #: The exit code of a run stopped by Ctrl-C (SIGINT), as shells report it (128 + 2).
 INTERRUPTED_EXIT = 130
 

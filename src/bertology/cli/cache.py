@@ -63,7 +63,7 @@ def clear(
         typer.Argument(
             metavar="KEY",
             help="Keys of the entries to remove (as `bertology cache list` shows them, or the start of one); "
-            "default: every entry."
+            "default: every entry.",
         ),
     ] = None,
     older_than: Annotated[

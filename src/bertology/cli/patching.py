@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from bertology.cli.app import app, out
+from bertology.cli.app import app, out, say_model_note
 from bertology.cli.options import DeviceOption, DtypeOption, require_inputs
 from bertology.cli.progress import progress_bar
 from bertology.options import (
@@ -129,6 +129,7 @@ def patch(
     decoder = kind == "decoder"
     check_output_folder(output)
     loaded = load_model(model, language_model=decoder, classifier=not decoder, device=device, dtype=dtype)
+    say_model_note(loaded.name)
     with output_folder(output) as folder:
         if path_heads is not None:
             from bertology.interventions.path_patching import path_patch
