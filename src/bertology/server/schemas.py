@@ -98,7 +98,10 @@ class ViewRequest(InputRequest):
         description="Query token shown first (neuron view; default: the last token for a decoder, else the "
         "first); 422 beyond the input's tokens.",
     )
-    theme: Literal["light", "dark"] = "light"
+    theme: Literal["light", "dark"] | None = Field(
+        None,
+        description="light or dark (default: dark for the model and neuron views, light for the head view).",
+    )
 
 
 def _retyped(base: type[BaseModel], name: str, kind: Any) -> tuple[object, object]:

@@ -151,7 +151,7 @@ def long_view_data(
     _check("Layer", layer, layers, "layers")
     _check("Head", head, heads, "heads")
     causal = bool(not attention.visible(layer, slice(0, 1))[0, 1:].any()) if n > 1 else False
-    query = opening_query(query, n, causal)
+    query = opening_query(query, n, causal and kind == "neuron")  # other views' windows start at the start
     _check("Query token", query, n, "tokens")
     if kind == "neuron":
         start, stop = 0, n
