@@ -39,6 +39,14 @@ ATTACK_METHODS: tuple[AttackMethod, ...] = get_args(AttackMethod)
 #: (:mod:`bertology.interventions.saliency`, :mod:`bertology.interventions.allennlp_attacks`).
 InterpretConvention = Literal["bertology", "allennlp"]
 INTERPRET_CONVENTIONS: tuple[InterpretConvention, ...] = get_args(InterpretConvention)
+#: Activation patching (:mod:`bertology.interventions.patching`): which way activations move, what one
+#: patch covers, and exact patching or its first-order estimate.
+PatchDirection = Literal["denoising", "noising"]
+PATCH_DIRECTIONS: tuple[PatchDirection, ...] = get_args(PatchDirection)
+PatchGranularity = Literal["head", "head-position", "residual"]
+PATCH_GRANULARITIES: tuple[PatchGranularity, ...] = get_args(PatchGranularity)
+PatchMethod = Literal["exact", "attribution", "both"]
+PATCH_METHODS: tuple[PatchMethod, ...] = get_args(PatchMethod)
 #: What a removed head's output becomes (:mod:`bertology.interventions.replacement`).
 AblationKind = Literal["zero", "mean", "resample"]
 ABLATION_KINDS: tuple[AblationKind, ...] = get_args(AblationKind)

@@ -57,6 +57,36 @@ def test_help_shows_flags_as_flags_and_ranges_in_one_line(words: tuple[str, ...]
     assert all(line.count("[") == line.count("]") for line in lines if "x>=" in line or "x<=" in line)
 
 
+@pytest.mark.parametrize(
+    "words", [(), ("cache",), ("probe",)], ids=lambda words: " ".join(words) or "bertology"
+)
+def test_help_of_the_groups_shows_flags_as_flags(words: tuple[str, ...]) -> None:
+    """Issue 43, item 10: ``bertology --help`` and a group's showed ``--help <bool>``."""
+    result = CliRunner().invoke(app, [*words, "--help"], env={"COLUMNS": "100"})
+    assert result.exit_code == 0, result.output
+    assert "<bool>" not in result.output
+    help_line = next(line for line in result.output.splitlines() if "--help" in line)
+    assert help_line.split("--help")[1].split()[0] == "Show", help_line
+
+
+@pytest.mark.parametrize(
+    ("words", "option", "choices"),
+    [
+        (("patch",), "--direction", "<denoising|noising>"),
+        (("patch",), "--granularity", "<head|head-position|residual>"),
+        (("patch",), "--method", "<exact|attribution|both>"),
+        (("relevance",), "--method", "<rollout|flow|both>"),
+    ],
+)
+def test_help_shows_an_options_choices(words: tuple[str, ...], option: str, choices: str) -> None:
+    """Issue 43, item 10: patch's choices showed as ``<str>``; a value outside them is a usage error."""
+    result = CliRunner().invoke(app, [*words, "--help"], env={"COLUMNS": "200"})
+    line = next(line for line in result.output.splitlines() if f" {option} " in line)
+    assert choices in line and "<str>" not in line, line
+    wrong = CliRunner().invoke(app, [*words, "x", "y", "-o", "z", option, "sideways"])
+    assert wrong.exit_code == 2 and "'sideways' is not one of" in wrong.output, wrong.output
+
+
 # --- Item 5: one format detection and one CoNLL-U check for every corpus command -------------------
 
 

@@ -7,18 +7,21 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
-from support.cli import run_child
+from support.cli import run_child, run_in_process
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
+from typer.testing import CliRunner
 
 import bertology.corpus.segments
 from bertology.analysis.analyze import analyze_corpus
 from bertology.analysis.settings import AnalysisSettings
-from bertology.corpus.cache import CacheWarning, cache_entries, evict, read_segments
+from bertology.cli import app
+from bertology.corpus.cache import CacheUse, CacheWarning, cache_entries, evict, read_segments
 from bertology.corpus.encoding import encode
 from bertology.corpus.readers import ByteSpan
 from bertology.corpus.segments import Segment, iter_segments, sample_corpus
@@ -95,6 +98,23 @@ def test_a_second_pass_reads_the_cache_not_the_file(
     _assert_encoded_as_encode_does(first, tokenizer, 80)
     _assert_encoded_as_encode_does(second, tokenizer, 80)
     assert [path.name for path in corpus_cache.iterdir()] == [cache_entries()[0].key]
+
+
+def test_a_pass_tells_how_it_uses_the_cache(corpus: Path, tokenizer: PreTrainedTokenizerFast) -> None:
+    """Issue 43, item 9: a hit was silent; each pass now says, before its first segment, whether an entry
+    served it, it writes one, or the cache was off."""
+    uses: list[CacheUse] = []
+    first = read_segments(corpus, tokenizer, max_length=48, on_cache=uses.append, model="mini")
+    assert [use.state for use in uses] == ["written"]  # told before the first segment
+    list(first)
+    list(read_segments(corpus, tokenizer, max_length=48, on_cache=uses.append))
+    list(read_segments(corpus, tokenizer, max_length=48, cache=False, on_cache=uses.append))
+    key = cache_entries()[0].key
+    assert uses == [CacheUse("written", key), CacheUse("read", key), CacheUse("off")]
+    assert uses[1].sentence() == (
+        f"Segments read from the encoded-corpus cache (entry {key}; see `bertology cache list`)."
+    )
+    assert uses[2].sentence() == ""
 
 
 def test_a_pass_left_early_or_with_no_cache_writes_nothing(
@@ -276,23 +296,73 @@ def test_analyze_from_the_cache_equals_a_run_without_it(
         assert result.segments == plain.segments > 4 and result.tokens_cut == plain.tokens_cut
         assert result.heads_frame().equals(plain.heads_frame())
         assert np.array_equal(result.distances.distance, plain.distances.distance)
+    # what summary.json says of it (issue 43, item 9)
+    key = cache_entries()[0].key
+    assert plain.summary()["corpus_cache"] == "off" and "corpus_cache_key" not in plain.summary()
+    assert {name: written.summary()[name] for name in ("corpus_cache", "corpus_cache_key")} == {
+        "corpus_cache": "written",
+        "corpus_cache_key": key,
+    }
+    assert {name: cached.summary()[name] for name in ("corpus_cache", "corpus_cache_key")} == {
+        "corpus_cache": "read",
+        "corpus_cache_key": key,
+    }
 
 
 def test_the_cache_command_lists_and_clears_entries(
     corpus: Path, tokenizer: PreTrainedTokenizerFast, corpus_cache: Path
 ) -> None:
-    list(read_segments(corpus, tokenizer, max_length=48))
-    key = cache_entries()[0].key
+    """Two entries of one file (issue 43, item 9: they looked alike) differ in the model, ``--max-len``
+    and pairs or single texts that ``cache list`` shows."""
+    list(read_segments(corpus, tokenizer, max_length=48, model="mini"))
+    list(read_segments(corpus, tokenizer, max_length=64, pairs=False, model="mini-decoder"))
+    by_length = {entry.max_length: entry for entry in cache_entries()}
 
-    listed = run_child("cache", "list")
-    assert listed.returncode == 0, listed.stderr
-    assert key in listed.stdout and "corpus.txt" in listed.stdout
-    assert "1 entries, " in listed.stdout and str(corpus_cache) in listed.stdout.replace("\n", "")
+    listed = CliRunner().invoke(app, ["cache", "list"])
+    assert listed.exit_code == 0, listed.output
+    lines = {
+        entry: next(line for line in listed.output.splitlines() if entry.key in line)
+        for entry in by_length.values()
+    }
+    origin = str(tokenizer.name_or_path)
+    assert lines[by_length[48]].startswith(
+        f"{by_length[48].key}  corpus.txt  model mini (tokenizer {origin})  --max-len 48  text, pairs  "
+    )
+    assert lines[by_length[64]].startswith(
+        f"{by_length[64].key}  corpus.txt  model mini-decoder (tokenizer {origin})  --max-len 64  "
+        "text, single texts  "
+    )
+    assert "2 entries, " in listed.output and str(corpus_cache) in listed.output.replace("\n", "")
 
-    cleared = run_child("cache", "clear")
-    assert cleared.returncode == 0, cleared.stderr
-    assert "Removed 1 entries" in cleared.stdout
+    cleared = CliRunner().invoke(app, ["cache", "clear"])
+    assert cleared.exit_code == 0, cleared.output
+    assert "Removed 2 entries" in cleared.output
     assert cache_entries() == []
+
+
+def test_cache_clear_removes_the_entries_named_or_unused_for_days(
+    corpus: Path, tokenizer: PreTrainedTokenizerFast, corpus_cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 43, item 9: ``cache clear`` removed every entry; ``KEY`` (or its start) and ``--older-than
+    DAYS`` choose. Three entries: one last used 10 days ago, one 2 days ago, one now."""
+    for length in (40, 48, 56):
+        list(read_segments(corpus, tokenizer, max_length=length))
+    keys = {entry.max_length: entry.key for entry in cache_entries()}
+    now = time.time()
+    for length, days in ((40, 10), (48, 2)):
+        manifest = corpus_cache / keys[length] / "manifest.json"
+        os.utime(manifest, (now - days * 86_400, now - days * 86_400))
+
+    assert run_in_process(["cache", "clear", "--older-than", "5"], capsys) == (0, "")
+    assert {entry.key for entry in cache_entries()} == {keys[48], keys[56]}
+
+    assert run_in_process(["cache", "clear", keys[56][:10]], capsys) == (0, "")  # the start of a key
+    assert [entry.key for entry in cache_entries()] == [keys[48]]
+
+    code, stderr = run_in_process(["cache", "clear", "f" * 32], capsys)
+    assert code == 1 and stderr.count("\n") == 1, stderr
+    assert f"has no entry whose key is or starts with '{'f' * 32}'" in stderr
+    assert [entry.key for entry in cache_entries()] == [keys[48]]
 
 
 @pytest.mark.slow
@@ -304,11 +374,15 @@ def test_analyze_and_index_write_the_cache_and_no_cache_does_not(
     plain = run_child("analyze", str(corpus), "--no-cache", *quick, "-o", str(tmp_path / "plain"))
     assert plain.returncode == 0, plain.stderr
     assert cache_entries() == []
-    for name in ("written", "cached"):
+    for name, said in (("written", "written to"), ("cached", "read from")):
         run = run_child("analyze", str(corpus), *quick, "-o", str(tmp_path / name))
         assert run.returncode == 0, run.stderr
         assert len(cache_entries()) == 1
         assert (tmp_path / name / "heads.csv").read_bytes() == (tmp_path / "plain" / "heads.csv").read_bytes()
+        key = cache_entries()[0].key
+        assert f"Segments {said} the encoded-corpus cache (entry {key};" in run.stdout
+        summary = json.loads((tmp_path / name / "summary.json").read_text(encoding="utf-8"))
+        assert (summary["corpus_cache"], summary["corpus_cache_key"]) == (name.replace("cached", "read"), key)
 
     indexed = run_child("index", str(corpus), "--no-cache", "-o", str(tmp_path / "index"))
     assert indexed.returncode == 0, indexed.stderr

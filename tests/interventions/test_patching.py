@@ -469,7 +469,9 @@ def test_pairs_the_model_cannot_read_are_refused(models: Callable[[str], LoadedM
     long_answer = PatchPair(*TEXTS[0], " week", " dog", None, None, 1)
     with pytest.raises(BertologyError, match="'answer' ' week' is 2 tokens"):
         encode_pairs(llama, [long_answer])
-    with pytest.raises(BertologyError, match="is a classifier"):
+    with pytest.raises(
+        BertologyError, match=r"only a decoder language model predicts; .* is an encoder model"
+    ):
         encode_pairs(bert, pairs_for("llama"))
     with pytest.raises(BertologyError, match="needs the same token count"):
         patch(llama, pairs_for("llama"), granularity="residual")

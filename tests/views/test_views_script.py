@@ -96,10 +96,11 @@ def _page(name: str) -> str:
     pages = {
         "head": lambda: render_view(single, kind="head", layer=1),
         "model": lambda: render_view(single, kind="model", theme="dark"),
-        "neuron": lambda: render_view(single, kind="neuron", head=2, query=3),
+        # the neuron and long model views in the theme they were recorded in (dark by default since issue 43)
+        "neuron": lambda: render_view(single, kind="neuron", head=2, query=3, theme="light"),
         "pair": lambda: render_view(_attention(*PAIR), kind="head", faint_lines=True),
         "long-head": lambda: render_view(_long_attention(), kind="head", window=(2, 6)),
-        "long-model": lambda: render_view(_long_attention(), kind="model", window=(3, 5)),
+        "long-model": lambda: render_view(_long_attention(), kind="model", window=(3, 5), theme="light"),
         "sets": _sets_view,
     }
     return pages[name]().html

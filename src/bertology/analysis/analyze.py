@@ -14,7 +14,7 @@ import itertools
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Self
 
@@ -42,7 +42,7 @@ from bertology.attention.capturing import (
 from bertology.attention.long_capture import CHUNK_BYTES, LayerQueriesKeys
 from bertology.attention.norms import Weights, check_weights
 from bertology.corpus.batching import PAD_MULTIPLE, SORT_WINDOW, length_sorted_batches, prefetched
-from bertology.corpus.cache import read_segments
+from bertology.corpus.cache import CACHE_OFF, CacheUse, read_segments
 from bertology.corpus.encoding import EncodedBatch, Text, stack_rows
 from bertology.corpus.reader_processes import default_readers
 from bertology.corpus.segments import Segment
@@ -70,6 +70,8 @@ class CorpusAnalysis(Summarised):
     weights: the attention weights measured (``"attention"`` or ``"norm"``, see
         :mod:`bertology.attention.norms`). dtype: the precision the model ran in (``"float32"``,
         ``"bfloat16"`` or ``"float16"``; the statistics are float64 sums either way).
+    corpus_cache: how the segments came through the encoded-corpus cache (read from an entry, written to
+        one, or not: :class:`~bertology.corpus.cache.CacheUse`; the statistics are the same either way).
     """
 
     model_name: str
@@ -88,6 +90,7 @@ class CorpusAnalysis(Summarised):
     convention: Convention = "bertology"
     dtype: str = "float32"
     examples_per_head: int = EXAMPLES_PER_HEAD
+    corpus_cache: CacheUse = CACHE_OFF
 
     def heads_frame(self) -> pd.DataFrame:
         """One row per head: layer, head, every surface statistic, the label, its example segment and
@@ -114,6 +117,8 @@ class CorpusAnalysis(Summarised):
             "tokens_cut": self.tokens_cut,
             "examples_per_head": self.examples_per_head,
             "seconds": round(self.seconds, 2),
+            "corpus_cache": self.corpus_cache.state,
+            **({"corpus_cache_key": self.corpus_cache.key} if self.corpus_cache.key else {}),
         }
 
 
@@ -129,6 +134,8 @@ def corpus_batches(
     encoded_length: int | None = None,
     cache: bool = True,
     readers: int = 1,
+    on_cache: Callable[[CacheUse], None] | None = None,
+    model: str = "",
 ) -> Iterator[list[Segment]]:
     """The first ``limit`` segments of ``corpus`` (all if ``None``), packed with ``tokenizer`` into at most
     ``max_length`` tokens each (:func:`~bertology.corpus.segments.iter_segments`; ``pairs=False`` for a
@@ -149,7 +156,8 @@ def corpus_batches(
     :meth:`CorpusAccumulators.encode` then stacks instead of encoding again. ``readers``: processes that
     read, segment and encode the corpus when the cache does not serve it
     (:mod:`bertology.corpus.reader_processes`; 1: the calling thread); the segments are the same for any
-    number.
+    number. on_cache, model: as :func:`~bertology.corpus.cache.read_segments` takes them (how the pass
+    uses the cache; the model named in an entry it writes).
     """
     segments = read_segments(
         corpus,
@@ -160,6 +168,8 @@ def corpus_batches(
         encoded_length=encoded_length,
         cache=cache and limit is None,
         readers=readers,
+        on_cache=on_cache,
+        model=model,
     )
     limited = itertools.islice(segments, limit)
     return length_sorted_batches(limited, _segment_tokens, batch_size=batch_size, window=SORT_WINDOW)
@@ -428,6 +438,7 @@ def analyze_corpus(
         BertologyError: unreadable or empty corpus, or a corpus too small for the head map.
     """
     accumulators = CorpusAccumulators(loaded, settings, corpus=corpus)
+    uses: list[CacheUse] = []  # how the pass uses the cache, told as it starts
     batch_size = settings.batch_size
     if accumulators.uses_queries_keys():
         batch_size = min(batch_size, max(1, LONG_BATCH_TOKENS // min(settings.max_length, loaded.max_length)))
@@ -442,6 +453,8 @@ def analyze_corpus(
         encoded_length=min(settings.max_length, loaded.max_length),
         cache=settings.cache,
         readers=readers or default_readers(str(loaded.device)),
+        on_cache=uses.append,
+        model=loaded.name,
     )
     reader = copy.deepcopy(loaded.tokenizer)  # the reader thread's own: a tokenizer serves one thread
     encoded = (accumulators.encode(batch, reader) for batch in batches)
@@ -449,7 +462,7 @@ def analyze_corpus(
         accumulators.update(batch)
         if on_progress is not None:
             on_progress(accumulators.segments, settings.limit)
-    return accumulators.result()
+    return replace(accumulators.result(), corpus_cache=uses[0])
 
 
 def example_segments(analysis: CorpusAnalysis, loaded: LoadedModel, wanted: set[int]) -> dict[int, Segment]:

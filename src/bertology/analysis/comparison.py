@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal, Self
 
 import numpy as np
@@ -38,6 +38,7 @@ from bertology.analysis.settings import DEFAULT_SETTINGS, AnalysisSettings
 from bertology.attention.norms import WEIGHT_DESCRIPTIONS
 from bertology.attention.words import WordAttention, word_attention
 from bertology.corpus.batching import prefetched
+from bertology.corpus.cache import CacheUse
 from bertology.corpus.encoding import EncodedBatch
 from bertology.corpus.reader_processes import default_readers
 from bertology.corpus.segments import Segment, iter_segments
@@ -232,7 +233,12 @@ class ModelComparison(Summarised):
             "query units": self.query_units,
             "identity matching": "yes" if self.matching.is_identity() else "no",
             "seconds": round(self.seconds, 2),
+            **{name: value for name, value in self.a.summary().items() if name.startswith("corpus_cache")},
         }
+
+    def with_cache(self, use: CacheUse) -> ModelComparison:
+        """The comparison with ``use`` as both analyses' ``corpus_cache`` (they read the same segments)."""
+        return replace(self, a=replace(self.a, corpus_cache=use), b=replace(self.b, corpus_cache=use))
 
     def to_json(self) -> str:
         """JSON text: the summary, one record per row of :meth:`to_frame` (NaN as ``null``), the matching
@@ -395,9 +401,10 @@ def comparison_batches(
     model_b: LoadedModel,
     settings: AnalysisSettings,
     readers: int = 1,
+    on_cache: Callable[[CacheUse], None] | None = None,
 ) -> Iterator[list[Segment]]:
     """The batches both models read (:func:`~bertology.analysis.analyze.corpus_batches` with A's tokenizer,
-    the settings' reading options and ``readers`` reader processes)."""
+    the settings' reading options, ``readers`` reader processes and ``on_cache``)."""
     return corpus_batches(
         corpus,
         model_a.tokenizer,
@@ -408,6 +415,8 @@ def comparison_batches(
         pairs=model_a.kind == model_b.kind == "encoder",  # a decoder reads single texts
         cache=settings.cache,
         readers=readers,
+        on_cache=on_cache,
+        model=model_a.name,
     )
 
 
@@ -437,11 +446,12 @@ def compare_models(
     """
     accumulators = ComparisonAccumulators(model_a, model_b, settings, level=level, corpus=corpus)
     readers = readers or default_readers(str(model_a.device))
-    for batch in prefetched(comparison_batches(corpus, model_a, model_b, settings, readers)):
+    uses: list[CacheUse] = []  # how the pass uses the cache, told as it starts
+    for batch in prefetched(comparison_batches(corpus, model_a, model_b, settings, readers, uses.append)):
         accumulators.update(batch)
         if on_progress is not None:
             on_progress(accumulators.items, settings.limit)
-    return accumulators.result()
+    return accumulators.result().with_cache(uses[0])
 
 
 def first_segment(

@@ -15,12 +15,21 @@ from typing import Annotated, Any, TextIO
 
 import typer
 from rich.console import Console
-from typer.core import TyperCommand
+from typer.core import TyperCommand, TyperGroup
 
 from bertology.options import MAX_COUNT
 
 #: What pydantic (which parses typer's values) puts before the sentence of a check that failed.
 _PYDANTIC_PREFIX = "Value error, "
+
+
+def flags_as_flags(params: list[Any]) -> list[Any]:
+    """``params`` with every flag shown in ``--help`` as a flag, without the ``<bool>`` value it takes
+    none of."""
+    for param in params:
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+    return params
 
 
 class BertologyCommand(TyperCommand):
@@ -30,11 +39,7 @@ class BertologyCommand(TyperCommand):
     that ``--help`` would print as ``[1<=x<=9223372036854775807]``)."""
 
     def get_params(self, ctx: typer.Context) -> list[Any]:
-        params = super().get_params(ctx)
-        for param in params:
-            if getattr(param, "is_flag", False) and param.metavar is None:
-                param.metavar = ""  # a flag takes no value: show none
-        return params
+        return flags_as_flags(super().get_params(ctx))
 
     def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
         try:
@@ -49,8 +54,20 @@ class BertologyCommand(TyperCommand):
         return rest
 
 
+class BertologyGroup(TyperGroup):
+    """``bertology`` and its groups of commands (``cache``, ``probe``): flags shown as flags, as in
+    :class:`BertologyCommand`."""
+
+    def get_params(self, ctx: typer.Context) -> list[Any]:
+        return flags_as_flags(super().get_params(ctx))
+
+
 class BertologyApp(typer.Typer):
-    """The typer application whose commands are :class:`BertologyCommand` s."""
+    """The typer application whose commands are :class:`BertologyCommand` s and groups
+    :class:`BertologyGroup` s."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(cls=BertologyGroup, **kwargs)
 
     def command(self, *args: Any, **kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         kwargs.setdefault("cls", BertologyCommand)
@@ -70,6 +87,15 @@ err = Console(stderr=True, soft_wrap=True)
 
 class State:
     debug = False
+
+
+def say_model_note(name: str) -> None:
+    """What a user should know about the model ``name`` (a quantised file's caveat), as a line on stderr;
+    nothing for a model without a note (:func:`~bertology.models.model_store.model_note`)."""
+    from bertology.models.model_store import model_note
+
+    if note := model_note(name):
+        err.print(f"Note: {note}.", highlight=False)
 
 
 #: The exit code of a run stopped by Ctrl-C (SIGINT), as shells report it (128 + 2).

@@ -21,6 +21,7 @@ from bertology.options import (
 )
 
 if TYPE_CHECKING:
+    from bertology.corpus.cache import CacheUse
     from bertology.interventions.ablation import AblationResult
 from bertology.cli.app import app, err, out, resumable
 from bertology.cli.options import (
@@ -42,6 +43,12 @@ from bertology.cli.options import (
     utf8_text,
 )
 from bertology.cli.progress import progress_bar
+
+
+def say_cache_use(use: CacheUse) -> None:
+    """One line on how a run's segments came through the encoded-corpus cache (none when it was off)."""
+    if sentence := use.sentence():
+        out.print(sentence, highlight=False)
 
 
 @app.command()
@@ -143,6 +150,7 @@ def analyze(
             sharded = ShardedRun(checkpoint, resume, on_progress=on_progress)
             with resumable(checkpoint), cluster_pool(job, cluster) as pool:
                 analysis = analyze_on_pool(pool, corpus, loaded, sharded=sharded, readers=readers)
+    say_cache_use(analysis.corpus_cache)
     if analysis.truncated_segments:
         err.print(
             f"[yellow]Warning:[/yellow] {analysis.truncated_segments} segments were longer than "
@@ -203,6 +211,7 @@ def index(
     loaded = load_model(model, device=device, dtype=dtype)
     require_max_length(loaded, max_len)
     with progress_bar("Indexing segments", limit, rate="segments") as on_progress:
+        uses: list[CacheUse] = []
         built = build_index(
             corpus,
             output,
@@ -214,7 +223,10 @@ def index(
             on_progress=on_progress,
             cache=not no_cache,
             readers=readers,
+            on_cache=uses.append,
         )
+    for use in uses:
+        say_cache_use(use)
     out.print(
         f"Indexed {len(built)} tokens of {len(built.segments)} segments at layers "
         f"{', '.join(map(str, built.layers))} in {output}.",
@@ -348,6 +360,7 @@ def compare(
                 comparison = compare_on_pool(
                     pool, corpus, loaded_a, loaded_b, sharded=sharded, readers=readers
                 )
+    say_cache_use(comparison.a.corpus_cache)
     segment = None if text is not None else first_segment(corpus, loaded_a, loaded_b, max_length=max_len)
     texts = (text, None) if segment is None else (segment.text_a, segment.text_b)
     views = (

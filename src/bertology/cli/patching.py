@@ -8,10 +8,16 @@ from typing import Annotated
 
 import typer
 
-from bertology.cli.app import app, out
+from bertology.cli.app import app, out, say_model_note
 from bertology.cli.options import DeviceOption, DtypeOption, require_inputs
 from bertology.cli.progress import progress_bar
-from bertology.options import DEFAULT_DEVICE, DEFAULT_DTYPE
+from bertology.options import (
+    DEFAULT_DEVICE,
+    DEFAULT_DTYPE,
+    PatchDirection,
+    PatchGranularity,
+    PatchMethod,
+)
 
 #: A head as printed everywhere, ``layer-head`` (0-based), or the older ``layer.head``.
 _SENDER = re.compile(r"(\d+)[-.](\d+)")
@@ -72,13 +78,13 @@ def patch(
         Path, typer.Option("-o", "--output", help="Folder for report.html, CSV, JSON and plots.")
     ],
     direction: Annotated[
-        str,
+        PatchDirection,
         typer.Option(
             "--direction", help="denoising: clean activations into the corrupted run; noising: the reverse."
         ),
     ] = "denoising",
     granularity: Annotated[
-        str,
+        PatchGranularity,
         typer.Option(
             "--granularity",
             help="head: each head at every position; head-position: each head at each position; residual: "
@@ -86,7 +92,7 @@ def patch(
         ),
     ] = "head",
     method: Annotated[
-        str,
+        PatchMethod,
         typer.Option(
             "--method",
             help="exact: a patched pass per patch; attribution: the first-order estimate from one backward "
@@ -113,15 +119,6 @@ def patch(
     """Patch activations between clean and corrupted inputs: how much of the behaviour (the logit difference
     of the answer and the wrong token, or of two labels) each head, head and position, or residual position
     restores. With --senders and --receivers: path patching (Wang et al. 2022)."""
-    from bertology.interventions.patching import DIRECTIONS, GRANULARITIES, METHODS
-
-    for value, allowed, name in (
-        (direction, DIRECTIONS, "--direction"),
-        (granularity, GRANULARITIES, "--granularity"),
-        (method, METHODS, "--method"),
-    ):
-        if value not in allowed:
-            raise typer.BadParameter(f"choose one of {', '.join(allowed)}, not {value!r}.", param_hint=name)
     if (senders is None) != (receivers is None):
         raise typer.BadParameter("path patching needs both --senders and --receivers.")
     path_heads = None if senders is None else (parse_senders(senders), parse_receivers(receivers or ""))
@@ -130,30 +127,24 @@ def patch(
         from bertology.interventions.path_patching import check_receivers_after_senders
 
         check_receivers_after_senders(*path_heads)  # type: ignore[arg-type]
-    from bertology.errors import BertologyError
     from bertology.files.outputs import check_output_folder, output_folder
-    from bertology.interventions.patching_pairs import pairs_for_language_model, read_pairs
+    from bertology.interventions.patching_pairs import check_pairs_fit, read_pairs
     from bertology.models.loading import load_model, model_kind
 
     chosen = read_pairs(pairs)
-    language_model = pairs_for_language_model(chosen)
-    decoder = model_kind(model) == "decoder"
-    if language_model and not decoder:
-        raise BertologyError(
-            f"The pairs give 'answer' and 'wrong', which a language model needs; '{model}' is a classifier, "
-            "whose pairs give optional 'label' and 'wrong_label' instead."
-        )
-    if decoder and not language_model:
-        raise BertologyError(f"'{model}' is a language model: give 'answer' and 'wrong' on every line.")
+    kind = model_kind(model)
+    check_pairs_fit(chosen, model, kind)
+    decoder = kind == "decoder"
     check_output_folder(output)
     loaded = load_model(model, language_model=decoder, classifier=not decoder, device=device, dtype=dtype)
+    say_model_note(loaded.name)
     with output_folder(output) as folder:
         if path_heads is not None:
             from bertology.interventions.patching import roles
             from bertology.interventions.path_patching import path_patch
             from bertology.report.patching import write_path_patching_report
 
-            result = path_patch(loaded, chosen, *path_heads, direction=direction)  # type: ignore[arg-type]
+            result = path_patch(loaded, chosen, *path_heads, direction=direction)
             report = output / write_path_patching_report(result, loaded.name, folder).name
             frozen = roles(result.direction)[1]
             out.print(
@@ -169,9 +160,9 @@ def patch(
             study = run_patching(
                 loaded,
                 chosen,
-                direction=direction,  # type: ignore[arg-type]
-                granularity=granularity,  # type: ignore[arg-type]
-                method=method,  # type: ignore[arg-type]
+                direction=direction,
+                granularity=granularity,
+                method=method,
                 patches_per_pass=patches_per_pass,
                 on_progress=on_progress,
             )

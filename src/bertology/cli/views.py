@@ -10,7 +10,7 @@ import typer
 from rich import box
 from rich.table import Table
 
-from bertology.cli.app import app, out
+from bertology.cli.app import app, out, say_model_note
 from bertology.cli.options import (
     DeviceOption,
     DtypeOption,
@@ -40,12 +40,13 @@ def view(
     layer: Annotated[int, typer.Option("--layer", "-l", help="Layer shown first (0-based).")] = 0,
     head: Annotated[int, typer.Option("--head", help="Head shown first in the neuron view (0-based).")] = 0,
     query: Annotated[
-        int,
+        int | None,
         typer.Option(
             "--query",
-            help="Query token of the neuron view; a long input's window is centred on it (0-based).",
+            help="Query token of the neuron view; a long input's window is centred on it (0-based; default: "
+            "the last token for a decoder, whose first query sees only itself, else the first).",
         ),
-    ] = 0,
+    ] = None,
     max_tokens: Annotated[
         int | None,
         typer.Option(
@@ -54,7 +55,26 @@ def view(
             help="Most tokens read (default: the model's own limit; over 1,024 the long-input views).",
         ),
     ] = None,
-    theme: Annotated[Theme, typer.Option(help="light or dark.")] = "light",
+    theme: Annotated[
+        Theme | None,
+        typer.Option(
+            help="light or dark (default: dark for the model and neuron views, light for the head view)."
+        ),
+    ] = None,
+    prettify: Annotated[
+        bool,
+        typer.Option(
+            "--prettify/--no-prettify",
+            help="Show the word-start marks Ġ and ▁ of byte-level BPE and SentencePiece tokens as spaces.",
+        ),
+    ] = True,
+    faint: Annotated[
+        bool,
+        typer.Option(
+            "--faint",
+            help="Head view: draw every line at an opacity of at least 0.1, so weak attention stays visible.",
+        ),
+    ] = False,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="HTML file to write.")] = None,
     open_: Annotated[bool, typer.Option("--open", help="Open the page in a web browser.")] = False,
     weights: WeightsOption = "attention",
@@ -94,7 +114,10 @@ def view(
         target=target,
         attention_set=attention,
         max_tokens=max_tokens,
+        prettify_tokens=prettify,
+        faint_lines=faint,
     )
+    say_model_note(loaded.name)
     written = page.save(target_file)
     size_mb = written.stat().st_size / 1e6
     out.print(

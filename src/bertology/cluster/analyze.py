@@ -11,7 +11,7 @@ run's (sums in another order: about 1e-16 relative).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bertology.analysis.analyze import CorpusAccumulators, CorpusAnalysis, corpus_batches
@@ -19,6 +19,7 @@ from bertology.analysis.settings import DEFAULT_SETTINGS, AnalysisSettings
 from bertology.cluster.driver import PLAIN_RUN, ShardedRun, run_on_shards
 from bertology.cluster.shards import SHARD_SEGMENTS, Shard
 from bertology.cluster.workers import WorkerPool
+from bertology.corpus.cache import CacheUse
 from bertology.models.loading import LoadedModel, ModelSpec
 
 
@@ -79,6 +80,7 @@ def analyze_on_pool(
             or a worker that failed.
     """
     settings = pool.spec.settings
+    uses: list[CacheUse] = []  # how the pass uses the cache, told as it starts
     batches = corpus_batches(
         corpus,
         loaded.tokenizer,
@@ -89,6 +91,8 @@ def analyze_on_pool(
         pairs=loaded.kind == "encoder",
         cache=settings.cache,
         readers=readers or 1,
+        on_cache=uses.append,
+        model=loaded.name,
     )
     merged = run_on_shards(
         pool,
@@ -100,4 +104,4 @@ def analyze_on_pool(
         limit=settings.limit,
         sharded=sharded,
     )
-    return merged.result()
+    return replace(merged.result(), corpus_cache=uses[0])

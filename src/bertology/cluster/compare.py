@@ -17,6 +17,7 @@ from bertology.analysis.settings import DEFAULT_SETTINGS, AnalysisSettings
 from bertology.cluster.driver import PLAIN_RUN, ShardedRun, run_on_shards
 from bertology.cluster.shards import SHARD_SEGMENTS, Shard
 from bertology.cluster.workers import WorkerPool
+from bertology.corpus.cache import CacheUse
 from bertology.models.loading import LoadedModel, ModelSpec
 from bertology.options import Level
 
@@ -81,14 +82,15 @@ def compare_on_pool(
             run, or a worker that failed.
     """
     settings = pool.spec.settings
+    uses: list[CacheUse] = []  # how the pass uses the cache, told as it starts
     merged = run_on_shards(
         pool,
         "compare",
         corpus,
-        comparison_batches(corpus, model_a, model_b, settings, readers or 1),
+        comparison_batches(corpus, model_a, model_b, settings, readers or 1, uses.append),
         pool.spec.accumulators(model_a, model_b, corpus=corpus),
         per_shard=segments_per_shard,
         limit=settings.limit,
         sharded=sharded,
     )
-    return merged.result()
+    return merged.result().with_cache(uses[0])

@@ -36,11 +36,12 @@ import hashlib
 import json
 import os
 import shutil
+import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from transformers import PreTrainedTokenizerFast
@@ -74,16 +75,52 @@ class CacheWarning(UserWarning):
     """A damaged or unwritable cache entry (the corpus is read from its file instead)."""
 
 
+#: How a pass over a corpus used the cache: an entry served it (``read``), none had its key and the pass
+#: writes one once it reaches the corpus's end (``written``), or the cache was not asked (``off``:
+#: ``--no-cache``, or ``--limit``, which reads only the corpus's beginning).
+CacheState = Literal["read", "written", "off"]
+
+
+@dataclass(frozen=True)
+class CacheUse:
+    """How one pass over a corpus used the cache (:data:`CacheState`) and the key of its entry (``None``
+    when ``off``)."""
+
+    state: CacheState
+    key: str | None = None
+
+    def sentence(self) -> str:
+        """What the command line says of it, e.g. "Segments read from the encoded-corpus cache (entry
+        KEY)." ("" when off)."""
+        if self.state == "off":
+            return ""
+        how = "read from" if self.state == "read" else "written to"
+        return f"Segments {how} the encoded-corpus cache (entry {self.key}; see `bertology cache list`)."
+
+
+#: The pass that did not ask the cache.
+CACHE_OFF = CacheUse("off")
+
+
 @dataclass(frozen=True)
 class CacheEntry:
-    """One entry as :func:`cache_entries` lists it: its key, corpus file name, segments, size in bytes and
-    when it was last used (seconds since the epoch)."""
+    """One entry as :func:`cache_entries` lists it: its key, corpus file name, segments, size in bytes,
+    when it was last used (seconds since the epoch), and what shaped it: the model whose run wrote it
+    (any model with the same tokenizer reads it), the tokenizer (where it was loaded from, its
+    ``name_or_path``), ``max_length`` (``--max-len``), the corpus format and whether segments are pairs
+    (an encoder's) or single texts (a decoder's); ``None`` for an entry written before they were
+    recorded."""
 
     key: str
     corpus: str
     segments: int
     bytes: int
     used: float
+    model: str | None = None
+    tokenizer: str | None = None
+    max_length: int | None = None
+    format: str | None = None
+    pairs: bool | None = None
 
 
 def corpus_cache_folder() -> Path:
@@ -162,6 +199,8 @@ def read_segments(
     encoded_length: int | None = None,
     cache: bool = True,
     readers: int = 1,
+    on_cache: Callable[[CacheUse], None] | None = None,
+    model: str = "",
 ) -> Iterator[Segment]:
     """The segments of :func:`~bertology.corpus.segments.iter_segments` (same arguments, same order,
     equal segments),
@@ -173,7 +212,10 @@ def read_segments(
     nothing padded);
     ``None``: segments only. cache: ``False`` reads the file and writes nothing (``--no-cache``).
     readers: processes that read, segment and encode the file when the cache does not serve
-    (:func:`~bertology.corpus.reader_processes.read_encoded`; 1: this process).
+    (:func:`~bertology.corpus.reader_processes.read_encoded`; 1: this process). on_cache: told, once and
+    before the first segment, how this pass uses the cache (:class:`CacheUse`). model: the name of the model
+    the segments are read for, recorded in an entry this pass writes (for ``bertology cache list``; the key
+    does not depend on it, so models with one tokenizer share their entries).
 
     Raises:
         BertologyError: as :func:`~bertology.corpus.segments.iter_segments`.
@@ -182,24 +224,36 @@ def read_segments(
     chosen = check_corpus(path, tokenizer, max_length=max_length, format=format)
     reading = SpanReading(path, chosen, tokenizer, max_length, pairs, encoded_length)
     segments = require_text(read_encoded(reading, readers), path)
+    tell = on_cache or (lambda use: None)
     if not cache:
+        tell(CACHE_OFF)
         return segments
     key = cache_key(
         path, tokenizer, max_length=max_length, format=chosen, pairs=pairs, encoded_length=encoded_length
     )
     folder = corpus_cache_folder() / key
     if (manifest := _trusted(folder)) is not None:
+        tell(CacheUse("read", key))
         return _cached(folder, manifest, encoded_length)
-    return _written(segments, folder, path.name, encoded_length)
+    tell(CacheUse("written", key))
+    shape = {
+        "corpus": path.name,
+        "model": model,
+        "tokenizer": str(tokenizer.name_or_path),
+        "max_length": max_length,
+        "format": chosen,
+        "pairs": pairs,
+        "encoded_length": encoded_length,
+    }
+    return _written(segments, folder, shape)
 
 
-def _written(
-    segments: Iterator[Segment], folder: Path, corpus: str, encoded_length: int | None
-) -> Iterator[Segment]:
+def _written(segments: Iterator[Segment], folder: Path, shape: dict[str, Any]) -> Iterator[Segment]:
     """``segments``, written to a temporary folder as they pass and renamed to ``folder`` once the last has
-    passed (a pass left early, or failing, writes nothing). The temporary folder is locked while this
-    writer lives (:func:`bertology.files.swap.locked_staging`), so another writer removes it only once its
-    writer is gone (:func:`evict`)."""
+    passed (a pass left early, or failing, writes nothing); ``shape``: what the manifest records of the
+    corpus and the settings that shaped the segments (:class:`CacheEntry`). The temporary folder is locked
+    while this writer lives (:func:`bertology.files.swap.locked_staging`), so another writer removes it
+    only once its writer is gone (:func:`evict`)."""
     parent = folder.parent
     try:
         parent.mkdir(parents=True, exist_ok=True)
@@ -218,7 +272,7 @@ def _written(
             for segment in segments:
                 writer.add(segment)
                 yield segment
-            writer.finish(corpus, encoded_length)
+            writer.finish(shape)
         done = True
     finally:
         if done:
@@ -267,16 +321,15 @@ class _EntryWriter:
         self.record_bytes += len(line)
         self.index.append((self.tokens, self.record_bytes, segment.tokens, row.truncated if row else 0))
 
-    def finish(self, corpus: str, encoded_length: int | None) -> None:
+    def finish(self, shape: dict[str, Any]) -> None:
         np.asarray(self.index, dtype=np.int64).reshape(-1, 4).tofile(self.folder / "index")
         for handle in self.files.values():
             handle.close()
         names = ["index", *self.files]
         manifest = {
             "layout": LAYOUT,
-            "corpus": corpus,
+            **shape,
             "segments": len(self.index),
-            "encoded_length": encoded_length,
             "files": {name: _file_record(self.folder / name) for name in names},
         }
         (self.folder / _MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
@@ -399,19 +452,64 @@ def cache_entries() -> list[CacheEntry]:
         except (OSError, ValueError):
             continue
         found.append(
-            CacheEntry(entry.name, manifest.get("corpus", ""), manifest.get("segments", 0), size, used)
+            CacheEntry(
+                entry.name,
+                manifest.get("corpus", ""),
+                manifest.get("segments", 0),
+                size,
+                used,
+                manifest.get("model"),
+                manifest.get("tokenizer"),
+                manifest.get("max_length"),
+                manifest.get("format"),
+                manifest.get("pairs"),
+            )
         )
     return sorted(found, key=lambda entry: entry.used)
 
 
-def clear_cache() -> int:
-    """Remove every entry (and any killed run's leftovers) of the corpus cache; returns the entries removed.
-    The packaged models beside it stay."""
+def clear_cache(keys: Sequence[str] = (), *, older_than: float | None = None) -> list[str]:
+    """Remove entries of the corpus cache and return their keys: those named by ``keys`` (each a key or the
+    start of exactly one), or those last used more than ``older_than`` seconds ago, or both conditions
+    together; neither given: every entry, and any killed run's leftovers. The packaged models beside the
+    cache stay, and so does a live writer's temporary folder.
+
+    Raises:
+        BertologyError: a key that names no entry, or the start of more than one.
+    """
     entries = cache_entries()
+    chosen = entries
+    if keys:
+        chosen = [_entry_named(key, entries) for key in keys]
+    if older_than is not None:
+        now = time.time()
+        chosen = [entry for entry in chosen if now - entry.used > older_than]
     folder = corpus_cache_folder()
-    if folder.is_dir():
-        shutil.rmtree(folder)
-    return len(entries)
+    if not keys and older_than is None:
+        if folder.is_dir():
+            shutil.rmtree(folder)
+        return [entry.key for entry in entries]
+    for entry in chosen:
+        shutil.rmtree(folder / entry.key, ignore_errors=True)
+    return [entry.key for entry in chosen]
+
+
+def _entry_named(key: str, entries: list[CacheEntry]) -> CacheEntry:
+    """The entry whose key is ``key`` or starts with it.
+
+    Raises:
+        BertologyError: none, or more than one.
+    """
+    found = [entry for entry in entries if entry.key == key] or [
+        entry for entry in entries if entry.key.startswith(key)
+    ]
+    if len(found) != 1:
+        what = "no entry" if not found else f"{len(found)} entries"
+        raise BertologyError(
+            f"The corpus cache in {corpus_cache_folder()} has {what} whose key is or starts with '{key}'; "
+            "`bertology cache list` shows the keys."
+        )
+    return found[0]
 
 
 def evict(limit: int) -> list[str]:

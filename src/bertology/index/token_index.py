@@ -34,7 +34,7 @@ import os
 import zipfile
 from array import array
 from collections import Counter, deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import count
@@ -48,7 +48,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast
 from usearch.index import Index
 
 from bertology.corpus.batching import PAD_MULTIPLE, length_sorted_batches, prefetched
-from bertology.corpus.cache import read_segments
+from bertology.corpus.cache import CacheUse, read_segments
 from bertology.corpus.reader_processes import default_readers
 from bertology.corpus.readers.treebank import read_treebank
 from bertology.corpus.segments import detect_format
@@ -93,12 +93,20 @@ def default_layers(num_layers: int) -> list[int]:
 
 
 def read_indexed_segments(
-    path: Path, tokenizer: PreTrainedTokenizerFast, max_length: int, *, cache: bool = True, readers: int = 1
+    path: Path,
+    tokenizer: PreTrainedTokenizerFast,
+    max_length: int,
+    *,
+    cache: bool = True,
+    readers: int = 1,
+    on_cache: Callable[[CacheUse], None] | None = None,
+    model: str = "",
 ) -> Iterator[IndexedSegment]:
     """The corpus as index inputs: a treebank sentence by sentence (with its relations), any other
     corpus as :func:`bertology.corpus.segments.iter_segments` packs it (words split as BERT
     pre-tokenises), through the encoded-corpus cache (:func:`bertology.corpus.cache.read_segments`;
-    ``cache=False``: not) and read by ``readers`` processes where the cache does not serve."""
+    ``cache=False``: not; ``on_cache`` and ``model`` as it takes them) and read by ``readers`` processes
+    where the cache does not serve."""
     format = "conllu" if path.is_dir() else detect_format(path)  # refuses a table at once
     if format == "conllu":
         for sentence in read_treebank(path):
@@ -112,7 +120,14 @@ def read_indexed_segments(
         return text if isinstance(text, list) else [word for word, _ in pre_tokenizer.pre_tokenize_str(text)]
 
     segments = read_segments(
-        path, tokenizer, max_length=max_length, format=format, cache=cache, readers=readers
+        path,
+        tokenizer,
+        max_length=max_length,
+        format=format,
+        cache=cache,
+        readers=readers,
+        on_cache=on_cache,
+        model=model,
     )
     for segment in segments:
         first, second = words(segment.text_a), words(segment.text_b)
@@ -209,6 +224,7 @@ def build_index(
     on_progress: Progress | None = None,
     cache: bool = True,
     readers: int | None = None,
+    on_cache: Callable[[CacheUse], None] | None = None,
 ) -> TokenIndex:
     """Index every token of ``corpus`` at ``layers`` (0-based; default :func:`default_layers`) into the
     folder ``out`` and open it. ``out`` is new, empty or an index, which is replaced whole only once the
@@ -225,7 +241,8 @@ def build_index(
         wait for each other: 1.6x the plain forward pass instead of 2.0x on 2 cores, benchmarks/RESULTS.md).
     on_progress: told the segments indexed after each batch (no total: the corpus is read as it goes;
         :class:`~bertology.progress.Progress`).
-    cache: read a text or JSON Lines corpus through the encoded-corpus cache (:mod:`bertology.corpus.cache`).
+    cache: read a text or JSON Lines corpus through the encoded-corpus cache (:mod:`bertology.corpus.cache`);
+    on_cache: told how it does (:class:`~bertology.corpus.cache.CacheUse`; a treebank: not called).
     readers: processes that read, segment and encode a text or JSON Lines corpus
     (:mod:`bertology.corpus.reader_processes`; ``None``: the default for the model's device); the index is
     the same for any number.
@@ -267,7 +284,15 @@ def build_index(
 
         def numbered() -> Iterator[tuple[int, IndexedSegment]]:
             """The segments in corpus order, numbered; each is written to the segments file as it is read."""
-            read = read_indexed_segments(corpus, loaded.tokenizer, max_length, cache=cache, readers=readers)
+            read = read_indexed_segments(
+                corpus,
+                loaded.tokenizer,
+                max_length,
+                cache=cache,
+                readers=readers,
+                on_cache=on_cache,
+                model=loaded.name,
+            )
             segments = itertools.islice(read, limit)
             for number, segment in enumerate(segments):
                 segments_file.write(json.dumps(segment.__dict__) + "\n")

@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -64,14 +64,15 @@ from bertology.interventions.patching_pairs import (
 )
 from bertology.models.anatomy import attention_parts, layer_modules, shares_layers
 from bertology.models.loading import LoadedModel
+from bertology.options import (
+    PATCH_DIRECTIONS,
+    PATCH_GRANULARITIES,
+    PATCH_METHODS,
+    PatchDirection,
+    PatchGranularity,
+    PatchMethod,
+)
 from bertology.progress import Progress
-
-Direction = Literal["denoising", "noising"]
-Granularity = Literal["head", "head-position", "residual"]
-Method = Literal["exact", "attribution", "both"]
-DIRECTIONS: tuple[Direction, ...] = get_args(Direction)
-GRANULARITIES: tuple[Granularity, ...] = get_args(Granularity)
-METHODS: tuple[Method, ...] = get_args(Method)
 
 
 def logit_difference(logits: torch.Tensor, answer: torch.Tensor, wrong: torch.Tensor) -> torch.Tensor:
@@ -99,7 +100,7 @@ class Patch:
 
 
 def head_patches(
-    layers: int, heads: int, tokens: int, granularity: Granularity
+    layers: int, heads: int, tokens: int, granularity: PatchGranularity
 ) -> tuple[list[Patch], tuple[int, ...]]:
     """Every patch of ``granularity`` and the shape of their grid: ``[layers, heads]``,
     ``[layers, heads, tokens]`` or ``[layers, tokens]`` (patches in that grid's row-major order)."""
@@ -301,7 +302,7 @@ def exact_patching(
     runs: GroupRuns,
     patches: Sequence[Patch],
     *,
-    direction: Direction = "denoising",
+    direction: PatchDirection = "denoising",
     patches_per_pass: int = 16,
     skip_shared_prefix: bool = True,
     on_patches_done: Callable[[int], None] | None = None,
@@ -336,13 +337,17 @@ def exact_patching(
     return results
 
 
-def roles(direction: Direction) -> tuple[str, str]:
+def roles(direction: PatchDirection) -> tuple[str, str]:
     """(source, target) runs of ``direction``."""
     return ("clean", "corrupted") if direction == "denoising" else ("corrupted", "clean")
 
 
 def attribution_patching(
-    loaded: LoadedModel, group: PairGroup, runs: GroupRuns, granularity: Granularity, direction: Direction
+    loaded: LoadedModel,
+    group: PairGroup,
+    runs: GroupRuns,
+    granularity: PatchGranularity,
+    direction: PatchDirection,
 ) -> torch.Tensor:
     """[b, *grid] the first-order estimate of ``LD_patched - LD_target`` for every patch of
     ``granularity`` (module docstring): ``grid`` is [layers, heads], [layers, heads, tokens] or
@@ -397,8 +402,8 @@ class PatchingResult:
     """
 
     method: Literal["exact", "attribution"]
-    direction: Direction
-    granularity: Granularity
+    direction: PatchDirection
+    granularity: PatchGranularity
     ld_clean: np.ndarray
     ld_corrupted: np.ndarray
     ld_patched: np.ndarray
@@ -468,9 +473,9 @@ def check_options(loaded: LoadedModel, direction: str, granularity: str, method:
         BertologyError: as said.
     """
     for value, allowed, name in (
-        (direction, DIRECTIONS, "direction"),
-        (granularity, GRANULARITIES, "granularity"),
-        (method, METHODS, "method"),
+        (direction, PATCH_DIRECTIONS, "direction"),
+        (granularity, PATCH_GRANULARITIES, "granularity"),
+        (method, PATCH_METHODS, "method"),
     ):
         if value not in allowed:
             raise BertologyError(f"Unknown patching {name} {value!r}; choose one of {', '.join(allowed)}.")
@@ -494,9 +499,9 @@ def patch(
     loaded: LoadedModel,
     pairs: Sequence[PatchPair] | str | Path,
     *,
-    direction: Direction = "denoising",
-    granularity: Granularity = "head",
-    method: Method = "exact",
+    direction: PatchDirection = "denoising",
+    granularity: PatchGranularity = "head",
+    method: PatchMethod = "exact",
     patches_per_pass: int = 16,
     on_progress: Progress | None = None,
 ) -> PatchingStudy:

@@ -23,6 +23,7 @@ import torch
 from bertology.corpus.encoding import encode
 from bertology.errors import BertologyError
 from bertology.models.loading import LoadedModel
+from bertology.models.model_types import KIND_PHRASES, ModelKind
 
 #: The keys a line may hold.
 TEXT_KEYS = ("clean", "corrupted")
@@ -112,6 +113,24 @@ def read_pairs(path: str | Path) -> list[PatchPair]:
 def pairs_for_language_model(pairs: list[PatchPair]) -> bool:
     """True when the pairs hold answers (a language model's pairs), False for a classifier's."""
     return pairs[0].answer is not None
+
+
+def check_pairs_fit(pairs: list[PatchPair], name: str, kind: ModelKind) -> None:
+    """Refuse pairs of the wrong sort for a model of ``kind``: answers (a language model's pairs) need a
+    decoder, and a decoder needs answers. name: the model as the user gave it.
+
+    Raises:
+        BertologyError: as said.
+    """
+    language_model = pairs_for_language_model(pairs)
+    if language_model and kind != "decoder":
+        raise BertologyError(
+            f"The pairs give 'answer' and 'wrong', which only a decoder language model predicts; '{name}' is "
+            f"{KIND_PHRASES[kind]} model, patched as a classifier, whose pairs give optional 'label' and "
+            "'wrong_label' instead."
+        )
+    if not language_model and kind == "decoder":
+        raise BertologyError(f"'{name}' is a language model: give 'answer' and 'wrong' on every line.")
 
 
 @dataclass
@@ -216,14 +235,8 @@ def encode_pairs(loaded: LoadedModel, pairs: list[PatchPair]) -> EncodedPairs:
             none for a language model, a model without the head its pairs need, an answer that is not one
             token, or an unknown label.
     """
+    check_pairs_fit(pairs, loaded.name, loaded.kind)
     language_model = pairs_for_language_model(pairs)
-    if language_model and loaded.kind != "decoder":
-        raise BertologyError(
-            f"The pairs give 'answer' and 'wrong', which a language model needs; {loaded.name} is a "
-            "classifier, whose pairs give optional 'label' and 'wrong_label' instead."
-        )
-    if not language_model and loaded.kind == "decoder":
-        raise BertologyError(f"{loaded.name} is a language model: give 'answer' and 'wrong' on every line.")
     _require_logits(loaded, language_model)
     tokenizer = loaded.tokenizer
     counts: dict[int, list[int]] = {}

@@ -37,7 +37,6 @@ from bertology.errors import BertologyError
 from bertology.interventions.curves import Head
 from bertology.interventions.data import eval_mode
 from bertology.interventions.patching import (
-    Direction,
     check_options,
     load_pairs,
     logit_difference,
@@ -48,6 +47,7 @@ from bertology.interventions.patching_pairs import PatchPair
 from bertology.models.anatomy import AttentionParts, attention_parts
 from bertology.models.heads import head_name
 from bertology.models.loading import LoadedModel
+from bertology.options import PatchDirection
 
 Input = Literal["q", "k", "v"]
 #: A receiver: (layer, head, which of its inputs).
@@ -61,7 +61,7 @@ class PathPatching:
 
     senders: list[Head]
     receivers: list[Receiver]
-    direction: Direction
+    direction: PatchDirection
     ld_clean: np.ndarray
     ld_corrupted: np.ndarray
     ld_patched: np.ndarray
@@ -168,7 +168,7 @@ def path_patch(
     senders: Sequence[Head],
     receivers: Sequence[Receiver],
     *,
-    direction: Direction = "denoising",
+    direction: PatchDirection = "denoising",
 ) -> PathPatching:
     """The effect of ``senders`` on ``LD`` through ``receivers``' queries, keys or values only, the rest of
     the model frozen at the target run (module docstring), on ``pairs`` (see

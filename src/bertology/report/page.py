@@ -98,6 +98,16 @@ def paragraph(text: str, *, class_: str | None = None) -> Markup:
     return Markup(_blocks().paragraph(text, class_))
 
 
+def model_note(model_name: str) -> list[Markup]:
+    """The warning paragraph a report of the model ``model_name`` opens with, saying what a user should
+    know about it (a quantised file's caveat, :func:`bertology.models.model_store.model_note`); none for
+    a model without a note."""
+    from bertology.models.model_store import model_note as note_of
+
+    note = note_of(model_name)
+    return [paragraph(f"Note: {note}.", class_="warning")] if note else []
+
+
 def heading(text: str) -> Markup:
     """A ``<h3>`` within a section."""
     return Markup(_blocks().heading(text))

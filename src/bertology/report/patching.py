@@ -2,14 +2,16 @@
 
 - ``head_effects.csv``: ``layer``, ``head`` (0-based), ``effect`` (granularity ``head``; with
   ``--method both`` also ``attribution``, attribution patching's estimate of the same effect).
-- ``position_effects.csv``: ``layer`` (and ``head``), ``position``, ``clean_token``, ``effect``
-  (granularities ``head-position`` and ``residual``).
+- ``position_effects.csv``: ``layer`` (and ``head``), ``position``, ``clean_token`` (the word-start marks
+  Ġ and ▁ shown as spaces, as in the plots and the views), ``effect`` (granularities ``head-position`` and
+  ``residual``).
 - ``pair_effects.csv``: every patch's ``ld_patched`` and ``effect`` for each pair (``pair``: 0-based, the
   file's order), by method.
 - ``summary.json``: the settings, mean ``LD`` clean and corrupted, each pair with its texts and ``LD``s,
   the largest effects by size with their sign (``top``; heads also by ``name``, ``"layer-head"``
   0-based), and with both methods their agreement on that set.
-- ``plots/effects.png`` (diverging colours centred at 0) and ``report.html`` with the inputs.
+- ``plots/effects.png`` (diverging colours centred at 0) and ``report.html`` with the inputs (and, for a
+  model with a note such as a quantised file's, the note first).
 
 Path patching (``--senders``/``--receivers``) writes ``path_patching.json`` (with ``frozen``, the run kept
 frozen and patched) and its report instead.
@@ -30,6 +32,7 @@ from bertology.interventions.patching import PatchingResult, PatchingStudy, larg
 from bertology.interventions.path_patching import PathPatching
 from bertology.models.heads import head_name
 from bertology.report import page, plots
+from bertology.views.bertviz import prettify
 
 HEAD_EFFECTS_FILE = "head_effects.csv"
 POSITION_EFFECTS_FILE = "position_effects.csv"
@@ -64,7 +67,7 @@ def effects_frame(study: PatchingStudy) -> pd.DataFrame:
         frame.insert(
             frame.columns.get_loc("position") + 1,
             "clean_token",
-            [study.tokens[0][0][p] for p in frame["position"]],
+            [prettify(study.tokens[0][0][p]) for p in frame["position"]],
         )
     return frame
 
@@ -197,7 +200,8 @@ def _effects_png(study: PatchingStudy, result: PatchingResult, target: Path, dpi
         effect = effect.reshape(-1, effect.shape[-1])
     else:
         rows = [f"layer {layer}" for layer in range(effect.shape[0])]
-    png = plots.to_png(positions_figure(effect, rows, study.tokens[0][0], title), dpi=dpi)
+    tokens = [prettify(token) for token in study.tokens[0][0]]
+    png = plots.to_png(positions_figure(effect, rows, tokens, title), dpi=dpi)
     (target / "plots").mkdir(parents=True, exist_ok=True)
     (target / "plots" / f"{name}.png").write_bytes(png)
     return png
@@ -210,7 +214,7 @@ def _top_table(study: PatchingStudy, result: PatchingResult) -> pd.DataFrame:
     if "name" in top:
         top = top.drop(columns=["layer", "head"]).rename(columns={"name": "head (layer-head)"})
     if "position" in top:
-        tokens = [study.tokens[0][0][position] for position in top["position"]]
+        tokens = [prettify(study.tokens[0][0][position]) for position in top["position"]]
         top.insert(top.columns.get_loc("position") + 1, "token", tokens)
     return top
 
@@ -320,6 +324,7 @@ def write_patching_report(study: PatchingStudy, outdir: str | Path, *, dpi: int 
         )
     )
     header = [
+        *page.model_note(study.model_name),
         page.definitions(
             {
                 "model": study.model_name,
@@ -329,7 +334,7 @@ def write_patching_report(study: PatchingStudy, outdir: str | Path, *, dpi: int 
                 "mean LD clean": content["ld_clean"],
                 "mean LD corrupted": content["ld_corrupted"],
             }
-        )
+        ),
     ]
     report = target / REPORT_FILE
     report.write_text(
@@ -376,5 +381,8 @@ def write_path_patching_report(result: PathPatching, model_name: str, outdir: st
         ],
     )
     report = target / REPORT_FILE
-    report.write_text(page.render_page(f"Path patching: {model_name}", [section]), encoding="utf-8")
+    report.write_text(
+        page.render_page(f"Path patching: {model_name}", [section], header=page.model_note(model_name)),
+        encoding="utf-8",
+    )
     return report

@@ -19,6 +19,7 @@ from bertology.server.schemas import AttentionRequest, InputRequest, ViewRequest
 from bertology.stats.rows import SpecialTokens
 from bertology.stats.surface import CAUSAL_ONLY, SURFACE_DESCRIPTIONS, SurfaceAccumulator
 from bertology.views import render_view
+from bertology.views.bertviz import prettify
 
 #: Decimal places of the probabilities in ``/api/attention`` answers (absolute error <= 5e-7).
 ATTENTION_DECIMALS = 6
@@ -106,7 +107,7 @@ def statistics_answer(loaded: LoadedModel, request: InputRequest, *, max_tokens:
     scores = patterns.result()
     return {
         "model": loaded.name,
-        "tokens": batch.encoded.tokens[0],
+        "tokens": [prettify(token) for token in batch.encoded.tokens[0]],
         "segments": batch.encoded.segment_ids[0].tolist(),
         "layers": loaded.num_layers,
         "heads": loaded.num_heads,

@@ -93,10 +93,15 @@ class ViewRequest(InputRequest):
     view: Literal[VIEW_KINDS] = Field("head", description="head, model or neuron.")  # type: ignore[valid-type]
     layer: integer() = Field(0, description="Layer shown first.")
     head: integer() = Field(0, description="Head shown first (neuron view).")
-    query: integer() = Field(
-        0, description="Query token shown first (neuron view); 422 beyond the input's tokens."
+    query: integer() | None = Field(
+        None,
+        description="Query token shown first (neuron view; default: the last token for a decoder, else the "
+        "first); 422 beyond the input's tokens.",
     )
-    theme: Literal["light", "dark"] = "light"
+    theme: Literal["light", "dark"] | None = Field(
+        None,
+        description="light or dark (default: dark for the model and neuron views, light for the head view).",
+    )
 
 
 def _retyped(base: type[BaseModel], name: str, kind: Any) -> tuple[object, object]:
@@ -174,7 +179,7 @@ class AttentionAnswer(BaseModel):
 
 class StatisticsAnswer(BaseModel):
     model: str
-    tokens: list[str]
+    tokens: list[str] = Field(description="The input's tokens, the word-start marks Ġ and ▁ shown as spaces.")
     segments: list[int]
     layers: int
     heads: int

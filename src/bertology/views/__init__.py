@@ -128,8 +128,8 @@ def render_view(
     tokenizer: Any = None,
     layer: int | None = None,
     head: int | None = None,
-    query: int = 0,
-    theme: Theme = "light",
+    query: int | None = None,
+    theme: Theme | None = None,
     weights: Weights = "attention",
     head_names: Sequence[str] | None = None,
     target: str | None = None,
@@ -139,7 +139,7 @@ def render_view(
     heads: Sequence[int] | None = None,
     include_layers: Sequence[int] | None = None,
     include_heads: Sequence[int] | None = None,
-    prettify_tokens: bool = False,
+    prettify_tokens: bool = True,
     faint_lines: bool = False,
 ) -> View:
     """Build a view from a captured :class:`Attention` or :class:`LongAttention`, or capture ``source``
@@ -152,7 +152,11 @@ def render_view(
     head_names: labels shown instead of the head numbers (one per head).
     layer, head: shown first (default: the first); with ``include_layers`` / ``include_heads`` (show only
     these, labelled with their own numbers) they are original numbers among those. heads: the heads the
-    head view shows first (default: all). prettify_tokens: show the word-start marks Ġ and ▁ as spaces.
+    head view shows first (default: all). query: the neuron view's query token shown first (default: the
+    last for a decoder's causal attention, whose first query sees only itself; else the first).
+    theme: ``"light"`` or ``"dark"`` (default: :data:`DEFAULT_DISPLAY_MODES`, BertViz's: the model and
+    neuron views dark, the head view light). prettify_tokens: show the word-start marks Ġ and ▁ as spaces
+    (the default; ``False``: the tokens as the tokenizer writes them).
     faint_lines: draw every line at an opacity of at least 0.1 (see :func:`~bertology.views.build.view_data`).
     A decoder-only model's attention is drawn as causal. An encoder-decoder model takes ``source`` and
     ``target`` texts and shows ``attention_set`` first (see :func:`seq2seq_view`).
@@ -162,6 +166,7 @@ def render_view(
     describes: a ``window`` of ``(start, size)`` tokens (default: 256 around ``query``) and a minimap.
     max_tokens: when capturing, read at most this many tokens (default: the model's own limit).
     """
+    theme = theme or DEFAULT_DISPLAY_MODES[kind]
     selection = {"heads": heads, "include_layers": include_layers, "include_heads": include_heads}
     selected = [name for name, value in selection.items() if value is not None]
     if isinstance(source, Attention | LongAttention):
@@ -328,7 +333,6 @@ def _text_view(kind: ViewKind, arguments: tuple[Any, ...], options: dict[str, An
     sentence_b_start = options.pop("sentence_b_start", None)
     model_name = options.pop("model_name", None)
     options["theme"] = theme_of(options.pop("display_mode"))
-    options.setdefault("prettify_tokens", True)
     view = render_view(*arguments, kind=kind, **options)
     if sentence_b_start is not None:
         segments = view.data.get("segments", [])

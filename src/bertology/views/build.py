@@ -11,6 +11,7 @@ import numpy as np
 from bertology.attention.capturing import Attention
 from bertology.attention.seq2seq import AttentionSetName, Seq2SeqAttention
 from bertology.errors import BertologyError
+from bertology.models.model_store import model_note
 from bertology.options import Theme, ViewKind
 from bertology.views.payload import pack_attention, pack_float16
 
@@ -34,13 +35,28 @@ def is_causal(probs: np.ndarray) -> bool:
     return probs.shape[-1] > 1 and not np.triu(probs, k=1).any()
 
 
+def opening_query(query: int | None, n: int, causal: bool) -> int:
+    """The query token a view opens on: ``query`` if given, else the last of the ``n`` tokens for causal
+    attention (the only query that sees every key; the first sees only itself) and the first otherwise."""
+    if query is not None:
+        return query
+    return n - 1 if causal else 0
+
+
+def model_caption(model_name: str) -> dict[str, str]:
+    """The page's ``caption`` entry: what a user should know about the model named, such as a quantised
+    file's (:func:`~bertology.models.model_store.model_note`), or nothing."""
+    note = model_note(model_name)
+    return {"caption": f"Note: {note}."} if note else {}
+
+
 def view_data(
     attention: Attention,
     kind: ViewKind,
     *,
     layer: int = 0,
     head: int = 0,
-    query: int = 0,
+    query: int | None = None,
     theme: Theme = "light",
     head_names: Sequence[str] | None = None,
     faint_lines: bool = False,
@@ -52,6 +68,8 @@ def view_data(
     (and, for norm-based weights, ``valueNorms: [layers, heads, n]`` float16, each key's ``||f(x)||``).
     ``causal: true`` (a decoder's attention, see :func:`is_causal`) makes every view treat later keys as
     not attendable: hatched in the model view, left out of the neuron view's softmax.
+    query: the query token shown first (:func:`opening_query`; default: the last for causal attention,
+        else the first). A model with a note (a quantised file's) gets it as the page's ``caption``.
     head_names: one label per head (``headNames``), shown instead of the head numbers, e.g.
         ``["attention", "rollout", "flow"]`` for a page whose "heads" are three kinds of map.
     faint_lines: the head view draws each line at an opacity of at least 0.1 (``faintLines``), so that
@@ -61,6 +79,8 @@ def view_data(
     if kind not in VIEW_KINDS:
         raise BertologyError(f"Unknown view '{kind}'; choose one of {', '.join(VIEW_KINDS)}.")
     layers, heads, n, _ = attention.probs.shape
+    causal = is_causal(attention.probs)
+    query = opening_query(query, n, causal)
     check_index("Layer", layer, layers, "layers")
     check_index("Head", head, heads, "heads")
     check_index("Query token", query, n, "tokens")
@@ -78,12 +98,13 @@ def view_data(
         "query": query,
         "theme": theme,
         "weights": attention.weights,
+        **model_caption(attention.model_name),
     }
     if head_names is not None:
         data["headNames"] = _head_names(head_names, heads)
     if faint_lines:
         data["faintLines"] = True
-    if is_causal(attention.probs):
+    if causal:
         data["causal"] = True
     if kind == "neuron":
         if attention.queries is None or attention.keys is None:

@@ -39,6 +39,7 @@ import torch
 from bertology.attention.long_capture import LongAttention, pool_bins, pool_rows
 from bertology.errors import BertologyError
 from bertology.options import Theme, ViewKind
+from bertology.views.build import model_caption, opening_query
 from bertology.views.payload import pack_attention, pack_float16, pack_indices
 
 #: Tokens of a long input's head and model view (its window), by default.
@@ -138,7 +139,7 @@ def long_view_data(
     *,
     layer: int = 0,
     head: int = 0,
-    query: int = 0,
+    query: int | None = None,
     theme: Theme = "light",
     head_names: Sequence[str] | None = None,
     window: tuple[int, int] | None = None,
@@ -149,8 +150,9 @@ def long_view_data(
     layers, heads = attention.num_layers, attention.num_heads
     _check("Layer", layer, layers, "layers")
     _check("Head", head, heads, "heads")
-    _check("Query token", query, n, "tokens")
     causal = bool(not attention.visible(layer, slice(0, 1))[0, 1:].any()) if n > 1 else False
+    query = opening_query(query, n, causal and kind == "neuron")  # other views' windows start at the start
+    _check("Query token", query, n, "tokens")
     if kind == "neuron":
         start, stop = 0, n
     else:
@@ -170,6 +172,7 @@ def long_view_data(
         "theme": theme,
         "weights": attention.weights,
         "long": {"n": n, "start": start, "stop": stop},
+        **model_caption(attention.model_name),
     }
     if head_names is not None:
         if isinstance(head_names, str) or len(head_names) != heads:
