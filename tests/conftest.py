@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -59,10 +60,19 @@ RAY_MODULES = frozenset(
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test joins the ``xdist_group`` of its module (``--dist loadgroup`` then sends a module's tests
-    to one worker, which builds its module fixtures once), and the Ray modules share one group."""
+    to one worker, which builds its module fixtures once), and the Ray modules share one group.
+
+    The groups with the most ``slow`` tests come first (a group's tests keep their order): the workers take
+    groups in this order, so the long ones start early and the run does not end with one worker busy on a
+    long group while the other is idle."""
+    groups: dict[pytest.Item, str] = {}
     for item in items:
         module = item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group("ray" if module in RAY_MODULES else module))
+        group = "ray" if module in RAY_MODULES else module
+        item.add_marker(pytest.mark.xdist_group(group))
+        groups[item] = group
+    slow = Counter(groups[item] for item in items if item.get_closest_marker("slow"))
+    items.sort(key=lambda item: -slow[groups[item]])
 
 
 # --- Process-wide state: each test starts from the same, and may not leave it changed -------------

@@ -13,14 +13,18 @@ import errno
 import inspect
 import os
 import re
+import socket
 import stat
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import torch
+from huggingface_hub import constants as huggingface_constants
+from huggingface_hub import try_to_load_from_cache
 from transformers import (
     AutoConfig,
     AutoModel,
@@ -193,6 +197,34 @@ def _check_findable(source: str) -> None:
             f"'{source}' is no model here; did you mean '{typo}' (the offline models are {_offline_list()}; "
             "a hub name or a model folder works too)?"
         )
+    if not _hub_reachable() and try_to_load_from_cache(source, "config.json") is None:
+        raise BertologyError(_unreachable_hub(source))
+
+
+#: Proxy settings under which the hub's host need not resolve here.
+_PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
+
+
+def _hub_reachable() -> bool:
+    """False when the hub's host name does not resolve and no proxy is set: huggingface_hub would then
+    retry for about 30 s before failing, so a hub name not in the local cache is refused at once."""
+    if huggingface_constants.HF_HUB_OFFLINE:
+        return False
+    if any(os.environ.get(name) for name in _PROXY_VARIABLES):
+        return True
+    host = urlsplit(huggingface_constants.ENDPOINT).hostname
+    try:
+        socket.getaddrinfo(host, 443)
+    except (socket.gaierror, UnicodeError):
+        return False
+    return True
+
+
+def _unreachable_hub(source: str) -> str:
+    return (
+        f"Could not load '{source}': it is not a local directory and the Hugging Face hub cannot be "
+        f"reached; use an offline model ({_offline_list()}), a local model folder, or go online."
+    )
 
 
 #: Files of which a model folder holds at least one when it has its tokenizer (transformers would
@@ -224,10 +256,7 @@ def _describe_load_failure(source: str, error: Exception) -> str:
     if Path(source).exists():
         return f"Could not load a model from the directory '{source}': {text.splitlines()[0]}"
     if offline or "connect" in text.lower() or "resolve" in text.lower():
-        return (
-            f"Could not load '{source}': it is not a local directory and the Hugging Face hub cannot be "
-            f"reached; use an offline model ({_offline_list()}), a local model folder, or go online."
-        )
+        return _unreachable_hub(source)
     return f"Could not load '{source}': no such local directory or hub model ({text.splitlines()[0]})."
 
 
