@@ -83,6 +83,46 @@ def paint_seconds(page_path: Path, timeout_s: float = 60.0) -> float:
     return elapsed_ms / 1000.0
 
 
+def head_view_draw_ms(page_path: Path, timeout_s: float = 60.0) -> tuple[float, float]:
+    """A head view's (redraw of another layer, a hovered token's lines) in milliseconds, each with its
+    rasterisation (reading a pixel back waits for it), in headless Chromium."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM,
+            headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"],
+        )
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(page_path.resolve().as_uri(), timeout=timeout_s * 1000)
+        page.wait_for_function(
+            "() => window.bertology && window.bertology.ready === true", timeout=timeout_s * 1000
+        )
+        redraw = page.evaluate(
+            """() => {
+              const start = performance.now();
+              window.bertology.setLayer(1);
+              document.getElementById("bt-canvas").getContext("2d").getImageData(0, 0, 1, 1);
+              return performance.now() - start;
+            }"""
+        )
+        page.hover('.bt-token[data-side="left"][data-index="3"]')
+        hovered = page.evaluate("window.bertology.lastDrawMs")
+        browser.close()
+    return redraw, hovered
+
+
+def head_view_table(loaded: bertology.LoadedModel, n: int) -> None:
+    """The head view at ``n`` tokens with faint lines (every weight of at least 1/255 a line, far more than
+    the page's line budget): redraw and hover times; targets (issue 2): 700 ms and 300 ms."""
+    page = bertology.head_view(attention_of_length(loaded, n), faint_lines=True).html
+    path = OUT / f"head_view_{n}.html"
+    path.write_text(page, encoding="utf-8")
+    redraw, hovered = head_view_draw_ms(path)
+    print(f"| {n} | head view, faint lines | {redraw:.0f} ms | {hovered:.0f} ms |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--lengths", type=int, nargs="+", default=[128, 512])
@@ -129,6 +169,9 @@ def main() -> None:
                 f"| {n} | {case} | {size / 1e6:.2f} MB | {build_s:.2f} s | {ratios} | {painted:.2f} s |",
                 flush=True,
             )
+    print("\n| tokens | view | redraw of another layer | one token's lines (hover) |\n|---|---|---|---|")
+    for n in args.lengths:
+        head_view_table(loaded, n)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -12,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 from support.browser import ViewPage, open_view, write_page
+from support.built_once import built_once
 from support.ci_rules import missing
 from support.tiny_models import TinyModelDirs
 
@@ -213,6 +217,29 @@ def classifier_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     loaded.model.save_pretrained(run / "model")
     loaded.tokenizer.save_pretrained(run / "model")
     return run
+
+
+#: The healthy SST-2 run of the rules tests (issue 33): 200 steps of 8 sentences, every rule watching.
+HEALTHY_SST2_RUN = (
+    "--max-train", "1600", "--batch-size", "8", "--max-len", "32", "--max-dev", "128", "--eval-every", "100",
+    "--probe-set", "4", "--threads", "1",
+)  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def healthy_sst2_run(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The run folder of ``bertology finetune`` on SST-2 with :data:`HEALTHY_SST2_RUN` and every rule, ours
+    and SageMaker Debugger's (``--rules`` names them all), built once for the test run (in a child process:
+    ``--threads 1`` sets its process's threads). Tests read it; none writes into it."""
+    from bertology.training.rules import KNOWN_RULES
+
+    def build(folder: Path) -> None:
+        command = [sys.executable, "-m", "bertology", "finetune", str(shared_data / "glue" / "SST-2")]
+        command += ["-o", str(folder / "run"), *HEALTHY_SST2_RUN, "--rules", ",".join(KNOWN_RULES)]
+        trained = subprocess.run(command, capture_output=True, text=True, timeout=1200, env=os.environ)
+        assert trained.returncode == 0, trained.stderr
+
+    return built_once(tmp_path_factory, "healthy_sst2_run", build) / "run"
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ import hashlib
 import json
 import re
 import threading
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -370,11 +369,9 @@ def test_concurrent_requests_get_their_own_answers(default_model: LoadedModel) -
             )
         return [(text, answer) for (text, _), answer in zip(requests, answers, strict=True)]
 
-    started = time.perf_counter()
     # Its own thread: the session's Playwright browser (sync API) keeps an event loop running in this one.
     with ThreadPoolExecutor(max_workers=1) as runner:
-        answers = runner.submit(asyncio.run, ask_all()).result()
-    assert time.perf_counter() - started < 60
+        answers = runner.submit(asyncio.run, ask_all()).result(timeout=600)  # a guard against a deadlock
     for text, response in answers:
         assert response.status_code == 200, response.text
         body = response.json()
@@ -475,12 +472,12 @@ def _post_then_leave(app: Any, body: dict[str, Any], gone: asyncio.Event) -> Any
 def test_requests_of_clients_that_left_are_not_computed(
     default_model: LoadedModel, blocked_statistics: tuple[threading.Event, list[str]]
 ) -> None:
-    """Five clients queue behind a busy slot and disconnect: they stop waiting at once, and once the slot
-    is free nothing is computed for them."""
+    """Five clients queue behind a busy slot and disconnect: they stop waiting while the slot is still
+    busy, and once it is free nothing is computed for them."""
     release, computed = blocked_statistics
     app = create_app([default_model], limits=Limits(parallel=1))
 
-    async def scenario() -> tuple[int, list[int], float]:
+    async def scenario() -> tuple[int, list[int]]:
         stays, leave = asyncio.Event(), asyncio.Event()
         first = asyncio.create_task(_post_then_leave(app, {"text": "stays"}, stays))
         while not computed:
@@ -489,21 +486,20 @@ def test_requests_of_clients_that_left_are_not_computed(
             asyncio.create_task(_post_then_leave(app, {"text": f"leaves {index}"}, leave))
             for index in range(5)
         ]
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.3)  # they queue (were one not queued yet, it would leave the sooner)
         leave.set()
-        started = time.perf_counter()
         try:
-            done, _ = await asyncio.wait(leaving, timeout=3)
-            waited = time.perf_counter() - started
+            # The slot stays busy until release: a request that waited for it could not be done here.
+            # (120 s: a guard against a hang, not a measure of speed.)
+            done, _ = await asyncio.wait(leaving, timeout=120)
         finally:
             release.set()
         statuses = [task.result() for task in done]
         await asyncio.gather(*leaving)
-        status = await first
-        await asyncio.sleep(0.3)  # anything wrongly started would be computed by now
-        return status, statuses, waited
+        # All five ended before the slot was free, so none can take it now: only "stays" is computed.
+        return await first, statuses
 
-    status, statuses, waited = _in_own_loop(scenario)
+    status, statuses = _in_own_loop(scenario)
     assert status == 200
-    assert len(statuses) == 5 and waited < 1.0  # they left while the slot was still busy
+    assert len(statuses) == 5  # they left while the slot was still busy
     assert computed == ["stays"]

@@ -282,18 +282,23 @@ def test_watch_pages_are_built_within_the_timeout_and_the_parallel_limit(
         (runs / f"run{index}").mkdir(parents=True)
         (runs / f"run{index}" / "run.json").write_text("{}")
     lock, building, most = threading.Lock(), [0], [0]
+    answered = threading.Event()  # set once the test has run2's answer: its build never ends before
 
     def slow_build(run: OpenFolder) -> str:
         with lock:
             building[0] += 1
             most[0] = max(most[0], building[0])
-        time.sleep(0.4 if run.label != "run2" else 2.0)
+        if run.label == "run2":
+            answered.wait(120)  # past any limit: the server must answer 503 while it still builds
+        else:
+            time.sleep(0.4)  # long enough for the two builds to overlap if the limit let them
         with lock:
             building[0] -= 1
         return f"<title>{run.label}</title>"
 
     monkeypatch.setattr(watch_pages, "_build", slow_build)
-    app = create_app([default_model], runs=runs, limits=Limits(parallel=1, timeout_s=1.5))
+    # 5 s: run0 and run1 take 0.8 s in all, one after the other, with room for a loaded machine
+    app = create_app([default_model], runs=runs, limits=Limits(parallel=1, timeout_s=5))
 
     async def scenario() -> list[httpx.Response]:
         transport = httpx.ASGITransport(app=app)
@@ -302,10 +307,13 @@ def test_watch_pages_are_built_within_the_timeout_and_the_parallel_limit(
             late = await http.get("/runs/run2/")
             return [*first, late]
 
-    first, second, late = _in_own_loop(scenario())
+    try:
+        first, second, late = _in_own_loop(scenario())
+    finally:
+        answered.set()
     assert (first.status_code, second.status_code) == (200, 200)
     assert most[0] == 1  # one build at a time with --parallel 1
-    assert late.status_code == 503 and "longer than the server's limit of 1.5 s" in late.json()["error"]
+    assert late.status_code == 503 and "longer than the server's limit of 5 s" in late.json()["error"]
 
 
 def test_watch_pages_are_cached_until_the_archive_changes(

@@ -7,7 +7,6 @@ violation happened and nothing was requested from anywhere but the page itself.
 
 from __future__ import annotations
 
-import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -183,25 +182,16 @@ def test_hostile_token_is_shown_as_text_and_nothing_runs(
     view.assert_clean()
 
 
-def test_head_view_at_512_tokens_draws_fast(open_page: Callable[..., ViewPage]) -> None:
+def test_head_view_at_512_tokens_keeps_to_its_line_budget(open_page: Callable[..., ViewPage]) -> None:
+    """How fast it draws is measured in benchmarks/bench_views.py (redraw and one token's lines)."""
     # Faint lines: every weight of at least 1/255 is a line, far more than the budget.
     view = open_page({**synthetic_view("head", n=512, layers=2, heads=12, seed=1), "faintLines": True})
     assert view.ink() > 10_000
-    # Time a redraw including rasterisation (reading a pixel back waits for it).
-    elapsed = view.js(
-        """() => {
-          const start = performance.now();
-          window.bertology.setLayer(1);
-          document.getElementById("bt-canvas").getContext("2d").getImageData(0, 0, 1, 1);
-          return performance.now() - start;
-        }"""
-    )
-    assert elapsed < 700, f"head view redraw took {elapsed:.0f} ms"
+    view.js("window.bertology.setLayer(1)")
     # Too many lines cross the view: the faintest are left out, and the page says so.
     assert "strongest" in view.page.locator("#bt-status").inner_text()
-    # One token's lines are few: all drawn, quickly.
+    # One token's lines are few: all drawn.
     view.page.hover(LEFT.format(3))
-    assert view.js("window.bertology.lastDrawMs") < 300
     assert view.page.locator("#bt-status").inner_text() == ""
     # The canvas covers the rows in view, and follows the scrolling.
     before = view.picture()
@@ -270,13 +260,11 @@ def test_model_view_thumbnails_and_detail(open_page: Callable[..., ViewPage]) ->
     view.assert_clean()
 
 
-def test_model_view_512_tokens_ready_within_5_seconds(
+def test_model_view_at_512_tokens_paints_every_thumbnail(
     open_page: Callable[..., ViewPage], model_view_512: dict[str, Any]
 ) -> None:
-    start = time.perf_counter()
-    view = open_page(model_view_512, name="model512", timeout_ms=5_000)
-    elapsed = time.perf_counter() - start
-    assert elapsed < 5, f"model view took {elapsed:.1f} s"
+    """How soon it is painted is measured in benchmarks/bench_views.py (target: 5 s)."""
+    view = open_page(model_view_512, name="model512", timeout_ms=120_000)  # waits on its ready state
     painted = view.js(
         """() => [...document.querySelectorAll(".bt-thumb")].filter((canvas) => {
           const data = canvas.getContext("2d").getImageData(0, 0, canvas.width, canvas.height).data;
