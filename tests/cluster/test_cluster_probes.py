@@ -108,7 +108,10 @@ def ablation_task(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def local_ablation(classifier_run: Path, ablation_task: Path) -> AblationRun:
-    return run_ablation(load_model(str(classifier_run), classifier=True), ablation_task, prune_fraction=0)
+    """The local run of the measurements compared (self-attention attribution, computed on the driver either
+    way and checked in tests/interventions/test_attention_attribution.py, is left out)."""
+    loaded = load_model(str(classifier_run), classifier=True)
+    return run_ablation(loaded, ablation_task, prune_fraction=0, attribution_examples=0)
 
 
 def stored_examples(analysis: CorpusAnalysis, loaded: LoadedModel, target: Path) -> dict[str, np.ndarray]:
@@ -267,6 +270,7 @@ def test_ray_ablation_equals_a_local_run(
             pool,
             loaded,
             prune_fraction=0,
+            attribution_examples=0,
             on_progress=lambda done, total=None, *, stage="": stages.setdefault(stage, []).append(
                 (done, total)
             ),
@@ -292,6 +296,7 @@ def test_ablate_with_ray_on_the_command_line(
         app,
         [
             *("ablate", str(classifier_run), "--task", str(ablation_task), "--prune", "0"),
+            *("--attribution-examples", "0"),
             *("-o", str(tmp_path), "--ray", "local", "--workers", "1"),
         ],
     )

@@ -35,6 +35,7 @@ def test_each_kind_of_run_is_listed_with_its_true_kind(
         "comparison": ["compare", "default", "default", "--corpus", str(corpus), "--limit", "4"],
         "ablation": [
             "ablate", str(classifier_run), "--task", str(shared_data / "glue" / "SST-2"), "--max-dev", "6",
+            "--attribution-examples", "0",
         ],
     }  # fmt: skip
     for folder, command in commands.items():
