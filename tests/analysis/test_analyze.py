@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from support.cli import run_command
 from support.transfers import HostTransfers
 
 import bertology
@@ -146,15 +145,9 @@ def test_analysis_writes_report_csv_and_examples(
     assert list((tmp_path / "plots").glob("*.png"))
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bertology", *args], capture_output=True, text=True, timeout=600
-    )
-
-
 @pytest.mark.slow
-def test_cli_analyze_runs_on_the_example_corpus(tmp_path: Path) -> None:
-    result = run_cli("analyze", str(EXAMPLES), "--limit", "6", "-o", str(tmp_path / "out"))
+def test_cli_analyze_runs_on_the_example_corpus(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    result = run_command(["analyze", str(EXAMPLES), "--limit", "6", "-o", str(tmp_path / "out")], capsys)
     assert result.returncode == 0, result.stderr
     assert "Analysed 6 segments" in result.stdout
     assert (tmp_path / "out" / "report.html").is_file()
@@ -167,10 +160,12 @@ def test_cli_analyze_runs_on_the_example_corpus(tmp_path: Path) -> None:
         (b"A fine first line.\nA second line.\n\xff\xfe broken\n", "line 3"),
     ],
 )
-def test_cli_analyze_errors_are_one_sentence(content: bytes, message: str, tmp_path: Path) -> None:
+def test_cli_analyze_errors_are_one_sentence(
+    content: bytes, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     corpus = tmp_path / "corpus.txt"
     corpus.write_bytes(content)
-    result = run_cli("analyze", str(corpus), "-o", str(tmp_path / "out"))
+    result = run_command(["analyze", str(corpus), "-o", str(tmp_path / "out")], capsys)
     assert result.returncode == 1
     assert message in result.stderr and "Traceback" not in result.stderr
 

@@ -2,27 +2,22 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from support.cli import run_command
 
 from bertology.models.loading import LoadedModel
 from bertology.probes.gap import BASELINES
 from bertology.report.arcs import arc_diagram
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bertology", *args], capture_output=True, text=True, timeout=600
-    )
-
-
 @pytest.mark.slow
-def test_probe_deps_writes_table_accuracies_and_report(tmp_path: Path, ewt_dev: Path) -> None:
-    result = run_cli("probe", "deps", str(ewt_dev), "--limit", "40", "-o", str(tmp_path))
+def test_probe_deps_writes_table_accuracies_and_report(
+    tmp_path: Path, ewt_dev: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = run_command(["probe", "deps", str(ewt_dev), "--limit", "40", "-o", str(tmp_path)], capsys)
     assert result.returncode == 0, result.stderr
     assert "Probed 40 sentences" in result.stdout
     table = pd.read_csv(tmp_path / "table.csv")
@@ -35,10 +30,10 @@ def test_probe_deps_writes_table_accuracies_and_report(tmp_path: Path, ewt_dev: 
     assert (tmp_path / "plots" / "relation_heatmaps.png").read_bytes().startswith(b"\x89PNG")
 
 
-def test_probe_deps_broken_line_is_one_sentence(tmp_path: Path) -> None:
+def test_probe_deps_broken_line_is_one_sentence(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     treebank = tmp_path / "broken.conllu"
     treebank.write_text("1\tHello\thello\tINTJ\tUH\t_\t0\troot\t_\t_\n2\tthere\n\n", encoding="utf-8")
-    result = run_cli("probe", "deps", str(treebank), "-o", str(tmp_path / "out"))
+    result = run_command(["probe", "deps", str(treebank), "-o", str(tmp_path / "out")], capsys)
     assert result.returncode == 1
     assert "broken.conllu line 2" in result.stderr and "Traceback" not in result.stderr
 
@@ -56,10 +51,15 @@ def test_arc_diagram_draws_gold_and_predicted_arcs_and_escapes_words() -> None:
 
 
 @pytest.mark.slow
-def test_probe_parser_trains_scores_and_writes_files(tmp_path: Path, ewt_dev: Path) -> None:
-    result = run_cli(
+def test_probe_parser_trains_scores_and_writes_files(
+    tmp_path: Path, ewt_dev: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = run_command(
+        [
         "probe", "parser", "--train", str(ewt_dev), "--eval", str(ewt_dev.with_name("en_ewt-ud-test.conllu")),
         "--limit-train", "120", "--limit-eval", "60", "-o", str(tmp_path),
+        ],
+        capsys,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     scores = pd.read_csv(tmp_path / "uas.csv")
@@ -71,11 +71,16 @@ def test_probe_parser_trains_scores_and_writes_files(tmp_path: Path, ewt_dev: Pa
 
 
 @pytest.mark.slow
-def test_probe_coref_writes_table_with_baselines(tmp_path: Path, shared_data: Path) -> None:
+def test_probe_coref_writes_table_with_baselines(
+    tmp_path: Path, shared_data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     gum = shared_data / "gum_v5.1_sd"
-    result = run_cli(
+    result = run_command(
+        [
         "probe", "coref", str(gum / "coref_conll"), "--treebank", str(gum / "dep_stanford"),
         "--limit", "1", "-o", str(tmp_path),
+        ],
+        capsys,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     table = pd.read_csv(tmp_path / "table.csv")
@@ -87,9 +92,11 @@ def test_probe_coref_writes_table_with_baselines(tmp_path: Path, shared_data: Pa
 
 
 @pytest.mark.slow
-def test_probe_gap_reports_the_best_head(tmp_path: Path, shared_data: Path) -> None:
+def test_probe_gap_reports_the_best_head(
+    tmp_path: Path, shared_data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     gap_dev = shared_data / "gap" / "gap-development.tsv"
-    result = run_cli("probe", "gap", str(gap_dev), "--limit", "30", "-o", str(tmp_path))
+    result = run_command(["probe", "gap", str(gap_dev), "--limit", "30", "-o", str(tmp_path)], capsys)
     assert result.returncode == 0, result.stderr
     assert "Best head" in result.stdout and "bias F/M" in result.stdout
     table = pd.read_csv(tmp_path / "table.csv")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support.cli import run_child, run_in_process
+from support.cli import run_command, run_in_process
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 from typer.testing import CliRunner
 
@@ -367,15 +367,15 @@ def test_cache_clear_removes_the_entries_named_or_unused_for_days(
 
 @pytest.mark.slow
 def test_analyze_and_index_write_the_cache_and_no_cache_does_not(
-    sample_corpus_head: Callable[[int], Path], tmp_path: Path
+    sample_corpus_head: Callable[[int], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     corpus = sample_corpus_head(6)
     quick = ["--examples-per-head", "0", "--batch-size", "8"]
-    plain = run_child("analyze", str(corpus), "--no-cache", *quick, "-o", str(tmp_path / "plain"))
+    plain = run_command(["analyze", str(corpus), "--no-cache", *quick, "-o", str(tmp_path / "plain")], capsys)
     assert plain.returncode == 0, plain.stderr
     assert cache_entries() == []
     for name, said in (("written", "written to"), ("cached", "read from")):
-        run = run_child("analyze", str(corpus), *quick, "-o", str(tmp_path / name))
+        run = run_command(["analyze", str(corpus), *quick, "-o", str(tmp_path / name)], capsys)
         assert run.returncode == 0, run.stderr
         assert len(cache_entries()) == 1
         assert (tmp_path / name / "heads.csv").read_bytes() == (tmp_path / "plain" / "heads.csv").read_bytes()
@@ -384,9 +384,9 @@ def test_analyze_and_index_write_the_cache_and_no_cache_does_not(
         summary = json.loads((tmp_path / name / "summary.json").read_text(encoding="utf-8"))
         assert (summary["corpus_cache"], summary["corpus_cache_key"]) == (name.replace("cached", "read"), key)
 
-    indexed = run_child("index", str(corpus), "--no-cache", "-o", str(tmp_path / "index"))
+    indexed = run_command(["index", str(corpus), "--no-cache", "-o", str(tmp_path / "index")], capsys)
     assert indexed.returncode == 0, indexed.stderr
     assert len(cache_entries()) == 1
-    indexed = run_child("index", str(corpus), "-o", str(tmp_path / "index"))
+    indexed = run_command(["index", str(corpus), "-o", str(tmp_path / "index")], capsys)
     assert indexed.returncode == 0, indexed.stderr
     assert len(cache_entries()) == 2  # the index's segments, without encodings: an entry of its own
