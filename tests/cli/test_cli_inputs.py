@@ -230,6 +230,27 @@ def test_output_file_checks(tmp_path: Path) -> None:
     assert not (tmp_path / "new").exists()  # a check creates nothing
 
 
+def test_outputs_through_links_to_nothing_are_refused(tmp_path: Path) -> None:
+    """The file beside an output, a folder on the way and a loop of links: each named (a link to an existing
+    folder stays usable, as for inputs)."""
+    from bertology.files.outputs import check_output_file, check_output_folder
+
+    (tmp_path / "page.json").symlink_to(tmp_path / "gone.json")
+    with pytest.raises(
+        BertologyError, match=r"page\.json: it is a symbolic link to .*gone\.json, which is missing"
+    ):
+        check_output_file(tmp_path / "page.html", beside=(".json",))
+    (tmp_path / "runs").symlink_to(tmp_path / "no_folder")
+    with pytest.raises(BertologyError, match=r"runs/a/out: .*runs is a symbolic link to .*no_folder, which"):
+        check_output_folder(tmp_path / "runs" / "a" / "out")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    with pytest.raises(BertologyError, match=r"Cannot write .*loop: it is a loop of symbolic links"):
+        check_output_folder(tmp_path / "loop")
+    (tmp_path / "real").mkdir()
+    (tmp_path / "linked").symlink_to(tmp_path / "real")
+    assert check_output_folder(tmp_path / "linked" / "out") == tmp_path / "linked" / "out"
+
+
 def test_output_folder_moves_in_only_finished_work(tmp_path: Path) -> None:
     from bertology.files.outputs import output_folder
 
