@@ -49,7 +49,7 @@ def bad_inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 #: What the error line must say for each bad input (besides the file's name).
 PROBLEM = {
-    "empty": r"empty|no text",
+    "empty": r"empty|no text|no pairs",
     "binary": r"binary file, not text",
     "latin1": r"not valid UTF-8",
     "folder": r"folder|directory|no .* files|no train\.tsv|no attention monitor archive",
@@ -67,6 +67,7 @@ COMMANDS = {
     "finetune": (["finetune", "TASK", "-o", "OUT"], True),
     "ablate": (["ablate", "RUN", "--task", "TASK", "-o", "OUT"], True),
     "watch": (["watch", "FILE"], False),
+    "patch": (["patch", "default", "FILE", "-o", "OUT"], False),
 }
 
 
@@ -227,6 +228,27 @@ def test_output_file_checks(tmp_path: Path) -> None:
         check_output_file(tmp_path / "plain" / "view.html")
     assert check_output_file(tmp_path / "new" / "view.html") == tmp_path / "new" / "view.html"
     assert not (tmp_path / "new").exists()  # a check creates nothing
+
+
+def test_outputs_through_links_to_nothing_are_refused(tmp_path: Path) -> None:
+    """The file beside an output, a folder on the way and a loop of links: each named (a link to an existing
+    folder stays usable, as for inputs)."""
+    from bertology.files.outputs import check_output_file, check_output_folder
+
+    (tmp_path / "page.json").symlink_to(tmp_path / "gone.json")
+    with pytest.raises(
+        BertologyError, match=r"page\.json: it is a symbolic link to .*gone\.json, which is missing"
+    ):
+        check_output_file(tmp_path / "page.html", beside=(".json",))
+    (tmp_path / "runs").symlink_to(tmp_path / "no_folder")
+    with pytest.raises(BertologyError, match=r"runs/a/out: .*runs is a symbolic link to .*no_folder, which"):
+        check_output_folder(tmp_path / "runs" / "a" / "out")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    with pytest.raises(BertologyError, match=r"Cannot write .*loop: it is a loop of symbolic links"):
+        check_output_folder(tmp_path / "loop")
+    (tmp_path / "real").mkdir()
+    (tmp_path / "linked").symlink_to(tmp_path / "real")
+    assert check_output_folder(tmp_path / "linked" / "out") == tmp_path / "linked" / "out"
 
 
 def test_output_folder_moves_in_only_finished_work(tmp_path: Path) -> None:
@@ -403,7 +425,7 @@ SAYS = {
 
 
 @pytest.mark.parametrize("kind", sorted(SAYS))
-@pytest.mark.parametrize("command", ["analyze", "probe deps", "finetune", "watch"])
+@pytest.mark.parametrize("command", ["analyze", "probe deps", "finetune", "watch", "patch default"])
 def test_an_input_that_is_not_a_regular_file_says_what_it_is(
     command: str,
     kind: str,
@@ -418,6 +440,60 @@ def test_an_input_that_is_not_a_regular_file_says_what_it_is(
     errors = [line for line in stderr.splitlines() if line.startswith("Error:")]
     assert len(errors) == 1 and SAYS[kind] in errors[0], stderr
     assert "Traceback" not in stderr and "Unexpected error" not in stderr
+
+
+def test_a_pairs_file_of_one_huge_line_is_refused_before_it_is_tokenized(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 12 MB line (issue 43: "can't allocate memory" after 31 s) is refused by its length while the file
+    is read, before any model loads or any of it is tokenized."""
+    pairs = tmp_path / "huge.jsonl"
+    pairs.write_text('{"clean": "' + "a " * 6_000_000 + '", "corrupted": "b"}\n', encoding="utf-8")
+    code, stderr = run_in_process(["patch", "default", str(pairs), "-o", str(tmp_path / "out")], capsys)
+    assert code == 1, stderr
+    assert stderr.strip().splitlines() == [
+        "Error: huge.jsonl line 1 is longer than 1,048,576 bytes, the longest line this file may have; "
+        "shorten it."
+    ]
+    assert not (tmp_path / "out").exists()
+
+
+#: Each command that writes -o, its arguments (CORPUS, TASK: small valid inputs; OUT: the output).
+WRITERS = {
+    "index": ["index", "CORPUS", "-o", "OUT"],
+    "finetune": ["finetune", "TASK", "-o", "OUT"],
+    "view": ["view", "hi", "-o", "OUT"],
+    "relevance": ["relevance", "hi", "-o", "OUT"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(WRITERS))
+def test_an_output_through_a_link_to_nothing_is_refused_and_nothing_is_written(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """-o a symbolic link whose target is missing in an existing folder elsewhere (issue 43: `index` said
+    "Could not use dangling: File exists", `view` and `relevance` wrote through it): one sentence naming the
+    link and its target, before any model loads, and nothing written there."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("A short text.\n", encoding="utf-8")
+    task = tmp_path / "task"
+    task.mkdir()
+    for split in ("train", "dev"):
+        (task / f"{split}.tsv").write_text("sentence\tlabel\nfine\t1\n", encoding="utf-8")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    link = tmp_path / "work" / "out.html"
+    link.parent.mkdir()
+    link.symlink_to(outside / "target.html")
+    values = {"CORPUS": str(corpus), "TASK": str(task), "OUT": str(link)}
+    code, stderr = run_in_process([values.get(part, part) for part in WRITERS[command]], capsys)
+    assert code == 1, stderr
+    assert stderr.strip().splitlines() == [
+        f"Error: Cannot write {link}: it is a symbolic link to {outside / 'target.html'}, which is missing; "
+        "remove the link or choose another output."
+    ]
+    assert list(outside.iterdir()) == [] and link.is_symlink()
+    assert sorted(path.name for path in link.parent.iterdir()) == ["out.html"]
 
 
 def test_a_model_folder_without_tokenizer_files_says_so(

@@ -414,6 +414,30 @@ def test_undecodable_bytes_name_the_line(
 
 
 @pytest.mark.parametrize(
+    ("limit", "lines_before"),
+    # 100: the lines before and the long one all in one 8 KiB read of the buffer; 20,000: a long line
+    # over several reads, its length carried from one read to the next
+    [(100, 60), (20_000, 2)],
+)
+def test_a_line_over_the_limit_is_refused_naming_it(tmp_path: Path, limit: int, lines_before: int) -> None:
+    from bertology.corpus.readers import read_lines
+
+    path = tmp_path / "lines.txt"
+    path.write_bytes((b"x" * limit + b"\n") * lines_before + b"y" * (limit + 1) + b"\nlast\n")
+    with pytest.raises(BertologyError) as caught:
+        list(read_lines(path, max_line_bytes=limit))
+    assert str(caught.value) == (
+        f"lines.txt line {lines_before + 1} is longer than {limit:,} bytes, the longest line this file may "
+        "have; shorten it."
+    )
+    path.write_bytes((b"x" * limit + b"\n") * lines_before + b"last")  # lines of the limit itself: read
+    assert list(read_lines(path, max_line_bytes=limit))[-2:] == [
+        (lines_before, "x" * limit),
+        (lines_before + 1, "last"),
+    ]
+
+
+@pytest.mark.parametrize(
     ("line", "expected"),
     [
         ('{"text": "unterminated}', r"bad\.jsonl line 3 is not valid JSON \(Unterminated string"),

@@ -480,6 +480,38 @@ def test_pairs_the_model_cannot_read_are_refused(models: Callable[[str], LoadedM
         encode_pairs(bert, [unknown])
 
 
+def test_a_text_over_the_models_context_is_refused(
+    models: Callable[[str], LoadedModel], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tiny llama takes 64 tokens: 70 words are refused by their token count, not truncated; a text of
+    more characters than 64 tokens of its vocabulary's longest entry could spell is refused before the
+    tokenizer sees it (issue 43: a 12 MB line ran out of memory after 31 s)."""
+    llama = models("llama")
+    tokenizer_type = type(llama.tokenizer)
+    tokenize, tokenized = tokenizer_type.__call__, []
+
+    def recording(self: object, text: str, **options: object) -> object:
+        tokenized.append(text)
+        return tokenize(self, text, **options)
+
+    monkeypatch.setattr(tokenizer_type, "__call__", recording)
+    words = "The" + " dog" * 70
+    with pytest.raises(BertologyError) as caught:
+        encode_pairs(llama, [PatchPair(words, words, " the", " dog", None, None, 4)])
+    tokens = len(tokenize(llama.tokenizer, words)["input_ids"])
+    assert tokens > llama.max_length == 64 and words in tokenized
+    assert str(caught.value) == (
+        f"Line 4: the clean text is longer than the 64 tokens {llama.name} takes ({tokens} tokens); "
+        "shorten it."
+    )
+    huge = "x" * (64 * max(map(len, llama.tokenizer.get_vocab())) + 1)
+    with pytest.raises(
+        BertologyError, match=rf"^Line 5: the clean text is longer .* \({len(huge):,} characters\)"
+    ):
+        encode_pairs(llama, [PatchPair(huge, huge, " the", " dog", None, None, 5)])
+    assert huge not in tokenized
+
+
 def test_the_shipped_sst2_pairs_swap_one_token_of_the_default_tokenizer() -> None:
     pairs = read_pairs(sst2_pairs())
     tokenizer = load_model("default").tokenizer

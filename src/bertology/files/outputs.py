@@ -2,15 +2,16 @@
 
 :func:`check_output_file` and :func:`check_output_folder` are what every command that writes calls
 first, so a location that cannot be written (a read-only or missing parent, a file where a folder should
-be) is reported in one sentence before any model is loaded. :func:`output_folder` then has the command
-write into a new staging folder beside the target, which replaces the target in one step only when
-everything has been written (:mod:`bertology.files.swap`), keeping the target's other files: a failure
-leaves the target as it was, and a kill at any moment leaves the old run or the new one. :func:`write_text`
-names the file in any error while writing it.
+be, a symbolic link to nothing) is reported in one sentence before any model is loaded.
+:func:`output_folder` then has the command write into a new staging folder beside the target, which
+replaces the target in one step only when everything has been written (:mod:`bertology.files.swap`),
+keeping the target's other files: a failure leaves the target as it was, and a kill at any moment leaves
+the old run or the new one. :func:`write_text` names the file in any error while writing it.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -61,18 +62,44 @@ def _special_kind(path: Path) -> str | None:
     return None
 
 
+def _refuse_dangling_link(path: Path) -> None:
+    """Refuse an output location through a symbolic link to nothing (``path`` itself or a folder on the way
+    to it), as an input through one is refused: writing would create the link's target, wherever it points
+    (or fail half-way).
+
+    Raises:
+        BertologyError: naming the link and where it points.
+    """
+    for link in (path, *path.parents):
+        if not link.is_symlink():
+            continue
+        try:
+            link.stat()
+        except OSError as error:
+            where = "it" if link == path else str(link)
+            what = (
+                "a loop of symbolic links"
+                if error.errno == errno.ELOOP
+                else f"a symbolic link to {os.readlink(link)}, which is missing"
+            )
+            raise BertologyError(
+                f"Cannot write {path}: {where} is {what}; remove the link or choose another output."
+            ) from None
+
+
 def check_output_file(path: str | Path, *, beside: tuple[str, ...] = (), marks: Collection[str] = ()) -> Path:
     """Check that ``path`` (and the files with suffixes ``beside`` next to it, e.g. ``".json"``) can be
     written: each is a regular file or absent (never a folder, named pipe, device or socket, which would
-    block the command or swallow its output), the nearest existing folder on the way is writable, and an
-    existing file beside ``path`` is the command's own earlier output (a JSON object with every key of
-    ``marks``), never a file of someone else's. Creates nothing.
+    block the command or swallow its output, nor a symbolic link to nothing), the nearest existing folder
+    on the way is writable, and an existing file beside ``path`` is the command's own earlier output (a
+    JSON object with every key of ``marks``), never a file of someone else's. Creates nothing.
 
     Raises:
         BertologyError: one sentence saying which location cannot be written and why.
     """
     path = Path(path)
     for target in (path, *(path.with_suffix(suffix) for suffix in beside)):
+        _refuse_dangling_link(target)
         if target.is_dir():
             raise BertologyError(f"Cannot write the file {target}: it is a folder.")
         if kind := _special_kind(target):
@@ -105,14 +132,15 @@ def _is_own_json(path: Path, marks: Collection[str]) -> bool:
 
 
 def check_output_folder(path: str | Path) -> Path:
-    """Check that ``path`` can be an output folder: not a file, and the nearest existing folder on the way
-    (``path`` itself when it exists, and then its parent too, where a new run is staged) is writable.
-    Creates nothing.
+    """Check that ``path`` can be an output folder: not a file nor a symbolic link to nothing, and the
+    nearest existing folder on the way (``path`` itself when it exists, and then its parent too, where a
+    new run is staged) is writable. Creates nothing.
 
     Raises:
         BertologyError: one sentence saying which location cannot be written and why.
     """
     path = Path(path)
+    _refuse_dangling_link(path)
     if path.exists() and not path.is_dir():
         what = _special_kind(path) or "a file"
         raise BertologyError(f"The output folder {path} is {what}; choose a folder.")

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from bertology.corpus.encoding import encode
+from bertology.corpus.readers import read_lines
 from bertology.errors import BertologyError
 from bertology.models.loading import LoadedModel
 from bertology.models.model_types import KIND_PHRASES, ModelKind
@@ -29,6 +30,10 @@ from bertology.models.model_types import KIND_PHRASES, ModelKind
 TEXT_KEYS = ("clean", "corrupted")
 ANSWER_KEYS = ("answer", "wrong")
 LABEL_KEYS = ("label", "wrong_label")
+#: The longest line a pairs file may have: 1 MiB, room for two texts of far more tokens than a model's
+#: context holds, so a line this long is refused before it is tokenized (a file of one huge line is not
+#: even read whole); :func:`encode_pairs` then holds each text to the model's own limit.
+MAX_PAIR_LINE_BYTES = 1 << 20
 
 
 def ioi_pairs() -> Path:
@@ -73,14 +78,15 @@ def read_pairs(path: str | Path) -> list[PatchPair]:
     """The pairs of the JSONL file at ``path``, one per non-blank line.
 
     Raises:
-        BertologyError: a missing or empty file, a line that is not a JSON object, a line without both
-            texts, ``answer`` without ``wrong`` (or the reverse), or answers and labels mixed in one file.
+        BertologyError: a path that is not a regular file (a folder, a named pipe...), a binary file, a
+            line that is not UTF-8 or is over :data:`MAX_PAIR_LINE_BYTES` (the corpus readers' checks,
+            :func:`~bertology.corpus.readers.read_lines`), an empty file, a line that is not a JSON
+            object, a line without both texts, ``answer`` without ``wrong`` (or the reverse), or answers
+            and labels mixed in one file.
     """
     source = Path(path)
-    if not source.is_file():
-        raise BertologyError(f"There is no pairs file at '{source}'.")
     pairs = []
-    for number, text in enumerate(source.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, text in read_lines(source, max_line_bytes=MAX_PAIR_LINE_BYTES):
         if not text.strip():
             continue
         where = f"{source.name} line {number}"
@@ -227,11 +233,33 @@ def _require_logits(loaded: LoadedModel, language_model: bool) -> None:
         )
 
 
+def _token_ids(loaded: LoadedModel, text: str, key: str, line: int, most_characters: int) -> list[int]:
+    """The token ids of ``text`` (special tokens included), the ``key`` text of the pair on ``line``.
+
+    most_characters: the most characters besides whitespace that a text of ``loaded.max_length`` tokens
+    can have (that many times the vocabulary's longest entry, whose word-piece marks and byte spellings
+    are never shorter than the text they stand for); a longer text is refused before it is tokenized.
+
+    Raises:
+        BertologyError: ``text`` is longer than the model takes.
+    """
+    too_long = (
+        f"Line {line}: the {key} text is longer than the {loaded.max_length} tokens {loaded.name} takes"
+    )
+    if len(text) > most_characters and len("".join(text.split())) > most_characters:
+        raise BertologyError(f"{too_long} ({len(text):,} characters); shorten it.")
+    ids = loaded.tokenizer(text)["input_ids"]
+    if len(ids) > loaded.max_length:
+        raise BertologyError(f"{too_long} ({len(ids):,} tokens); shorten it.")
+    return ids
+
+
 def encode_pairs(loaded: LoadedModel, pairs: list[PatchPair]) -> EncodedPairs:
     """``pairs`` tokenized for ``loaded`` and grouped by token count.
 
     Raises:
-        BertologyError: a clean and corrupted text of different token counts, answers for a classifier or
+        BertologyError: a text of more tokens than the model takes (:attr:`LoadedModel.max_length`), a
+            clean and corrupted text of different token counts, answers for a classifier or
             none for a language model, a model without the head its pairs need, an answer that is not one
             token, or an unknown label.
     """
@@ -239,12 +267,13 @@ def encode_pairs(loaded: LoadedModel, pairs: list[PatchPair]) -> EncodedPairs:
     language_model = pairs_for_language_model(pairs)
     _require_logits(loaded, language_model)
     tokenizer = loaded.tokenizer
+    most_characters = loaded.max_length * max(map(len, tokenizer.get_vocab()))
     counts: dict[int, list[int]] = {}
     tokens = []
     for row, pair in enumerate(pairs):
         clean, corrupted = (
-            tokenizer(text, truncation=True, max_length=loaded.max_length)["input_ids"]
-            for text in (pair.clean, pair.corrupted)
+            _token_ids(loaded, text, key, pair.line, most_characters)
+            for key, text in zip(TEXT_KEYS, (pair.clean, pair.corrupted), strict=True)
         )
         if len(clean) != len(corrupted):
             raise BertologyError(

@@ -78,6 +78,36 @@ class _Window(io.RawIOBase):
         return got
 
 
+class _LineLimit(io.RawIOBase):
+    """The bytes of ``handle`` (the file ``path``, from its ``first_line``-th line), refused as soon as a
+    line runs past ``limit`` bytes, so no more than about ``limit`` bytes of an over-long line are read."""
+
+    def __init__(self, handle: BinaryIO, limit: int, path: Path, first_line: int) -> None:
+        self.handle, self.limit, self.path = handle, limit, path
+        self.line = first_line  # the line the next byte belongs to
+        self.run = 0  # bytes of that line read so far
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+        got = self.handle.readinto(buffer) or 0
+        *ended, rest = bytes(memoryview(buffer)[:got]).split(b"\n")
+        for length in (len(part) for part in ended):
+            self._check(self.run + length)
+            self.line, self.run = self.line + 1, 0
+        self._check(self.run + len(rest))
+        self.run += len(rest)
+        return got
+
+    def _check(self, length: int) -> None:
+        if length > self.limit:
+            raise BertologyError(
+                f"{self.path.name} line {self.line} is longer than {self.limit:,} bytes, the longest line "
+                "this file may have; shorten it."
+            )
+
+
 def file_problem(path: Path) -> str | None:
     """What keeps ``path`` from being read as an input file, as the end of a sentence that starts with
     the path ("is missing", "is a directory, not a file", "is a named pipe (FIFO), not a regular file",
@@ -109,7 +139,11 @@ def require_file(path: Path) -> None:
 
 
 def read_lines(
-    path: Path, *, piece_bytes: int | None = None, span: ByteSpan | None = None
+    path: Path,
+    *,
+    piece_bytes: int | None = None,
+    span: ByteSpan | None = None,
+    max_line_bytes: int | None = None,
 ) -> Iterator[tuple[int, str]]:
     """Yield ``(line number, line)`` for each line of ``path`` (of its ``span`` only, if given), lazily,
     without the line ending.
@@ -121,10 +155,13 @@ def read_lines(
         bytes, cut at a space or tab that is dropped (at ``piece_bytes``, on a character boundary, for
         a word longer than that), yielded with the line's number; a piece of only whitespace inside
         a line is left out. ``None``: every line whole.
+    max_line_bytes: refuse a line longer than this many bytes, having read no more than about this
+        many bytes of it (a file of one huge line is not read whole). ``None``: no limit.
 
     Raises:
         BertologyError: the path is not a regular file (:func:`require_file`) or cannot be opened, the
-            file is binary (a NUL byte), or a line is not valid UTF-8 (naming the line).
+            file is binary (a NUL byte), a line is not valid UTF-8 or is longer than ``max_line_bytes``
+            (naming the line).
     """
     require_file(path)
     try:
@@ -134,6 +171,8 @@ def read_lines(
     span = span or ByteSpan(0, None, 1)
     with handle:
         lines = io.BufferedReader(_Window(handle, span)) if span.start or span.end is not None else handle
+        if max_line_bytes is not None:
+            lines = io.BufferedReader(_LineLimit(lines, max_line_bytes, path, span.first_line))
         if piece_bytes is None:
             yield from _whole_lines(lines, path, span)
             return
