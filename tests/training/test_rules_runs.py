@@ -43,7 +43,7 @@ def test_a_healthy_run_raises_nothing(tiny_model_dirs: dict[str, Path], task: Pa
     result = finetune(task, tmp_path / "run", tiny_settings(tiny_model_dirs["bert"]))
     assert result.alerts == () and result.stopped_by is None
     run = json.loads((tmp_path / "run" / "run.json").read_text())
-    assert run["status"] == "finished" and run["alerts"] == [] and len(run["rules"]) == 11
+    assert run["status"] == "finished" and run["alerts"] == [] and len(run["rules"]) == 12
     lines = (tmp_path / "run" / "signals.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in lines] == list(range(1, 11))
 

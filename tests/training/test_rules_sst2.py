@@ -70,6 +70,6 @@ def test_a_healthy_run_of_200_steps_raises_no_alert(sst2: Path, tmp_path: Path) 
         sst2, tmp_path / "run", "--max-train", "1600", "--batch-size", "8", "--max-len", "32",
         "--max-dev", "128", "--eval-every", "100", "--probe-set", "4", "--threads", "1",
     )  # fmt: skip
-    assert run["status"] == "finished" and run["steps"] == 200 and len(run["rules"]) == 11
+    assert run["status"] == "finished" and run["steps"] == 200 and len(run["rules"]) == 12
     assert run["alerts"] == []
     assert run["dev_accuracy"] > 0.7  # it learned
