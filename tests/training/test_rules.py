@@ -223,9 +223,9 @@ def test_one_class_predictions_message_and_what_it_skips() -> None:
     # The issue's run: every dev prediction one label, dev accuracy 0.495 (99 of 200 dev examples have it).
     labels = [1] * 99 + [0] * 101
     (finding,) = OneClassPredictions().check(evaluated([1] * 200, labels))
-    assert (
-        finding.what
-        == "200 of the 200 dev predictions are label 'positive' (the label of 99); dev accuracy 0.495"
+    assert finding.what == (
+        "200 of the 200 dev predictions are label 'positive', which 99 of the dev examples have; "
+        "dev accuracy 0.495"
     )
     # A dev set that is itself 95 % one label: predicting it everywhere is not the rule's finding.
     assert found(OneClassPredictions(), evaluated([0] * 20, [0] * 19 + [1])) == []
@@ -236,7 +236,7 @@ def test_one_class_predictions_message_and_what_it_skips() -> None:
     # Without the labels' names (or with another number of them), the label's index.
     history = evaluated([1] * 20, [0, 1] * 10)
     history.label_counts = None
-    assert "are label 1 (the label of 10)" in OneClassPredictions().check(history)[0].what
+    assert "are label 1, which 10 of the dev examples have" in OneClassPredictions().check(history)[0].what
 
 
 def test_one_class_predictions_is_a_default_rule_that_reads_the_confusion_matrix() -> None:

@@ -58,7 +58,8 @@ def test_a_run_that_does_not_learn_raises_only_one_class_predictions(
         (
             "one_class_predictions",
             5,
-            "12 of the 12 dev predictions are label '1' (the label of 7); dev accuracy 0.583",
+            "12 of the 12 dev predictions are label '1', which 7 of the dev examples have; "
+            "dev accuracy 0.583",
         )
     ]
     assert result.stopped_by is None

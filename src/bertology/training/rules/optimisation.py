@@ -376,7 +376,7 @@ class OneClassPredictions:
         return [
             Finding(
                 "dev predictions",
-                f"{predicted[label]} of the {total} dev predictions are label {name} (the label of "
-                f"{actual[label]}); dev accuracy {latest.accuracy:.3f}",
+                f"{predicted[label]} of the {total} dev predictions are label {name}, which "
+                f"{actual[label]} of the dev examples have; dev accuracy {latest.accuracy:.3f}",
             )
         ]
