@@ -606,7 +606,10 @@ def test_tensor_recorder_numbers(tiny_classifier: LoadedModel) -> None:
     ids, counts = torch.unique(inputs["input_ids"], return_counts=True)
     assert record.token_counts == dict(zip(ids.tolist(), counts.tolist(), strict=True))
     assert record.tokens == inputs["input_ids"].numel()
-    assert fires(DeadRelu(), History(tensors=[record]))
+    (dead,) = DeadRelu().check(History(tensors=[record]))  # named by the module's own function
+    function = type(model.bert.encoder.layer[1].intermediate.intermediate_act_fn).__name__
+    assert function == layer1.function == "GELUActivation"
+    assert dead.what == f"{layer1.name} (GELUActivation): 100% of nodes dead > 50%"
     assert TensorRecorder.for_rules(model, select_rules("default")) is None  # nothing measured for ours
 
 
