@@ -22,6 +22,7 @@ from bertology.training.rules import (
     LossNotDecreasing,
     LossRecord,
     NoOpHeads,
+    OneClassPredictions,
     Overfitting,
     SaturatedActivation,
     SignalRecord,
@@ -31,6 +32,7 @@ from bertology.training.rules import (
     WeightUpdateRatio,
     rule_names,
 )
+from bertology.training.rules.smdebug import records_read
 
 GROUPS = ("embeddings", "layer 0", "head")
 
@@ -95,6 +97,20 @@ def test_exploding_gradient_on_the_running_mean_of_the_training_loss(window: int
         assert diverged(losses, window, 10.0) is fires
         history = History(train=[LossRecord(step, loss) for step, loss in enumerate(losses, start=1)])
         assert found(rule, history) == (["training loss"] if fires else [])
+
+
+def test_exploding_gradient_says_how_many_steps_its_mean_holds() -> None:
+    # At step 4 the 10-step running mean holds 4 steps: (0.5 + 0.5 + 0.5 + 20.5) / 4 = 5.5 > 10 x 0.5.
+    rows = [LossRecord(step, loss) for step, loss in enumerate([0.5, 0.5, 0.5, 20.5], start=1)]
+    (finding,) = ExplodingGradient().check(History(train=rows))
+    assert finding.what == "training loss 5.5 (mean of the last 4 steps), from 0.5"
+    rows = [LossRecord(step, 0.5) for step in range(1, 13)] + [LossRecord(13, 100.5)]
+    (finding,) = ExplodingGradient().check(History(train=rows))
+    assert (
+        finding.what == "training loss 10.5 (mean of the last 10 steps), from 0.5"
+    )  # (9 x 0.5 + 100.5) / 10
+    (finding,) = ExplodingGradient().check(History(train=[LossRecord(1, math.nan)]))
+    assert finding.what == "training loss nan (one step)"
 
 
 def test_exploding_gradient_is_silent_on_one_unlucky_batch() -> None:
@@ -180,6 +196,51 @@ def test_class_imbalance_of_the_training_labels() -> None:
     assert found(ClassImbalance(), History(label_counts={"0": 50, "1": 5})) == ["training labels"]  # 10 x
     assert found(ClassImbalance(), History(label_counts={"0": 49, "1": 5})) == []  # 9.8 x
     assert found(ClassImbalance(), History(label_counts={"0": 3, "1": 0})) == ["training labels"]
+
+
+def evaluated(predictions: list[int], labels: list[int], accuracy: float | None = None) -> History:
+    """A history whose one dev evaluation predicted ``predictions`` for examples of ``labels`` (0 or 1)."""
+    confusion = np.zeros((2, 2), dtype=int)
+    np.add.at(confusion, (labels, predictions), 1)
+    right = float(np.mean(np.array(labels) == np.array(predictions)))
+    dev = DevRecord(25, 0.69, right if accuracy is None else accuracy, confusion)
+    return History(dev=[dev], label_counts={"negative": 60, "positive": 40})
+
+
+@pytest.mark.parametrize(
+    ("ones", "expected"),
+    [(20, True), (19, True), (18, False)],  # of 20 predictions: 100 %, 95 % (the boundary), 90 %
+)
+def test_one_class_predictions_at_95_percent(ones: int, expected: bool) -> None:
+    labels = [0, 1] * 10  # a balanced dev set: 50 % of each label
+    predictions = [1] * ones + [0] * (20 - ones)
+    assert found(OneClassPredictions(), evaluated(predictions, labels)) == (
+        ["dev predictions"] if expected else []
+    )
+
+
+def test_one_class_predictions_message_and_what_it_skips() -> None:
+    # The issue's run: every dev prediction one label, dev accuracy 0.495 (99 of 200 dev examples have it).
+    labels = [1] * 99 + [0] * 101
+    (finding,) = OneClassPredictions().check(evaluated([1] * 200, labels))
+    assert finding.what == (
+        "200 of the 200 dev predictions are label 'positive', which 99 of the dev examples have; "
+        "dev accuracy 0.495"
+    )
+    # A dev set that is itself 95 % one label: predicting it everywhere is not the rule's finding.
+    assert found(OneClassPredictions(), evaluated([0] * 20, [0] * 19 + [1])) == []
+    # Undefined accuracy (logits not finite; the arg-max of NaN picks label 0 everywhere): skipped.
+    assert found(OneClassPredictions(), evaluated([0] * 20, [0, 1] * 10, accuracy=math.nan)) == []
+    # No predictions recorded (the Trainer callback's evaluations): nothing to read.
+    assert found(OneClassPredictions(), History(dev=[DevRecord(25, 0.69, 0.5)])) == []
+    # Without the labels' names (or with another number of them), the label's index.
+    history = evaluated([1] * 20, [0, 1] * 10)
+    history.label_counts = None
+    assert "are label 1, which 10 of the dev examples have" in OneClassPredictions().check(history)[0].what
+
+
+def test_one_class_predictions_is_a_default_rule_that_reads_the_confusion_matrix() -> None:
+    assert "one_class_predictions" in RULES and records_read(RULES.values()) == {"confusion"}
 
 
 LAYERS, HEADS = 2, 3
@@ -303,7 +364,7 @@ def test_divergence_comes_first_and_later_alerts_follow_it() -> None:
 
 
 def test_rule_names_and_stop_on_are_checked() -> None:
-    assert rule_names("default") == list(RULES) and len(RULES) == 11
+    assert rule_names("default") == list(RULES) and len(RULES) == 12
     assert rule_names("none") == []
     assert rule_names("overfitting, frozen_heads,overfitting") == ["overfitting", "frozen_heads"]
     with pytest.raises(BertologyError, match="Unknown rule overfit; give default, smdebug, none or names"):

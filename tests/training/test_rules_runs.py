@@ -1,7 +1,8 @@
 """The training rules in real runs of a tiny model: a learning rate of 1e3 explodes, a learning rate too
-small to move a float32 weight (a frozen model) stalls, a tiny training set overfits, and a healthy run
-raises nothing; --stop-on stops a run cleanly; the Trainer callback evaluates the same rules; the signals
-recorder's numbers against independent computations."""
+small to move a float32 weight (a frozen model) stalls, a tiny training set overfits, and a run that
+trains without learning raises only that it predicts one class; --stop-on stops a run cleanly; the
+Trainer callback evaluates the same rules; the signals recorder's numbers against independent
+computations."""
 
 from __future__ import annotations
 
@@ -39,11 +40,32 @@ def rules_fired(run_dir: Path) -> set[str]:
     return {alert["rule"] for alert in json.loads((run_dir / "run.json").read_text())["alerts"]}
 
 
-def test_a_healthy_run_raises_nothing(tiny_model_dirs: dict[str, Path], task: Path, tmp_path: Path) -> None:
+def test_a_run_that_does_not_learn_raises_only_one_class_predictions(
+    tiny_model_dirs: dict[str, Path], task: Path, tmp_path: Path
+) -> None:
+    # The tiny random model's 10 steps (evaluated at steps 5 and 10) move every weight without learning
+    # the task: every dev prediction is label "1", which 7 of the 12 dev sentences have (accuracy 7/12).
+    # The optimisation and attention rules stay silent; the one-class rule says it, once, at step 5.
     result = finetune(task, tmp_path / "run", tiny_settings(tiny_model_dirs["bert"]))
-    assert result.alerts == () and result.stopped_by is None
+    dev_labels = [line.rsplit("\t", 1)[1] for line in (task / "dev.tsv").read_text().splitlines()[1:]]
+    assert dev_labels.count("1") == 7 and len(dev_labels) == 12
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [(row["step"], row["accuracy"]) for row in rows if row["split"] == "dev"] == [
+        (5, 7 / 12),
+        (10, 7 / 12),
+    ]
+    assert [(alert.rule, alert.step, alert.what) for alert in result.alerts] == [
+        (
+            "one_class_predictions",
+            5,
+            "12 of the 12 dev predictions are label '1', which 7 of the dev examples have; "
+            "dev accuracy 0.583",
+        )
+    ]
+    assert result.stopped_by is None
     run = json.loads((tmp_path / "run" / "run.json").read_text())
-    assert run["status"] == "finished" and run["alerts"] == [] and len(run["rules"]) == 11
+    assert run["status"] == "finished" and len(run["rules"]) == 12
+    assert run["alerts"] == [alert.to_json() for alert in result.alerts]
     lines = (tmp_path / "run" / "signals.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in lines] == list(range(1, 11))
 
@@ -82,10 +104,12 @@ def test_a_tiny_training_set_overfits(tiny_model_dirs: dict[str, Path], task: Pa
         tiny_model_dirs["bert"], max_train=8, epochs=30, learning_rate=3e-3, watch_every=0
     )
     result = finetune(task, tmp_path / "run", settings)
-    assert [alert.rule for alert in result.alerts] == ["overfitting"]
+    # Besides overfitting: some evaluation of 8 examples' training predicts one class (the rule's own test
+    # is above).
+    assert [alert.rule for alert in result.alerts if alert.rule != "one_class_predictions"] == ["overfitting"]
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     dev = {row["step"]: row["loss"] for row in rows if row["split"] == "dev"}
-    alert = result.alerts[0]
+    alert = next(alert for alert in result.alerts if alert.rule == "overfitting")
     assert dev[alert.step] >= 1.05 * min(loss for step, loss in dev.items() if step < alert.step)
 
 

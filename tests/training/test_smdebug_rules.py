@@ -53,6 +53,8 @@ from bertology.training.tensor_recorder import TensorRecorder
 from bertology.training.watch import watch_data
 
 GROUPS = ("embeddings", "layer 0", "head")
+#: The module class an activation record of each kind names (a transformer's ReLU-like one is a GELU).
+FUNCTIONS = {"relu": "GELUActivation", "tanh": "Tanh"}
 
 
 def fires(rule: object, history: History) -> bool:
@@ -147,7 +149,7 @@ def documented_inactive_layer(active: np.ndarray) -> bool:
 
 
 def activity_history(kind: str, active: np.ndarray) -> History:
-    record = ActivationRecord("pooler.activation", "head", kind, active.mean(0), 1.0)
+    record = ActivationRecord("pooler.activation", "head", kind, FUNCTIONS[kind], active.mean(0), 1.0)
     return History(tensors=[TensorRecord(2, GROUPS, activations=(record,))])
 
 
@@ -178,6 +180,16 @@ def test_dead_relu(counts: list[int], expected: bool) -> None:
     assert documented_inactive_layer(active) is expected
     assert fires(DeadRelu(), activity_history("relu", active)) is expected
     assert not fires(DeadRelu(), activity_history("tanh", active))
+
+
+def test_inactive_layer_alerts_name_the_modules_function() -> None:
+    # 3 of 4 GELU units never above 0 (75 % > 50 %): the alert names the GELU, not "relu".
+    active = np.zeros((200, 4), dtype=bool)
+    active[:, 3] = True
+    (finding,) = DeadRelu().check(activity_history("relu", active))
+    assert finding.what == "pooler.activation (GELUActivation): 75% of nodes dead > 50%"
+    (finding,) = SaturatedActivation().check(activity_history("tanh", active))
+    assert finding.what == "pooler.activation (Tanh): 75% of nodes saturated > 50%"
 
 
 # --- LossNotDecreasing: every num_steps, the loss against the newest one at least num_steps behind
@@ -223,6 +235,42 @@ def test_loss_not_decreasing_boundary(later: float, expected: int | None) -> Non
     steps, losses = [0, 10], [1.0, later]  # equal: not going down; a hair lower: going down
     assert documented_loss_not_decreasing(steps, losses) == expected
     assert first_alert(LossNotDecreasing(), steps, losses) == expected
+
+
+# mode: "If this is not passed, the rule checks for eval mode, then training mode and then global mode"
+def test_loss_not_decreasing_reads_the_dev_loss_first() -> None:
+    # Training losses fall every step; the dev losses at steps 20, 40, 60 fall, then rise at 60.
+    train = [LossRecord(step, 1.0 - step / 100) for step in range(1, 61)]
+    dev = {20: 0.6, 40: 0.5, 60: 0.55}
+    assert documented_loss_not_decreasing(list(dev), list(dev.values())) == 60
+    assert documented_loss_not_decreasing([row.step for row in train], [row.loss for row in train]) is None
+    for rule, alerts in (
+        (LossNotDecreasing(), [(60, ("dev loss",))]),
+        (LossNotDecreasing(mode="EVAL"), [(60, ("dev loss",))]),
+        (LossNotDecreasing(mode="TRAIN"), []),
+    ):
+        watchdog = Watchdog([rule])
+        for row in train:  # as a run records them: a step's training loss, then its dev evaluation
+            watchdog.train(row.step, row.loss)
+            if row.step in dev:
+                watchdog.dev(row.step, dev[row.step], 0.7)
+        assert [(alert.step, alert.where) for alert in watchdog.alerts] == alerts
+        if alerts:
+            assert watchdog.alerts[0].what == "dev loss 0.5500 at step 60, 0.5000 at step 40"
+    # Before the first dev evaluation (and in a run without one), the training losses.
+    flat = [LossRecord(0, 1.0), LossRecord(10, 1.0)]
+    assert [f.where for f in LossNotDecreasing().check(History(train=flat))] == ["training loss"]
+
+
+def test_loss_not_decreasing_global_mode_reads_both_losses_in_step_order() -> None:
+    # Training loss 0.4 at step 10, dev loss 0.5 at step 10, training loss 0.45 at step 20: the newest
+    # loss at least 10 steps behind step 20 is step 10's dev loss (after its training loss), 0.5 > 0.45.
+    history = History(train=[LossRecord(10, 0.4), LossRecord(20, 0.45)], dev=[DevRecord(10, 0.5, 0.7)])
+    assert LossNotDecreasing(mode="GLOBAL").check(history) == []
+    assert [f.where for f in LossNotDecreasing(mode="TRAIN").check(history)] == ["training loss"]
+    history.train.append(LossRecord(30, 0.45))  # against step 20's 0.45: not down
+    (finding,) = LossNotDecreasing(mode="GLOBAL").check(history)
+    assert finding.what == "loss 0.4500 at step 30, 0.4500 at step 20"
 
 
 # --- Overfit: (mean validation loss - mean training loss) / mean training loss > ratio_threshold (0.1)
@@ -373,7 +421,7 @@ def test_tensor_variance(values: list[float], rule: TensorVariance, expected: bo
 # (5) records; within the first steps (10)
 def poor_init_history(variances: list[float], spread: float, step: int = 2) -> History:
     activations = tuple(
-        ActivationRecord(f"layer.{i}.act", f"layer {i}", "relu", np.ones(4), variance)
+        ActivationRecord(f"layer.{i}.act", f"layer {i}", "relu", "GELUActivation", np.ones(4), variance)
         for i, variance in enumerate(variances)
     )
     gradient = {"spread": np.array([0.01, spread, 0.01])}
@@ -443,12 +491,14 @@ def test_smdebug_preset_names_and_parameters() -> None:
     assert rule_names("smdebug") == list(SMDEBUG_RULES)
     assert rule_names("Overfit,overfitting") == ["Overfit", "overfitting"]
     assert set(KNOWN_RULES) >= set(SMDEBUG_RULES)
-    params = ["LossNotDecreasing.num_steps=20", "SaturatedActivation.threshold_tanh=(-5,5)"]
+    params = ["LossNotDecreasing.num_steps=20", "SaturatedActivation.threshold_tanh=(-5,5)",
+              "LossNotDecreasing.mode=train"]  # fmt: skip
     chosen = select_rules(
         "smdebug", [*params, "ExplodingTensor.only_nan=true", "TensorVariance.max_threshold=2"]
     )
     by_name = {rule.name: rule for rule in chosen}
     assert by_name["LossNotDecreasing"].num_steps == 20  # type: ignore[attr-defined]
+    assert by_name["LossNotDecreasing"].mode == "TRAIN"  # type: ignore[attr-defined]
     assert by_name["SaturatedActivation"].threshold_tanh == (-5.0, 5.0)  # type: ignore[attr-defined]
     assert by_name["ExplodingTensor"].only_nan is True  # type: ignore[attr-defined]
     assert by_name["TensorVariance"].max_threshold == 2.0  # type: ignore[attr-defined]
@@ -463,6 +513,10 @@ def test_smdebug_preset_names_and_parameters() -> None:
         (["Overfit.patience=1.5"], "takes an integer"),
         (["Overfit.ratio_threshold=nan"], "finite"),
         (["ExplodingTensor.only_nan=maybe"], "true or false"),
+        (
+            ["LossNotDecreasing.mode=dev"],
+            "LossNotDecreasing.mode takes one of EVAL, TRAIN, GLOBAL, not 'dev'",
+        ),
         (["Overfit"], "NAME.PARAM=VALUE"),
     ],
 )
@@ -552,7 +606,10 @@ def test_tensor_recorder_numbers(tiny_classifier: LoadedModel) -> None:
     ids, counts = torch.unique(inputs["input_ids"], return_counts=True)
     assert record.token_counts == dict(zip(ids.tolist(), counts.tolist(), strict=True))
     assert record.tokens == inputs["input_ids"].numel()
-    assert fires(DeadRelu(), History(tensors=[record]))
+    (dead,) = DeadRelu().check(History(tensors=[record]))  # named by the module's own function
+    function = type(model.bert.encoder.layer[1].intermediate.intermediate_act_fn).__name__
+    assert function == layer1.function == "GELUActivation"
+    assert dead.what == f"{layer1.name} (GELUActivation): 100% of nodes dead > 50%"
     assert TensorRecorder.for_rules(model, select_rules("default")) is None  # nothing measured for ours
 
 

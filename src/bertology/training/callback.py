@@ -27,7 +27,7 @@ optimizer step, the monitor's records
 gradient norms here are after clipping (``max_grad_norm``), unlike :func:`~bertology.training.finetune`'s.
 SageMaker Debugger's rules (``select_rules("smdebug")``) get their tensor statistics the same way
 (:mod:`~bertology.training.tensor_recorder`); the Trainer's evaluations carry no confusion matrix, so
-``Confusion`` and ``ClassImbalance``'s misprediction check see none.
+``one_class_predictions``, ``Confusion`` and ``ClassImbalance``'s misprediction check see none.
 """
 
 from __future__ import annotations

@@ -20,8 +20,8 @@ A run folder holds:
   ``watch_every``-th step (:mod:`bertology.training.signals`), when rules are evaluated.
 - ``tensors.jsonl``: what SageMaker Debugger's rules (``rules="smdebug"``) read of every watched step
   (per-layer gradient and weight statistics, activation activity, token counts), when one of them is
-  selected (:mod:`bertology.training.tensor_recorder`); they also read each dev evaluation's confusion
-  matrix.
+  selected (:mod:`bertology.training.tensor_recorder`); they, and our ``one_class_predictions``, also
+  read each dev evaluation's confusion matrix.
 """
 
 from __future__ import annotations

@@ -193,14 +193,16 @@ class TensorRecorder:
         if "spread" in self._stats:
             gradient = gradient | {"spread": self._stats["spread"].double().numpy()}
         activations = []
-        for name, _module, group, kind in self._modules:
+        for name, module, group, kind in self._modules:
             if name not in self._active:
                 continue
             positions, count, total, squares = self._moments[name].double().cpu().numpy()
             mean = total / count
             activity = self._active[name].double().cpu().numpy() / positions
             variance = float(squares / count - mean**2)
-            activations.append(ActivationRecord(name, self.groups[group], kind, activity, variance))
+            activations.append(
+                ActivationRecord(name, self.groups[group], kind, type(module).__name__, activity, variance)
+            )
         counts: dict[int, int] = {}
         tokens = 0
         if self._tokens:

@@ -25,6 +25,7 @@ loss_not_decreasing       no 1 % fall of the mean training loss in 4 windows of 
 overfitting               dev loss 5 % above its lowest while the training loss fell
 stalled_training          weights unchanged at 2 watched steps with a learning rate above 0
 class_imbalance           most / least frequent training label >= 10, or a label without examples
+one_class_predictions     >= 95 % of the dev predictions are one label, which < 95 % of the dev examples have
 entropy_collapse          a head's or layer's attention entropy, first above 0.5 nats, <= 0.25 x that
                           first value and <= 0.2 nats
 no_op_heads               a head's [CLS] + [SEP] attention >= 0.9 and up by >= 0.3
@@ -42,6 +43,7 @@ from bertology.training.rules.optimisation import (
     ClassImbalance,
     ExplodingGradient,
     LossNotDecreasing,
+    OneClassPredictions,
     Overfitting,
     SaturatedActivation,
     StalledTraining,
@@ -74,6 +76,7 @@ RULES: dict[str, Rule] = {
         Overfitting(),
         StalledTraining(),
         ClassImbalance(),
+        OneClassPredictions(),
         EntropyCollapse(),
         NoOpHeads(),
         FrozenHeads(),
@@ -148,6 +151,7 @@ __all__ = [
     "LossNotDecreasing",
     "LossRecord",
     "NoOpHeads",
+    "OneClassPredictions",
     "Overfitting",
     "Rule",
     "SaturatedActivation",

@@ -5,7 +5,7 @@ watches (VanishingGradient, ExplodingTensor, WeightUpdateRatio, SaturatedActivat
 LossNotDecreasing, Overfit, StalledTrainingRule, ClassImbalance), but none computes Debugger's condition:
 each docstring states our exact condition and how it differs from Debugger's, as Debugger's rule
 documentation (``FirstPartyRules.md`` of the sagemaker-debugger repository) and the AWS developer guide's
-built-in rules page define it. Every rule reads only the
+built-in rules page define it. OneClassPredictions has no Debugger counterpart. Every rule reads only the
 :class:`~bertology.training.rules.records.History` and returns what it finds now.
 """
 
@@ -34,6 +34,12 @@ def running_means(values: np.ndarray, window: int) -> np.ndarray:
 def _from(lowest: float) -> str:
     """The message part ", from LOWEST", or nothing when there was no earlier (finite) value."""
     return f", from {lowest:.4g}" if math.isfinite(lowest) else ""
+
+
+def _mean_of(rows: int) -> str:
+    """What a running mean over ``rows`` training-loss rows is, for a message: "mean of the last 4
+    steps" (fewer than the window at the start), or "one step"."""
+    return f"mean of the last {rows} steps" if rows > 1 else "one step"
 
 
 def _latest_signals(history: History, moving: bool = False) -> SignalRecord | None:
@@ -95,8 +101,8 @@ class ExplodingGradient:
             means = running_means(np.array([row.loss for row in history.train]), self.window)
             latest, lowest = float(means[-1]), float(np.min(means[:-1], initial=np.inf))
             if not math.isfinite(latest) or latest > self.loss_growth * lowest:
-                what = f"training loss {latest:.4g} (mean of the last {self.window} steps){_from(lowest)}"
-                found.append(Finding("training loss", what))
+                mean = _mean_of(min(self.window, len(history.train)))
+                found.append(Finding("training loss", f"training loss {latest:.4g} ({mean}){_from(lowest)}"))
         if history.dev:
             latest = history.dev[-1].loss
             lowest = min((row.loss for row in history.dev[:-1]), default=math.inf)
@@ -326,5 +332,51 @@ class ClassImbalance:
                 "training labels",
                 f"label {commonest!r} has {counts[commonest]} examples, {ratio:.1f} times {rarest!r}'s "
                 f"{counts[rarest]}",
+            )
+        ]
+
+
+def _label_name(history: History, label: int, labels: int) -> str:
+    """Label ``label`` (an index into the task's ``labels`` labels) by name, as the training labels'
+    counts list them (in the task's order), else by its index."""
+    names = list(history.label_counts or ())
+    return repr(names[label]) if len(names) == labels else str(label)
+
+
+@dataclass(frozen=True)
+class OneClassPredictions:
+    """Fires at a dev evaluation where at least ``max_share`` (95 %) of the dev predictions (the arg-max
+    of the logits) are one label while fewer than ``max_share`` of the dev examples have that label:
+    the classifier answers (nearly) the same class whatever the input, as a run that has not left its
+    constant start or has collapsed onto a label does (a fine-tuning run of SST-2 predicting one label for
+    every dev sentence has a dev accuracy near 0.5 and trips no other default rule). Skipped: an
+    evaluation whose accuracy is undefined (logits not finite: the divergence rule's finding) and one
+    without predictions (the ``Trainer`` callback's evaluations carry none).
+
+    Ours: SageMaker Debugger has no rule for it. Its Confusion and ClassImbalance read the same
+    predictions with other conditions: Confusion fires for any predicted label right less than 90 % of the
+    time, one class or not; ClassImbalance for a label more than 70 % mispredicted, and only once 500 dev
+    examples are seen."""
+
+    name: ClassVar[str] = "one_class_predictions"
+    #: the dev evaluations' confusion matrices (:func:`~bertology.training.rules.smdebug.records_read`)
+    reads: ClassVar[frozenset[str]] = frozenset({"confusion"})
+    max_share: float = 0.95
+
+    def check(self, history: History) -> list[Finding]:
+        latest = history.dev[-1] if history.dev else None
+        if latest is None or latest.confusion is None or not math.isfinite(latest.accuracy):
+            return []
+        predicted, actual = latest.confusion.sum(axis=0), latest.confusion.sum(axis=1)
+        total = int(predicted.sum())
+        label = int(np.argmax(predicted))
+        if not total or predicted[label] / total < self.max_share or actual[label] / total >= self.max_share:
+            return []
+        name = _label_name(history, label, len(predicted))
+        return [
+            Finding(
+                "dev predictions",
+                f"{predicted[label]} of the {total} dev predictions are label {name}, which "
+                f"{actual[label]} of the dev examples have; dev accuracy {latest.accuracy:.3f}",
             )
         ]

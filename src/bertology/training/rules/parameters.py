@@ -3,7 +3,9 @@
 
 A value is read as its parameter's default is typed: a number (int or float; a parameter without a
 default, such as TensorVariance's thresholds, takes a float), ``true``/``false``, or a comma-separated
-list for a tuple (``SaturatedActivation.threshold_tanh=-9.5,9.5``; parentheses are allowed).
+list for a tuple (``SaturatedActivation.threshold_tanh=-9.5,9.5``; parentheses are allowed). A parameter
+whose field lists ``choices`` in its metadata takes one of them, in any case
+(``LossNotDecreasing.mode=eval``).
 """
 
 from __future__ import annotations
@@ -29,8 +31,15 @@ def _number(text: str, kind: type, where: str) -> Any:
     return value
 
 
-def _value(default: Any, text: str, where: str) -> Any:
-    """``text`` read as a value of ``default``'s type (module docstring)."""
+def _value(parameter: dataclasses.Field[Any], text: str, where: str) -> Any:
+    """``text`` read as a value of ``parameter`` (module docstring)."""
+    default = parameter.default
+    choices = parameter.metadata.get("choices")
+    if choices is not None:
+        chosen = text.strip().upper()
+        if chosen not in choices:
+            raise BertologyError(f"{where} takes one of {', '.join(choices)}, not {text!r}.")
+        return chosen
     if isinstance(default, bool):
         if text.strip().lower() not in ("true", "false"):
             raise BertologyError(f"{where} takes true or false, not {text!r}.")
@@ -64,7 +73,7 @@ def parse_rule_params(params: Sequence[str], rules: dict[str, Rule]) -> dict[str
                 f"--rule-param names rule {name}, which the run does not evaluate; its rules: "
                 f"{', '.join(rules) or 'none'}."
             )
-        fields = {field.name: field.default for field in dataclasses.fields(rules[name])}  # type: ignore[arg-type]
+        fields = {field.name: field for field in dataclasses.fields(rules[name])}  # type: ignore[arg-type]
         if param not in fields:
             raise BertologyError(
                 f"Rule {name} has no parameter {param!r}; its parameters: {', '.join(fields)}."

@@ -95,7 +95,8 @@ class ActivationRecord:
     """One activation function module's activity during a watched step's forward pass.
 
     name: the module's path in the model; group: its parameter group (``"layer 3"``); kind: ``"tanh"``,
-    ``"sigmoid"`` or ``"relu"`` (ReLU and the functions that gate at 0 like it: GELU, SiLU...).
+    ``"sigmoid"`` or ``"relu"`` (ReLU and the functions that gate at 0 like it: GELU, SiLU...);
+    function: the module's class (``"GELUActivation"``, ``"Tanh"``), which an alert names.
     activity [N]: for each of the module's N nodes (the last dimension of its input), the fraction of the
     batch's positions (padding included) at which the node was active: for tanh and sigmoid, its input
     strictly inside the recorder's bounds; for ReLU-like functions, its output above 0.
@@ -105,6 +106,7 @@ class ActivationRecord:
     name: str
     group: str
     kind: str
+    function: str
     activity: np.ndarray
     input_variance: float
 
@@ -139,8 +141,8 @@ class TensorRecord:
             return [float(v) if np.isfinite(v) else None for v in values]
 
         activations = [
-            {"name": a.name, "kind": a.kind, "mean_activity": float(np.mean(a.activity)),
-             "input_variance": a.input_variance}
+            {"name": a.name, "kind": a.kind, "function": a.function,
+             "mean_activity": float(np.mean(a.activity)), "input_variance": a.input_variance}
             for a in self.activations
         ]  # fmt: skip
         commonest = sorted(self.token_counts.items(), key=lambda item: -item[1])[:10]
@@ -163,6 +165,7 @@ class History:
     dev: list[DevRecord] = field(default_factory=list)
     signals: list[SignalRecord] = field(default_factory=list)
     attention: list[AttentionRecord] = field(default_factory=list)
+    #: training examples per label, in the task's label order (a confusion matrix's rows and columns)
     label_counts: dict[str, int] | None = None
     tensors: list[TensorRecord] = field(default_factory=list)
     #: wall-clock time (seconds, monotonic) at which each record of any kind arrived, in order

@@ -63,7 +63,8 @@ SMDEBUG_RULES: dict[str, Rule] = {
 
 
 def records_read(rules: Iterable[Rule]) -> frozenset[str]:
-    """What ``rules`` read beyond every run's records (module docstring); empty for our own rules."""
+    """What ``rules`` read beyond every run's records (module docstring); of our own rules, only
+    OneClassPredictions reads something (``confusion``)."""
     return frozenset().union(*(getattr(rule, "reads", frozenset()) for rule in rules))
 
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
@@ -33,29 +34,61 @@ def records_without_improvement(losses: list[float], delta: float) -> int:
     return wait
 
 
+#: The values of LossNotDecreasing's ``mode``, Debugger's modes: the dev evaluations (``EVAL``), the
+#: training-loss records (``TRAIN``), or both in step order (``GLOBAL``).
+LOSS_MODES = ("EVAL", "TRAIN", "GLOBAL")
+
+#: A loss record of either kind: a training-loss row or a dev evaluation.
+AnyLoss = LossRecord | DevRecord
+
+
 @dataclass(frozen=True)
 class LossNotDecreasing:
     """Debugger: "The rule evaluation happens every ``num_steps``, and the rule checks the loss for this
     step with the loss at the newest step which is at least ``num_steps`` behind the current step"
-    (``num_steps`` 10, ``diff_percent`` 0.0: "By default, the rule just checks if loss is going down").
+    (``num_steps`` 10, ``diff_percent`` 0.0: "By default, the rule just checks if loss is going down");
+    ``mode``: "The name of tornasole mode to query tensor values for rule checking. If this is not
+    passed, the rule checks for eval mode, then training mode and then global mode in this order."
 
-    Evaluations: the first training-loss record that has a record at least ``num_steps`` steps before it,
-    then the first record at least ``num_steps`` after the previous evaluation. Fires at an evaluation
-    where ``loss >= base * (1 + diff_percent / 100)`` (``base``: the newest record at least ``num_steps``
+    The losses (``mode``): ``EVAL`` the dev evaluations' losses, ``TRAIN`` the training-loss records,
+    ``GLOBAL`` both in step order (a step's training loss before its dev loss); not passed (None, the
+    default), the dev losses once the run has a dev evaluation, the training losses until then. Steps are
+    the run's optimizer steps, a dev loss at the step it was evaluated after (Debugger's EVAL mode counts
+    steps of its own, one per evaluation batch; a dev evaluation here is one loss over the dev set): with
+    ``--eval-every`` 250 and ``num_steps`` 10, each dev loss is compared with the one before it.
+
+    Evaluations: the first record that has a record at least ``num_steps`` steps before it, then the
+    first record at least ``num_steps`` after the previous evaluation. Fires at an evaluation where
+    ``loss >= base * (1 + diff_percent / 100)`` (``base``: the newest record at least ``num_steps``
     behind). With ``diff_percent`` 0 that is "the loss did not go down"; for other values this is the
     boundary that Debugger's own test fixes (losses 0.3, 0.33, 0.31, 0.30, 0.28, 0.2, 0.42 saved every 4
     steps fire at step 24 with ``diff_percent=20``, not at 12), although the documentation's wording ("The
-    minimum difference in percentage that loss should be lower by") reads as the opposite."""
+    minimum difference in percentage that loss should be lower by") reads as the opposite.
+
+    The defaults are those of the repository's documentation and tests. The later developer guide lists
+    ``diff_percent`` 0.1, an ``increase_threshold_percent`` (5) and, beside the same sentence on the
+    order of the modes, "Default value: GLOBAL"; and the SageMaker SDK's ``rule_configs`` preset for this
+    rule passes ``mode`` TRAIN (``--rule-param LossNotDecreasing.mode=TRAIN`` here)."""
 
     name: ClassVar[str] = "LossNotDecreasing"
     reads: ClassVar[frozenset[str]] = frozenset()
     num_steps: int = 10
     diff_percent: float = 0.0
+    mode: str | None = field(default=None, metadata={"choices": LOSS_MODES})
 
-    def _evaluations(self, rows: list[LossRecord]) -> list[tuple[LossRecord, LossRecord]]:
+    def _losses(self, history: History) -> tuple[str, Sequence[AnyLoss]]:
+        """(what they are, the records) of the losses that ``mode`` selects (class docstring)."""
+        mode = self.mode or ("EVAL" if history.dev else "TRAIN")
+        if mode == "EVAL":
+            return "dev loss", history.dev
+        if mode == "TRAIN":
+            return "training loss", history.train
+        return "loss", sorted([*history.train, *history.dev], key=lambda row: row.step)
+
+    def _evaluations(self, rows: Sequence[AnyLoss]) -> list[tuple[AnyLoss, AnyLoss]]:
         """(record, base) of every evaluation so far."""
         steps = [row.step for row in rows]
-        done: list[tuple[LossRecord, LossRecord]] = []
+        done: list[tuple[AnyLoss, AnyLoss]] = []
         for index, row in enumerate(rows):
             if done and row.step < done[-1][0].step + self.num_steps:
                 continue
@@ -65,17 +98,15 @@ class LossNotDecreasing:
         return done
 
     def check(self, history: History) -> list[Finding]:
-        evaluations = self._evaluations(history.train)
-        if not evaluations or evaluations[-1][0] is not history.train[-1]:
+        label, rows = self._losses(history)
+        evaluations = self._evaluations(rows)
+        if not evaluations or evaluations[-1][0] is not rows[-1]:
             return []
         row, base = evaluations[-1]
         if not row.loss >= base.loss * (1 + self.diff_percent / 100):
             return []
         return [
-            Finding(
-                "training loss",
-                f"training loss {row.loss:.4f} at step {row.step}, {base.loss:.4f} at step {base.step}",
-            )
+            Finding(label, f"{label} {row.loss:.4f} at step {row.step}, {base.loss:.4f} at step {base.step}")
         ]
 
 
@@ -130,12 +161,13 @@ class Overtraining:
     """Debugger: "detects if a model is being overtrained ... the model approaches a minimum of the loss
     function and does not improve anymore": ``patience_train`` (5) and ``patience_validation`` (10),
     "The number of steps to wait before the training loss / validation loss is considered to not to be
-    improving anymore"; ``delta`` (0.01) "The minimum threshold by which the error should improve before
-    it is considered as a new optimum"; ``start_step`` 0.
+    improving anymore"; ``delta`` "The minimum threshold by how much the error should improve before it
+    is considered as a new optimum" (0.01 in the current developer guide, 0.1 in an earlier one).
 
     Fires when the training loss (its records from ``start_step``) has gone ``patience_train`` records
     without falling more than ``delta`` below its best so far, or the dev loss ``patience_validation``
-    evaluations."""
+    evaluations. ``start_step`` (0: from the start) is ours: Debugger documents no such parameter for
+    this rule, only for Overfit."""
 
     name: ClassVar[str] = "Overtraining"
     reads: ClassVar[frozenset[str]] = frozenset()

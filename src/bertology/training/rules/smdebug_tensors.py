@@ -9,6 +9,13 @@ hook saved. Here a collection's tensors are those of a parameter group (``"embed
 clipping (where Debugger's PyTorch hook saves them), weights before the optimizer step, and the inputs
 and outputs of the activation function modules during the step's forward pass. Where Debugger leaves the
 collection to the user (AllZero, TensorVariance), the rule inspects the gradients and the weights.
+
+So VanishingGradient, WeightUpdateRatio, AllZero and TensorVariance work **per parameter group**, where
+Debugger works per tensor: a group's statistic pools all its tensors (a layer of 16 weight and bias
+tensors is one value), and a condition that holds for one tensor of a group need not hold for the group
+(a bias whose mean absolute gradient is 1e-9 fires VanishingGradient in Debugger, not here when its
+layer's other tensors have gradients of 1e-4). ExplodingTensor counts every tensor's NaN and infinite
+values, so a group fires exactly when one of its tensors would.
 """
 
 from __future__ import annotations
@@ -42,7 +49,8 @@ def _per_group(record: TensorRecord, collection: str, statistic: str) -> list[tu
 class VanishingGradient:
     """Debugger: "Gradients whose mean of absolute values are lower than this threshold will return True"
     (``threshold``, default 0.0000001). Fires for a group whose gradients' mean absolute value is below
-    ``threshold`` at the latest watched step."""
+    ``threshold`` at the latest watched step: per parameter group, where Debugger evaluates each tensor
+    (module docstring)."""
 
     name: ClassVar[str] = "VanishingGradient"
     reads: ClassVar[frozenset[str]] = frozenset({"gradient"})
@@ -101,7 +109,7 @@ class WeightUpdateRatio:
     ``update_norm / (weight_norm + epsilon)``: the L2 norm of one optimizer step's change of the group's
     weights over the L2 norm of the weights before it (the per-layer signals,
     :class:`~bertology.training.rules.records.SignalRecord`), at the latest watched step; groups that do
-    not train are skipped."""
+    not train are skipped. Per parameter group, where Debugger evaluates each tensor (module docstring)."""
 
     name: ClassVar[str] = "WeightUpdateRatio"
     reads: ClassVar[frozenset[str]] = frozenset()
@@ -144,7 +152,8 @@ def _inactive_layers(
 ) -> list[Finding]:
     """A finding for each module of ``kinds`` in the latest watched step where more than
     ``threshold_layer`` percent of its nodes are active in less than ``threshold_inactivity`` percent of
-    the batch; ``what`` names such a node in the message (e.g. "saturated")."""
+    the batch; the message names the module's function (its class) and ``what`` such a node is (e.g.
+    "saturated")."""
     record = _latest(history)
     found = []
     for module in record.activations if record is not None else ():
@@ -152,7 +161,9 @@ def _inactive_layers(
             continue
         share = 100.0 * float(np.mean(100.0 * module.activity < threshold_inactivity))
         if share > threshold_layer:
-            message = f"{module.name} ({module.kind}): {share:.0f}% of nodes {what} > {threshold_layer:g}%"
+            message = (
+                f"{module.name} ({module.function}): {share:.0f}% of nodes {what} > {threshold_layer:g}%"
+            )
             found.append(Finding(module.name, message))
     return found
 
@@ -188,7 +199,8 @@ class DeadRelu:
     ``threshold_layer``" (defaults 1.0 and 50.0; ReLU outputs). A node is one unit of the activation's
     output (its last dimension), active at a batch position (padding included) where its output is above
     0. Transformers gate with GELU and the like rather than ReLU: their modules count as ReLUs (an output
-    above 0 is an input above 0 for each of them)."""
+    above 0 is an input above 0 for each of them), and an alert names the module's own function
+    (``intermediate.intermediate_act_fn (GELUActivation): 60% of nodes dead > 50%``)."""
 
     name: ClassVar[str] = "DeadRelu"
     reads: ClassVar[frozenset[str]] = frozenset({"activations"})
@@ -204,7 +216,8 @@ class AllZero:
     """Debugger: "detects if all or a specified percentage of the values in the tensors are zero"
     (``threshold``, default 100: "the percentage of values in the tensor that needs to be zero for this
     rule to be invoked"). Fires for a group's gradients or weights with at least ``threshold`` percent
-    zeros at the latest watched step."""
+    zeros at the latest watched step: per parameter group, where Debugger evaluates each tensor (a layer
+    with one all-zero bias fires there at the default 100 %, not here; module docstring)."""
 
     name: ClassVar[str] = "AllZero"
     reads: ClassVar[frozenset[str]] = frozenset({"gradient", "weight"})
@@ -228,7 +241,8 @@ class TensorVariance:
     """Debugger: "detects if you have tensors with very high or low variances" (``max_threshold`` and
     ``min_threshold``, no defaults: a bound left unset is not checked). Fires for a group's gradients or
     weights whose variance is above ``max_threshold`` or below ``min_threshold`` at the latest watched
-    step; with neither set (Debugger's defaults) it never fires."""
+    step; with neither set (Debugger's defaults) it never fires. Per parameter group (the variance of all
+    the group's values together), where Debugger evaluates each tensor (module docstring)."""
 
     name: ClassVar[str] = "TensorVariance"
     reads: ClassVar[frozenset[str]] = frozenset({"gradient", "weight"})
