@@ -619,18 +619,13 @@ def _label_names(loaded: LoadedModel, encoded: EncodedPairs) -> list[tuple[str, 
     """Per pair, the answer and wrong tokens (a language model) or label names (a classifier)."""
     names: list[tuple[str, str]] = [("", "")] * len(encoded)
     for group in encoded.groups:
-        pairs = len(group.rows)
-        if group.targets is not None:
-            ids = [row[mask].tolist() for row, mask in zip(group.targets, group.target_mask, strict=True)]
-            answers, wrongs = ids[:pairs], ids[pairs:]
-        else:
-            answers, wrongs = ([[token] for token in side.tolist()] for side in (group.answer, group.wrong))
-        for index, (row, answer, wrong) in enumerate(
-            zip(group.rows, group.answer.tolist(), group.wrong.tolist(), strict=True)
+        if encoded.language_model:
+            for row, (answer, wrong) in zip(group.rows, group.answer_tokens(), strict=True):
+                names[row] = (loaded.tokenizer.decode(answer), loaded.tokenizer.decode(wrong))
+            continue
+        id2label = loaded.model.config.id2label
+        for row, label, wrong_label in zip(
+            group.rows, group.answer.tolist(), group.wrong.tolist(), strict=True
         ):
-            if encoded.language_model:
-                names[row] = (loaded.tokenizer.decode(answers[index]), loaded.tokenizer.decode(wrongs[index]))
-            else:
-                id2label = loaded.model.config.id2label
-                names[row] = (str(id2label[answer]), str(id2label[wrong]))
+            names[row] = (str(id2label[label]), str(id2label[wrong_label]))
     return names

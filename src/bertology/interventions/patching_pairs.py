@@ -168,6 +168,15 @@ class PairGroup:
         """The input rows' token count (the texts', and with several-token answers the continuation's)."""
         return int(self.clean["input_ids"].shape[1])
 
+    def answer_tokens(self) -> list[tuple[list[int], list[int]]]:
+        """Per pair, a language model's answer and wrong answer token ids."""
+        if self.targets is None or self.target_mask is None:
+            pairs = zip(self.answer.tolist(), self.wrong.tolist(), strict=True)
+            return [([answer], [wrong]) for answer, wrong in pairs]
+        ids = [row[mask].tolist() for row, mask in zip(self.targets, self.target_mask, strict=True)]
+        pairs = len(self.rows)
+        return list(zip(ids[:pairs], ids[pairs:], strict=True))
+
 
 @dataclass
 class EncodedPairs:
