@@ -39,9 +39,9 @@ from bertology.interventions import patching
 from bertology.interventions.patching import (
     PatchingResult,
     head_patches,
-    logit_difference,
     patch,
 )
+from bertology.interventions.patching_metrics import logit_difference
 from bertology.interventions.patching_pairs import encode_pairs, ioi_pairs, read_pairs
 from bertology.models.anatomy import attention_parts
 from bertology.models.loading import LoadedModel, load_model

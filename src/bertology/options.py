@@ -40,13 +40,15 @@ ATTACK_METHODS: tuple[AttackMethod, ...] = get_args(AttackMethod)
 InterpretConvention = Literal["bertology", "allennlp"]
 INTERPRET_CONVENTIONS: tuple[InterpretConvention, ...] = get_args(InterpretConvention)
 #: Activation patching (:mod:`bertology.interventions.patching`): which way activations move, what one
-#: patch covers, and exact patching or its first-order estimate.
+#: patch covers, exact patching or its first-order estimate, and the metric read from the logits.
 PatchDirection = Literal["denoising", "noising"]
 PATCH_DIRECTIONS: tuple[PatchDirection, ...] = get_args(PatchDirection)
 PatchGranularity = Literal["head", "head-position", "residual"]
 PATCH_GRANULARITIES: tuple[PatchGranularity, ...] = get_args(PatchGranularity)
 PatchMethod = Literal["exact", "attribution", "both"]
 PATCH_METHODS: tuple[PatchMethod, ...] = get_args(PatchMethod)
+PatchMetric = Literal["logit-diff", "prob-diff", "kl"]
+PATCH_METRICS: tuple[PatchMetric, ...] = get_args(PatchMetric)
 #: What a removed head's output becomes (:mod:`bertology.interventions.replacement`).
 AblationKind = Literal["zero", "mean", "resample"]
 ABLATION_KINDS: tuple[AblationKind, ...] = get_args(AblationKind)

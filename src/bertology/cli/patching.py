@@ -17,6 +17,7 @@ from bertology.options import (
     PatchDirection,
     PatchGranularity,
     PatchMethod,
+    PatchMetric,
 )
 
 #: A head as printed everywhere, ``layer-head`` (0-based), or the older ``layer.head``.
@@ -70,8 +71,8 @@ def patch(
         Path,
         typer.Argument(
             help="JSONL, one pair a line: 'clean' and 'corrupted' texts of equal token count, with 'answer' "
-            "and 'wrong' (one token each) for a language model, optional 'label' and 'wrong_label' for a "
-            "classifier."
+            "and 'wrong' (one token each, or several: scored by the sum of their log-probabilities) for a "
+            "language model, optional 'label' and 'wrong_label' for a classifier."
         ),
     ],
     output: Annotated[
@@ -99,6 +100,22 @@ def patch(
             "pass; both: both and their agreement.",
         ),
     ] = "exact",
+    metric: Annotated[
+        PatchMetric,
+        typer.Option(
+            "--metric",
+            help="logit-diff: logit(answer) - logit(wrong); prob-diff: p(answer) - p(wrong); kl: the KL "
+            "divergence KL(clean || patched) of the next-token (or label) distribution from the clean run's.",
+        ),
+    ] = "logit-diff",
+    prepend_bos: Annotated[
+        bool,
+        typer.Option(
+            "--prepend-bos/--no-prepend-bos",
+            help="Put the tokenizer's BOS token before a language model's texts (TransformerLens does by "
+            "default; off: the texts as the tokenizer writes them).",
+        ),
+    ] = False,
     senders: Annotated[
         str | None,
         typer.Option("--senders", help="Path patching: sender heads L-H,... (0-based; with --receivers)."),
@@ -116,9 +133,9 @@ def patch(
     device: DeviceOption = DEFAULT_DEVICE,
     dtype: DtypeOption = DEFAULT_DTYPE,
 ) -> None:
-    """Patch activations between clean and corrupted inputs: how much of the behaviour (the logit difference
-    of the answer and the wrong token, or of two labels) each head, head and position, or residual position
-    restores. With --senders and --receivers: path patching (Wang et al. 2022)."""
+    """Patch activations between clean and corrupted inputs: how much of the behaviour (by default the logit
+    difference of the answer and the wrong token, or of two labels; --metric) each head, head and position,
+    or residual position restores. With --senders and --receivers: path patching (Wang et al. 2022)."""
     if (senders is None) != (receivers is None):
         raise typer.BadParameter("path patching needs both --senders and --receivers.")
     path_heads = None if senders is None else (parse_senders(senders), parse_receivers(receivers or ""))
@@ -144,12 +161,14 @@ def patch(
             from bertology.interventions.path_patching import path_patch
             from bertology.report.patching import write_path_patching_report
 
-            result = path_patch(loaded, chosen, *path_heads, direction=direction)
+            result = path_patch(
+                loaded, chosen, *path_heads, direction=direction, metric=metric, prepend_bos=prepend_bos
+            )
             report = output / write_path_patching_report(result, loaded.name, folder).name
             frozen = roles(result.direction)[1]
             out.print(
-                f"Path patching effect {result.effect:.3f} ({result.direction}: the {frozen} run frozen and "
-                f"patched). Wrote {report}.",
+                f"Path patching effect {result.effect:.3f} on {result.metric} ({result.direction}: the "
+                f"{frozen} run frozen and patched). Wrote {report}.",
                 highlight=False,
             )
             return
@@ -163,14 +182,19 @@ def patch(
                 direction=direction,
                 granularity=granularity,
                 method=method,
+                metric=metric,
+                prepend_bos=prepend_bos,
                 patches_per_pass=patches_per_pass,
                 on_progress=on_progress,
             )
         report = output / write_patching_report(study, folder).name
     main = study.exact or study.attribution
     assert main is not None
+    from bertology.interventions.patching_metrics import METRICS
+
     out.print(
-        f"Mean LD clean {main.ld_clean.mean():.3f}, corrupted {main.ld_corrupted.mean():.3f} on "
+        f"Mean {METRICS[main.metric].symbol} clean {main.ld_clean.mean():.3f}, corrupted "
+        f"{main.ld_corrupted.mean():.3f} on "
         f"{len(chosen)} pairs. Largest effects by size ({main.method}, {main.direction}; heads layer-head, "
         f"0-based): {largest_effects_text(main)}. Wrote {report} and the CSV, JSON and plots beside it.",
         highlight=False,

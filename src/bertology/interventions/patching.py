@@ -1,13 +1,16 @@
 """Activation patching and attribution patching of heads and of the residual stream.
 
 Two inputs of the same token count: a clean one, on which the model does the task, and a corrupted one,
-on which it does not. The metric is the logit difference ``LD`` of a pair (:func:`logit_difference`).
-Patching puts activations of one run (the source) into the other (the target) and reads ``LD``:
+on which it does not. The metric is, per pair, the logit difference ``LD`` by default, or the probability
+difference or the KL divergence from the clean run's distribution
+(:mod:`bertology.interventions.patching_metrics`; below ``LD`` stands for whichever). Patching puts
+activations of one run (the source) into the other (the target) and reads ``LD``:
 
 - denoising (the default): clean activations into the corrupted run; noising: corrupted into clean.
 - granularity ``head``: one head's output (its slice of the input of the layer's output projection, where
   :mod:`bertology.interventions.gates` acts) at every position; ``head-position``: one head at one
-  position; ``residual``: the hidden states entering a layer at one position.
+  position; ``residual``: the hidden states entering a layer at one position. Answers of several tokens
+  are run appended to the texts: a patch acts at the texts' positions only, never at the answer's.
 
 The effect of a patch, ``LD`` averaged over the pairs first (Heimersheim and Nanda 2024):
 
@@ -55,6 +58,7 @@ from bertology.interventions.partial import (
     run_prefix,
     tiled,
 )
+from bertology.interventions.patching_metrics import Scorer, patching_metric
 from bertology.interventions.patching_pairs import (
     EncodedPairs,
     PairGroup,
@@ -71,17 +75,9 @@ from bertology.options import (
     PatchDirection,
     PatchGranularity,
     PatchMethod,
+    PatchMetric,
 )
 from bertology.progress import Progress
-
-
-def logit_difference(logits: torch.Tensor, answer: torch.Tensor, wrong: torch.Tensor) -> torch.Tensor:
-    """[batch] ``logit(answer) - logit(wrong)``: a language model's ``logits`` [batch, tokens, vocabulary]
-    read at the last token, a classifier's [batch, labels] as they are; ``answer``, ``wrong``: [batch]
-    token or label ids."""
-    last = logits[:, -1] if logits.dim() == 3 else logits
-    last = last.float()
-    return last.gather(1, answer[:, None])[:, 0] - last.gather(1, wrong[:, None])[:, 0]
 
 
 @dataclass(frozen=True)
@@ -95,8 +91,13 @@ class Patch:
     positions: torch.Tensor
 
     def at(self, tokens: int) -> torch.Tensor:
-        """[tokens] bool: the positions patched in inputs of ``tokens`` tokens."""
+        """[tokens] bool: the positions patched in texts of ``tokens`` tokens."""
         return self.positions.expand(tokens)
+
+    def in_group(self, group: PairGroup) -> torch.Tensor:
+        """[group.tokens] bool: the positions patched in ``group``'s input rows (a several-token answer's
+        appended positions never)."""
+        return nn.functional.pad(self.at(group.prompt_tokens), (0, group.tokens - group.prompt_tokens))
 
 
 def head_patches(
@@ -127,13 +128,15 @@ def _one_hot(index: int, size: int) -> torch.Tensor:
 class GroupRuns:
     """What the clean and the corrupted pass gave one :class:`PairGroup` (``b`` pairs of ``t`` tokens).
 
-    heads: per run (``"clean"``, ``"corrupted"``), per layer [b, t, heads * head_dim] the input of the
-    output projection. layers: per run, what entered each layer (:class:`LayerInputs`). ld: per run, [b].
+    heads: per run (``"clean"``, ``"corrupted"``), per layer [rows, t, heads * head_dim] the input of the
+    output projection (``rows``: the group's input rows). layers: per run, what entered each layer
+    (:class:`LayerInputs`). ld: per run, [b] the metric. score: the metric bound to the group.
     """
 
     heads: dict[str, list[torch.Tensor]]
     layers: dict[str, LayerInputs]
     ld: dict[str, torch.Tensor]
+    score: Scorer
 
 
 @contextmanager
@@ -159,10 +162,14 @@ def _resolve_labels(group: PairGroup, clean: torch.Tensor, corrupted: torch.Tens
 
 
 def run_group(
-    loaded: LoadedModel, group: PairGroup, runs: Sequence[str] = ("clean", "corrupted")
+    loaded: LoadedModel,
+    group: PairGroup,
+    runs: Sequence[str] = ("clean", "corrupted"),
+    metric: PatchMetric = "logit-diff",
 ) -> GroupRuns:
     """The passes ``runs`` (``"clean"``, ``"corrupted"``) of ``group``: head outputs, layer inputs and, once
-    the labels are known (a language model's, a classifier's given or, with both runs, predicted), ``LD``."""
+    the labels are known (a language model's, a classifier's given or, with both runs, predicted) and, for
+    ``kl``, the clean run's distribution, the ``metric``."""
     heads: dict[str, list[torch.Tensor]] = {}
     layers: dict[str, LayerInputs] = {}
     for run in runs:
@@ -171,13 +178,13 @@ def run_group(
             layers[run] = record_layer_inputs(loaded, getattr(group, run))
     if not group.language_model and len(layers) == 2:
         _resolve_labels(group, layers["clean"].logits, layers["corrupted"].logits)
-    known = bool((group.answer >= 0).all() and (group.wrong >= 0).all())
-    ld = (
-        {run: logit_difference(layers[run].logits, group.answer, group.wrong) for run in layers}
-        if known
-        else {}
-    )
-    return GroupRuns(heads, layers, ld)
+    score = Scorer(patching_metric(metric), group)
+    if "clean" in layers:
+        score.know_clean(layers["clean"].logits)
+    labelled = bool((group.answer >= 0).all() and (group.wrong >= 0).all())
+    known = labelled and (score.clean is not None or score.metric.name != "kl")
+    ld = {run: score(layers[run].logits) for run in layers} if known else {}
+    return GroupRuns(heads, layers, ld, score)
 
 
 @contextmanager
@@ -196,22 +203,24 @@ def _replacing(target: torch.Tensor, source: torch.Tensor, mask: torch.Tensor, c
     return torch.where(mask[:, None], source[None].to(target.dtype), shaped).flatten(0, 1)
 
 
-def _masks(patches: Sequence[Patch], head_dim: int, tokens: int) -> torch.Tensor:
-    """[patches, tokens, features] bool: per patch, the features it replaces (a head's ``head_dim``
-    features at its positions; for the residual stream every feature, as a [patches, tokens, 1] mask)."""
+def _masks(patches: Sequence[Patch], head_dim: int, group: PairGroup) -> torch.Tensor:
+    """[patches, tokens, features] bool: per patch, the features it replaces in ``group``'s inputs (a
+    head's ``head_dim`` features at its positions; for the residual stream every feature, as a
+    [patches, tokens, 1] mask)."""
     rows = []
     for patch in patches:
-        positions = patch.at(tokens)[:, None]
+        positions = patch.in_group(group)[:, None]
         rows.append(positions if patch.heads is None else positions & patch.heads.repeat_interleave(head_dim))
     return torch.stack(rows)
 
 
 def shared_prefix(group: PairGroup) -> int:
     """The number of leading positions at which every pair of ``group`` has the same clean and corrupted
-    token, at most ``t - 1`` (the last position, whose logits are read, is always run)."""
+    token, at most ``prompt_tokens - 1`` (the texts' last position, the first whose logits are read, is
+    always run)."""
     differs = (group.clean["input_ids"] != group.corrupted["input_ids"]).any(0)  # [t]
     first = int(differs.nonzero()[0]) if bool(differs.any()) else group.tokens
-    return min(first, group.tokens - 1)
+    return min(first, group.prompt_tokens - 1)
 
 
 @dataclass
@@ -275,12 +284,12 @@ def _exact_layer(
     the positions ``begin.start..`` (what a patch puts in at an earlier position is already there)."""
     layer, copies = patches[0].layer, len(patches)
     if patches[0].heads is None:
-        mask = _masks(patches, 1, group.tokens)
+        mask = _masks(patches, 1, group)
         replacement = runs.layers[source].hidden[layer]
         module = layer_modules(loaded.model)[layer]
     else:
         parts = attention_parts(loaded.model)[layer]
-        mask = _masks(patches, parts.head_dim, group.tokens)
+        mask = _masks(patches, parts.head_dim, group)
         replacement = runs.heads[source][layer]
         module = parts.output
     mask, replacement = mask[:, begin.start :].to(loaded.device), replacement[:, begin.start :]
@@ -292,8 +301,7 @@ def _exact_layer(
     gates = torch.ones(loaded.num_layers, loaded.num_heads)
     with _hooked(module, hook):
         logits = logits_from_layer(loaded, inputs, recorded, layer, gates)
-    answer, wrong = group.answer.repeat(copies), group.wrong.repeat(copies)
-    return logit_difference(logits, answer, wrong).unflatten(0, (copies, len(group.rows)))
+    return runs.score(logits, copies).unflatten(0, (copies, len(group.rows)))
 
 
 def exact_patching(
@@ -319,7 +327,7 @@ def exact_patching(
     by_layer: dict[int, list[int]] = {}
     unchanged = []
     for index, patch in enumerate(patches):
-        if bool(patch.at(group.tokens)[begin.start :].any()):
+        if bool(patch.in_group(group)[begin.start :].any()):
             by_layer.setdefault(patch.layer, []).append(index)
         else:
             unchanged.append(index)
@@ -351,9 +359,9 @@ def attribution_patching(
 ) -> torch.Tensor:
     """[b, *grid] the first-order estimate of ``LD_patched - LD_target`` for every patch of
     ``granularity`` (module docstring): ``grid`` is [layers, heads], [layers, heads, tokens] or
-    [layers, tokens]. One forward and one backward pass of the target input (``runs`` needs only the
-    source's pass); the target's ``LD`` (and the source's, once a classifier's labels are known from both)
-    are put into ``runs.ld``."""
+    [layers, tokens] (tokens: the texts'). One forward and one backward pass of the target input (``runs``
+    needs only the source's pass); the target's ``LD`` (and the source's, once a classifier's labels are
+    known from both) are put into ``runs.ld``."""
     source, target = roles(direction)
     activations: list[torch.Tensor] = []
 
@@ -371,20 +379,25 @@ def attribution_patching(
     try:
         with torch.enable_grad():
             logits = loaded.model(**getattr(group, target)).logits
+            found = {source: runs.layers[source].logits, target: logits.detach()}
             if not group.language_model:
-                found = {source: runs.layers[source].logits, target: logits.detach()}
                 _resolve_labels(group, found["clean"], found["corrupted"])
-            ld = logit_difference(logits, group.answer, group.wrong)
+            runs.score.know_clean(found["clean"])
+            ld = runs.score(logits)
             gradients = torch.autograd.grad(ld.sum(), activations)
     finally:
         for handle in handles:
             handle.remove()
     runs.ld[target] = ld.detach()
-    runs.ld[source] = logit_difference(runs.layers[source].logits, group.answer, group.wrong)
+    runs.ld[source] = runs.score(runs.layers[source].logits)
     sources = runs.layers[source].hidden if residual else runs.heads[source]
+    pairs, prompt = len(group.rows), group.prompt_tokens
     estimates = []
     for activation, gradient, replacement in zip(activations, gradients, sources, strict=True):
-        change = (replacement.float() - activation.detach().float()) * gradient.float()  # [b, t, features]
+        change = (replacement.float() - activation.detach().float()) * gradient.float()  # [rows, t, features]
+        # [b, prompt, features]: a pair's rows summed (its answer's and its wrong answer's, where there
+        # are two), at the texts' positions only
+        change = change[:, :prompt].unflatten(0, (-1, pairs)).sum(0)
         if residual:
             estimates.append(change.sum(-1))  # [b, t]
         else:
@@ -395,7 +408,8 @@ def attribution_patching(
 
 @dataclass
 class PatchingResult:
-    """``LD`` of every pair, clean, corrupted and with each patch (exact or estimated by attribution).
+    """``LD`` (the ``metric``'s value) of every pair, clean, corrupted and with each patch (exact or
+    estimated by attribution).
 
     ld_clean, ld_corrupted: [pairs]. ld_patched: [*grid, pairs] (``grid``: [layers, heads] for
     ``head``, [layers, heads, tokens] for ``head-position``, [layers, tokens] for ``residual``).
@@ -407,6 +421,7 @@ class PatchingResult:
     ld_clean: np.ndarray
     ld_corrupted: np.ndarray
     ld_patched: np.ndarray
+    metric: PatchMetric = "logit-diff"
 
     @property
     def ld_target(self) -> np.ndarray:
@@ -466,12 +481,16 @@ class PatchingStudy:
         }
 
 
-def check_options(loaded: LoadedModel, direction: str, granularity: str, method: str) -> None:
-    """Refuse an unknown direction, granularity or method, or a model whose layers share their weights.
+def check_options(
+    loaded: LoadedModel, direction: str, granularity: str, method: str, metric: str = "logit-diff"
+) -> None:
+    """Refuse an unknown direction, granularity, method or metric, or a model whose layers share their
+    weights.
 
     Raises:
         BertologyError: as said.
     """
+    patching_metric(metric)
     for value, allowed, name in (
         (direction, PATCH_DIRECTIONS, "direction"),
         (granularity, PATCH_GRANULARITIES, "granularity"),
@@ -486,13 +505,14 @@ def check_options(loaded: LoadedModel, direction: str, granularity: str, method:
 
 
 def load_pairs(
-    loaded: LoadedModel, pairs: Sequence[PatchPair] | str | Path
+    loaded: LoadedModel, pairs: Sequence[PatchPair] | str | Path, prepend_bos: bool = False
 ) -> tuple[list[PatchPair], EncodedPairs]:
-    """``pairs`` (or the pairs of the file at that path) and their encoding for ``loaded``."""
+    """``pairs`` (or the pairs of the file at that path) and their encoding for ``loaded`` (see
+    :func:`~bertology.interventions.patching_pairs.encode_pairs`)."""
     chosen = read_pairs(pairs) if isinstance(pairs, str | Path) else list(pairs)
     if not chosen:
         raise BertologyError("There are no pairs to patch.")
-    return chosen, encode_pairs(loaded, chosen)
+    return chosen, encode_pairs(loaded, chosen, prepend_bos)
 
 
 def patch(
@@ -502,6 +522,8 @@ def patch(
     direction: PatchDirection = "denoising",
     granularity: PatchGranularity = "head",
     method: PatchMethod = "exact",
+    metric: PatchMetric = "logit-diff",
+    prepend_bos: bool = False,
     patches_per_pass: int = 16,
     on_progress: Progress | None = None,
 ) -> PatchingStudy:
@@ -510,6 +532,10 @@ def patch(
 
     method: ``exact`` (one patched pass per patch, ``patches_per_pass`` side by side), ``attribution``
         (the first-order estimate) or ``both``.
+    metric: ``logit-diff``, ``prob-diff`` or ``kl``
+        (:mod:`~bertology.interventions.patching_metrics`).
+    prepend_bos: a language model's texts with the tokenizer's BOS token first (TransformerLens's
+        default; off, the texts as the tokenizer writes them).
     on_progress: told the patches done (exact), out of patches x groups of pairs of one token count.
 
     Raises:
@@ -517,8 +543,8 @@ def patch(
             :func:`~bertology.interventions.patching_pairs.encode_pairs`), a per-position granularity on
             pairs of different token counts, or a model that shares its layers.
     """
-    check_options(loaded, direction, granularity, method)
-    chosen, encoded = load_pairs(loaded, pairs)
+    check_options(loaded, direction, granularity, method, metric)
+    chosen, encoded = load_pairs(loaded, pairs, prepend_bos)
     tokens = encoded.token_count
     if granularity != "head" and tokens is None:
         raise BertologyError(
@@ -541,7 +567,10 @@ def patch(
     with torch.inference_mode(False), torch.no_grad(), eval_mode(loaded):
         for group in encoded.groups:
             runs = run_group(
-                loaded, group, ("clean", "corrupted") if exact is not None else roles(direction)[:1]
+                loaded,
+                group,
+                ("clean", "corrupted") if exact is not None else roles(direction)[:1],
+                metric,
             )
             if exact is not None:
                 exact[:, group.rows] = (
@@ -570,6 +599,7 @@ def patch(
         "granularity": granularity,
         "ld_clean": ld["clean"],
         "ld_corrupted": ld["corrupted"],
+        "metric": metric,
     }
     study = PatchingStudy(
         loaded.name, chosen, encoded.tokens, encoded.language_model, labels=_label_names(loaded, encoded)
@@ -586,13 +616,16 @@ def patch(
 
 
 def _label_names(loaded: LoadedModel, encoded: EncodedPairs) -> list[tuple[str, str]]:
-    """Per pair, the answer and wrong token (a language model) or label names (a classifier)."""
+    """Per pair, the answer and wrong tokens (a language model) or label names (a classifier)."""
     names: list[tuple[str, str]] = [("", "")] * len(encoded)
     for group in encoded.groups:
-        for row, answer, wrong in zip(group.rows, group.answer.tolist(), group.wrong.tolist(), strict=True):
-            if encoded.language_model:
-                names[row] = (loaded.tokenizer.decode([answer]), loaded.tokenizer.decode([wrong]))
-            else:
-                id2label = loaded.model.config.id2label
-                names[row] = (str(id2label[answer]), str(id2label[wrong]))
+        if encoded.language_model:
+            for row, (answer, wrong) in zip(group.rows, group.answer_tokens(), strict=True):
+                names[row] = (loaded.tokenizer.decode(answer), loaded.tokenizer.decode(wrong))
+            continue
+        id2label = loaded.model.config.id2label
+        for row, label, wrong_label in zip(
+            group.rows, group.answer.tolist(), group.wrong.tolist(), strict=True
+        ):
+            names[row] = (str(id2label[label]), str(id2label[wrong_label]))
     return names

@@ -1,8 +1,9 @@
 """The pairs of inputs that activation patching compares, read from a JSONL file and checked.
 
 Each line is a JSON object with ``clean`` and ``corrupted`` texts of the same number of tokens. For a
-language model it also has ``answer`` and ``wrong``, each one token of the vocabulary written with its
-leading space (``" Mary"``); the metric is the logit difference at the last token. For a classifier it may
+language model it also has ``answer`` and ``wrong``, written with their leading space (``" Mary"``): one
+token each, read at the last token, or several, scored under teacher forcing with the answer appended
+(:mod:`bertology.interventions.patching_metrics`). For a classifier it may
 have ``label`` and ``wrong_label`` (label names); by default the clean and the corrupted input's predicted
 labels. :func:`read_pairs` checks what the file alone shows (before a model loads); :func:`encode_pairs`
 checks the rest against the model's tokenizer and labels.
@@ -144,8 +145,18 @@ class PairGroup:
     """Pairs of one token count, encoded (no padding).
 
     rows: [pairs] int, their places in the file's order. clean, corrupted: the model's inputs,
-    ``input_ids`` [pairs, tokens] and the rest. answer, wrong: [pairs] int64 token ids (a language model)
-    or label ids (a classifier; -1 where the predicted label is to be taken). language_model: which.
+    ``input_ids`` [rows, tokens] and the rest. answer, wrong: [pairs] int64 token ids (a language model's
+    answers of one token; their first token where some answer of the file has several) or label ids (a
+    classifier; -1 where the predicted label is to be taken). language_model: which. prompt_tokens: the
+    token count of the texts.
+
+    Where some answer of the file has several tokens, each pair has two input rows (rows ``0..b-1``: the
+    text and its answer, ``b..2b-1``: the text and its wrong answer) of ``prompt_tokens + L - 1`` tokens:
+    the continuation but its last token, right-padded to the group's longest, ``L`` tokens (a causal
+    decoder's earlier positions never see the padding). targets: [2b, L] the continuations' token ids
+    (padding 0), target_mask: [2b, L] bool, which are real; the logits of the last ``L`` positions are
+    kept, position ``prompt_tokens - 1 + i`` predicting target ``i``. ``None`` both for answers of one
+    token (one row per pair, the last position's logits).
     """
 
     rows: np.ndarray
@@ -154,10 +165,23 @@ class PairGroup:
     answer: torch.Tensor
     wrong: torch.Tensor
     language_model: bool
+    prompt_tokens: int = 0
+    targets: torch.Tensor | None = None
+    target_mask: torch.Tensor | None = None
 
     @property
     def tokens(self) -> int:
+        """The input rows' token count (the texts', and with several-token answers the continuation's)."""
         return int(self.clean["input_ids"].shape[1])
+
+    def answer_tokens(self) -> list[tuple[list[int], list[int]]]:
+        """Per pair, a language model's answer and wrong answer token ids."""
+        if self.targets is None or self.target_mask is None:
+            pairs = zip(self.answer.tolist(), self.wrong.tolist(), strict=True)
+            return [([answer], [wrong]) for answer, wrong in pairs]
+        ids = [row[mask].tolist() for row, mask in zip(self.targets, self.target_mask, strict=True)]
+        pairs = len(self.rows)
+        return list(zip(ids[:pairs], ids[pairs:], strict=True))
 
 
 @dataclass
@@ -174,18 +198,15 @@ class EncodedPairs:
 
     @property
     def token_count(self) -> int | None:
-        """The pairs' common token count; ``None`` when they differ."""
-        return self.groups[0].tokens if len(self.groups) == 1 else None
+        """The pairs' common token count (of their texts); ``None`` when they differ."""
+        return self.groups[0].prompt_tokens if len(self.groups) == 1 else None
 
 
-def _single_token(loaded: LoadedModel, text: str, key: str, line: int) -> int:
+def _answer_tokens(loaded: LoadedModel, text: str, key: str, line: int) -> list[int]:
     ids = loaded.tokenizer(text, add_special_tokens=False)["input_ids"]
-    if len(ids) != 1:
-        raise BertologyError(
-            f"Line {line}: '{key}' {text!r} is {len(ids)} tokens for {loaded.name}; it must be one token of "
-            "the vocabulary (with its leading space as written)."
-        )
-    return int(ids[0])
+    if not ids:
+        raise BertologyError(f"Line {line}: '{key}' {text!r} is no token for {loaded.name}.")
+    return [int(token) for token in ids]
 
 
 def _label_id(loaded: LoadedModel, name: str | None, key: str, line: int) -> int:
@@ -197,21 +218,54 @@ def _label_id(loaded: LoadedModel, name: str | None, key: str, line: int) -> int
     return labels[name]
 
 
-def _inputs(loaded: LoadedModel, texts: list[str]) -> dict[str, torch.Tensor]:
-    """The model's inputs of ``texts`` (all of one token count); a decoder's without a key/value cache and,
-    where its forward can, with the logits of the last token only (``logits_to_keep``: the others are
+def _decoder_inputs(loaded: LoadedModel, rows: list[list[int]], keep: int) -> dict[str, Any]:
+    """A decoder's inputs of token ``rows`` (all of one length): without a key/value cache and, where its
+    forward can, with the logits of the last ``keep`` positions only (``logits_to_keep``: the others are
     never read)."""
-    if loaded.kind == "decoder":
-        ids = torch.as_tensor(loaded.tokenizer(texts)["input_ids"], device=loaded.device)
-        inputs: dict[str, Any] = {
-            "input_ids": ids,
-            "attention_mask": torch.ones_like(ids),
-            "use_cache": False,
-        }
-        if "logits_to_keep" in inspect.signature(loaded.model.forward).parameters:
-            inputs["logits_to_keep"] = 1
-        return inputs
-    return loaded.model_inputs(encode(loaded.tokenizer, texts, None, max_length=loaded.max_length))
+    ids = torch.as_tensor(rows, device=loaded.device)
+    inputs: dict[str, Any] = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "use_cache": False}
+    if "logits_to_keep" in inspect.signature(loaded.model.forward).parameters:
+        inputs["logits_to_keep"] = keep
+    return inputs
+
+
+def _continued(
+    prompts: list[list[int]], continuations: list[list[int]]
+) -> tuple[list[list[int]], torch.Tensor, torch.Tensor]:
+    """Each prompt with its continuation but the last token, right-padded with 0 to the longest, and the
+    continuations [rows, L] (padding 0) and their mask [rows, L] bool (:class:`PairGroup`)."""
+    length = max(len(tokens) for tokens in continuations)
+    targets = torch.zeros(len(continuations), length, dtype=torch.long)
+    mask = torch.zeros(len(continuations), length, dtype=torch.bool)
+    rows = []
+    for index, (prompt, tokens) in enumerate(zip(prompts, continuations, strict=True)):
+        targets[index, : len(tokens)] = torch.as_tensor(tokens)
+        mask[index, : len(tokens)] = True
+        rows.append(prompt + targets[index, :-1].tolist())
+    return rows, targets, mask
+
+
+def _language_model_group(
+    loaded: LoadedModel, rows: list[int], pairs: list[PatchPair], ids: list[tuple[list[int], list[int]]]
+) -> PairGroup:
+    """The :class:`PairGroup` of a language model's ``pairs`` (rows ``rows`` of the file, token ``ids``
+    clean and corrupted each)."""
+    answers = [_answer_tokens(loaded, p.answer or "", "answer", p.line) for p in pairs]
+    wrongs = [_answer_tokens(loaded, p.wrong or "", "wrong", p.line) for p in pairs]
+    first = [
+        torch.as_tensor([tokens[0] for tokens in side], device=loaded.device) for side in (answers, wrongs)
+    ]
+    prompt = len(ids[0][0])
+    if all(len(tokens) == 1 for tokens in (*answers, *wrongs)):
+        clean, corrupted = (_decoder_inputs(loaded, [pair[side] for pair in ids], 1) for side in (0, 1))
+        return PairGroup(np.asarray(rows), clean, corrupted, *first, True, prompt)
+    continuations = answers + wrongs
+    inputs = []
+    for side in (0, 1):
+        texts, targets, mask = _continued([pair[side] for pair in ids] * 2, continuations)
+        inputs.append(_decoder_inputs(loaded, texts, targets.shape[1]))
+    device = loaded.device
+    return PairGroup(np.asarray(rows), *inputs, *first, True, prompt, targets.to(device), mask.to(device))
 
 
 def _require_logits(loaded: LoadedModel, language_model: bool) -> None:
@@ -233,8 +287,11 @@ def _require_logits(loaded: LoadedModel, language_model: bool) -> None:
         )
 
 
-def _token_ids(loaded: LoadedModel, text: str, key: str, line: int, most_characters: int) -> list[int]:
-    """The token ids of ``text`` (special tokens included), the ``key`` text of the pair on ``line``.
+def _token_ids(
+    loaded: LoadedModel, text: str, key: str, line: int, most_characters: int, prepend_bos: bool
+) -> list[int]:
+    """The token ids of ``text`` (special tokens included), the ``key`` text of the pair on ``line``, with
+    the tokenizer's BOS token first when ``prepend_bos`` (unless the tokenizer already puts it there).
 
     most_characters: the most characters besides whitespace that a text of ``loaded.max_length`` tokens
     can have (that many times the vocabulary's longest entry, whose word-piece marks and byte spellings
@@ -248,31 +305,55 @@ def _token_ids(loaded: LoadedModel, text: str, key: str, line: int, most_charact
     )
     if len(text) > most_characters and len("".join(text.split())) > most_characters:
         raise BertologyError(f"{too_long} ({len(text):,} characters); shorten it.")
-    ids = loaded.tokenizer(text)["input_ids"]
+    ids = [int(token) for token in loaded.tokenizer(text)["input_ids"]]
+    bos = loaded.tokenizer.bos_token_id
+    if prepend_bos and ids[:1] != [bos]:
+        ids = [bos, *ids]
     if len(ids) > loaded.max_length:
         raise BertologyError(f"{too_long} ({len(ids):,} tokens); shorten it.")
     return ids
 
 
-def encode_pairs(loaded: LoadedModel, pairs: list[PatchPair]) -> EncodedPairs:
-    """``pairs`` tokenized for ``loaded`` and grouped by token count.
+def _check_bos(loaded: LoadedModel, language_model: bool) -> None:
+    """Refuse ``prepend_bos`` for a classifier or a tokenizer without a BOS token.
+
+    Raises:
+        BertologyError: as said.
+    """
+    if not language_model:
+        raise BertologyError(
+            "--prepend-bos is for a language model's pairs; a classifier's tokenizer adds its own special "
+            "tokens."
+        )
+    if loaded.tokenizer.bos_token_id is None:
+        raise BertologyError(
+            f"{loaded.name}'s tokenizer has no BOS token to prepend; patch without --prepend-bos."
+        )
+
+
+def encode_pairs(loaded: LoadedModel, pairs: list[PatchPair], prepend_bos: bool = False) -> EncodedPairs:
+    """``pairs`` tokenized for ``loaded`` and grouped by token count; ``prepend_bos``: a language model's
+    texts with the tokenizer's BOS token first (as TransformerLens does by default).
 
     Raises:
         BertologyError: a text of more tokens than the model takes (:attr:`LoadedModel.max_length`), a
-            clean and corrupted text of different token counts, answers for a classifier or
-            none for a language model, a model without the head its pairs need, an answer that is not one
-            token, or an unknown label.
+            clean and corrupted text of different token counts, answers for a classifier or none for a
+            language model, a model without the head its pairs need, an answer of no token, an unknown
+            label, or ``prepend_bos`` for a classifier or a tokenizer without a BOS token.
     """
     check_pairs_fit(pairs, loaded.name, loaded.kind)
     language_model = pairs_for_language_model(pairs)
     _require_logits(loaded, language_model)
+    if prepend_bos:
+        _check_bos(loaded, language_model)
     tokenizer = loaded.tokenizer
     most_characters = loaded.max_length * max(map(len, tokenizer.get_vocab()))
     counts: dict[int, list[int]] = {}
     tokens = []
+    ids = []
     for row, pair in enumerate(pairs):
         clean, corrupted = (
-            _token_ids(loaded, text, key, pair.line, most_characters)
+            _token_ids(loaded, text, key, pair.line, most_characters, prepend_bos)
             for key, text in zip(TEXT_KEYS, (pair.clean, pair.corrupted), strict=True)
         )
         if len(clean) != len(corrupted):
@@ -280,25 +361,28 @@ def encode_pairs(loaded: LoadedModel, pairs: list[PatchPair]) -> EncodedPairs:
                 f"Line {pair.line}: the clean text is {len(clean)} tokens and the corrupted {len(corrupted)} "
                 f"for {loaded.name}; patching needs the same number."
             )
+        ids.append((clean, corrupted))
         tokens.append((tokenizer.convert_ids_to_tokens(clean), tokenizer.convert_ids_to_tokens(corrupted)))
         counts.setdefault(len(clean), []).append(row)
     groups = []
-    for _, rows in sorted(counts.items()):
+    for count, rows in sorted(counts.items()):
         chosen = [pairs[row] for row in rows]
         if language_model:
-            answer = [_single_token(loaded, p.answer or "", "answer", p.line) for p in chosen]
-            wrong = [_single_token(loaded, p.wrong or "", "wrong", p.line) for p in chosen]
-        else:
-            answer = [_label_id(loaded, p.label, "label", p.line) for p in chosen]
-            wrong = [_label_id(loaded, p.wrong_label, "wrong_label", p.line) for p in chosen]
+            groups.append(_language_model_group(loaded, rows, chosen, [ids[row] for row in rows]))
+            continue
+        answer = [_label_id(loaded, p.label, "label", p.line) for p in chosen]
+        wrong = [_label_id(loaded, p.wrong_label, "wrong_label", p.line) for p in chosen]
         groups.append(
             PairGroup(
                 np.asarray(rows),
-                _inputs(loaded, [p.clean for p in chosen]),
-                _inputs(loaded, [p.corrupted for p in chosen]),
+                *(
+                    loaded.model_inputs(encode(tokenizer, texts, None, max_length=loaded.max_length))
+                    for texts in ([p.clean for p in chosen], [p.corrupted for p in chosen])
+                ),
                 torch.as_tensor(answer, device=loaded.device),
                 torch.as_tensor(wrong, device=loaded.device),
-                language_model,
+                False,
+                count,
             )
         )
     return EncodedPairs(groups, tokens, language_model)

@@ -14,7 +14,7 @@ paper as TransformerLens's path-patching practice (ARENA's IOI exercises) writes
    ``hook_v``).
 4. Run ``x_target`` again with only the receivers' queries, keys or values replaced by those of step 3;
    nothing else is patched or frozen.
-5. Read ``LD`` of that run.
+5. Read ``LD`` of that run (or the metric chosen: :mod:`bertology.interventions.patching_metrics`).
 
 The effect is normalised as activation patching's (:mod:`bertology.interventions.patching`). With
 grouped-query attention a receiver's key or value is its key/value head's, shared by the query heads of its
@@ -39,7 +39,6 @@ from bertology.interventions.data import eval_mode
 from bertology.interventions.patching import (
     check_options,
     load_pairs,
-    logit_difference,
     roles,
     run_group,
 )
@@ -47,7 +46,7 @@ from bertology.interventions.patching_pairs import PatchPair
 from bertology.models.anatomy import AttentionParts, attention_parts
 from bertology.models.heads import head_name
 from bertology.models.loading import LoadedModel
-from bertology.options import PatchDirection
+from bertology.options import PatchDirection, PatchMetric
 
 Input = Literal["q", "k", "v"]
 #: A receiver: (layer, head, which of its inputs).
@@ -56,8 +55,8 @@ Receiver = tuple[int, int, Input]
 
 @dataclass
 class PathPatching:
-    """``LD`` of every pair, clean, corrupted and with the senders' path through the receivers patched
-    (each [pairs]), and the normalised ``effect`` of that path."""
+    """``LD`` (the ``metric``'s value) of every pair, clean, corrupted and with the senders' path through
+    the receivers patched (each [pairs]), and the normalised ``effect`` of that path."""
 
     senders: list[Head]
     receivers: list[Receiver]
@@ -65,6 +64,7 @@ class PathPatching:
     ld_clean: np.ndarray
     ld_corrupted: np.ndarray
     ld_patched: np.ndarray
+    metric: PatchMetric = "logit-diff"
 
     @property
     def effect(self) -> float:
@@ -169,25 +169,28 @@ def path_patch(
     receivers: Sequence[Receiver],
     *,
     direction: PatchDirection = "denoising",
+    metric: PatchMetric = "logit-diff",
+    prepend_bos: bool = False,
 ) -> PathPatching:
     """The effect of ``senders`` on ``LD`` through ``receivers``' queries, keys or values only, the rest of
     the model frozen at the target run (module docstring), on ``pairs`` (see
-    :func:`~bertology.interventions.patching.patch`).
+    :func:`~bertology.interventions.patching.patch`, and for ``metric`` and ``prepend_bos``). Several-token
+    answers are appended to the texts, and the senders and the frozen heads act at their positions too.
 
     Raises:
         BertologyError: no sender or receiver, a head outside the model, a receiver not in a layer after
             every sender's, an input other than q, k, v, or pairs the model cannot read.
     """
-    check_options(loaded, direction, "head", "exact")
+    check_options(loaded, direction, "head", "exact", metric)
     _check_heads(loaded, senders, receivers)
-    chosen, encoded = load_pairs(loaded, pairs)
+    chosen, encoded = load_pairs(loaded, pairs, prepend_bos)
     source_run, target_run = roles(direction)
     parts = attention_parts(loaded.model)
     sites = [_rows(parts[layer], head, which) for layer, head, which in receivers]
     ld = {run: np.zeros(len(chosen)) for run in ("clean", "corrupted", "patched")}
     with torch.no_grad(), eval_mode(loaded):
         for group in encoded.groups:
-            runs = run_group(loaded, group)
+            runs = run_group(loaded, group, metric=metric)
             target = getattr(group, target_run)
             frozen = _frozen_heads(loaded, runs.heads[target_run], senders, runs.heads[source_run])
             with frozen:
@@ -196,11 +199,9 @@ def path_patch(
                 for (module, rows), value in zip(sites, kept, strict=True):
                     stack.callback(module.register_forward_hook(_replacing(rows, value)).remove)
                 logits = loaded.model(**target).logits
-            ld["patched"][group.rows] = (
-                logit_difference(logits, group.answer, group.wrong).cpu().double().numpy()
-            )
+            ld["patched"][group.rows] = runs.score(logits).cpu().double().numpy()
             for run in ("clean", "corrupted"):
                 ld[run][group.rows] = runs.ld[run].cpu().double().numpy()
     return PathPatching(
-        list(senders), list(receivers), direction, ld["clean"], ld["corrupted"], ld["patched"]
+        list(senders), list(receivers), direction, ld["clean"], ld["corrupted"], ld["patched"], metric
     )

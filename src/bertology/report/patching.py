@@ -7,14 +7,16 @@
   ``residual``).
 - ``pair_effects.csv``: every patch's ``ld_patched`` and ``effect`` for each pair (``pair``: 0-based, the
   file's order), by method.
-- ``summary.json``: the settings, mean ``LD`` clean and corrupted, each pair with its texts and ``LD``s,
+- ``summary.json``: the settings (``metric``: ``logit-diff``, ``prob-diff`` or ``kl``, and
+  ``metric_description``), the metric's mean clean and corrupted (``ld_clean``, ``ld_corrupted``, named
+  for the default logit difference ``LD``), each pair with its texts and values,
   the largest effects by size with their sign (``top``; heads also by ``name``, ``"layer-head"``
   0-based), and with both methods their agreement on that set.
 - ``plots/effects.png`` (diverging colours centred at 0) and ``report.html`` with the inputs (and, for a
   model with a note such as a quantised file's, the note first).
 
 Path patching (``--senders``/``--receivers``) writes ``path_patching.json`` (with ``frozen``, the run kept
-frozen and patched) and its report instead.
+frozen and patched, and ``metric``) and its report instead.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from matplotlib.figure import Figure
 
 from bertology.files.run_files import REPORT_FILE, SUMMARY_FILE, mark_run
 from bertology.interventions.patching import PatchingResult, PatchingStudy, largest, roles
+from bertology.interventions.patching_metrics import METRICS
 from bertology.interventions.path_patching import PathPatching
 from bertology.models.heads import head_name
 from bertology.report import page, plots
@@ -150,6 +153,8 @@ def summary(study: PatchingStudy) -> dict[str, Any]:
         "direction": main.direction,
         "granularity": main.granularity,
         "methods": [result.method for result in study.results],
+        "metric": main.metric,
+        "metric_description": _metric_text(main.metric, study.language_model),
         "pairs": len(study.pairs),
         "ld_clean": float(main.ld_clean.mean()),
         "ld_corrupted": float(main.ld_corrupted.mean()),
@@ -223,16 +228,29 @@ def _pairs_table(study: PatchingStudy) -> pd.DataFrame:
     main = study.exact or study.attribution
     assert main is not None
     answer, wrong = ("answer", "wrong") if study.language_model else ("label", "wrong label")
+    symbol = METRICS[main.metric].symbol
     return pd.DataFrame(
         {
             "clean": [pair.clean for pair in study.pairs],
             "corrupted": [pair.corrupted for pair in study.pairs],
             answer: [names[0] for names in study.labels],
             wrong: [names[1] for names in study.labels],
-            "LD clean": main.ld_clean,
-            "LD corrupted": main.ld_corrupted,
+            f"{symbol} clean": main.ld_clean,
+            f"{symbol} corrupted": main.ld_corrupted,
         }
     )
+
+
+def _metric_text(metric: str, language_model: bool) -> str:
+    """What the metric ``metric`` is, in words."""
+    if metric == "logit-diff" and not language_model:
+        return "the logit difference of the two labels"
+    if metric == "logit-diff":
+        return (
+            "logit(answer) - logit(wrong) at the last token (answers of several tokens: the difference of "
+            "their log-probabilities under teacher forcing)"
+        )
+    return METRICS[metric].description  # type: ignore[index]
 
 
 def _explanation(result: PatchingResult) -> str:
@@ -244,13 +262,14 @@ def _explanation(result: PatchingResult) -> str:
         else "corrupted activations into the clean run"
     )
     baseline = "corrupted" if denoising else "clean"
+    m = METRICS[result.metric].symbol
     text = (
-        f"Each cell: the effect of patching it ({result.direction}: {moved}), (mean LD_patched - mean "
-        f"LD_{baseline}) / (mean LD_clean - mean LD_corrupted), LD averaged over the pairs first."
+        f"Each cell: the effect of patching it ({result.direction}: {moved}), (mean {m}_patched - mean "
+        f"{m}_{baseline}) / (mean {m}_clean - mean {m}_corrupted), {m} averaged over the pairs first."
     )
     if result.method == "attribution":
         text += (
-            " Estimated to first order: (source - target activation) · dLD/d activation at the target run "
+            f" Estimated to first order: (source - target activation) · d{m}/d activation at the target run "
             "(Nanda 2023; Kramar et al. 2024)."
         )
     return text
@@ -268,11 +287,7 @@ def write_patching_report(study: PatchingStudy, outdir: str | Path, *, dpi: int 
     content = summary(study)
     (target / SUMMARY_FILE).write_text(json.dumps(content, indent=2), encoding="utf-8")
     mark_run(target, "patching", model=study.model_name)
-    metric = (
-        "logit(answer) - logit(wrong) at the last token"
-        if study.language_model
-        else "the logit difference of the two labels"
-    )
+    symbol = METRICS[main.metric].symbol
     sections = []
     for result in study.results:
         png = _effects_png(study, result, target, dpi)
@@ -320,7 +335,10 @@ def write_patching_report(study: PatchingStudy, outdir: str | Path, *, dpi: int 
         page.Section(
             "Pairs",
             "pairs",
-            [page.paragraph(f"LD: {metric}."), page.table(_pairs_table(study), float_format="{:.3f}")],
+            [
+                page.paragraph(f"{symbol}: {content['metric_description']}."),
+                page.table(_pairs_table(study), float_format="{:.3f}"),
+            ],
         )
     )
     header = [
@@ -330,9 +348,10 @@ def write_patching_report(study: PatchingStudy, outdir: str | Path, *, dpi: int 
                 "model": study.model_name,
                 "direction": main.direction,
                 "granularity": main.granularity,
+                "metric": main.metric,
                 "pairs": len(study.pairs),
-                "mean LD clean": content["ld_clean"],
-                "mean LD corrupted": content["ld_corrupted"],
+                f"mean {symbol} clean": content["ld_clean"],
+                f"mean {symbol} corrupted": content["ld_corrupted"],
             }
         ),
     ]
@@ -357,6 +376,7 @@ def write_path_patching_report(result: PathPatching, model_name: str, outdir: st
         "senders": senders,
         "receivers": receivers,
         "frozen": frozen,
+        "metric": result.metric,
         "effect": result.effect,
         "ld_clean": result.ld_clean.tolist(),
         "ld_corrupted": result.ld_corrupted.tolist(),
@@ -364,8 +384,13 @@ def write_path_patching_report(result: PathPatching, model_name: str, outdir: st
     }
     (target / PATH_PATCHING_FILE).write_text(json.dumps(content, indent=2), encoding="utf-8")
     mark_run(target, "patching", model=model_name)
+    m = METRICS[result.metric].symbol
     frame = pd.DataFrame(
-        {"LD clean": result.ld_clean, "LD corrupted": result.ld_corrupted, "LD patched": result.ld_patched}
+        {
+            f"{m} clean": result.ld_clean,
+            f"{m} corrupted": result.ld_corrupted,
+            f"{m} patched": result.ld_patched,
+        }
     )
     section = page.Section(
         "Path patching",
@@ -375,7 +400,7 @@ def write_path_patching_report(result: PathPatching, model_name: str, outdir: st
                 f"Senders {', '.join(senders)} (heads layer-head, 0-based) take their output from the "
                 f"{source} run and reach receivers {', '.join(receivers)} only ({result.direction}); every "
                 f"other head is frozen at the {frozen} run, which is the run patched (Wang et al. 2022): "
-                f"effect {result.effect:.3f}."
+                f"effect {result.effect:.3f} on {m} ({result.metric})."
             ),
             page.table(frame.rename_axis("pair").reset_index(), float_format="{:.3f}"),
         ],
