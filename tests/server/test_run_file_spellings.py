@@ -16,6 +16,7 @@ import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -26,6 +27,8 @@ from bertology.server import create_app
 
 #: Written in every planted page: the raw markup was served if it appears.
 MARKER = "PLANTED-MARKUP"
+#: How the frame page's Content-Security-Policy starts (bertology.server.run_frame.frame_page_policy).
+FRAME_POLICY = "default-src 'none'; style-src 'sha256-"
 #: The planted pages of folder ``evil`` (each a document a browser runs or lets navigate).
 PAGES = {
     "noscript.html": f"<!DOCTYPE html><title>{MARKER}</title>",
@@ -120,7 +123,7 @@ def test_no_spelling_of_a_run_file_gets_its_raw_markup(base: str, spelling: str,
     expected = SPELLINGS[spelling][1]
     if expected == "frame":
         assert status == 200, (address, body)
-        assert headers["content-security-policy"].startswith("default-src 'none'; style-src 'sha256-")
+        assert headers["content-security-policy"].startswith(FRAME_POLICY)
         assert f'<iframe src="{address}" sandbox="allow-scripts"' in body
     else:
         assert status == expected, (address, body)
@@ -199,24 +202,28 @@ def test_no_spelling_opened_in_chromium_lets_a_planted_page_navigate_elsewhere(
     it. (Chromium itself rewrites ``./``, ``/.`` and ``%2e`` out of an address before sending it.)"""
     trap, control = traps
     plant(tmp_path / "runs", refresh_to="http://{}:{}/refresh".format(*trap.getsockname()))
-    tabs = {}
+    tabs: dict[tuple[str, str], Any] = {}
     with serving(create_app([default_model], runs=tmp_path / "runs")) as url:
         context = chromium_browser.new_context()  # type: ignore[attr-defined]
+        answers = {}
         for target in REFRESHING:
             for spelling in SPELLINGS:
                 tabs[spelling, target] = context.new_page()
-                tabs[spelling, target].goto(url + spelled(spelling, target), wait_until="commit")
-        shown = {}
-        for (spelling, target), page in tabs.items():  # all loading at once; each waited for here
-            page.wait_for_load_state(timeout=WAIT_S * 1000)
-            if SPELLINGS[spelling][1] == "frame":  # its frame loaded: the page in it has had its refresh
+                answers[spelling, target] = tabs[spelling, target].goto(
+                    url + spelled(spelling, target), wait_until="commit"
+                )  # the document's answer (after a redirect); all tabs load at once
+        got = {}
+        for tab, page in tabs.items():
+            answer = answers[tab]
+            policy = answer.headers.get("content-security-policy", "")
+            got[tab] = "frame" if policy.startswith(FRAME_POLICY) else answer.status
+            if got[tab] == "frame":  # its frame loaded: the page in it has had its refresh
                 page.wait_for_selector("iframe[sandbox='allow-scripts']", timeout=WAIT_S * 1000)
                 page.main_frame.child_frames[0].wait_for_load_state(timeout=WAIT_S * 1000)
-            shown[spelling, target] = page.url.startswith(url) and MARKER not in page.content()
         refresh = '<meta http-equiv="refresh" content="0; url=http://{}:{}/control">'
         context.new_page().set_content(refresh.format(*control.getsockname()))
         assert first_request(control, WAIT_S).startswith(b"GET /control ")
         sent = received(trap)
         context.close()
     assert sent == b""
-    assert [tab for tab, framed in shown.items() if not framed] == []
+    assert got == {(spelling, target): SPELLINGS[spelling][1] for spelling, target in tabs}
