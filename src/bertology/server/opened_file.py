@@ -2,8 +2,8 @@
 
 The body comes from that descriptor and nothing else: its ``Content-Length`` is the size ``fstat``
 gives for it when the answer starts, and at most that many bytes are sent (a file that grows meanwhile
-is cut at that length). The content type is guessed from the file's name, as Starlette's
-``FileResponse`` does.
+is cut at that length). The content type is :func:`served_type`: guessed from the name the file was
+opened under, as Starlette's ``FileResponse`` does.
 """
 
 from __future__ import annotations
@@ -18,6 +18,14 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 
+def served_type(file: BinaryIO) -> str:
+    """The content type ``file`` is served with: guessed from its ``name``, the normalised path it was
+    opened under (:meth:`bertology.files.beneath.OpenFolder.open`: empty and ``.`` components left out, no
+    link followed, so the name of the file itself, however the request spelled it), and
+    ``application/octet-stream`` when the name says nothing."""
+    return guess_type(str(file.name))[0] or "application/octet-stream"
+
+
 class OpenedFileResponse(Response):
     """``file`` (a regular file opened for binary reading; closed when the answer ends) as the body."""
 
@@ -27,7 +35,7 @@ class OpenedFileResponse(Response):
         self.file = file
         self.size = os.fstat(file.fileno()).st_size
         self.status_code = 200
-        self.media_type = guess_type(str(file.name))[0] or "application/octet-stream"
+        self.media_type = served_type(file)
         self.background = None
         self.init_headers(headers)
         self.headers["content-length"] = str(self.size)

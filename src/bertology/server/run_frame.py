@@ -21,13 +21,14 @@ import base64
 import hashlib
 import html
 from functools import cache
-from mimetypes import guess_type
+from typing import BinaryIO
 from urllib.parse import quote, unquote
 
 from fastapi import Request
 from fastapi.responses import HTMLResponse
 
 from bertology.server.errors import RequestError
+from bertology.server.opened_file import served_type
 
 #: Content types a browser shows as a document that can run script or navigate.
 MARKUP_TYPES = frozenset(
@@ -60,10 +61,12 @@ def frame_page_policy() -> str:
     )
 
 
-def is_markup(path: str) -> bool:
-    """Whether the file at ``path`` is served as a document that can run script or navigate (by name, as
-    :class:`~bertology.server.opened_file.OpenedFileResponse` sets its content type)."""
-    return guess_type(path)[0] in MARKUP_TYPES
+def is_markup(file: BinaryIO) -> bool:
+    """Whether ``file`` (opened from the runs folder) is served as a document that can run script or
+    navigate: decided from the type it is served with (:func:`~bertology.server.opened_file.served_type`,
+    from the name it was opened under), never from the request's spelling of its path (``page.html/``,
+    ``page.html%2f`` or ``./page.html`` open the same file)."""
+    return served_type(file) in MARKUP_TYPES
 
 
 def needs_frame(request: Request) -> bool:

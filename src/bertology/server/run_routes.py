@@ -60,7 +60,7 @@ def run_routes(folder: RunsFolder | None, watch_pages: WatchPages | None) -> API
         opened = folder.open(path)
         headers = {"Content-Security-Policy": run_file_policy(), "Vary": "Sec-Fetch-Dest"}
         if not isinstance(opened, OpenFolder):
-            if is_markup(path) and needs_frame(request):
+            if is_markup(opened) and needs_frame(request):
                 opened.close()
                 return frame_page(request)
             return OpenedFileResponse(opened, headers=headers)
@@ -70,8 +70,8 @@ def run_routes(folder: RunsFolder | None, watch_pages: WatchPages | None) -> API
             if needs_frame(request):
                 return frame_page(request)
             return HTMLResponse(await watch_pages.page(path, request), headers=headers)
-        if report:
-            return RedirectResponse(folder_url(path) + REPORT_FILE)
+        if report:  # to the one address of its report, however the folder's was spelled
+            return RedirectResponse(folder_url(opened.label) + REPORT_FILE)
         raise RequestError(404, f"There is no report or training run at '{shown(path)}' in the runs folder.")
 
     return router
