@@ -22,7 +22,7 @@ from support.browser import serving
 from support.run_folders import write_synthetic_run
 
 from bertology.models.loading import LoadedModel
-from bertology.server import create_app
+from bertology.server import Limits, create_app
 
 SECRET = "the-secret-outside-the-runs-folder"
 INSIDE = "harmless content inside the runs folder"
@@ -71,12 +71,18 @@ def swapping(entry: Path, outside: Path) -> Iterator[None]:
     assert link.is_symlink() and not entry.is_symlink()
 
 
+#: The servers' limits here: a request may take up to 600 s (a watch page takes seconds to build, far more
+#: on a loaded machine), so an answer is a 200 or a 403, never the limit's 503.
+LIMITS = Limits(timeout_s=600)
+
+
 def hammer(base: str, method: str, path: str, body: dict[str, object] | None = None) -> Counter[int]:
     """Ask for ``path`` until :data:`SECONDS` pass or :data:`REQUESTS` answers came; the statuses counted.
     Fails on an answer that holds :data:`SECRET`, or one cut short of its length."""
     host, port = base.removeprefix("http://").split(":")
     statuses: Counter[int] = Counter()
-    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+    # a guard against a hang, never a measure of speed (a loaded machine builds a page slowly)
+    connection = http.client.HTTPConnection(host, int(port), timeout=LIMITS.timeout_s)
     end = time.monotonic() + SECONDS
     payload = None if body is None else json.dumps(body)
     headers = {} if body is None else {"Content-Type": "application/json"}
@@ -119,7 +125,7 @@ def test_static_files_never_leak(default_model: LoadedModel, tmp_path: Path) -> 
     outside.mkdir()
     (outside / "passwd").write_text(SECRET * 1000)  # longer than the inside file, as /etc/passwd was
     (runs / "files" / "passwd").write_text(INSIDE)
-    with serving(create_app([default_model], runs=runs)) as base:
+    with serving(create_app([default_model], runs=runs, limits=LIMITS)) as base:
         with swapping(runs / "files" / "passwd", outside / "passwd"):
             by_file = hammer(base, "GET", "/runs/files/passwd")
         with swapping(runs / "files", outside):
@@ -134,7 +140,7 @@ def test_explorer_inputs_never_leak(default_model: LoadedModel, tmp_path: Path) 
     write_analysis(runs / "analysis", INSIDE)
     outside = write_analysis(tmp_path / "outside", SECRET)
     request = ("POST", "/api/explore/analysis", {"run": "analysis"})
-    with serving(create_app([default_model], runs=runs)) as base:
+    with serving(create_app([default_model], runs=runs, limits=LIMITS)) as base:
         with swapping(runs / "analysis" / "summary.json", outside / "summary.json"):
             by_file = hammer(base, *request)
         with swapping(runs / "analysis", outside):
@@ -150,7 +156,8 @@ def test_watch_pages_never_leak(default_model: LoadedModel, tmp_path: Path) -> N
     outside = write_synthetic_run(tmp_path / "outside")
     info = json.loads((outside / "run.json").read_text())
     (outside / "run.json").write_text(json.dumps({**info, "task": SECRET}))
-    with serving(create_app([default_model], runs=runs)) as base:  # a page takes seconds: few answers
+    # a page takes seconds: few answers
+    with serving(create_app([default_model], runs=runs, limits=LIMITS)) as base:
         with swapping(runs / "run" / "run.json", outside / "run.json"):
             hammer(base, "GET", "/runs/run/")
         with swapping(runs / "run", outside):
