@@ -45,15 +45,12 @@ from bertology.corpus.readers.text import read_paragraphs
 from bertology.errors import BertologyError
 from bertology.models.hook import recording
 from bertology.models.loading import KIND_PHRASES, LoadedModel
-from bertology.options import BATCH_SIZE
+from bertology.options import BATCH_SIZE, MAX_NEW_TOKENS
 from bertology.progress import Progress
 from bertology.stats.base import HeadTable, SegmentMeans
 from bertology.stats.rows import QueryValues, RowSummarizer, SpecialTokens, TokenRoles, stack_segment_means
 from bertology.stats.surface import SurfaceAccumulator
 from bertology.summaries import Summarised
-
-#: New tokens a greedy output has at most, for a source without a target.
-MAX_NEW_TOKENS = 32
 
 #: Probabilities are raised to at least this before taking logs (``x ln x`` there is 0).
 _TINY = 1e-30

@@ -1,0 +1,111 @@
+"""The files and report of an encoder-decoder's corpus analysis (:mod:`bertology.analysis.seq2seq`):
+``heads.csv`` with a ``stack`` column, ``summary.json``, and ``report.html`` with a section per kind of
+attention (encoder self-attention, decoder self-attention, cross-attention)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from bertology.analysis.patterns import PATTERN_DESCRIPTIONS
+from bertology.analysis.seq2seq import CROSS_DESCRIPTIONS, CROSS_STATISTICS, Seq2SeqAnalysis
+from bertology.files.run_files import HEADS_FILE, REPORT_FILE, SUMMARY_FILE
+from bertology.report import page, plots
+from bertology.report.page import Markup, Section
+from bertology.stats.base import HeadTable
+from bertology.stats.surface import SURFACE_DESCRIPTIONS
+
+#: The self-attention statistics drawn per stack (those undefined for every head are left out).
+SELF_STATISTICS = ("previous", "next", "current", "cls", "sep", "punct", "sink", "entropy", "confidence")
+
+#: Each stack's section: title, anchor and what its rows and columns are.
+STACK_SECTIONS = {
+    "encoder": (
+        "Encoder self-attention",
+        "encoder",
+        "The source's tokens attending to each other, measured as an encoder's heads are: its end token "
+        "(</s>) is in [SEP]'s role, BART's start token (<s>) in [CLS]'s (a T5 source has none).",
+    ),
+    "decoder": (
+        "Decoder self-attention",
+        "decoder",
+        "The decoder's tokens attending to themselves and earlier ones, measured as a decoder's heads are: "
+        "later keys are left out (attention to the next token is undefined, not 0), no [CLS] or [SEP].",
+    ),
+    "cross": (
+        "Cross-attention",
+        "cross",
+        "Each decoder token (row) attending to the source's tokens (columns). Only the statistics defined "
+        "between two different texts are measured; there is no pattern label.",
+    ),
+}
+
+
+def _drawn(table: HeadTable, names: tuple[str, ...]) -> list[str]:
+    return [name for name in names if name in table.columns and np.isfinite(table[name]).any()]
+
+
+def _heatmaps(table: HeadTable, names: list[str], stack: str) -> Markup:
+    png = plots.to_png(plots.heatmaps(table, names))
+    return page.figure(
+        png,
+        alt=f"Layer by head heatmaps of the {stack} statistics",
+        caption="Each head's mean over sources; layers top to bottom, heads left to right, both 0-based.",
+    )
+
+
+def _labels(analysis: Seq2SeqAnalysis, stack: str) -> Markup:
+    counts = Counter(analysis.patterns[stack].labels.ravel().tolist())
+    lines = {PATTERN_DESCRIPTIONS.get(label, label): count for label, count in counts.most_common()}
+    return page.definitions({f"heads labelled {name}": count for name, count in lines.items()})
+
+
+def _sections(analysis: Seq2SeqAnalysis) -> list[Section]:
+    sections = []
+    for stack, (title, anchor, text) in STACK_SECTIONS.items():
+        if stack == "cross":
+            table, names = analysis.cross, list(CROSS_STATISTICS)
+            described = {name: CROSS_DESCRIPTIONS[name] for name in names}
+            blocks = [page.paragraph(text), _heatmaps(table, names, stack), page.definitions(described)]
+        else:
+            table = analysis.surface[stack]
+            names = _drawn(table, SELF_STATISTICS)
+            described = {name: SURFACE_DESCRIPTIONS[name] for name in names}
+            blocks = [
+                page.paragraph(text),
+                _heatmaps(table, names, stack),
+                page.definitions(described),
+                _labels(analysis, stack),
+            ]
+        sections.append(Section(title, anchor, blocks))
+    return sections
+
+
+def save_seq2seq_analysis(analysis: Seq2SeqAnalysis, outdir: str | Path) -> Path:
+    """Write ``heads.csv`` (:meth:`~bertology.analysis.seq2seq.Seq2SeqAnalysis.heads_frame`: a row per stack,
+    layer and head), ``summary.json`` and ``report.html`` into ``outdir``; returns the report's path."""
+    target = Path(outdir)
+    target.mkdir(parents=True, exist_ok=True)
+    analysis.heads_frame().to_csv(target / HEADS_FILE, index=False)
+    summary = analysis.summary()
+    (target / SUMMARY_FILE).write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    header = [
+        page.definitions(
+            {key.replace("_", " "): value for key, value in summary.items() if key != "decoder_reads"}
+        ),
+        page.paragraph(analysis.decoder_reads()),
+        page.paragraph(
+            "Heads are numbered (layer, head) from 0 in each stack; heads.csv has a row per stack (encoder, "
+            "decoder, cross), layer and head.",
+            class_="muted",
+        ),
+    ]
+    html = page.render_page(
+        f"Attention analysis of {analysis.model_name}", _sections(analysis), header=header
+    )
+    report = target / REPORT_FILE
+    report.write_text(html, encoding="utf-8")
+    return report
