@@ -15,7 +15,7 @@ from support.tiny_models import GENERATIVE_ARCHITECTURES, save_tiny_model
 from transformers import AutoModel, AutoModelForSeq2SeqLM
 
 import bertology
-from bertology.analysis.seq2seq import analyze_seq2seq_corpus, diagonal_distance
+from bertology.analysis.seq2seq import analyze_seq2seq_corpus, compare_seq2seq_models, diagonal_distance
 from bertology.models.loading import LoadedModel, load_model
 
 #: Sources of different lengths (so a batch of two pads), with punctuation; the third has no target, so
@@ -239,3 +239,33 @@ def test_cli_refuses_options_of_another_kind(
     said = " ".join(result.stderr.split())  # a long line may wrap
     assert result.returncode == 1 and "Traceback" not in said
     assert said.startswith(f"Error: {message}") and said.endswith("model.") and ". " not in said
+
+
+def test_compare_encoder_decoders_head_by_head(generative_dirs: dict[str, Path], corpus: Path) -> None:
+    bart = load_model(generative_dirs["bart"])
+    same = compare_seq2seq_models(bart, bart, corpus, max_new_tokens=MAX_NEW_TOKENS)
+    frame = same.to_frame()
+    assert frame["stack"].drop_duplicates().tolist() == ["encoder", "decoder", "cross"]
+    changes = frame[[name for name in frame.columns if name.endswith("_change")]]
+    assert {"diagonal_change", "entropy_change", "score_previous_change"} <= set(changes.columns)
+    assert np.nanmax(np.abs(changes.to_numpy())) == 0  # one model against itself changes nothing
+    assert frame["entropy_a"].notna().all()
+    with pytest.raises(bertology.BertologyError, match=r"one shape; .* encoder 3 x 4, .* encoder 2 x 4"):
+        compare_seq2seq_models(bart, load_model(generative_dirs["t5"]), corpus)
+    with pytest.raises(bertology.BertologyError, match="is a decoder model; an encoder-decoder is compared"):
+        compare_seq2seq_models(bart, load_model(generative_dirs["gpt2"]), corpus)
+
+
+@pytest.mark.slow
+def test_cli_compare_writes_each_stacks_changes(generative_dirs: dict[str, Path], tmp_path: Path) -> None:
+    model = str(generative_dirs["t5"])
+    output = tmp_path / "compared"
+    targets = tmp_path / "targets.jsonl"  # targets only: no greedy decoding, to keep the test short
+    targets.write_text("".join(json.dumps(record) + "\n" for record in CORPUS if "target" in record))
+    arguments = ["compare", model, model, "-o", str(output), "--corpus", str(targets), "--max-len", "64"]
+    result = run_child(*arguments)
+    assert result.returncode == 0, result.stderr
+    frame = pd.read_csv(output / "comparison.csv")
+    assert len(frame) == (2 + 2 + 2) * 4 and (frame["confidence_change"] == 0).all()
+    assert json.loads((output / "summary.json").read_text())["segments"] == 3
+    assert "Cross-attention" in (output / "report.html").read_text()

@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -537,3 +538,97 @@ def analyze_seq2seq_corpus(
         if on_progress is not None:
             on_progress(accumulators.segments, limit)
     return accumulators.result()
+
+
+@dataclass(repr=False)
+class Seq2SeqComparison(Summarised):
+    """Two encoder-decoders of one shape (layers and heads per stack) measured on the same sources.
+
+    a, b: each model's :class:`Seq2SeqAnalysis`. A source without a target is decoded by each model itself,
+    so their decoders may read different tokens there (the summary says how many such sources there were).
+    """
+
+    a: Seq2SeqAnalysis
+    b: Seq2SeqAnalysis
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row per stack, layer and head: every statistic of ``heads.csv`` for A and B (``<name>_a``,
+        ``<name>_b``) and its change B - A (``<name>_change``), and both labels (``label_a``, ``label_b``)."""
+        a, b = self.a.heads_frame(), self.b.heads_frame()
+        keys = ["stack", "layer", "head"]
+        numbers = [
+            name
+            for name in a.columns
+            if name not in (*keys, "label_segment") and pd.api.types.is_float_dtype(a[name])
+        ]
+        frame = a[keys].copy()
+        frame["label_a"], frame["label_b"] = a["label"], b["label"]
+        for name in numbers:
+            frame[f"{name}_a"], frame[f"{name}_b"] = a[name], b[name]
+            frame[f"{name}_change"] = b[name] - a[name]
+        return frame
+
+    def changes(self, stack: str) -> HeadTable:
+        """The change B - A of every statistic of ``stack``, ``[layers, heads]`` each."""
+        if stack == "cross":
+            before, after = self.a.cross, self.b.cross
+        else:
+            before, after = self.a.surface[stack], self.b.surface[stack]
+        return HeadTable(
+            columns={name: after[name] - before[name] for name in before.columns},
+            defined_segments={
+                name: min(before.defined_segments[name], after.defined_segments[name])
+                for name in before.columns
+            },
+            segments=before.segments,
+        )
+
+    def summary(self) -> dict[str, str | int | float]:
+        return {
+            "model_a": self.a.model_name,
+            "model_b": self.b.model_name,
+            "kind": "encoder-decoder",
+            "corpus": self.a.corpus,
+            "segments": self.a.segments,
+            "greedy_segments": self.a.greedy_segments,
+            "decoder_reads": self.a.decoder_reads().replace("the model's own", "each model's own"),
+            "seconds": round(self.a.seconds + self.b.seconds, 2),
+        }
+
+
+def stack_shapes(loaded: LoadedModel) -> dict[str, tuple[int, int]]:
+    """(layers, heads) of each stack of an encoder-decoder."""
+    encoder, decoder = encoder_decoder_layers(loaded.model.config)
+    heads = loaded.num_heads
+    return {"encoder": (encoder, heads), "decoder": (decoder, heads), "cross": (decoder, heads)}
+
+
+def compare_seq2seq_models(
+    loaded_a: LoadedModel, loaded_b: LoadedModel, corpus: str | Path, **options: Any
+) -> Seq2SeqComparison:
+    """Analyse ``corpus`` with two encoder-decoders of one shape (e.g. a model and its fine-tune) and compare
+    them head by head; ``options`` as :func:`analyze_seq2seq_corpus` takes them.
+
+    Raises:
+        BertologyError: a model that is not an encoder-decoder, or two of different shapes.
+    """
+    for loaded in (loaded_a, loaded_b):
+        if loaded.kind != "encoder-decoder":
+            raise BertologyError(
+                f"'{loaded.name}' is {KIND_PHRASES[loaded.kind]} model; an encoder-decoder is compared with "
+                "another encoder-decoder."
+            )
+    shapes = stack_shapes(loaded_a), stack_shapes(loaded_b)
+    if shapes[0] != shapes[1]:
+        described = [
+            ", ".join(f"{stack} {layers} x {heads}" for stack, (layers, heads) in shape.items())
+            for shape in shapes
+        ]
+        raise BertologyError(
+            f"Encoder-decoders are compared head by head when their stacks have one shape; "
+            f"'{loaded_a.name}' has {described[0]} and '{loaded_b.name}' {described[1]}."
+        )
+    return Seq2SeqComparison(
+        analyze_seq2seq_corpus(corpus, loaded_a, **options),
+        analyze_seq2seq_corpus(corpus, loaded_b, **options),
+    )

@@ -270,6 +270,51 @@ def _analyze_encoder_decoder(
     )
 
 
+def _compare_encoder_decoders(
+    model_a: str,
+    model_b: str,
+    output: Path,
+    corpus: Path | None,
+    limit: int | None,
+    max_len: int,
+    batch_size: int,
+    device: str,
+    dtype: Dtype,
+) -> None:
+    """``bertology compare`` of two encoder-decoders of one shape: each stack's statistics side by side and
+    their changes (:func:`~bertology.analysis.seq2seq.compare_seq2seq_models`)."""
+    from bertology.allocator import keep_freed_memory
+    from bertology.analysis.seq2seq import compare_seq2seq_models
+    from bertology.corpus.segments import sample_corpus
+    from bertology.files.outputs import check_output_folder, output_folder
+    from bertology.models.loading import load_model, require_max_length
+    from bertology.report.seq2seq import COMPARISON_FILE, save_seq2seq_comparison
+
+    check_output_folder(output)
+    loaded_a, loaded_b = (load_model(name, device=device, dtype=dtype) for name in (model_a, model_b))
+    for loaded in (loaded_a, loaded_b):
+        require_max_length(loaded, max_len)
+    keep_freed_memory()
+    with progress_bar("Comparing sources", None, rate="sources") as on_progress:
+        comparison = compare_seq2seq_models(
+            loaded_a,
+            loaded_b,
+            corpus or sample_corpus(),
+            max_length=max_len,
+            limit=limit,
+            batch_size=batch_size,
+            on_progress=on_progress,
+        )
+    with output_folder(output) as folder:
+        report = output / save_seq2seq_comparison(comparison, folder).name
+    out.print(
+        f"Compared {comparison.a.segments} sources (encoder, decoder and cross-attention) in "
+        f"{comparison.a.seconds + comparison.b.seconds:.1f} s. Wrote {report} and "
+        f"{output / COMPARISON_FILE}.",
+        highlight=False,
+    )
+
+
 @app.command()
 def index(
     corpus: Annotated[
@@ -417,6 +462,22 @@ def compare(
     cluster = cluster_options(ray, workers, threads_per_worker, resume)  # a usage error before torch loads
     require_corpus("--corpus", corpus)
     require_task("--task", task_dir)
+    from bertology.models.loading import model_kind
+
+    if "encoder-decoder" in (model_kind(model_a), model_kind(model_b)):
+        given = {
+            "--task": task_dir is not None,
+            "--text": text is not None,
+            "--js-tokens": js_tokens != JS_TOKENS_PER_SEGMENT,
+            "--weights": weights != "attention",
+            "--convention": convention != "bertology",
+            "--level": level != "auto",
+            "--ray / --workers": cluster is not None,
+            "--readers": readers is not None,
+        }
+        require_single_stack_options(model_a if model_kind(model_a) == "encoder-decoder" else model_b, given)
+        _compare_encoder_decoders(model_a, model_b, output, corpus, limit, max_len, batch_size, device, dtype)
+        return
     from bertology.allocator import keep_freed_memory
     from bertology.analysis.comparison import compare_models, first_segment
     from bertology.analysis.settings import AnalysisSettings

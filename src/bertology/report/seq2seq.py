@@ -1,6 +1,7 @@
 """The files and report of an encoder-decoder's corpus analysis (:mod:`bertology.analysis.seq2seq`):
 ``heads.csv`` with a ``stack`` column, ``summary.json``, and ``report.html`` with a section per kind of
-attention (encoder self-attention, decoder self-attention, cross-attention)."""
+attention (encoder self-attention, decoder self-attention, cross-attention); and of a comparison of two
+(``comparison.csv``, ``summary.json``, ``report.html`` with each stack's changes)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,12 @@ from pathlib import Path
 import numpy as np
 
 from bertology.analysis.patterns import PATTERN_DESCRIPTIONS
-from bertology.analysis.seq2seq import CROSS_DESCRIPTIONS, CROSS_STATISTICS, Seq2SeqAnalysis
+from bertology.analysis.seq2seq import (
+    CROSS_DESCRIPTIONS,
+    CROSS_STATISTICS,
+    Seq2SeqAnalysis,
+    Seq2SeqComparison,
+)
 from bertology.files.run_files import HEADS_FILE, REPORT_FILE, SUMMARY_FILE
 from bertology.report import page, plots
 from bertology.report.page import Markup, Section
@@ -108,4 +114,49 @@ def save_seq2seq_analysis(analysis: Seq2SeqAnalysis, outdir: str | Path) -> Path
     )
     report = target / REPORT_FILE
     report.write_text(html, encoding="utf-8")
+    return report
+
+
+#: A comparison's table: a row per stack, layer and head, both models' statistics and their change.
+COMPARISON_FILE = "comparison.csv"
+
+#: The changes drawn per stack.
+CHANGED_STATISTICS = {
+    "encoder": ("previous", "next", "sep", "punct", "entropy", "confidence"),
+    "decoder": ("previous", "current", "sink", "punct", "entropy", "confidence"),
+    "cross": ("sep", "punct", "entropy", "confidence", "diagonal"),
+}
+
+
+def save_seq2seq_comparison(comparison: Seq2SeqComparison, outdir: str | Path) -> Path:
+    """Write :data:`COMPARISON_FILE` (:meth:`~bertology.analysis.seq2seq.Seq2SeqComparison.to_frame`),
+    ``summary.json`` and ``report.html`` (heatmaps of each stack's changes, B - A) into ``outdir``; returns
+    the report's path."""
+    target = Path(outdir)
+    target.mkdir(parents=True, exist_ok=True)
+    comparison.to_frame().to_csv(target / COMPARISON_FILE, index=False)
+    summary = comparison.summary()
+    (target / SUMMARY_FILE).write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    sections = []
+    for stack, (title, anchor, text) in STACK_SECTIONS.items():
+        changes = comparison.changes(stack)
+        names = _drawn(changes, CHANGED_STATISTICS[stack])
+        limits = plots.value_range_of(*(changes[name] for name in names), symmetric=True)
+        png = plots.to_png(plots.heatmaps(changes, names, value_range=limits, cmap=plots.DIVERGING_COLORMAP))
+        figure = page.figure(
+            png,
+            alt=f"Layer by head heatmaps of the change of the {stack} statistics",
+            caption="Each head's change, B minus A, of its mean over sources; layers top to bottom, heads "
+            "left to right, both 0-based.",
+        )
+        sections.append(Section(title, anchor, [page.paragraph(text), figure]))
+    header = [
+        page.definitions(
+            {key.replace("_", " "): value for key, value in summary.items() if key != "decoder_reads"}
+        ),
+        page.paragraph(str(summary["decoder_reads"])),
+    ]
+    title = f"{comparison.a.model_name} against {comparison.b.model_name}"
+    report = target / REPORT_FILE
+    report.write_text(page.render_page(title, sections, header=header), encoding="utf-8")
     return report
