@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from fastapi.testclient import TestClient
 from support.cli import run_child
 from support.tiny_models import GENERATIVE_ARCHITECTURES, save_tiny_model
 from transformers import AutoModel, AutoModelForSeq2SeqLM
@@ -17,6 +18,8 @@ from transformers import AutoModel, AutoModelForSeq2SeqLM
 import bertology
 from bertology.analysis.seq2seq import analyze_seq2seq_corpus, compare_seq2seq_models, diagonal_distance
 from bertology.models.loading import LoadedModel, load_model
+from bertology.report.seq2seq import save_seq2seq_analysis
+from bertology.server import create_app
 
 #: Sources of different lengths (so a batch of two pads), with punctuation; the third has no target, so
 #: the decoder reads the model's greedy output; batches of two mix a given and a greedy target.
@@ -269,3 +272,26 @@ def test_cli_compare_writes_each_stacks_changes(generative_dirs: dict[str, Path]
     assert len(frame) == (2 + 2 + 2) * 4 and (frame["confidence_change"] == 0).all()
     assert json.loads((output / "summary.json").read_text())["segments"] == 3
     assert "Cross-attention" in (output / "report.html").read_text()
+
+
+def test_the_explorer_opens_each_stack(
+    generative_dirs: dict[str, Path], corpus: Path, tmp_path: Path
+) -> None:
+    bart = load_model(generative_dirs["bart"])
+    analysis = analyze_seq2seq_corpus(corpus, bart, max_new_tokens=MAX_NEW_TOKENS)
+    save_seq2seq_analysis(analysis, tmp_path / "run")
+    with TestClient(create_app([bart], runs=tmp_path)) as client:
+        listed = {run["path"]: run for run in client.get("/api/runs").json()["runs"]}
+        for stack in ("encoder", "decoder", "cross"):
+            assert listed[f"run/{stack}"]["explore"] == f"/explore?run=run%2F{stack}"
+        assert listed["run"].get("explore") is None  # the whole run is the report, not one grid
+        for stack, layers in (("encoder", 3), ("decoder", 2), ("cross", 2)):
+            answer = client.post("/api/explore/analysis", json={"run": f"run/{stack}"}).json()
+            assert (answer["layers"], answer["heads"], answer["summary"]["stack"]) == (layers, 4, stack)
+            table = analysis.cross if stack == "cross" else analysis.surface[stack]
+            np.testing.assert_allclose(answer["statistics"]["entropy"], table["entropy"], atol=1e-9)
+            assert len(answer["map"]) == layers * 4
+    assert "diagonal" in answer["statistics"] and "previous" not in answer["statistics"]
+    for stack in ("encoder", "decoder", "cross"):
+        distances = pd.read_csv(tmp_path / "run" / stack / "head_js_divergence.csv", index_col=0).to_numpy()
+        assert np.allclose(distances, distances.T) and np.all(np.diag(distances) == 0) and distances.max() > 0

@@ -36,6 +36,7 @@ import pandas as pd
 import torch
 
 from bertology.analysis.analyze import head_table_frame
+from bertology.analysis.distances import DistanceAccumulator, HeadDistances
 from bertology.analysis.patterns import HeadPatterns, PatternAccumulator
 from bertology.attention.seq2seq import ATTENTION_SETS, encoder_decoder_layers
 from bertology.corpus.batching import PAD_MULTIPLE
@@ -46,7 +47,7 @@ from bertology.corpus.readers.text import read_paragraphs
 from bertology.errors import BertologyError
 from bertology.models.hook import recording
 from bertology.models.loading import KIND_PHRASES, LoadedModel
-from bertology.options import BATCH_SIZE, MAX_NEW_TOKENS
+from bertology.options import BATCH_SIZE, JS_TOKENS_PER_SEGMENT, MAX_NEW_TOKENS
 from bertology.progress import Progress
 from bertology.stats.base import HeadTable, SegmentMeans
 from bertology.stats.rows import QueryValues, RowSummarizer, SpecialTokens, TokenRoles, stack_segment_means
@@ -347,7 +348,9 @@ class Seq2SeqAnalysis(Summarised):
     statistics (:data:`CROSS_STATISTICS`), ``[decoder layers, heads]`` each.
     segments: sources analysed; greedy_segments: those whose decoder read the model's greedy output (at most
     ``max_new_tokens`` tokens) for want of a target; truncated_segments / tokens_cut: sources cut to
-    ``max_length`` tokens.
+    ``max_length`` tokens. distances: each stack's mean Jensen-Shannon divergence between its heads
+    (:class:`~bertology.analysis.distances.HeadDistances`, over :data:`JS_TOKENS_PER_SEGMENT` query tokens per
+    source sampled with seed 0, as ``analyze`` samples them; cross-attention rows are over the source).
     """
 
     model_name: str
@@ -357,6 +360,7 @@ class Seq2SeqAnalysis(Summarised):
     surface: dict[str, HeadTable]
     patterns: dict[str, HeadPatterns]
     cross: HeadTable
+    distances: dict[str, HeadDistances]
     segments: int
     greedy_segments: int
     truncated_segments: int
@@ -432,6 +436,10 @@ class Seq2SeqAccumulators:
         self.started = time.perf_counter()
         self.stacks = {"encoder": _Stack(seq2seq_special(loaded)), "decoder": _Stack(DECODER_SPECIAL)}
         self.cross = SegmentMeans(tuple(CROSS_STATISTICS))
+        self.distances = {
+            stack: DistanceAccumulator(max_tokens_per_segment=JS_TOKENS_PER_SEGMENT)
+            for stack in ATTENTION_SETS
+        }
         self.segments = self.greedy_segments = self.truncated_segments = self.tokens_cut = 0
 
     def update(self, batch: list[Source]) -> tuple[EncodedBatch, EncodedBatch]:
@@ -454,16 +462,22 @@ class Seq2SeqAccumulators:
             self.stacks["encoder"].special.roles(sources, sources.model_inputs["input_ids"].shape[1], device),
             decoded.lengths,
         )
+        samplers = {
+            "encoder": self.distances["encoder"].sampler(sources.lengths),
+            "decoder": self.distances["decoder"].sampler(decoded.lengths),
+            "cross": self.distances["cross"].sampler(decoded.lengths, sources.lengths),
+        }
+        summarizers = {"encoder": encoder_rows, "decoder": decoder_rows, "cross": cross_rows}
         calls = itertools.count()
 
         def consume(probs: torch.Tensor) -> None:
             call = next(calls)
             if call < encoder_layers:
-                encoder_rows.add_layer(probs)
-            elif (call - encoder_layers) % 2 == 0:
-                decoder_rows.add_layer(probs)
+                stack = "encoder"
             else:
-                cross_rows.add_layer(probs)
+                stack = "decoder" if (call - encoder_layers) % 2 == 0 else "cross"
+            summarizers[stack].add_layer(probs)
+            samplers[stack].add_layer(probs)
 
         with (
             torch.inference_mode(),
@@ -480,6 +494,8 @@ class Seq2SeqAccumulators:
             summary = rows.result()
             self.stacks[stack].surface.update_rows(summary)
             self.stacks[stack].patterns.update_rows(summary)
+        for stack, sampler in samplers.items():
+            self.distances[stack].add(sampler)
         cross = cross_rows.result()
         self.cross.add(*stack_segment_means(statistic(cross) for statistic in CROSS_STATISTICS.values()))
         self.segments += len(batch)
@@ -504,6 +520,7 @@ class Seq2SeqAccumulators:
             surface={name: stack.surface.result() for name, stack in self.stacks.items()},
             patterns={name: stack.patterns.result() for name, stack in self.stacks.items()},
             cross=self.cross.table("cross-attention accumulator"),
+            distances={stack: distances.result() for stack, distances in self.distances.items()},
             segments=self.segments,
             greedy_segments=self.greedy_segments,
             truncated_segments=self.truncated_segments,

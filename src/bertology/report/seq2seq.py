@@ -1,7 +1,10 @@
 """The files and report of an encoder-decoder's corpus analysis (:mod:`bertology.analysis.seq2seq`):
 ``heads.csv`` with a ``stack`` column, ``summary.json``, and ``report.html`` with a section per kind of
-attention (encoder self-attention, decoder self-attention, cross-attention); and of a comparison of two
-(``comparison.csv``, ``summary.json``, ``report.html`` with each stack's changes)."""
+attention (encoder self-attention, decoder self-attention, cross-attention), and a folder per stack
+(``encoder/``, ``decoder/``, ``cross/``) that holds it as an analysis of its own (``heads.csv`` without the
+``stack`` column, ``head_js_divergence.csv``, ``summary.json``, marked as an analysis), which the web app's
+explorer opens like any other; and of a comparison of two (``comparison.csv``, ``summary.json``,
+``report.html`` with each stack's changes)."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from bertology.analysis.patterns import PATTERN_DESCRIPTIONS
 from bertology.analysis.seq2seq import (
@@ -18,8 +22,9 @@ from bertology.analysis.seq2seq import (
     Seq2SeqAnalysis,
     Seq2SeqComparison,
 )
-from bertology.files.run_files import HEADS_FILE, REPORT_FILE, SUMMARY_FILE
+from bertology.files.run_files import HEADS_FILE, JS_DIVERGENCE_FILE, REPORT_FILE, SUMMARY_FILE, mark_run
 from bertology.report import page, plots
+from bertology.report.analysis import write_js_divergence
 from bertology.report.page import Markup, Section
 from bertology.stats.base import HeadTable
 from bertology.stats.surface import SURFACE_DESCRIPTIONS
@@ -90,14 +95,33 @@ def _sections(analysis: Seq2SeqAnalysis) -> list[Section]:
     return sections
 
 
+def _save_stack(analysis: Seq2SeqAnalysis, stack: str, heads: pd.DataFrame, target: Path) -> None:
+    """Write one stack's rows of ``heads`` (``stack`` column dropped, and for cross-attention the columns it
+    does not define, its label ``"none"``), its JS divergences and a summary into ``target``, marked as an
+    analysis."""
+    target.mkdir(parents=True, exist_ok=True)
+    rows = heads[heads["stack"] == stack].drop(columns="stack")
+    if stack == "cross":
+        rows = rows[["layer", "head", *CROSS_STATISTICS]].assign(label="none")
+    rows.to_csv(target / HEADS_FILE, index=False)
+    write_js_divergence(analysis.distances[stack], target / JS_DIVERGENCE_FILE)
+    summary = {**analysis.summary(), "stack": stack, "seed": 0}
+    (target / SUMMARY_FILE).write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    mark_run(target, "analysis")
+
+
 def save_seq2seq_analysis(analysis: Seq2SeqAnalysis, outdir: str | Path) -> Path:
     """Write ``heads.csv`` (:meth:`~bertology.analysis.seq2seq.Seq2SeqAnalysis.heads_frame`: a row per stack,
-    layer and head), ``summary.json`` and ``report.html`` into ``outdir``; returns the report's path."""
+    layer and head), ``summary.json``, ``report.html`` and a folder per stack (the module docstring) into
+    ``outdir``; returns the report's path."""
     target = Path(outdir)
     target.mkdir(parents=True, exist_ok=True)
-    analysis.heads_frame().to_csv(target / HEADS_FILE, index=False)
+    heads = analysis.heads_frame()
+    heads.to_csv(target / HEADS_FILE, index=False)
     summary = analysis.summary()
     (target / SUMMARY_FILE).write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    for stack in STACK_SECTIONS:
+        _save_stack(analysis, stack, heads, target / stack)
     header = [
         page.definitions(
             {key.replace("_", " "): value for key, value in summary.items() if key != "decoder_reads"}
@@ -105,7 +129,8 @@ def save_seq2seq_analysis(analysis: Seq2SeqAnalysis, outdir: str | Path) -> Path
         page.paragraph(analysis.decoder_reads()),
         page.paragraph(
             "Heads are numbered (layer, head) from 0 in each stack; heads.csv has a row per stack (encoder, "
-            "decoder, cross), layer and head.",
+            "decoder, cross), layer and head. The folders encoder/, decoder/ and cross/ hold each stack as "
+            "an analysis of its own, which bertology serve --runs opens in its explorer.",
             class_="muted",
         ),
     ]
