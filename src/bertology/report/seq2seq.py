@@ -110,18 +110,25 @@ def _save_stack(analysis: Seq2SeqAnalysis, stack: str, heads: pd.DataFrame, targ
     mark_run(target, "analysis")
 
 
-def save_seq2seq_analysis(analysis: Seq2SeqAnalysis, outdir: str | Path) -> Path:
+def save_seq2seq_tables(analysis: Seq2SeqAnalysis, outdir: str | Path) -> Path:
     """Write ``heads.csv`` (:meth:`~bertology.analysis.seq2seq.Seq2SeqAnalysis.heads_frame`: a row per stack,
-    layer and head), ``summary.json``, ``report.html`` and a folder per stack (the module docstring) into
-    ``outdir``; returns the report's path."""
+    layer and head), ``summary.json`` and a folder per stack (the module docstring) into ``outdir``, which
+    is returned."""
     target = Path(outdir)
     target.mkdir(parents=True, exist_ok=True)
     heads = analysis.heads_frame()
     heads.to_csv(target / HEADS_FILE, index=False)
-    summary = analysis.summary()
-    (target / SUMMARY_FILE).write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    (target / SUMMARY_FILE).write_text(json.dumps(analysis.summary(), indent=2), encoding="utf-8")
     for stack in STACK_SECTIONS:
         _save_stack(analysis, stack, heads, target / stack)
+    return target
+
+
+def save_seq2seq_analysis(analysis: Seq2SeqAnalysis, outdir: str | Path) -> Path:
+    """Write the tables (:func:`save_seq2seq_tables`) and ``report.html`` into ``outdir``; returns the
+    report's path."""
+    target = save_seq2seq_tables(analysis, outdir)
+    summary = analysis.summary()
     header = [
         page.definitions(
             {key.replace("_", " "): value for key, value in summary.items() if key != "decoder_reads"}
