@@ -16,7 +16,12 @@ from support.tiny_models import GENERATIVE_ARCHITECTURES, save_tiny_model
 from transformers import AutoModel, AutoModelForSeq2SeqLM
 
 import bertology
-from bertology.analysis.seq2seq import analyze_seq2seq_corpus, compare_seq2seq_models, diagonal_distance
+from bertology.analysis.seq2seq import (
+    analyze_seq2seq_corpus,
+    compare_seq2seq_models,
+    diagonal_distance,
+    read_sources,
+)
 from bertology.models.loading import LoadedModel, load_model
 from bertology.report.seq2seq import save_seq2seq_tables
 from bertology.server import create_app
@@ -295,3 +300,20 @@ def test_the_explorer_opens_each_stack(
     for stack in ("encoder", "decoder", "cross"):
         distances = pd.read_csv(tmp_path / "run" / stack / "head_js_divergence.csv", index_col=0).to_numpy()
         assert np.allclose(distances, distances.T) and np.all(np.diag(distances) == 0) and distances.max() > 0
+
+
+def test_sources_from_plain_text_and_jsonl(tmp_path: Path) -> None:
+    text = tmp_path / "sources.txt"
+    text.write_text("First source.\n\n  Second source.  \n")
+    assert [(s.line, s.source, s.target) for s in read_sources(text)] == [
+        (1, "First source.", None),
+        (3, "Second source.", None),
+    ]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "A source.", "target": "A target."}\n{"text": "Another.", "target": 3}\n')
+    with pytest.raises(
+        bertology.BertologyError, match=r"bad.jsonl line 2 needs a string 'target' field \(got a"
+    ):
+        list(read_sources(bad))
+    with pytest.raises(bertology.BertologyError, match="reads plain text or JSONL sources, not the 'conllu'"):
+        read_sources(text, "conllu")
