@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +12,7 @@ import pandas as pd
 import pytest
 import torch
 from fastapi.testclient import TestClient
-from support.cli import run_child
+from support.cli import run_child, run_in_process
 from support.tiny_models import GENERATIVE_ARCHITECTURES, save_tiny_model
 from transformers import AutoModel, AutoModelForSeq2SeqLM
 
@@ -186,13 +187,13 @@ def test_diagonal_distance_known_answers() -> None:
     )
 
 
-def test_encoders_keep_their_heads_table(loaded_types: object) -> None:
+def test_encoders_keep_their_heads_table(loaded_types: Callable[[str], LoadedModel]) -> None:
     """An encoder's analysis has no ``stack`` column (its heads.csv is as before)."""
     from bertology.analysis.analyze import analyze_corpus
     from bertology.analysis.settings import AnalysisSettings
 
     path = Path(bertology.__file__).parent / "data" / "sample_corpus.txt"
-    analysis = analyze_corpus(path, loaded_types("bert"), AnalysisSettings(limit=4, cache=False))  # type: ignore[operator]
+    analysis = analyze_corpus(path, loaded_types("bert"), AnalysisSettings(limit=4, cache=False))
     assert list(analysis.heads_frame().columns[:3]) == ["layer", "head", "previous"]
 
 
@@ -225,7 +226,6 @@ def test_cli_analyze_writes_three_stacks(
     assert "Cross-attention" in report and "at most 4 new tokens" in report
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     ("options", "model", "message"),
     [
@@ -240,12 +240,13 @@ def test_cli_refuses_options_of_another_kind(
     generative_dirs: dict[str, Path],
     corpus: Path,
     tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    result = run_child(
-        "analyze", str(corpus), "-o", str(tmp_path / "x"), "--model", str(generative_dirs[model]), *options
-    )
-    said = " ".join(result.stderr.split())  # a long line may wrap
-    assert result.returncode == 1 and "Traceback" not in said
+    """In this process (the refusal comes before any model loads)."""
+    arguments = ["analyze", str(corpus), "-o", str(tmp_path / "x"), "--model", str(generative_dirs[model])]
+    code, stderr = run_in_process([*arguments, *options], capsys)
+    said = " ".join(stderr.split())  # a long line may wrap
+    assert code == 1 and "Traceback" not in said and not (tmp_path / "x").exists()
     assert said.startswith(f"Error: {message}") and said.endswith("model.") and ". " not in said
 
 
