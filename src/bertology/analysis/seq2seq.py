@@ -411,7 +411,7 @@ class Seq2SeqAccumulators:
     (:meth:`update`) and read with :meth:`result`.
 
     max_length: tokens per source and per target at most (and the model's own limit).
-    max_new_tokens: the longest greedy output for a source without a target.
+    max_new_tokens: the longest greedy output for a source without a target (at most the model's limit).
 
     Raises:
         BertologyError: a model that is not an encoder-decoder.
@@ -432,7 +432,7 @@ class Seq2SeqAccumulators:
             )
         self.loaded, self.corpus = loaded, str(corpus)
         self.max_length = min(max_length, loaded.max_length)
-        self.max_new_tokens = max_new_tokens
+        self.max_new_tokens = min(max_new_tokens, loaded.max_length)  # the decoder reads no more
         self.started = time.perf_counter()
         self.stacks = {"encoder": _Stack(seq2seq_special(loaded)), "decoder": _Stack(DECODER_SPECIAL)}
         self.cross = SegmentMeans(tuple(CROSS_STATISTICS))
