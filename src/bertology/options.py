@@ -85,6 +85,8 @@ BATCH_SIZE = 32
 JS_TOKENS_PER_SEGMENT = 4
 #: Top example segments ``analyze`` stores per head (:mod:`bertology.analysis.examples`).
 EXAMPLES_PER_HEAD = 5
+#: New tokens an encoder-decoder's greedy output has at most, for a source without a target.
+MAX_NEW_TOKENS = 32
 #: Longest input attention flow accepts by default (its time grows about as n^4).
 FLOW_MAX_TOKENS = 64
 

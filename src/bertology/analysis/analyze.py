@@ -58,6 +58,14 @@ from bertology.summaries import Summarised
 _PATTERN_KEYS = {"layer", "head", "label", "label_segment"}
 
 
+def head_table_frame(surface: HeadTable, patterns: HeadPatterns) -> pd.DataFrame:
+    """One row per head: layer, head, every surface statistic, the label, its example segment and every
+    pattern score (as ``score_<pattern>``): the rows of ``heads.csv``."""
+    frame = patterns.to_frame()
+    scores = {name: f"score_{name}" for name in frame.columns if name not in _PATTERN_KEYS}
+    return surface.to_frame().merge(frame.rename(columns=scores), on=["layer", "head"])
+
+
 @dataclass(repr=False)
 class CorpusAnalysis(Summarised):
     """Per-head results over a corpus (heads are 0-based ``(layer, head)``).
@@ -95,9 +103,7 @@ class CorpusAnalysis(Summarised):
     def heads_frame(self) -> pd.DataFrame:
         """One row per head: layer, head, every surface statistic, the label, its example segment and
         every pattern score (as ``score_<pattern>``)."""
-        patterns = self.patterns.to_frame()
-        scores = {name: f"score_{name}" for name in patterns.columns if name not in _PATTERN_KEYS}
-        return self.surface.to_frame().merge(patterns.rename(columns=scores), on=["layer", "head"])
+        return head_table_frame(self.surface, self.patterns)
 
     def mds(self) -> np.ndarray:
         """[layers * heads, 2] MDS map of the heads from their mean JS divergences (seeded)."""

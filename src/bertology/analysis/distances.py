@@ -199,7 +199,8 @@ class HeadDistances:
 class RowSampler:
     """Collects, layer by layer, the attention rows of each segment's sampled query tokens.
 
-    queries: per segment, the positions of its query tokens; lengths: per segment, its real tokens.
+    queries: per segment, the positions of its query tokens; lengths: per segment, its real tokens (its real
+    keys, where they are other tokens than the queries).
     Each layer's rows of all segments are taken in one gather, ``[M, H, N]`` for the ``M`` sampled
     queries of the batch.
     """
@@ -289,13 +290,16 @@ class DistanceAccumulator:
             sampler.add_layer(batch.probs[:, layer])
         self.add(sampler)
 
-    def sampler(self, lengths: np.ndarray) -> RowSampler:
+    def sampler(self, lengths: np.ndarray, key_lengths: np.ndarray | None = None) -> RowSampler:
         """A :class:`RowSampler` for the next batch, whose segments have ``lengths`` [B] real tokens;
-        numbers the segments and picks their query tokens."""
+        numbers the segments and picks their query tokens. key_lengths: [B] the real keys of each segment's
+        rows where they are other tokens than the queries (an encoder-decoder's cross-attention: the
+        source's); default ``lengths``."""
         segments = self.counter.take(len(lengths))
+        keys = lengths if key_lengths is None else key_lengths
         return RowSampler(
             [self.query_tokens(int(n), int(segment)) for n, segment in zip(lengths, segments, strict=True)],
-            [int(n) for n in lengths],
+            [int(n) for n in keys],
         )
 
     def add(self, sampler: RowSampler) -> None:

@@ -14,6 +14,7 @@ from bertology.options import (
     DEFAULT_DTYPE,
     EXAMPLES_PER_HEAD,
     JS_TOKENS_PER_SEGMENT,
+    MAX_NEW_TOKENS,
     MAX_SEED,
     CorpusFormat,
     Dtype,
@@ -106,10 +107,44 @@ def analyze(
     dtype: DtypeOption = DEFAULT_DTYPE,
     no_cache: NoCacheOption = False,
     readers: ReadersOption = None,
+    max_new_tokens: Annotated[
+        int | None,
+        typer.Option(
+            "--max-new-tokens",
+            min=1,
+            help="Encoder-decoders: the longest greedy output the decoder reads for a source without a "
+            f"target (default {MAX_NEW_TOKENS}).",
+        ),
+    ] = None,
 ) -> None:
-    """Per-head statistics, pattern labels and head clustering over CORPUS, written as an HTML report."""
+    """Per-head statistics, pattern labels and head clustering over CORPUS, written as an HTML report
+    (an encoder-decoder's: its encoder, decoder and cross-attention, sources with optional targets)."""
     cluster = cluster_options(ray, workers, threads_per_worker, resume)  # a usage error before torch loads
     require_corpus("CORPUS", corpus, corpus_format)
+    from bertology.models.loading import model_kind
+    from bertology.models.model_types import KIND_PHRASES
+
+    given = {  # the options of the encoder and decoder analysis, given with another value than the default
+        "--js-tokens": js_tokens != JS_TOKENS_PER_SEGMENT,
+        "--weights": weights != "attention",
+        "--convention": convention != "bertology",
+        "--examples-per-head": examples_per_head != EXAMPLES_PER_HEAD,
+        "--ray / --workers": cluster is not None,
+        "--readers": readers is not None,
+    }
+    kind = model_kind(model)
+    if kind == "encoder-decoder":
+        require_single_stack_options(model, given)
+        _analyze_encoder_decoder(
+            corpus, output, model, max_len, limit, batch_size, corpus_format, max_new_tokens, device, dtype
+        )
+        return
+    if max_new_tokens is not None:
+        from bertology.errors import BertologyError
+
+        raise BertologyError(
+            f"--max-new-tokens is for encoder-decoder models; '{model}' is {KIND_PHRASES[kind]} model."
+        )
     from bertology.allocator import keep_freed_memory
     from bertology.analysis.analyze import analyze_corpus
     from bertology.analysis.settings import AnalysisSettings
@@ -163,6 +198,119 @@ def analyze(
     out.print(
         f"Analysed {analysis.segments} segments in {analysis.seconds:.1f} s. Wrote {report}, "
         f"{output / HEADS_FILE}, {output / JS_DIVERGENCE_FILE} and the plots in {output / 'plots'}.",
+        highlight=False,
+    )
+
+
+def require_single_stack_options(model: str, given: dict[str, bool]) -> None:
+    """Refuse, in one sentence, an option of the encoder and decoder analysis given for an encoder-decoder.
+
+    Raises:
+        BertologyError: the first option in ``given`` (option -> given) that was given.
+    """
+    from bertology.errors import BertologyError
+
+    for option, was_given in given.items():
+        if was_given:
+            raise BertologyError(
+                f"{option} is for encoder and decoder models; '{model}' is an encoder-decoder model."
+            )
+
+
+def _analyze_encoder_decoder(
+    corpus: Path,
+    output: Path,
+    model: str,
+    max_len: int,
+    limit: int | None,
+    batch_size: int,
+    corpus_format: CorpusFormat | None,
+    max_new_tokens: int | None,
+    device: str,
+    dtype: Dtype,
+) -> None:
+    """``bertology analyze`` of an encoder-decoder: its three kinds of attention (:mod:`bertology.analysis
+    .seq2seq`), written by :func:`~bertology.report.seq2seq.save_seq2seq_analysis`."""
+    from bertology.allocator import keep_freed_memory
+    from bertology.analysis.seq2seq import analyze_seq2seq_corpus
+    from bertology.files.outputs import check_output_folder, output_folder
+    from bertology.files.run_files import HEADS_FILE
+    from bertology.models.loading import load_model, require_max_length
+    from bertology.progress import stage
+    from bertology.report.seq2seq import save_seq2seq_analysis
+
+    check_output_folder(output)
+    with progress_bar("", None) as on_stage, stage(on_stage, "Loading the model"):
+        loaded = load_model(model, device=device, dtype=dtype)
+    require_max_length(loaded, max_len)
+    keep_freed_memory()
+    with progress_bar("Analysing sources", limit, rate="sources") as on_progress:
+        analysis = analyze_seq2seq_corpus(
+            corpus,
+            loaded,
+            max_length=max_len,
+            limit=limit,
+            batch_size=batch_size,
+            corpus_format=corpus_format,
+            max_new_tokens=max_new_tokens or MAX_NEW_TOKENS,
+            on_progress=on_progress,
+        )
+    if analysis.truncated_segments:
+        err.print(
+            f"[yellow]Warning:[/yellow] {analysis.truncated_segments} sources were longer than "
+            f"{max_len} tokens; {analysis.tokens_cut} tokens were cut in all.",
+            highlight=False,
+        )
+    with output_folder(output) as folder:
+        report = output / save_seq2seq_analysis(analysis, folder).name
+    out.print(
+        f"Analysed {analysis.segments} sources in {analysis.seconds:.1f} s (encoder, decoder and "
+        f"cross-attention). {analysis.decoder_reads()} Wrote {report} and {output / HEADS_FILE}.",
+        highlight=False,
+    )
+
+
+def _compare_encoder_decoders(
+    model_a: str,
+    model_b: str,
+    output: Path,
+    corpus: Path | None,
+    limit: int | None,
+    max_len: int,
+    batch_size: int,
+    device: str,
+    dtype: Dtype,
+) -> None:
+    """``bertology compare`` of two encoder-decoders of one shape: each stack's statistics side by side and
+    their changes (:func:`~bertology.analysis.seq2seq.compare_seq2seq_models`)."""
+    from bertology.allocator import keep_freed_memory
+    from bertology.analysis.seq2seq import compare_seq2seq_models
+    from bertology.corpus.segments import sample_corpus
+    from bertology.files.outputs import check_output_folder, output_folder
+    from bertology.models.loading import load_model, require_max_length
+    from bertology.report.seq2seq import COMPARISON_FILE, save_seq2seq_comparison
+
+    check_output_folder(output)
+    loaded_a, loaded_b = (load_model(name, device=device, dtype=dtype) for name in (model_a, model_b))
+    for loaded in (loaded_a, loaded_b):
+        require_max_length(loaded, max_len)
+    keep_freed_memory()
+    with progress_bar("Comparing sources", None, rate="sources") as on_progress:
+        comparison = compare_seq2seq_models(
+            loaded_a,
+            loaded_b,
+            corpus or sample_corpus(),
+            max_length=max_len,
+            limit=limit,
+            batch_size=batch_size,
+            on_progress=on_progress,
+        )
+    with output_folder(output) as folder:
+        report = output / save_seq2seq_comparison(comparison, folder).name
+    out.print(
+        f"Compared {comparison.a.segments} sources (encoder, decoder and cross-attention) in "
+        f"{comparison.a.seconds + comparison.b.seconds:.1f} s. Wrote {report} and "
+        f"{output / COMPARISON_FILE}.",
         highlight=False,
     )
 
@@ -314,6 +462,22 @@ def compare(
     cluster = cluster_options(ray, workers, threads_per_worker, resume)  # a usage error before torch loads
     require_corpus("--corpus", corpus)
     require_task("--task", task_dir)
+    from bertology.models.loading import model_kind
+
+    if "encoder-decoder" in (model_kind(model_a), model_kind(model_b)):
+        given = {
+            "--task": task_dir is not None,
+            "--text": text is not None,
+            "--js-tokens": js_tokens != JS_TOKENS_PER_SEGMENT,
+            "--weights": weights != "attention",
+            "--convention": convention != "bertology",
+            "--level": level != "auto",
+            "--ray / --workers": cluster is not None,
+            "--readers": readers is not None,
+        }
+        require_single_stack_options(model_a if model_kind(model_a) == "encoder-decoder" else model_b, given)
+        _compare_encoder_decoders(model_a, model_b, output, corpus, limit, max_len, batch_size, device, dtype)
+        return
     from bertology.allocator import keep_freed_memory
     from bertology.analysis.comparison import compare_models, first_segment
     from bertology.analysis.settings import AnalysisSettings

@@ -190,7 +190,13 @@ def models() -> None:
         assembled_path,
         default_model_path,
     )
-    from bertology.models.model_types import FEATURES, MODEL_TYPES, REFUSED, features
+    from bertology.models.model_types import (
+        ENCODER_DECODER_FEATURES,
+        FEATURES,
+        MODEL_TYPES,
+        REFUSED,
+        features,
+    )
 
     # one line per type in 80 columns: a narrow column per feature, its initial as the heading
     table = Table(
@@ -211,6 +217,8 @@ def models() -> None:
     out.print(table)
     legend = ", ".join(f"{initial}: {name}" for name, initial in initials.items())
     out.print(f"Features ({legend}): ✓ has it, · has not.", highlight=False)
+    meanings = "; ".join(f"{initials[name]}: {meaning}" for name, meaning in ENCODER_DECODER_FEATURES.items())
+    out.print(f"For encoder-decoders: {meanings}.", highlight=False)
     for model_type, reason in REFUSED.items():
         out.print(f"Not supported: {model_type}, which {reason}.", highlight=False)
     out.print(f"Default model ('default'): {DEFAULT_LABEL}, 6 layers x 12 heads, at {default_model_path()}")

@@ -239,17 +239,30 @@ REFUSED: dict[str, str] = {
 FEATURES = ("views", "neuron view", "analysis", "probes", "interventions", "norm weights")
 
 
+#: What each feature column means for an encoder-decoder (BART, T5), for ``bertology models``.
+ENCODER_DECODER_FEATURES = {
+    "views": "encoder, decoder and cross-attention of a source and a --target",
+    "neuron view": "not available",
+    "analysis": "heads.csv has a row per stack (encoder, decoder, cross), layer and head; a source "
+    "without a target is decoded greedily",
+    "probes": "not available",
+    "interventions": "not available",
+    "norm weights": "not available",
+}
+
+
 def features(model_type: str) -> dict[str, bool]:
     """Which of :data:`FEATURES` a supported ``model_type`` has: every type has the head and model views;
-    corpus analysis works on encoders and decoders (single texts, future keys skipped); probes on
-    encoders; interventions (head gates, ablation, importance, pruning) and norm-based weights where the
-    record has a :class:`Layout`."""
+    corpus analysis works on every kind (a decoder's single texts, future keys skipped; an
+    encoder-decoder's sources and targets, its encoder, decoder and cross-attention:
+    :data:`ENCODER_DECODER_FEATURES`); probes on encoders; interventions (head gates, ablation, importance,
+    pruning) and norm-based weights where the record has a :class:`Layout`."""
     entry = MODEL_TYPES[model_type]
     described = entry.layout is not None
     return {
         "views": True,
         "neuron view": entry.kind != "encoder-decoder" and not entry.no_neuron_view,
-        "analysis": entry.kind != "encoder-decoder",
+        "analysis": True,
         "probes": entry.kind == "encoder",
         "interventions": described,
         "norm weights": described,

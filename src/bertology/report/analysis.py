@@ -496,6 +496,14 @@ def _head_examples(analysis: CorpusAnalysis, loaded: LoadedModel, target: Path) 
     examples.save(target / EXAMPLES_FILE)
 
 
+def write_js_divergence(distances: HeadDistances, path: Path) -> None:
+    """Write the mean Jensen-Shannon divergence in nats between every two heads to ``path`` (CSV, rows and
+    columns named ``layer-head``)."""
+    divergence = distances.to_frame()
+    divergence.index = divergence.columns = [head_name(layer, head) for layer, head in divergence.index]
+    divergence.rename_axis("layer-head").to_csv(path)
+
+
 def save_analysis(
     analysis: CorpusAnalysis, loaded: LoadedModel, outdir: str | Path, *, on_progress: Progress | None = None
 ) -> Path:
@@ -514,9 +522,7 @@ def save_analysis(
     target.mkdir(parents=True, exist_ok=True)
     with stage(on_progress, "Writing the tables"):
         analysis.heads_frame().to_csv(target / HEADS_FILE, index=False)
-        divergence = analysis.distances.to_frame()
-        divergence.index = divergence.columns = [head_name(layer, head) for layer, head in divergence.index]
-        divergence.rename_axis("layer-head").to_csv(target / JS_DIVERGENCE_FILE)
+        write_js_divergence(analysis.distances, target / JS_DIVERGENCE_FILE)
         (target / SUMMARY_FILE).write_text(json.dumps(analysis.summary(), indent=2), encoding="utf-8")
     with stage(on_progress, "Storing each head's top examples"):
         _head_examples(analysis, loaded, target)

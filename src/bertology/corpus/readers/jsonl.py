@@ -38,11 +38,14 @@ def _text_field(record: dict, key: str, where: str, *, required: bool) -> str | 
     return value
 
 
-def read_records(path: Path, span: ByteSpan | None = None) -> Iterator[JsonRecord]:
+def read_records(path: Path, span: ByteSpan | None = None, *, second: str = "text_b") -> Iterator[JsonRecord]:
     """Yield one :class:`JsonRecord` per non-blank line of ``path`` (of its ``span``, if given).
 
+    second: the optional field read as :attr:`JsonRecord.text_b` (``"target"``: an encoder-decoder's target
+    text, :mod:`bertology.analysis.seq2seq`).
+
     Raises:
-        BertologyError: a line that is not a JSON object, or whose ``text`` (or ``text_b``, when given)
+        BertologyError: a line that is not a JSON object, or whose ``text`` (or ``second``, when given)
             is not a non-empty string; the message names the file and line.
     """
     for number, line in read_lines(path, span=span):
@@ -57,4 +60,4 @@ def read_records(path: Path, span: ByteSpan | None = None) -> Iterator[JsonRecor
         if not isinstance(record, dict):
             raise BertologyError(f"{where} is {_json_type(record)}, not a JSON object with a 'text' field.")
         text = _text_field(record, "text", where, required=True)
-        yield JsonRecord(number, text, _text_field(record, "text_b", where, required=False))
+        yield JsonRecord(number, text, _text_field(record, second, where, required=False))
