@@ -34,7 +34,7 @@ def described_types() -> tuple[str, ...]:
     return tuple(name for name in MODEL_TYPES if describes(name))
 
 
-def _layout(model: PreTrainedModel) -> Layout:
+def layout(model: PreTrainedModel) -> Layout:
     """The layout of ``model``'s type.
 
     Raises:
@@ -154,8 +154,8 @@ def layer_modules(model: PreTrainedModel) -> list[nn.Module]:
     Raises:
         BertologyError: an undescribed type, or an ALBERT with more than one layer per group.
     """
-    layout = _layout(model)
-    modules = list(model.base_model.get_submodule(layout.layers))
+    shape = layout(model)
+    modules = list(model.base_model.get_submodule(shape.layers))
     if not shares_layers(model):
         return modules
     if model.config.inner_group_num != 1:
@@ -207,5 +207,5 @@ def attention_parts(model: PreTrainedModel) -> list[AttentionParts]:
     Raises:
         BertologyError: a model type this module does not describe (see :func:`describes`).
     """
-    layout = _layout(model)
-    return [_parts(layer, layout) for layer in layer_modules(model)]
+    shape = layout(model)
+    return [_parts(layer, shape) for layer in layer_modules(model)]
