@@ -64,6 +64,7 @@ from bertology.interventions.patching_pairs import (
 )
 from bertology.models.anatomy import attention_parts, layer_modules, shares_layers
 from bertology.models.loading import LoadedModel
+from bertology.models.sites import recording
 from bertology.options import (
     PATCH_DIRECTIONS,
     PATCH_GRANULARITIES,
@@ -138,17 +139,11 @@ class GroupRuns:
 
 @contextmanager
 def _recording_head_outputs(loaded: LoadedModel, into: list[torch.Tensor]) -> Iterator[None]:
-    """Inside the block every forward pass appends each layer's output-projection input to ``into``."""
-
-    def keep(_: nn.Module, args: tuple[torch.Tensor, ...]) -> None:
-        into.append(args[0].detach())
-
-    handles = [parts.output.register_forward_pre_hook(keep) for parts in attention_parts(loaded.model)]
-    try:
+    """Inside the block a forward pass's output-projection inputs, [b, t, heads * head_dim] per layer, are
+    appended to ``into`` when the block ends."""
+    with recording(loaded.model, ["z"]) as cache:
         yield
-    finally:
-        for handle in handles:
-            handle.remove()
+    into.extend(cache["z", layer].flatten(-2) for layer in range(len(layer_modules(loaded.model))))
 
 
 def _resolve_labels(group: PairGroup, clean: torch.Tensor, corrupted: torch.Tensor) -> None:
