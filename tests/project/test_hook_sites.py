@@ -17,8 +17,6 @@ SITES = "models/sites.py"
 NOT_YET_MOVED = {
     "attention/norms.py",
     "interventions/partial.py",
-    "interventions/patching.py",
-    "interventions/path_patching.py",
     "models/hook.py",
     "models/module_capture.py",
     "models/surgery.py",

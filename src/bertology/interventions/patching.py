@@ -43,7 +43,6 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-from torch import nn
 
 from bertology.errors import BertologyError
 from bertology.interventions.data import eval_mode
@@ -64,7 +63,7 @@ from bertology.interventions.patching_pairs import (
 )
 from bertology.models.anatomy import attention_parts, layer_modules, shares_layers
 from bertology.models.loading import LoadedModel
-from bertology.models.sites import recording
+from bertology.models.sites import recording, replacing
 from bertology.options import (
     PATCH_DIRECTIONS,
     PATCH_GRANULARITIES,
@@ -175,15 +174,6 @@ def run_group(
     return GroupRuns(heads, layers, ld)
 
 
-@contextmanager
-def _hooked(module: nn.Module, hook: Callable[..., Any]) -> Iterator[None]:
-    handle = module.register_forward_pre_hook(hook)
-    try:
-        yield
-    finally:
-        handle.remove()
-
-
 def _replacing(target: torch.Tensor, source: torch.Tensor, mask: torch.Tensor, copies: int) -> torch.Tensor:
     """``target`` [copies * b, t, f] with, in copy ``k``, the features ``mask[k]`` ([t, f] bool) taken from
     ``source`` [b, t, f]."""
@@ -272,20 +262,21 @@ def _exact_layer(
     if patches[0].heads is None:
         mask = _masks(patches, 1, group.tokens)
         replacement = runs.layers[source].hidden[layer]
-        module = layer_modules(loaded.model)[layer]
+        site = "resid_pre"
     else:
-        parts = attention_parts(loaded.model)[layer]
-        mask = _masks(patches, parts.head_dim, group.tokens)
+        mask = _masks(patches, attention_parts(loaded.model)[layer].head_dim, group.tokens)
         replacement = runs.heads[source][layer]
-        module = parts.output
+        site = "z"
     mask, replacement = mask[:, begin.start :].to(loaded.device), replacement[:, begin.start :]
 
-    def hook(_: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
-        return (_replacing(args[0], replacement, mask, copies), *args[1:])
+    def patched(tensor: torch.Tensor, _layer: int | None) -> torch.Tensor:
+        # z is [b, t, heads, head_dim]; the masks and replacements are [.., t, heads * head_dim]
+        flat = tensor.flatten(2)
+        return _replacing(flat, replacement, mask, copies).view(tensor.shape)
 
     inputs, recorded = begin.tiled(layer, copies)
     gates = torch.ones(loaded.num_layers, loaded.num_heads)
-    with _hooked(module, hook):
+    with replacing(loaded.model, {(site, layer): patched}):
         logits = logits_from_layer(loaded, inputs, recorded, layer, gates)
     answer, wrong = group.answer.repeat(copies), group.wrong.repeat(copies)
     return logit_difference(logits, answer, wrong).unflatten(0, (copies, len(group.rows)))
@@ -350,30 +341,28 @@ def attribution_patching(
     source's pass); the target's ``LD`` (and the source's, once a classifier's labels are known from both)
     are put into ``runs.ld``."""
     source, target = roles(direction)
-    activations: list[torch.Tensor] = []
-
-    def keep(_: nn.Module, args: tuple[Any, ...]) -> None:
-        activations.append(args[0])
-
-    def leaf(_: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
-        return (args[0].detach().requires_grad_(True), *args[1:])
-
-    layers = layer_modules(loaded.model)
     residual = granularity == "residual"
-    sites = layers if residual else [parts.output for parts in attention_parts(loaded.model)]
-    handles = [layers[0].register_forward_pre_hook(leaf)]
-    handles += [site.register_forward_pre_hook(keep) for site in sites]
-    try:
-        with torch.enable_grad():
-            logits = loaded.model(**getattr(group, target)).logits
-            if not group.language_model:
-                found = {source: runs.layers[source].logits, target: logits.detach()}
-                _resolve_labels(group, found["clean"], found["corrupted"])
-            ld = logit_difference(logits, group.answer, group.wrong)
-            gradients = torch.autograd.grad(ld.sum(), activations)
-    finally:
-        for handle in handles:
-            handle.remove()
+    site = "resid_pre" if residual else "z"
+    kept: dict[int | None, torch.Tensor] = {}
+
+    def keep(tensor: torch.Tensor, layer: int | None) -> torch.Tensor:
+        kept[layer] = tensor  # what the model goes on with: gradients are taken at it
+        return tensor
+
+    def leaf(tensor: torch.Tensor, layer: int | None) -> torch.Tensor:
+        """Layer 0's input, cut from the embeddings' graph (and kept: residual patching)."""
+        tensor = tensor.detach().requires_grad_(True)
+        return keep(tensor, layer) if residual else tensor
+
+    with torch.enable_grad(), replacing(loaded.model, {site: keep, ("resid_pre", 0): leaf}):
+        logits = loaded.model(**getattr(group, target)).logits
+        if not group.language_model:
+            found = {source: runs.layers[source].logits, target: logits.detach()}
+            _resolve_labels(group, found["clean"], found["corrupted"])
+        ld = logit_difference(logits, group.answer, group.wrong)
+        activations = [kept[layer] for layer in sorted(kept)]
+        gradients = [gradient.flatten(2) for gradient in torch.autograd.grad(ld.sum(), activations)]
+    activations = [activation.flatten(2) for activation in activations]
     runs.ld[target] = ld.detach()
     runs.ld[source] = logit_difference(runs.layers[source].logits, group.answer, group.wrong)
     sources = runs.layers[source].hidden if residual else runs.heads[source]

@@ -4,9 +4,10 @@ projections are explained there).
 
 Head gates (:mod:`bertology.interventions.gates`, a hook on each layer's output projection), structural
 pruning (:mod:`bertology.models.surgery`, which replaces projections), the ablation sweep
-(:mod:`bertology.interventions.partial`, which runs layers one by one) and the norm-based attention
-weights (:mod:`bertology.attention.norms`, which read the value and output projections) reach the modules only
-through this module; :func:`describes` says which model types have a layout.
+(:mod:`bertology.interventions.partial`, which runs layers one by one), the norm-based attention weights
+(:mod:`bertology.attention.norms`, which read the value and output projections) and the named sites
+(:mod:`bertology.models.sites`, every tensor of a forward pass) reach the modules only through this module;
+:func:`describes` says which model types have a layout.
 """
 
 from __future__ import annotations
