@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     )
     from bertology.attention.long_capture import LongAttention, LongAttentionBatch
     from bertology.models.loading import LoadedModel, load_model
+    from bertology.models.sites import trace
     from bertology.views import View, head_view, model_view, neuron_view
 
 _HOMES = {
@@ -50,6 +51,7 @@ _HOMES = {
     "LongAttentionBatch": "attention.long_capture",
     "LoadedModel": "models.loading",
     "load_model": "models.loading",
+    "trace": "models.sites",
     "View": "views",
     "head_view": "views",
     "model_view": "views",
@@ -72,6 +74,7 @@ __all__ = [
     "load_model",
     "model_view",
     "neuron_view",
+    "trace",
 ]
 
 export_lazily(__name__, _HOMES)

@@ -38,6 +38,7 @@ from torch import nn
 
 from bertology.errors import BertologyError
 from bertology.models.loading import LoadedModel
+from bertology.models.sites import recording
 
 #: Decoder types whose layers add attention and MLP outputs straight into the residual stream and whose
 #: final norm is an RMSNorm ``w ⊙ x / rms(x)`` (Gemma's ``(1 + w)`` norms after attention and its scaled
@@ -121,24 +122,21 @@ def direct_logit_attribution(
             head.
     """
     layers, norm, unembedding = decoder_parts(loaded)
-    seen: dict[str, list[torch.Tensor]] = {"z": [], "mlp": [], "final": [], "embedding": []}
+    last = len(layers) - 1
+    # the last layer's output is the final norm's input
+    sites = ["embed", "z", "mlp_out", ("resid_post", last)]
+    with torch.no_grad(), recording(loaded.model, sites) as cache:
+        logit = float(loaded.model(**inputs).logits[0, -1, target])
 
-    def keep(name: str, value: torch.Tensor) -> None:
-        seen[name].append(value[0, -1].detach().float())
+    def at_last_position(tensor: torch.Tensor) -> torch.Tensor:
+        return tensor[0, -1].float()
 
-    handles = [
-        loaded.model.get_input_embeddings().register_forward_hook(lambda _m, _a, out: keep("embedding", out)),
-        norm.register_forward_pre_hook(lambda _m, args: keep("final", args[0])),
-    ]
-    for layer in layers:
-        handles.append(layer.self_attn.o_proj.register_forward_pre_hook(lambda _m, args: keep("z", args[0])))
-        handles.append(layer.mlp.register_forward_hook(lambda _m, _a, out: keep("mlp", out)))
-    try:
-        with torch.no_grad():
-            logit = float(loaded.model(**inputs).logits[0, -1, target])
-    finally:
-        for handle in handles:
-            handle.remove()
+    seen = {
+        "embedding": [at_last_position(cache["embed"])],
+        "final": [at_last_position(cache["resid_post", last])],
+        "z": [at_last_position(cache["z", layer]).flatten() for layer in range(len(layers))],
+        "mlp": [at_last_position(cache["mlp_out", layer]) for layer in range(len(layers))],
+    }
     with torch.no_grad():
         return _contributions(layers, norm, unembedding, seen, target, logit)
 

@@ -28,6 +28,7 @@ from bertology.models.anatomy import attention_parts
 from bertology.models.heads import HeadSelection, heads_by_layer
 from bertology.models.hook import HeadGates, gating, hook_gates
 from bertology.models.loading import LoadedModel
+from bertology.models.sites import recording
 
 
 def gate_values(loaded: LoadedModel, gates: torch.Tensor | HeadSelection) -> torch.Tensor:
@@ -99,20 +100,11 @@ def record_head_outputs(loaded: LoadedModel, inputs: dict[str, torch.Tensor]) ->
     Raises:
         BertologyError: a model type whose layers and projections bertology does not know.
     """
-    outputs: list[torch.Tensor] = []
-
-    def keep(_: torch.nn.Module, args: tuple[torch.Tensor, ...]) -> None:
-        outputs.append(args[0])
-
     parts = attention_parts(loaded.model)
     hook_gates(loaded.model, [(part.module, part.output, part.head_dim) for part in parts])
-    projections = list({id(part.output): part.output for part in parts}.values())
-    handles = [projection.register_forward_pre_hook(keep) for projection in projections]
-    try:
+    with recording(loaded.model, ["z"], detach=False) as cache:
         loaded.model(**inputs)
-    finally:
-        for handle in handles:
-            handle.remove()
+    outputs = [cache["z", layer].flatten(-2) for layer in range(len(parts)) if ("z", layer) in cache]
     if len(outputs) != len(parts):
         raise RuntimeError(f"Expected {len(parts)} output projection calls in one pass, saw {len(outputs)}.")
     return outputs

@@ -46,7 +46,6 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-from torch import nn
 
 from bertology.errors import BertologyError
 from bertology.interventions.data import eval_mode
@@ -68,6 +67,7 @@ from bertology.interventions.patching_pairs import (
 )
 from bertology.models.anatomy import attention_parts, layer_modules, shares_layers
 from bertology.models.loading import LoadedModel
+from bertology.models.sites import recording, replacing
 from bertology.options import (
     PATCH_DIRECTIONS,
     PATCH_GRANULARITIES,
@@ -97,7 +97,7 @@ class Patch:
     def in_group(self, group: PairGroup) -> torch.Tensor:
         """[group.tokens] bool: the positions patched in ``group``'s input rows (a several-token answer's
         appended positions never)."""
-        return nn.functional.pad(self.at(group.prompt_tokens), (0, group.tokens - group.prompt_tokens))
+        return torch.nn.functional.pad(self.at(group.prompt_tokens), (0, group.tokens - group.prompt_tokens))
 
 
 def head_patches(
@@ -141,17 +141,11 @@ class GroupRuns:
 
 @contextmanager
 def _recording_head_outputs(loaded: LoadedModel, into: list[torch.Tensor]) -> Iterator[None]:
-    """Inside the block every forward pass appends each layer's output-projection input to ``into``."""
-
-    def keep(_: nn.Module, args: tuple[torch.Tensor, ...]) -> None:
-        into.append(args[0].detach())
-
-    handles = [parts.output.register_forward_pre_hook(keep) for parts in attention_parts(loaded.model)]
-    try:
+    """Inside the block a forward pass's output-projection inputs, [b, t, heads * head_dim] per layer, are
+    appended to ``into`` when the block ends."""
+    with recording(loaded.model, ["z"]) as cache:
         yield
-    finally:
-        for handle in handles:
-            handle.remove()
+    into.extend(cache["z", layer].flatten(-2) for layer in range(len(layer_modules(loaded.model))))
 
 
 def _resolve_labels(group: PairGroup, clean: torch.Tensor, corrupted: torch.Tensor) -> None:
@@ -185,15 +179,6 @@ def run_group(
     known = labelled and (score.clean is not None or score.metric.name != "kl")
     ld = {run: score(layers[run].logits) for run in layers} if known else {}
     return GroupRuns(heads, layers, ld, score)
-
-
-@contextmanager
-def _hooked(module: nn.Module, hook: Callable[..., Any]) -> Iterator[None]:
-    handle = module.register_forward_pre_hook(hook)
-    try:
-        yield
-    finally:
-        handle.remove()
 
 
 def _replacing(target: torch.Tensor, source: torch.Tensor, mask: torch.Tensor, copies: int) -> torch.Tensor:
@@ -286,20 +271,21 @@ def _exact_layer(
     if patches[0].heads is None:
         mask = _masks(patches, 1, group)
         replacement = runs.layers[source].hidden[layer]
-        module = layer_modules(loaded.model)[layer]
+        site = "resid_pre"
     else:
-        parts = attention_parts(loaded.model)[layer]
-        mask = _masks(patches, parts.head_dim, group)
+        mask = _masks(patches, attention_parts(loaded.model)[layer].head_dim, group)
         replacement = runs.heads[source][layer]
-        module = parts.output
+        site = "z"
     mask, replacement = mask[:, begin.start :].to(loaded.device), replacement[:, begin.start :]
 
-    def hook(_: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
-        return (_replacing(args[0], replacement, mask, copies), *args[1:])
+    def patched(tensor: torch.Tensor, _layer: int | None) -> torch.Tensor:
+        # z is [b, t, heads, head_dim]; the masks and replacements are [.., t, heads * head_dim]
+        flat = tensor.flatten(2)
+        return _replacing(flat, replacement, mask, copies).view(tensor.shape)
 
     inputs, recorded = begin.tiled(layer, copies)
     gates = torch.ones(loaded.num_layers, loaded.num_heads)
-    with _hooked(module, hook):
+    with replacing(loaded.model, {(site, layer): patched}):
         logits = logits_from_layer(loaded, inputs, recorded, layer, gates)
     return runs.score(logits, copies).unflatten(0, (copies, len(group.rows)))
 
@@ -363,31 +349,29 @@ def attribution_patching(
     needs only the source's pass); the target's ``LD`` (and the source's, once a classifier's labels are
     known from both) are put into ``runs.ld``."""
     source, target = roles(direction)
-    activations: list[torch.Tensor] = []
-
-    def keep(_: nn.Module, args: tuple[Any, ...]) -> None:
-        activations.append(args[0])
-
-    def leaf(_: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
-        return (args[0].detach().requires_grad_(True), *args[1:])
-
-    layers = layer_modules(loaded.model)
     residual = granularity == "residual"
-    sites = layers if residual else [parts.output for parts in attention_parts(loaded.model)]
-    handles = [layers[0].register_forward_pre_hook(leaf)]
-    handles += [site.register_forward_pre_hook(keep) for site in sites]
-    try:
-        with torch.enable_grad():
-            logits = loaded.model(**getattr(group, target)).logits
-            found = {source: runs.layers[source].logits, target: logits.detach()}
-            if not group.language_model:
-                _resolve_labels(group, found["clean"], found["corrupted"])
-            runs.score.know_clean(found["clean"])
-            ld = runs.score(logits)
-            gradients = torch.autograd.grad(ld.sum(), activations)
-    finally:
-        for handle in handles:
-            handle.remove()
+    site = "resid_pre" if residual else "z"
+    kept: dict[int | None, torch.Tensor] = {}
+
+    def keep(tensor: torch.Tensor, layer: int | None) -> torch.Tensor:
+        kept[layer] = tensor  # what the model goes on with: gradients are taken at it
+        return tensor
+
+    def leaf(tensor: torch.Tensor, layer: int | None) -> torch.Tensor:
+        """Layer 0's input, cut from the embeddings' graph (and kept: residual patching)."""
+        tensor = tensor.detach().requires_grad_(True)
+        return keep(tensor, layer) if residual else tensor
+
+    with torch.enable_grad(), replacing(loaded.model, {site: keep, ("resid_pre", 0): leaf}):
+        logits = loaded.model(**getattr(group, target)).logits
+        found = {source: runs.layers[source].logits, target: logits.detach()}
+        if not group.language_model:
+            _resolve_labels(group, found["clean"], found["corrupted"])
+        runs.score.know_clean(found["clean"])
+        ld = runs.score(logits)
+        activations = [kept[layer] for layer in sorted(kept)]
+        gradients = [gradient.flatten(2) for gradient in torch.autograd.grad(ld.sum(), activations)]
+    activations = [activation.flatten(2) for activation in activations]
     runs.ld[target] = ld.detach()
     runs.ld[source] = runs.score(runs.layers[source].logits)
     sources = runs.layers[source].hidden if residual else runs.heads[source]

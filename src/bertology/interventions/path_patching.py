@@ -24,14 +24,13 @@ group: replacing it changes what all of them read.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import torch
-from torch import nn
 
 from bertology.errors import BertologyError
 from bertology.interventions.curves import Head
@@ -46,6 +45,7 @@ from bertology.interventions.patching_pairs import PatchPair
 from bertology.models.anatomy import AttentionParts, attention_parts
 from bertology.models.heads import head_name
 from bertology.models.loading import LoadedModel
+from bertology.models.sites import Replacement, recording, replacing
 from bertology.options import PatchDirection, PatchMetric
 
 Input = Literal["q", "k", "v"]
@@ -74,11 +74,10 @@ class PathPatching:
         return float((self.ld_patched.mean() - target.mean()) / gap)
 
 
-def _rows(parts: AttentionParts, head: int, which: Input) -> tuple[nn.Module, torch.Tensor]:
-    """The projection that computes ``head``'s query, key or value and its output features for it."""
-    projection = {"q": parts.query, "k": parts.key, "v": parts.value}[which]
-    slot = head if which == "q" else head // parts.groups
-    return projection.linear, torch.tensor(projection.rows([slot], parts.head_dim))
+def _slot(parts: AttentionParts, head: int, which: Input) -> int:
+    """The head of site ``which`` (q, k or v) that computes ``head``'s input: its own query head, or the
+    key/value head it shares (grouped-query attention)."""
+    return head if which == "q" else head // parts.groups
 
 
 def check_receivers_after_senders(senders: Sequence[Head], receivers: Sequence[Receiver]) -> None:
@@ -125,38 +124,31 @@ def _frozen_heads(
     for layer, head in senders:
         d = values[layer].shape[-1] // loaded.num_heads
         values[layer][..., head * d : (head + 1) * d] = source[layer][..., head * d : (head + 1) * d]
-    with ExitStack() as stack:
-        for parts, value in zip(attention_parts(loaded.model), values, strict=True):
-            handle = parts.output.register_forward_pre_hook(lambda _, args, v=value: (v, *args[1:]))
-            stack.callback(handle.remove)
+    frozen_z = {
+        ("z", layer): (lambda z, _layer, v=value: v.view(z.shape)) for layer, value in enumerate(values)
+    }
+    with replacing(loaded.model, frozen_z):
         yield
 
 
 def _receiver_inputs(
-    loaded: LoadedModel, inputs: dict[str, torch.Tensor], sites: list[tuple[nn.Module, torch.Tensor]]
+    loaded: LoadedModel, inputs: dict[str, torch.Tensor], receivers: Sequence[Receiver]
 ) -> list[torch.Tensor]:
-    """Per site (a projection and its rows), [b, t, rows] what it computed in one pass of ``inputs``."""
-    kept: dict[int, torch.Tensor] = {}
-
-    def keeper(index: int, rows: torch.Tensor) -> Any:
-        def keep(_: nn.Module, __: Any, output: torch.Tensor) -> None:
-            kept[index] = output[..., rows.to(output.device)].clone()
-
-        return keep
-
-    with ExitStack() as stack:
-        for index, (module, rows) in enumerate(sites):
-            stack.callback(module.register_forward_hook(keeper(index, rows)).remove)
+    """Per receiver, [b, t, head_dim] its query, key or value in one pass of ``inputs``."""
+    parts = attention_parts(loaded.model)
+    with recording(loaded.model, [(which, layer) for layer, _, which in receivers]) as cache:
         loaded.model(**inputs)
-    return [kept[index] for index in range(len(sites))]
+    return [cache[which, layer][:, :, _slot(parts[layer], head, which)] for layer, head, which in receivers]
 
 
-def _replacing(rows: torch.Tensor, value: torch.Tensor) -> Any:
-    """A forward hook that puts ``value`` [b, t, rows] into its module's output features ``rows``."""
+def _putting(heads: list[tuple[int, torch.Tensor]]) -> Replacement:
+    """What puts ``value`` [b, t, head_dim] in the place of each ``(head, value)`` of ``heads`` of a per-head
+    site."""
 
-    def put(_: nn.Module, __: Any, output: torch.Tensor) -> torch.Tensor:
-        patched = output.clone()
-        patched[..., rows.to(output.device)] = value
+    def put(tensor: torch.Tensor, _layer: int | None) -> torch.Tensor:
+        patched = tensor.clone()
+        for head, value in heads:
+            patched[:, :, head] = value
         return patched
 
     return put
@@ -186,7 +178,6 @@ def path_patch(
     chosen, encoded = load_pairs(loaded, pairs, prepend_bos)
     source_run, target_run = roles(direction)
     parts = attention_parts(loaded.model)
-    sites = [_rows(parts[layer], head, which) for layer, head, which in receivers]
     ld = {run: np.zeros(len(chosen)) for run in ("clean", "corrupted", "patched")}
     with torch.no_grad(), eval_mode(loaded):
         for group in encoded.groups:
@@ -194,10 +185,11 @@ def path_patch(
             target = getattr(group, target_run)
             frozen = _frozen_heads(loaded, runs.heads[target_run], senders, runs.heads[source_run])
             with frozen:
-                kept = _receiver_inputs(loaded, target, sites)
-            with ExitStack() as stack:
-                for (module, rows), value in zip(sites, kept, strict=True):
-                    stack.callback(module.register_forward_hook(_replacing(rows, value)).remove)
+                kept = _receiver_inputs(loaded, target, receivers)
+            heads: dict[tuple[str, int], list[tuple[int, torch.Tensor]]] = {}
+            for (layer, head, which), value in zip(receivers, kept, strict=True):
+                heads.setdefault((which, layer), []).append((_slot(parts[layer], head, which), value))
+            with replacing(loaded.model, {key: _putting(values) for key, values in heads.items()}):
                 logits = loaded.model(**target).logits
             ld["patched"][group.rows] = runs.score(logits).cpu().double().numpy()
             for run in ("clean", "corrupted"):

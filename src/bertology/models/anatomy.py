@@ -4,9 +4,10 @@ projections are explained there).
 
 Head gates (:mod:`bertology.interventions.gates`, a hook on each layer's output projection), structural
 pruning (:mod:`bertology.models.surgery`, which replaces projections), the ablation sweep
-(:mod:`bertology.interventions.partial`, which runs layers one by one) and the norm-based attention
-weights (:mod:`bertology.attention.norms`, which read the value and output projections) reach the modules only
-through this module; :func:`describes` says which model types have a layout.
+(:mod:`bertology.interventions.partial`, which runs layers one by one), the norm-based attention weights
+(:mod:`bertology.attention.norms`, which read the value and output projections) and the named sites
+(:mod:`bertology.models.sites`, every tensor of a forward pass) reach the modules only through this module;
+:func:`describes` says which model types have a layout.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def described_types() -> tuple[str, ...]:
     return tuple(name for name in MODEL_TYPES if describes(name))
 
 
-def _layout(model: PreTrainedModel) -> Layout:
+def layout(model: PreTrainedModel) -> Layout:
     """The layout of ``model``'s type.
 
     Raises:
@@ -154,8 +155,8 @@ def layer_modules(model: PreTrainedModel) -> list[nn.Module]:
     Raises:
         BertologyError: an undescribed type, or an ALBERT with more than one layer per group.
     """
-    layout = _layout(model)
-    modules = list(model.base_model.get_submodule(layout.layers))
+    shape = layout(model)
+    modules = list(model.base_model.get_submodule(shape.layers))
     if not shares_layers(model):
         return modules
     if model.config.inner_group_num != 1:
@@ -207,5 +208,5 @@ def attention_parts(model: PreTrainedModel) -> list[AttentionParts]:
     Raises:
         BertologyError: a model type this module does not describe (see :func:`describes`).
     """
-    layout = _layout(model)
-    return [_parts(layer, layout) for layer in layer_modules(model)]
+    shape = layout(model)
+    return [_parts(layer, shape) for layer in layer_modules(model)]

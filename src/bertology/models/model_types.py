@@ -94,6 +94,13 @@ class Layout:
         depending on the config (DeBERTa's relative-position projections); pruning slices them too.
     head_argument: index of a positional argument of the attention module holding per-head values
         ``[batch, heads, query, key]`` computed once for all layers (MPNet's relative position bias).
+    mlp: from a layer to the module whose output is what the feed-forward block adds to the residual
+        stream (before a post-norm's add and normalisation, as TransformerLens's ``hook_mlp_out``).
+    mid: from a layer to the module whose output (``mid_is_input`` False: post-norm encoders, where it
+        holds the add and norm after attention) or first input (``mid_is_input``: pre-norm models, the norm
+        before the feed-forward block) is the residual stream between attention and feed-forward block.
+    attn_out: from a layer to the module whose output is what the attention block adds (Gemma 2 and 3
+        normalise the output projection's result first); ``None``: the output projection.
     """
 
     layers: str
@@ -102,6 +109,10 @@ class Layout:
     output: str
     per_head: tuple[str, ...] = ()
     head_argument: int | None = None
+    mlp: str = "output.dense"
+    mid: str = "attention"
+    mid_is_input: bool = False
+    attn_out: str | None = None
 
 
 def _separate(
@@ -112,15 +123,38 @@ def _separate(
     return query, key, value
 
 
-def _projections_layout(attention: str, names: tuple[str, str, str, str], layers: str = "layers") -> Layout:
-    """The layout of a type whose four projections are children ``names`` of its attention module."""
-    query, key, value, output = names
-    return Layout(layers, attention, _separate(attention, (query, key, value)), f"{attention}.{output}")
-
-
 #: BERT's layout: ``encoder.layer[i].attention.self.{query,key,value}`` and ``.attention.output.dense``.
 _BERT = Layout("encoder.layer", "attention.self", _separate("attention.self"), "attention.output.dense")
-_SELF_ATTN = _projections_layout("self_attn", ("q_proj", "k_proj", "v_proj", "o_proj"))
+#: Llama's layout (pre-norm: the residual stream between the blocks enters ``post_attention_layernorm``).
+_SELF_ATTN = Layout(
+    "layers",
+    "self_attn",
+    _separate("self_attn", ("q_proj", "k_proj", "v_proj")),
+    "self_attn.o_proj",
+    mlp="mlp",
+    mid="post_attention_layernorm",
+    mid_is_input=True,
+)
+#: Gemma 2 and 3: each block's output normalised before it is added, a norm before the feed-forward block.
+_GEMMA2 = Layout(
+    "layers",
+    "self_attn",
+    _separate("self_attn", ("q_proj", "k_proj", "v_proj")),
+    "self_attn.o_proj",
+    mlp="post_feedforward_layernorm",
+    mid="pre_feedforward_layernorm",
+    mid_is_input=True,
+    attn_out="post_attention_layernorm",
+)
+#: Nomic BERT and GTE: post-norm blocks named like Llama's.
+_POST_NORM_SELF_ATTN = Layout(
+    "layers",
+    "self_attn",
+    _separate("self_attn", ("q_proj", "k_proj", "v_proj")),
+    "self_attn.o_proj",
+    mlp="mlp",
+    mid="post_attention_layernorm",
+)
 
 
 @dataclass(frozen=True)
@@ -162,15 +196,20 @@ MODEL_TYPES: dict[str, ModelType] = {
     "albert": ModelType("ALBERT", layout=Layout(
         "encoder.albert_layer_groups", "albert_layers.0.attention",
         _separate("albert_layers.0.attention"), "albert_layers.0.attention.dense",
+        mlp="albert_layers.0.ffn_output", mid="albert_layers.0.attention",
     )),
-    "distilbert": ModelType("DistilBERT", layout=_projections_layout(
-        "attention", ("q_lin", "k_lin", "v_lin", "out_lin"), layers="transformer.layer"
+    "distilbert": ModelType("DistilBERT", layout=Layout(
+        "transformer.layer", "attention", _separate("attention", ("q_lin", "k_lin", "v_lin")),
+        "attention.out_lin", mlp="ffn", mid="sa_layer_norm",
     )),
     "modernbert": ModelType(
-        "ModernBERT", layout=Layout("layers", "attn", Fused("attn.Wqkv", "stacked"), "attn.Wo")
+        "ModernBERT", layout=Layout(
+            "layers", "attn", Fused("attn.Wqkv", "stacked"), "attn.Wo", mlp="mlp", mid="mlp_norm",
+            mid_is_input=True,
+        )
     ),
-    "nomic_bert": ModelType("Nomic BERT", layout=_SELF_ATTN),
-    "gte": ModelType("GTE", layout=_SELF_ATTN),
+    "nomic_bert": ModelType("Nomic BERT", layout=_POST_NORM_SELF_ATTN),
+    "gte": ModelType("GTE", layout=_POST_NORM_SELF_ATTN),
     # Encoders that compute attention in their own code.
     "deberta": ModelType(
         "DeBERTa", module_route=ModuleRoute("DisentangledSelfAttention"), no_neuron_view=_RELATIVE,
@@ -205,7 +244,10 @@ MODEL_TYPES: dict[str, ModelType] = {
     ),
     # Decoders (causal self-attention); grouped-query ones share each k/v head among query heads.
     "gpt2": ModelType(
-        "GPT-2", "decoder", layout=Layout("h", "attn", Fused("attn.c_attn", "stacked"), "attn.c_proj")
+        "GPT-2", "decoder", layout=Layout(
+            "h", "attn", Fused("attn.c_attn", "stacked"), "attn.c_proj", mlp="mlp", mid="ln_2",
+            mid_is_input=True,
+        )
     ),
     "llama": ModelType("Llama", "decoder", layout=_SELF_ATTN),
     "mistral": ModelType("Mistral", "decoder", layout=_SELF_ATTN),
@@ -214,9 +256,9 @@ MODEL_TYPES: dict[str, ModelType] = {
     "gemma": ModelType("Gemma", "decoder", layout=_SELF_ATTN),
     "gemma2": ModelType(
         "Gemma 2", "decoder", no_neuron_view="caps its attention scores with tanh before the softmax",
-        layout=_SELF_ATTN,
+        layout=_GEMMA2,
     ),
-    "gemma3_text": ModelType("Gemma 3 (text)", "decoder", layout=_SELF_ATTN),
+    "gemma3_text": ModelType("Gemma 3 (text)", "decoder", layout=_GEMMA2),
     # Encoder-decoders (views only).
     "bart": ModelType("BART", "encoder-decoder"),
     "t5": ModelType("T5", "encoder-decoder"),

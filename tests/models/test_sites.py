@@ -1,0 +1,319 @@
+"""Every site of every model type equals a plain forward hook on the Hugging Face module written out here
+(independently of the layouts in :mod:`bertology.models.model_types`), on the tiny models; replacing a site
+with the identity changes no logit; a replaced head output equals the head gates' removal."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from support.tiny_models import SINGLE_STACK_TYPES, tiny_language_model
+
+import bertology
+from bertology.errors import BertologyError
+from bertology.models import hook
+from bertology.models.anatomy import attention_parts, layer_modules
+from bertology.models.sites import SITES, recording, replacing
+
+_BERT = {
+    "q": "attention.self.query",
+    "k": "attention.self.key",
+    "v": "attention.self.value",
+    "z": "attention.output.dense",
+    "attn_out": "attention.output.dense",
+    "resid_mid": "attention",
+    "mlp_out": "output.dense",
+}
+_LLAMA = {
+    "q": "self_attn.q_proj",
+    "k": "self_attn.k_proj",
+    "v": "self_attn.v_proj",
+    "z": "self_attn.o_proj",
+    "attn_out": "self_attn.o_proj",
+    "resid_mid": "post_attention_layernorm",
+    "mlp_out": "mlp",
+}
+_GEMMA2 = {
+    **_LLAMA,
+    "attn_out": "post_attention_layernorm",
+    "resid_mid": "pre_feedforward_layernorm",
+    "mlp_out": "post_feedforward_layernorm",
+}
+_NOMIC = {**_LLAMA, "resid_mid": "post_attention_layernorm"}
+_ALBERT = {
+    "q": "albert_layers.0.attention.query",
+    "k": "albert_layers.0.attention.key",
+    "v": "albert_layers.0.attention.value",
+    "z": "albert_layers.0.attention.dense",
+    "attn_out": "albert_layers.0.attention.dense",
+    "resid_mid": "albert_layers.0.attention",
+    "mlp_out": "albert_layers.0.ffn_output",
+}
+_DISTILBERT = {
+    "q": "attention.q_lin",
+    "k": "attention.k_lin",
+    "v": "attention.v_lin",
+    "z": "attention.out_lin",
+    "attn_out": "attention.out_lin",
+    "resid_mid": "sa_layer_norm",
+    "mlp_out": "ffn",
+}
+_MPNET = {
+    "q": "attention.attn.q",
+    "k": "attention.attn.k",
+    "v": "attention.attn.v",
+    "z": "attention.attn.o",
+    "attn_out": "attention.attn.o",
+    "resid_mid": "attention",
+    "mlp_out": "output.dense",
+}
+_DEBERTA = {
+    **_BERT,
+    "q": "attention.self.in_proj",
+    "k": "attention.self.in_proj",
+    "v": "attention.self.in_proj",
+}
+_DEBERTA_V2 = {
+    **_BERT,
+    "q": "attention.self.query_proj",
+    "k": "attention.self.key_proj",
+    "v": "attention.self.value_proj",
+}
+_MODERNBERT = {
+    "q": "attn.Wqkv",
+    "k": "attn.Wqkv",
+    "v": "attn.Wqkv",
+    "z": "attn.Wo",
+    "attn_out": "attn.Wo",
+    "resid_mid": "mlp_norm",
+    "mlp_out": "mlp",
+}
+_GPT2 = {
+    "q": "attn.c_attn",
+    "k": "attn.c_attn",
+    "v": "attn.c_attn",
+    "z": "attn.c_proj",
+    "attn_out": "attn.c_proj",
+    "resid_mid": "ln_2",
+    "mlp_out": "mlp",
+}
+#: Per model type: the module (from a layer) of each per-layer site; the sites read from a module's input.
+MODULES: dict[str, dict[str, str]] = {
+    **dict.fromkeys(
+        ("bert", "roberta", "xlm-roberta", "electra", "camembert", "ernie", "data2vec-text", "xmod",
+         "roc_bert", "xlm-roberta-xl", "mobilebert", "megatron-bert", "roformer"), _BERT,
+    ),
+    "albert": _ALBERT, "distilbert": _DISTILBERT, "modernbert": _MODERNBERT, "nomic_bert": _NOMIC,
+    "gte": _NOMIC, "deberta": _DEBERTA, "deberta-v2": _DEBERTA_V2, "mpnet": _MPNET, "gpt2": _GPT2,
+    **dict.fromkeys(("llama", "mistral", "qwen2", "qwen3", "gemma"), _LLAMA),
+    "gemma2": _GEMMA2, "gemma3_text": _GEMMA2,
+}  # fmt: skip
+PRE_NORM = ("modernbert", "gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text")
+
+
+def _reads_input(model_type: str, site: str) -> bool:
+    return site == "z" or (site == "resid_mid" and model_type in PRE_NORM)
+
+
+def _first(value: Any) -> torch.Tensor:
+    return value if isinstance(value, torch.Tensor) else value[0]
+
+
+def _heads(model_type: str, model: torch.nn.Module, layer: torch.nn.Module, site: str, out: torch.Tensor):
+    """The per-head [batch, pos, head, d_head] tensor of ``site`` from its projection's output ``out``."""
+    config = model.config
+    heads = config.num_attention_heads if hasattr(config, "num_attention_heads") else config.n_heads
+    if model_type == "gpt2":
+        return out.split(config.n_embd, dim=-1)["qkv".index(site)].unflatten(-1, (heads, -1))
+    if model_type == "modernbert":
+        return out.unflatten(-1, (3, heads, -1))[:, :, "qkv".index(site)]
+    if model_type == "deberta":
+        per_head = out.unflatten(-1, (heads, -1)).chunk(3, dim=-1)["qkv".index(site)]
+        bias = {"q": "q_bias", "v": "v_bias"}.get(site)
+        attention = layer.attention.self
+        return per_head if bias is None else per_head + getattr(attention, bias).view(heads, -1)
+    return out.unflatten(-1, (-1, getattr(config, "head_dim", None) or out.shape[-1] // heads))
+
+
+def _reference(
+    model_type: str, model: torch.nn.Module, inputs: dict
+) -> dict[tuple[str, int | None], torch.Tensor]:
+    """Every site of ``model`` on ``inputs`` from plain forward hooks on the modules of :data:`MODULES`."""
+    base = model.base_model
+    layers = list(layer_modules(model))
+    batch = inputs["input_ids"].shape[0]
+    calls: dict[tuple[int, bool], list[Any]] = {}
+    handles = []
+
+    def keep(module: torch.nn.Module, is_input: bool) -> None:
+        slot = (id(module), is_input)
+        if slot in calls:
+            return
+        calls[slot] = []
+        if is_input:
+            handles.append(module.register_forward_pre_hook(
+                lambda _m, args, kwargs: calls[slot].append(args[0] if args else kwargs["hidden_states"]),
+                with_kwargs=True,
+            ))  # fmt: skip
+        else:
+            # DeBERTa-v2 also runs its shared projections on the relative positions, a batch of 1
+            handles.append(module.register_forward_hook(
+                lambda _m, _a, out: calls[slot].append(_first(out)) if _first(out).shape[0] == batch else None
+            ))  # fmt: skip
+
+    embeddings = next(
+        base.get_submodule(path)
+        for path in ("embeddings.word_embeddings", "embed_tokens", "wte", "embeddings.tok_embeddings")
+        if hasattr(base, path.split(".")[0]) and _has(base, path)
+    )
+    keep(embeddings, False)
+    sites = MODULES[model_type]
+    for layer in layers:
+        keep(layer, True)
+        keep(layer, False)
+        for site, path in sites.items():
+            keep(layer.get_submodule(path), _reads_input(model_type, site))
+    try:
+        with torch.no_grad():
+            output = model(**inputs, output_attentions=True)
+    finally:
+        for handle in handles:
+            handle.remove()
+
+    def call(module: torch.nn.Module, is_input: bool, layer: int) -> torch.Tensor:
+        # ALBERT: the shared module's call i is layer i
+        earlier = [other for other in layers[:layer] if other is layers[layer]]
+        return calls[id(module), is_input][len(earlier)]
+
+    reference = {("embed", None): calls[id(embeddings), False][0], ("final", None): output.last_hidden_state}
+    for index, layer in enumerate(layers):
+        reference["resid_pre", index] = call(layer, True, index)
+        reference["resid_post", index] = call(layer, False, index)
+        reference["pattern", index] = output.attentions[index]
+        for site, path in sites.items():
+            tensor = call(layer.get_submodule(path), _reads_input(model_type, site), index)
+            if site in ("q", "k", "v"):
+                tensor = _heads(model_type, model, layer, site, tensor)
+            if site == "z":
+                tensor = tensor.unflatten(-1, (reference["q", index].shape[2], -1))
+            reference[site, index] = tensor
+    return reference
+
+
+def _has(module: torch.nn.Module, path: str) -> bool:
+    try:
+        module.get_submodule(path)
+    except AttributeError:
+        return False
+    return True
+
+
+def _inputs(loaded: bertology.LoadedModel) -> dict:
+    encoded = loaded.tokenizer(
+        ["The quick brown fox jumps.", "She said that the committee would publish."],
+        return_tensors="pt", padding=True,
+    )  # fmt: skip
+    return {key: value for key, value in encoded.items() if key in ("input_ids", "attention_mask")}
+
+
+@pytest.mark.parametrize("model_type", SINGLE_STACK_TYPES)
+def test_every_site_equals_a_hook_on_its_module(
+    model_type: str, loaded_types: Callable[[str], bertology.LoadedModel]
+) -> None:
+    loaded = loaded_types(model_type)
+    inputs = _inputs(loaded)
+    cache = bertology.trace(loaded.model, inputs)
+    reference = _reference(model_type, loaded.model, inputs)
+    layers = len(layer_modules(loaded.model))
+    assert set(cache) == {(name, layer) for name, layer in reference}
+    assert len(cache) == 2 + layers * (len(SITES) - 3)  # embed, final; no logits in a base model
+    for key, expected in reference.items():
+        assert cache[key].shape == expected.shape, key
+        torch.testing.assert_close(cache[key], expected, rtol=0, atol=1e-6, msg=f"{model_type} {key}")
+
+
+def test_ungrouped_keys_repeat_each_key_value_head_for_its_query_heads(
+    loaded_types: Callable[[str], bertology.LoadedModel],
+) -> None:
+    """The tiny Gemma: 4 query heads share 1 key/value head."""
+    loaded = loaded_types("gemma")
+    inputs = _inputs(loaded)
+    grouped = bertology.trace(loaded.model, inputs, sites=[("k", 1), ("v", 1), ("q", 1)])
+    ungrouped = bertology.trace(loaded.model, inputs, sites=[("k", 1), ("v", 1)], ungroup=True)
+    assert grouped["k", 1].shape[2] == 1 and grouped["q", 1].shape[2] == 4
+    for name in ("k", "v"):
+        assert ungrouped[name, 1].shape == grouped["q", 1].shape
+        for head in range(4):
+            torch.testing.assert_close(
+                ungrouped[name, 1][:, :, head], grouped[name, 1][:, :, 0], rtol=0, atol=0
+            )
+
+
+@pytest.fixture(scope="module")
+def llama(tiny_model_dirs: dict[str, Path]) -> bertology.LoadedModel:
+    return tiny_language_model(tiny_model_dirs["llama"])
+
+
+def test_replacing_every_site_with_itself_changes_no_logit(llama: bertology.LoadedModel) -> None:
+    inputs = _inputs(llama)
+    with torch.no_grad():
+        plain = llama.model(**inputs).logits
+        every = {name: (lambda tensor, _layer: tensor.clone()) for name in SITES if name != "pattern"}
+        with replacing(llama.model, every):
+            replaced = llama.model(**inputs).logits
+    cache = bertology.trace(llama.model, inputs, sites=["logits"])
+    torch.testing.assert_close(cache["logits"], plain, rtol=0, atol=0)
+    torch.testing.assert_close(replaced, plain, rtol=0, atol=1e-6)
+
+
+def test_a_replaced_head_output_equals_the_gates_removing_it(llama: bertology.LoadedModel) -> None:
+    inputs = _inputs(llama)
+
+    def without_head_2(tensor: torch.Tensor, _layer: int | None) -> torch.Tensor:
+        return torch.cat([tensor[:, :, :2], torch.zeros_like(tensor[:, :, 2:3]), tensor[:, :, 3:]], dim=2)
+
+    hook.hook_gates(
+        llama.model, [(part.module, part.output, part.head_dim) for part in attention_parts(llama.model)]
+    )
+    gates = torch.ones(2, 4)
+    gates[1, 2] = 0
+    with torch.no_grad():
+        with hook.gating(gates):
+            gated = llama.model(**inputs).logits
+        with replacing(llama.model, {("z", 1): without_head_2}):
+            replaced = llama.model(**inputs).logits
+        plain = llama.model(**inputs).logits
+    torch.testing.assert_close(replaced, gated, rtol=0, atol=1e-6)
+    assert (replaced - plain).abs().max() > 1e-3
+
+
+def test_a_replaced_residual_stream_between_the_blocks_is_what_the_next_block_reads(
+    llama: bertology.LoadedModel,
+) -> None:
+    """Llama is pre-norm: resid_mid is replaced through attn_out; the feed-forward block's norm then reads
+    exactly the replacement, and the layer's output is it plus the feed-forward block's output."""
+    inputs = _inputs(llama)
+    doubled = {("resid_mid", 0): lambda tensor, _layer: tensor * 2}
+    kept = [("resid_mid", 0), ("mlp_out", 0), ("resid_post", 0)]
+    with torch.no_grad(), replacing(llama.model, doubled), recording(llama.model, kept) as replaced:
+        llama.model(**inputs)
+    plain = bertology.trace(llama.model, inputs, sites=[("resid_mid", 0)])
+    torch.testing.assert_close(replaced["resid_mid", 0], plain["resid_mid", 0] * 2, rtol=0, atol=1e-5)
+    torch.testing.assert_close(
+        replaced["resid_post", 0], replaced["resid_mid", 0] + replaced["mlp_out", 0], rtol=0, atol=1e-6
+    )
+
+
+def test_unknown_sites_layers_and_replaced_patterns_are_refused(llama: bertology.LoadedModel) -> None:
+    with pytest.raises(BertologyError, match="There is no site 'hook_z'"):
+        bertology.trace(llama.model, _inputs(llama), sites=["hook_z"])
+    with pytest.raises(BertologyError, match="layers 0 to 1; layer 2"):
+        bertology.trace(llama.model, _inputs(llama), sites=[("z", 2)])
+    with (
+        pytest.raises(BertologyError, match="recorded but not replaced"),
+        replacing(llama.model, {"pattern": print}),
+    ):
+        pass
