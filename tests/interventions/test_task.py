@@ -37,14 +37,19 @@ def naive_loss(loaded: LoadedModel, data: TokenSequences, removed: HeadSelection
     return total / count
 
 
+def naive_label(loaded: LoadedModel, text: str) -> int:
+    """The classifier's arg-max label of ``text`` alone."""
+    inputs = loaded.model_inputs(encode(loaded.tokenizer, [text], max_length=loaded.max_length))
+    return int(loaded.model(**inputs).logits[0].argmax())
+
+
 def naive_accuracy(loaded: LoadedModel, data: LabelledTexts, removed: HeadSelection) -> float:
     """Share of examples whose arg-max label is the gold one, one example at a time with ``removed`` gated."""
-    right = 0
     with torch.no_grad(), head_gates(loaded, removed):
-        for text, label in zip(data.texts, data.labels, strict=True):
-            inputs = loaded.model_inputs(encode(loaded.tokenizer, [text], max_length=loaded.max_length))
-            right += int(loaded.model(**inputs).logits[0].argmax()) == int(label)
-    return right / len(data)
+        right = [
+            naive_label(loaded, text) == label for text, label in zip(data.texts, data.labels, strict=True)
+        ]
+    return sum(right) / len(data)
 
 
 @pytest.fixture(scope="module")
@@ -53,16 +58,18 @@ def llama(tiny_model_dirs: dict[str, Path]) -> LoadedModel:
 
 
 def test_one_sweep_and_curve_serve_a_language_model(llama: LoadedModel) -> None:
-    data = TokenSequences.of_corpus(llama, sample_corpus(), max_length=16, max_segments=3)
+    data = TokenSequences.of_corpus(llama, sample_corpus(), max_length=12, max_segments=3)
     task = LanguageModelTask(llama, data)
     heads = list(np.ndindex(llama.num_layers, llama.num_heads))
     expected = np.array([naive_loss(llama, data, {layer: [head]}) for layer, head in heads]).reshape(2, 4)
-    # both paths of the sweep: lower layers reused (padded batches of 2) and a full pass per head
-    for reuse in (True, False):
-        result = ablation_sweep(task, batch_size=2, reuse_lower_layers=reuse)
-        np.testing.assert_allclose(result.scores, expected, rtol=1e-5)
-        assert result.baseline == pytest.approx(naive_loss(llama, data, {}), rel=1e-6)
-        assert result.count == data.predicted_tokens and result.score.name == "loss"
+    result = ablation_sweep(task, batch_size=2)  # lower layers reused, padded batches of 2
+    np.testing.assert_allclose(result.scores, expected, rtol=1e-5)
+    assert result.baseline == pytest.approx(naive_loss(llama, data, {}), rel=1e-6)
+    assert result.count == data.predicted_tokens and result.score.name == "loss"
+    # the other path, a full pass per head, on one head per layer (the others' cells are NaN)
+    some = ablation_sweep(task, heads=[(0, 2), (1, 1)], batch_size=2, reuse_lower_layers=False)
+    assert np.isnan(some.scores).sum() == 6
+    np.testing.assert_allclose(some.scores[[0, 1], [2, 1]], expected[[0, 1], [2, 1]], rtol=1e-5)
     # a loss is better low: the head whose removal leaves the lowest loss goes first
     assert result.removal_order()[0] == np.unravel_index(np.argmin(expected), expected.shape)
     order = result.removal_order()[:3]
@@ -72,10 +79,8 @@ def test_one_sweep_and_curve_serve_a_language_model(llama: LoadedModel) -> None:
 
 def test_one_sweep_and_curve_serve_a_classifier(tiny_model_dirs: dict[str, Path]) -> None:
     loaded = tiny_classifier(tiny_model_dirs["bert"])
-    labels = [
-        int(loaded.model(**loaded.model_inputs(encode(loaded.tokenizer, [t]))).logits.argmax()) for t in TEXTS
-    ]
-    data = LabelledTexts(TEXTS, None, np.array(labels))
+    with torch.no_grad():
+        data = LabelledTexts(TEXTS, None, np.array([naive_label(loaded, text) for text in TEXTS]))
     task = ClassifierTask(loaded, data)
     heads = list(np.ndindex(loaded.num_layers, loaded.num_heads))
     expected = np.array([naive_accuracy(loaded, data, {layer: [head]}) for layer, head in heads])
