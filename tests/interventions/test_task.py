@@ -13,12 +13,12 @@ from support.tiny_models import tiny_classifier, tiny_grouped_query_llama
 
 from bertology.corpus.encoding import encode
 from bertology.corpus.segments import sample_corpus
-from bertology.interventions.ablation import ablation_sweep
+from bertology.interventions.ablation import AblationResult, ablation_sweep
 from bertology.interventions.curves import pruning_curve
 from bertology.interventions.data import LabelledTexts
 from bertology.interventions.gates import head_gates
 from bertology.interventions.language_model import LanguageModelTask, TokenSequences
-from bertology.interventions.task import ClassifierTask
+from bertology.interventions.task import ACCURACY, LOSS, ClassifierTask
 from bertology.models.heads import HeadSelection
 from bertology.models.loading import LoadedModel
 
@@ -72,6 +72,7 @@ def test_one_sweep_and_curve_serve_a_language_model(llama: LoadedModel) -> None:
     np.testing.assert_allclose(some.scores[[0, 1], [2, 1]], expected[[0, 1], [2, 1]], rtol=1e-5)
     # a loss is better low: the head whose removal leaves the lowest loss goes first
     assert result.removal_order()[0] == np.unravel_index(np.argmin(expected), expected.shape)
+    assert np.ptp(expected) > 1e-3  # the heads matter unequally
     order = result.removal_order()[:3]
     curve = pruning_curve(task, order, [0, 3], batch_size=2)
     assert curve[1] == pytest.approx(naive_loss(llama, data, order), rel=1e-5)
@@ -80,15 +81,20 @@ def test_one_sweep_and_curve_serve_a_language_model(llama: LoadedModel) -> None:
 def test_one_sweep_and_curve_serve_a_classifier(tiny_model_dirs: dict[str, Path]) -> None:
     loaded = tiny_classifier(tiny_model_dirs["bert"])
     with torch.no_grad():
-        data = LabelledTexts(TEXTS, None, np.array([naive_label(loaded, text) for text in TEXTS]))
+        labels = np.array([naive_label(loaded, text) for text in TEXTS])
+    labels[0] = 1 - labels[0]  # one wrong gold label: the baseline accuracy is 2/3
+    data = LabelledTexts(TEXTS, None, labels)
     task = ClassifierTask(loaded, data)
     heads = list(np.ndindex(loaded.num_layers, loaded.num_heads))
     expected = np.array([naive_accuracy(loaded, data, {layer: [head]}) for layer, head in heads])
     result = ablation_sweep(task, batch_size=2)
     np.testing.assert_array_equal(result.scores.ravel(), expected)
-    assert result.baseline == 1.0 and result.count == 3 and result.score.name == "accuracy"
-    assert len(np.unique(expected)) > 1  # some heads change some answers
-    # accuracy is better high: the head whose removal leaves the highest accuracy goes first
-    assert result.scores[result.removal_order()[0]] == expected.max()
-    order = result.removal_order()[::-1][:4]  # the most useful heads
-    assert pruning_curve(task, order, [4])[0] == naive_accuracy(loaded, data, order)
+    assert result.baseline == 2 / 3 and result.count == 3 and result.score.name == "accuracy"
+    curve = pruning_curve(task, heads[::2], [0, 6])
+    assert curve[0] == 2 / 3 and curve[1] == naive_accuracy(loaded, data, heads[::2])
+
+
+def test_removal_order_follows_the_direction_of_the_score() -> None:
+    scores = np.array([[0.5, 0.9], [0.1, 0.7]])
+    assert AblationResult(0.6, scores, 3, ACCURACY).removal_order() == [(0, 1), (1, 1), (0, 0), (1, 0)]
+    assert AblationResult(0.6, scores, 3, LOSS).removal_order() == [(1, 0), (0, 0), (1, 1), (0, 1)]
