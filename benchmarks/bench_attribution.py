@@ -24,6 +24,7 @@ from bertology.corpus.readers.glue import read_glue
 from bertology.interventions.attention_attribution import attribution_importance
 from bertology.interventions.curves import pruning_curve, removal_counts
 from bertology.interventions.data import LabelledTexts
+from bertology.interventions.task import ClassifierTask
 from bertology.models.loading import load_model
 
 SST2 = Path(__file__).resolve().parents[2] / "shared" / "data" / "glue" / "SST-2"
@@ -49,13 +50,17 @@ def main() -> None:
     seconds = time.perf_counter() - started
     heads = loaded.num_layers * loaded.num_heads
     counts = removal_counts(heads)
-    by_attribution = pruning_curve(loaded, data, importance.removal_order(), counts)
+    task = ClassifierTask(loaded, data)
+    by_attribution = pruning_curve(task, importance.removal_order(), counts, batch_size=32)
     random_curves = []
     for seed in range(args.seeds):
         order = np.random.default_rng(seed).permutation(heads)
         random_curves.append(
             pruning_curve(
-                loaded, data, [(int(i // loaded.num_heads), int(i % loaded.num_heads)) for i in order], counts
+                task,
+                [(int(i // loaded.num_heads), int(i % loaded.num_heads)) for i in order],
+                counts,
+                batch_size=32,
             )
         )
     random_mean = np.mean(random_curves, axis=0)

@@ -28,13 +28,14 @@ import torch
 
 from bertology.analysis.head_detectors import detect_heads, repeated_random_tokens
 from bertology.corpus.segments import sample_corpus
+from bertology.interventions.ablation import ablation_sweep
 from bertology.interventions.decoder_pruning import prune_decoder
 from bertology.interventions.gates import head_gates
+from bertology.interventions.importance import head_importance
 from bertology.interventions.language_model import (
+    LanguageModelTask,
     TokenSequences,
     language_model_loss,
-    loss_ablation_sweep,
-    loss_importance,
     next_token_losses,
     token_batches,
 )
@@ -121,13 +122,14 @@ def main() -> None:
     print(f"\nCPU ({torch.get_num_threads()} threads), {data.predicted_tokens} predicted tokens:")
     print(f"loss: {loss_seconds:.2f} s")
     sweep_heads = list(np.ndindex(loaded.num_layers, loaded.num_heads))[:: max(1, 270 // args.sweep_heads)]
-    _, seconds = timed(lambda: loss_ablation_sweep(loaded, data, heads=sweep_heads))
+    task = LanguageModelTask(loaded, data)
+    _, seconds = timed(lambda: ablation_sweep(task, heads=sweep_heads))
     print(
         f"single-head ablation: {seconds:.1f} s for {len(sweep_heads)} heads spread over the layers, "
         f"{seconds / len(sweep_heads):.2f} s per head "
         f"(all 270: about {seconds / len(sweep_heads) * 270 / 60:.0f} min)"
     )
-    importance, seconds = timed(lambda: loss_importance(loaded, data))
+    importance, seconds = timed(lambda: head_importance(task, batch_size=8))
     print(f"importance: {seconds:.1f} s ({seconds / len(data):.2f} s per sequence)")
     removed = round(args.prune * loaded.num_layers * loaded.num_heads)
     (_, outcome), seconds = timed(lambda: prune_decoder(loaded, importance.removal_order()[:removed], data))

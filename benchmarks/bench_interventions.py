@@ -34,6 +34,7 @@ from bertology.interventions.data import LabelledTexts, batches
 from bertology.interventions.gates import head_gates
 from bertology.interventions.importance import head_importance
 from bertology.interventions.pruning import prune_and_measure
+from bertology.interventions.task import ClassifierTask
 from bertology.models.classify import accuracy
 from bertology.models.loading import LoadedModel, load_model
 
@@ -71,18 +72,19 @@ def timed(function, *args, **kwargs):  # type: ignore[no-untyped-def]
 
 
 def sweep(loaded: LoadedModel, data: LabelledTexts, batch_size: int) -> None:
-    fast, fast_s = timed(ablation_sweep, loaded, data, batch_size=batch_size)
-    naive, naive_s = timed(ablation_sweep, loaded, data, batch_size=batch_size, reuse_lower_layers=False)
+    task = ClassifierTask(loaded, data)
+    fast, fast_s = timed(ablation_sweep, task, batch_size=batch_size)
+    naive, naive_s = timed(ablation_sweep, task, batch_size=batch_size, reuse_lower_layers=False)
     sorted_scores, sorted_s = timed(naive_on_sorted_batches, loaded, data, batch_size)
-    same = np.array_equal(fast.accuracy, naive.accuracy) and fast.baseline == naive.baseline
-    same_sorted = np.array_equal(fast.accuracy, sorted_scores)
-    heads = fast.accuracy.size
+    same = np.array_equal(fast.scores, naive.scores) and fast.baseline == naive.baseline
+    same_sorted = np.array_equal(fast.scores, sorted_scores)
+    heads = fast.scores.size
     print(f"Single-head ablation, {heads} heads x {len(data)} dev examples (accuracy {fast.baseline:.4f}):")
     print("| method | wall s | CPU s | sweep speed-up (wall / CPU) | same per-head accuracies as the sweep |")
     print("|---|---|---|---|---|")
     rows = (
         ("sweep: lower layers reused, length-sorted batches", fast_s, "-"),
-        ("naive: predict_logits per head (input order)", naive_s, same),
+        ("naive: a full pass per head (input order)", naive_s, same),
         ("naive: full passes on the sweep's sorted batches", sorted_s, same_sorted),
     )
     for name, (wall, cpu), equal in rows:
@@ -93,7 +95,7 @@ def sweep(loaded: LoadedModel, data: LabelledTexts, batch_size: int) -> None:
 
 
 def pruning(loaded: LoadedModel, data: LabelledTexts, batch_size: int, repeats: int) -> None:
-    order = head_importance(loaded, data).removal_order()
+    order = head_importance(ClassifierTask(loaded, data)).removal_order()
     print(f"\nStructural pruning, least important heads first, {len(data)} dev examples, batch {batch_size}:")
     print("| heads removed | parameters | dev accuracy | seconds (pruned / unpruned) | speed-up |")
     print("|---|---|---|---|---|")

@@ -278,11 +278,11 @@ def test_ray_ablation_equals_a_local_run(
     local = local_ablation
     assert distributed.examples == local.examples == ABLATION_EXAMPLES
     assert distributed.ablation.baseline == local.ablation.baseline
-    np.testing.assert_array_equal(distributed.ablation.accuracy, local.ablation.accuracy)
-    assert len(np.unique(local.ablation.accuracy)) > 1  # removing heads changes some predictions
+    np.testing.assert_array_equal(distributed.ablation.scores, local.ablation.scores)
+    assert len(np.unique(local.ablation.scores)) > 1  # removing heads changes some predictions
     np.testing.assert_array_equal(distributed.importance.raw, local.importance.raw)
-    np.testing.assert_array_equal(distributed.curve_by_importance, local.curve_by_importance)
-    np.testing.assert_array_equal(distributed.curve_by_ablation, local.curve_by_ablation)
+    np.testing.assert_array_equal(distributed.curves["importance"], local.curves["importance"])
+    np.testing.assert_array_equal(distributed.curves["ablation"], local.curves["ablation"])
     heads = 72 * ABLATION_EXAMPLES
     assert len(stages["Ablating single heads"]) == 4 and stages["Ablating single heads"][-1] == (heads, heads)
     assert stages["Head importance"][-1] == (ABLATION_EXAMPLES, ABLATION_EXAMPLES)

@@ -17,12 +17,13 @@ from typer.testing import CliRunner
 
 from bertology.cli import app
 from bertology.corpus.encoding import encode
-from bertology.interventions.ablation import _sweep_full_passes, _sweep_reusing, ablation_sweep
+from bertology.interventions.ablation import ablation_sweep, sweep_outputs
 from bertology.interventions.attention_gradients import attention_gradients
 from bertology.interventions.curves import pruning_curve, removal_counts
 from bertology.interventions.data import LabelledTexts
 from bertology.interventions.gates import head_gates
 from bertology.interventions.importance import head_importance
+from bertology.interventions.task import ClassifierTask, Inputs
 from bertology.models.loading import LoadedModel, load_model, wrap_model
 
 TEXTS = [
@@ -50,6 +51,11 @@ SST2_ROWS = [
 ]  # fmt: skip
 
 
+def logits(values: torch.Tensor, inputs: Inputs, rows: np.ndarray) -> torch.Tensor:
+    """What :func:`sweep_outputs` keeps of each example: its logits."""
+    return values.float()
+
+
 def labelled(loaded: LoadedModel, texts: list[str]) -> LabelledTexts:
     """``texts`` labelled with the model's own predictions with every head (baseline accuracy 1)."""
     encoded = encode(loaded.tokenizer, texts, max_length=loaded.max_length)
@@ -64,12 +70,13 @@ def test_reusing_lower_layers_gives_the_naive_logits(
 ) -> None:
     loaded = tiny_classifier(tiny_model_dirs[architecture])
     data = labelled(loaded, TEXTS)
-    fast_baseline, fast = _sweep_reusing(loaded, data, 4, None)
-    slow_baseline, slow = _sweep_full_passes(loaded, data, 4, None)
+    task = ClassifierTask(loaded, data)
+    fast_baseline, fast = sweep_outputs(task, logits, batch_size=4)
+    slow_baseline, slow = sweep_outputs(task, logits, batch_size=4, reuse_lower_layers=False)
     np.testing.assert_allclose(fast_baseline, slow_baseline, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(fast, slow, rtol=1e-5, atol=1e-6)
     assert np.abs(slow - slow_baseline).max() > 1e-4  # removing heads changes the logits
-    assert fast.shape == (loaded.num_layers, loaded.num_heads, len(TEXTS), 2)
+    assert fast.shape == (loaded.num_layers * loaded.num_heads, len(TEXTS), 2)
 
 
 def test_sweep_accuracies_equal_the_naive_loop_on_the_default_model() -> None:
@@ -77,21 +84,23 @@ def test_sweep_accuracies_equal_the_naive_loop_on_the_default_model() -> None:
     loaded = load_model(classifier=True, labels=["0", "1"])
     data = LabelledTexts([text for text, _ in SST2_ROWS[:3]], None, np.array([1, 0, 1]))
     done: list[int] = []
-    fast = ablation_sweep(loaded, data, batch_size=2, on_progress=lambda count, total: done.append(count))
-    slow = ablation_sweep(loaded, data, batch_size=2, reuse_lower_layers=False)
+    task = ClassifierTask(loaded, data)
+    fast = ablation_sweep(task, batch_size=2, on_progress=lambda count, total: done.append(count))
+    slow = ablation_sweep(task, batch_size=2, reuse_lower_layers=False)
     assert fast.baseline == slow.baseline
-    np.testing.assert_array_equal(fast.accuracy, slow.accuracy)
+    np.testing.assert_array_equal(fast.scores, slow.scores)
     assert done[-1] == 72 * 3
     frame = fast.to_frame()
     assert list(frame.columns) == ["layer", "head", "accuracy", "change"]
     np.testing.assert_allclose(frame["change"], frame["accuracy"] - fast.baseline)
+    assert fast.count == 3
 
 
 def test_importance_equals_finite_differences(tiny_model_dirs: dict[str, Path]) -> None:
     loaded = tiny_classifier(tiny_model_dirs["bert"])
     loaded.model.double()
     data = LabelledTexts(TEXTS[:3], None, np.array([0, 1, 1]))
-    importance = head_importance(loaded, data, batch_size=2)
+    importance = head_importance(ClassifierTask(loaded, data), batch_size=2)
 
     layers, heads, step = loaded.num_layers, loaded.num_heads, 1e-5
     expected = np.zeros((layers, heads))
@@ -125,7 +134,7 @@ def test_pruning_curve_ends_are_the_full_and_the_headless_model(tiny_model_dirs:
     loaded = tiny_classifier(tiny_model_dirs["electra"])
     data = labelled(loaded, TEXTS)
     order = [(layer, head) for layer in range(3) for head in range(4)]
-    curve = pruning_curve(loaded, data, order, [0, 12])
+    curve = pruning_curve(ClassifierTask(loaded, data), order, [0, 12])
     assert curve[0] == 1.0  # the labels are the full model's predictions
     with head_gates(loaded, torch.zeros(3, 4)):
         headless = labelled(loaded, TEXTS).labels

@@ -24,13 +24,14 @@ from typer.testing import CliRunner
 from bertology import BertologyError
 from bertology.cli import app
 from bertology.corpus.segments import sample_corpus
+from bertology.interventions.ablation import ablation_sweep
+from bertology.interventions.curves import pruning_curve
 from bertology.interventions.decoder_pruning import prune_decoder
+from bertology.interventions.importance import head_importance
 from bertology.interventions.language_model import (
+    LanguageModelTask,
     TokenSequences,
     language_model_loss,
-    loss_ablation_sweep,
-    loss_importance,
-    loss_pruning_curve,
     next_token_losses,
 )
 from bertology.interventions.pruning import save_model
@@ -124,7 +125,7 @@ def test_next_token_losses_are_exact_on_a_large_vocabulary() -> None:
 def test_single_head_ablation_equals_zeroing_its_output_by_hand(
     llama: LoadedModel, corpus: TokenSequences
 ) -> None:
-    ablation = loss_ablation_sweep(llama, corpus, batch_size=2)
+    ablation = ablation_sweep(LanguageModelTask(llama, corpus), batch_size=2)
     expected = np.empty((2, 4))
     for layer, head in np.ndindex(2, 4):
         keep = torch.ones(4)
@@ -135,7 +136,8 @@ def test_single_head_ablation_equals_zeroing_its_output_by_hand(
         ):
             sums, counts = hand_losses(llama, corpus)
         expected[layer, head] = float(sums.sum() / counts.sum())
-    np.testing.assert_allclose(ablation.loss, expected, rtol=1e-5)
+    np.testing.assert_allclose(ablation.scores, expected, rtol=1e-5)
+    assert ablation.count == corpus.predicted_tokens
     assert ablation.baseline == pytest.approx(language_model_loss(llama, corpus), rel=1e-6)
     assert np.ptp(ablation.change) > 1e-3  # the heads matter unequally
     frame = ablation.to_frame()
@@ -146,7 +148,7 @@ def test_single_head_ablation_equals_zeroing_its_output_by_hand(
 def test_importance_equals_autograd_on_a_hand_written_gate(
     llama: LoadedModel, corpus: TokenSequences
 ) -> None:
-    importance = loss_importance(llama, corpus, batch_size=3)
+    importance = head_importance(LanguageModelTask(llama, corpus), batch_size=3)
     magnitudes = []
     for index in range(len(corpus)):
         gate = torch.ones(2, 4, dtype=torch.float32, requires_grad=True)
@@ -160,7 +162,7 @@ def test_importance_equals_autograd_on_a_hand_written_gate(
 
 def test_pruning_curve_ends_with_every_head_removed(llama: LoadedModel, corpus: TokenSequences) -> None:
     order = [(1, 3), (0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (1, 1), (1, 2)]
-    curve = loss_pruning_curve(llama, corpus, order, [0, 1, 8])
+    curve = pruning_curve(LanguageModelTask(llama, corpus), order, [0, 1, 8])
     assert curve[0] == pytest.approx(language_model_loss(llama, corpus), rel=1e-6)
     with torch.no_grad():
         with scaled_heads(llama, lambda layer: torch.tensor([1.0, 1, 1, 0]) if layer == 1 else torch.ones(4)):

@@ -26,11 +26,12 @@ from bertology import BertologyError
 from bertology.cli import app
 from bertology.corpus.encoding import encode
 from bertology.corpus.segments import sample_corpus
-from bertology.interventions.ablation import _sweep_reusing, ablation_sweep, text_replacement
+from bertology.interventions.ablation import ablation_sweep, sweep_outputs
 from bertology.interventions.data import LabelledTexts
 from bertology.interventions.gates import head_gates, record_head_outputs
-from bertology.interventions.language_model import TokenSequences, loss_ablation_sweep, sequence_replacement
+from bertology.interventions.language_model import LanguageModelTask, TokenSequences
 from bertology.interventions.replacement import resample_sources
+from bertology.interventions.task import ClassifierTask
 from bertology.models.loading import LoadedModel, load_model
 
 TEXTS = ["The quick brown fox jumps over the lazy dog.", "I went to the store.", "Heads look back."]
@@ -125,10 +126,10 @@ def test_mean_ablation_of_a_decoder_equals_the_mean_put_in_by_hand(
             with pre_hooks(projections, replaced_head(layer, head, 8, means[layer])):
                 losses = [sequence_loss(llama, ids) for ids in data.ids]
             expected[layer, head] = sum(loss for loss, _ in losses) / sum(count for _, count in losses)
-    ablation = loss_ablation_sweep(llama, data, ablation="mean", batch_size=3)
-    np.testing.assert_allclose(ablation.loss, expected, rtol=1e-5)
-    zero = loss_ablation_sweep(llama, data, batch_size=3)
-    assert np.abs(ablation.loss - zero.loss).max() > 1e-4  # mean is not zero
+    ablation = ablation_sweep(LanguageModelTask(llama, data), ablation="mean", batch_size=3)
+    np.testing.assert_allclose(ablation.scores, expected, rtol=1e-5)
+    zero = ablation_sweep(LanguageModelTask(llama, data), batch_size=3)
+    assert np.abs(ablation.scores - zero.scores).max() > 1e-4  # mean is not zero
 
 
 def test_mean_ablation_is_per_position_for_equal_lengths(
@@ -145,9 +146,10 @@ def test_mean_ablation_is_per_position_for_equal_lengths(
             with pre_hooks(projections, replaced_head(layer, head, 8, mean)):
                 losses = [sequence_loss(llama, row) for row in ids]
             expected[layer, head] = sum(loss for loss, _ in losses) / sum(count for _, count in losses)
-    replacement = sequence_replacement(llama, data, "mean")
+    replacement = LanguageModelTask(llama, data).replacement("mean")
     assert replacement.per_position and "at each position" in replacement.description
-    np.testing.assert_allclose(loss_ablation_sweep(llama, data, ablation="mean").loss, expected, rtol=1e-5)
+    ablation = ablation_sweep(LanguageModelTask(llama, data), ablation="mean")
+    np.testing.assert_allclose(ablation.scores, expected, rtol=1e-5)
 
 
 def test_resample_ablation_of_a_decoder_equals_the_other_output_put_in_by_hand(
@@ -156,7 +158,7 @@ def test_resample_ablation_of_a_decoder_equals_the_other_output_put_in_by_hand(
     llama, projections = decoder
     ids = np.random.default_rng(1).integers(3, llama.model.config.vocab_size, (3, 7))
     data = TokenSequences.of_ids(ids)
-    sources = sequence_replacement(llama, data, "resample", seed=3).sources
+    sources = LanguageModelTask(llama, data).replacement("resample", seed=3).sources
     with torch.no_grad():
         seen = [inputs_seen(projections, lambda row=row: sequence_loss(llama, row)) for row in ids]
         expected = np.empty((2, 4))
@@ -166,8 +168,8 @@ def test_resample_ablation_of_a_decoder_equals_the_other_output_put_in_by_hand(
                 with pre_hooks(projections, replaced_head(layer, head, 8, seen[source][layer])):
                     total += sequence_loss(llama, ids[row])[0]
             expected[layer, head] = total / (3 * 6)
-    ablation = loss_ablation_sweep(llama, data, ablation="resample", seed=3, batch_size=2)
-    np.testing.assert_allclose(ablation.loss, expected, rtol=1e-5)
+    ablation = ablation_sweep(LanguageModelTask(llama, data), ablation="resample", seed=3, batch_size=2)
+    np.testing.assert_allclose(ablation.scores, expected, rtol=1e-5)
 
 
 def classifier_logits(loaded: LoadedModel, texts: list[str]) -> torch.Tensor:
@@ -182,10 +184,14 @@ def test_classifier_ablation_kinds_equal_replacements_by_hand(bert: LoadedModel)
     with torch.no_grad():
         seen = [inputs_seen(projections, lambda text=text: classifier_logits(bert, [text])) for text in TEXTS]
         means = [torch.cat([run[layer][0] for run in seen]).mean(0) for layer in range(bert.num_layers)]
-        sources = text_replacement(bert, data, "resample", seed=5).sources
+        task = ClassifierTask(bert, data)
+        sources = task.replacement("resample", seed=5).sources
         for kind in ("mean", "resample"):
-            replacement = text_replacement(bert, data, kind, seed=5)
-            _, logits = _sweep_reusing(bert, data, 2, None, None, replacement)
+            replacement = task.replacement(kind, seed=5)
+            _, swept = sweep_outputs(
+                task, lambda logits, *_: logits.float(), batch_size=2, replacement=replacement
+            )
+            logits = swept.reshape(bert.num_layers, bert.num_heads, *swept.shape[1:])
             for layer, head in np.ndindex(bert.num_layers, bert.num_heads):
                 for row, text in enumerate(TEXTS):
                     length = len(seen[row][0][0])
@@ -239,7 +245,7 @@ def test_gates_put_a_recorded_output_in_a_heads_place(bert: LoadedModel) -> None
 def test_an_unknown_ablation_is_one_sentence(llama: LoadedModel) -> None:
     data = TokenSequences.of_ids([[5, 6, 7], [8, 9, 10]])
     with pytest.raises(BertologyError, match="must be one of zero, mean, resample, not 'half'"):
-        loss_ablation_sweep(llama, data, ablation="half")
+        ablation_sweep(LanguageModelTask(llama, data), ablation="half")
 
 
 def test_ablate_command_with_mean_ablation_of_a_language_model(
@@ -263,7 +269,7 @@ def test_ablate_command_with_mean_ablation_of_a_language_model(
     torch.manual_seed(0)
     loaded = load_model(tiny_model_dirs["qwen2"], language_model=True)
     data = TokenSequences.of_corpus(loaded, sample_corpus(), max_length=20, max_segments=3)
-    expected = loss_ablation_sweep(loaded, data, ablation="mean").loss.ravel()
+    expected = ablation_sweep(LanguageModelTask(loaded, data), ablation="mean").scores.ravel()
     np.testing.assert_allclose(pd.read_csv(output / "ablation.csv")["loss"], expected, rtol=1e-5)
     assert summary["ablation"] in html.unescape((output / "report.html").read_text())
 
@@ -291,7 +297,8 @@ def test_ablate_command_with_resample_ablation_of_a_classifier(
     )
     assert "(seed 4)" in summary["ablation"]
     data = LabelledTexts(TEXTS, None, np.array([0, 1, 0]))
-    expected = ablation_sweep(loaded, data, ablation="resample", seed=4).accuracy.ravel()
+    task = ClassifierTask(loaded, data)
+    expected = ablation_sweep(task, ablation="resample", seed=4, batch_size=32).scores.ravel()
     np.testing.assert_array_equal(pd.read_csv(output / "ablation.csv")["accuracy"], expected)
 
 

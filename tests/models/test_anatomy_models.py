@@ -21,11 +21,12 @@ import bertology
 from bertology.attention.norms import NormWeighting
 from bertology.corpus.encoding import encode
 from bertology.errors import BertologyError
-from bertology.interventions.ablation import _sweep_full_passes, _sweep_reusing
+from bertology.interventions.ablation import sweep_outputs
 from bertology.interventions.data import LabelledTexts
 from bertology.interventions.gates import head_gates
 from bertology.interventions.importance import head_importance
 from bertology.interventions.pruning import count_parameters, prune_heads, save_model
+from bertology.interventions.task import ClassifierTask
 from bertology.models.anatomy import attention_parts, described_types, describes
 from bertology.models.classify import predict_logits
 from bertology.models.loading import LoadedModel, load_model, wrap_model
@@ -196,8 +197,11 @@ def test_ablation_importance_and_pruning(
     data = LabelledTexts([*TEXTS, TEXT], None, np.array([0, 1, 1]))
 
     # The sweep that reuses the lower layers (each type's own layer arguments) gives the full passes' logits.
-    fast_baseline, fast = _sweep_reusing(loaded, data, 2, None)
-    slow_baseline, slow = _sweep_full_passes(loaded, data, 2, None)
+    task = ClassifierTask(loaded, data)
+    fast_baseline, fast = sweep_outputs(task, lambda logits, *_: logits.float(), batch_size=2)
+    slow_baseline, slow = sweep_outputs(
+        task, lambda logits, *_: logits.float(), batch_size=2, reuse_lower_layers=False
+    )
     np.testing.assert_allclose(fast_baseline, slow_baseline, rtol=1e-5, atol=1e-7)
     assert_close_to(torch.from_numpy(fast), torch.from_numpy(slow), torch.from_numpy(slow_baseline))
 
@@ -227,7 +231,7 @@ def test_ablation_importance_and_pruning(
     # against finite differences in test_ablation; DeBERTa's float32 layer norms blur those in float64).
     # head_importance takes the loss in float32, hence the tolerance.
     loaded.model.double()
-    importance = head_importance(loaded, data, batch_size=2)
+    importance = head_importance(ClassifierTask(loaded, data), batch_size=2)
     expected = importance_one_by_one(loaded, data)
     np.testing.assert_allclose(importance.raw, expected, rtol=1e-4, atol=1e-10)
     assert expected.max() > 1e-8

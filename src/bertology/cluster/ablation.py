@@ -2,7 +2,7 @@
 
 Each worker loads the classifier and the task's dev examples once (:class:`AblationJob`). The sweep's
 shards are runs of heads: a worker computes the accuracy with each of its heads removed
-(:func:`~bertology.interventions.ablation.single_head_accuracies`; a head's logits do not depend on the
+(:func:`~bertology.interventions.ablation.single_head_scores`; a head's logits do not depend on the
 other heads swept, so the accuracies equal a local sweep's exactly). The importance's shards are runs
 of whole batches of consecutive examples: a worker returns each batch's sum of ``|dL/dξ|``
 (:func:`~bertology.interventions.importance.importance_sums`) and the driver adds them in the local
@@ -21,20 +21,17 @@ import numpy as np
 from bertology.cluster.driver import ShardedRun, run_on_shards
 from bertology.cluster.shards import Shard
 from bertology.cluster.workers import WorkerPool
-from bertology.interventions.ablation import AblationResult, single_head_accuracies
+from bertology.interventions.ablation import AblationResult, single_head_scores
 from bertology.interventions.curves import Head
-from bertology.interventions.data import LabelledTexts
-from bertology.interventions.importance import HeadImportance, importance_sums
+from bertology.interventions.importance import IMPORTANCE_BATCH, HeadImportance, importance_sums
 from bertology.interventions.run import AblationRun, dev_examples, run_ablation
+from bertology.interventions.task import ClassifierTask, Task
 from bertology.models.loading import LoadedModel, ModelSpec
 from bertology.progress import Progress
 
 #: Shards per worker of each measure: few enough that a shard's own lower-layer passes cost little, enough
 #: that the workers finish together.
 SHARDS_PER_WORKER = 2
-
-#: Examples per batch of the importance (as :func:`~bertology.interventions.importance.head_importance`).
-IMPORTANCE_BATCH = 16
 
 
 @dataclass(frozen=True)
@@ -52,7 +49,7 @@ class AblationJob:
         """Runs once on each worker: loads the classifier and reads the task's dev examples."""
         loaded = self.model.load()
         _, data = dev_examples(loaded, self.task, self.max_dev)
-        return HeadMeasurer(self, loaded, data)
+        return HeadMeasurer(self, ClassifierTask(loaded, data))
 
 
 @dataclass
@@ -120,8 +117,8 @@ class HeadMeasurer:
     """A worker's started :class:`AblationJob`: a shard of heads (the sweep) or of example numbers (the
     importance), measured on its loaded classifier."""
 
-    def __init__(self, job: AblationJob, loaded: LoadedModel, data: LabelledTexts) -> None:
-        self.job, self.loaded, self.data = job, loaded, data
+    def __init__(self, job: AblationJob, task: ClassifierTask) -> None:
+        self.job, self.task = job, task
 
     def run(self, shard: Shard[Head] | Shard[int]) -> SweepTally | ImportanceTally:
         """A shard of heads: their single-head accuracies. A shard of example numbers (consecutive, in
@@ -130,16 +127,16 @@ class HeadMeasurer:
         match items[0]:
             case (int(), int()):
                 heads = [(int(layer), int(head)) for layer, head in items]
-                baseline, accuracies = single_head_accuracies(
-                    self.loaded, self.data, heads, batch_size=self.job.batch_size
-                )
-                sweep = SweepTally(self.loaded.num_layers, self.loaded.num_heads, len(self.data))
+                baseline, accuracies = single_head_scores(self.task, heads, batch_size=self.job.batch_size)
+                loaded = self.task.loaded
+                sweep = SweepTally(loaded.num_layers, loaded.num_heads, len(self.task))
                 sweep.update(heads, baseline, accuracies.tolist())
                 return sweep
             case _:
-                examples = self.data.part(shard.first_segment, shard.end_segment)
-                importance = ImportanceTally(self.loaded.num_layers, self.loaded.num_heads)
-                for rows, batch_sum in importance_sums(self.loaded, examples, batch_size=IMPORTANCE_BATCH):
+                loaded, data = self.task.loaded, self.task.data
+                examples = ClassifierTask(loaded, data.part(shard.first_segment, shard.end_segment))
+                importance = ImportanceTally(loaded.num_layers, loaded.num_heads)
+                for rows, batch_sum in importance_sums(examples, batch_size=IMPORTANCE_BATCH):
                     importance.update(rows, batch_sum)
                 return importance
 
@@ -165,12 +162,12 @@ def ablate_on_pool(
     layers, heads = loaded.num_layers, loaded.num_heads
     shards = len(pool.actors) * SHARDS_PER_WORKER
 
-    def sweep(data: LabelledTexts, report: Progress | None) -> AblationResult:
-        passes = layers * heads * len(data)
+    def sweep(task: Task, report: Progress | None) -> AblationResult:
+        passes = layers * heads * len(task)
 
         def heads_done(done: int, total: int | None = None, *, stage: str = "") -> None:
             if report is not None:  # as the local sweep counts: example passes
-                report(done * len(data), passes)
+                report(done * len(task), passes)
 
         every_head = [[(layer, head)] for layer, head in np.ndindex(layers, heads)]
         tally = run_on_shards(
@@ -178,15 +175,15 @@ def ablate_on_pool(
             "ablate-sweep",
             job.task,
             every_head,
-            SweepTally(layers, heads, len(data)),
+            SweepTally(layers, heads, len(task)),
             per_shard=-(-len(every_head) // shards),
             batch_size=job.batch_size,
             sharded=ShardedRun(on_progress=heads_done),
         )
         return tally.result()
 
-    def importance(data: LabelledTexts, report: Progress | None) -> HeadImportance:
-        rows = range(len(data))
+    def importance(task: Task, report: Progress | None) -> HeadImportance:
+        rows = range(len(task))
         batches = [list(rows[start : start + IMPORTANCE_BATCH]) for start in rows[::IMPORTANCE_BATCH]]
         tally = run_on_shards(
             pool,
@@ -194,7 +191,7 @@ def ablate_on_pool(
             job.task,
             batches,
             ImportanceTally(layers, heads),
-            per_shard=max(1, -(-len(data) // shards)),
+            per_shard=max(1, -(-len(task) // shards)),
             batch_size=IMPORTANCE_BATCH,
             sharded=ShardedRun(on_progress=report),
         )

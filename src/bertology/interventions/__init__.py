@@ -5,11 +5,13 @@ independent of :mod:`bertology.analysis` and :mod:`bertology.probes`.
 
 - :func:`head_gates`: multiply any heads' outputs by a factor (0 removes them) inside a ``with`` block,
   or move them towards a replacement (e.g. :func:`record_head_outputs` of other inputs).
-- :func:`text_replacement`, :func:`sequence_replacement`: zero, mean or resample ablation
-  (:class:`HeadReplacement`) for a classifier's examples or a decoder's sequences.
-- :func:`ablation_sweep`: accuracy with each single head removed (lower layers computed once per batch).
-- :func:`head_importance`: Michel et al. (2019)'s gradient-based head importance.
-- :func:`pruning_curve`: accuracy as more and more heads are removed in a given order.
+- :class:`Task`: what an intervention is scored by, :class:`ClassifierTask` (accuracy on labelled
+  examples) or :class:`LanguageModelTask` (a decoder's mean next-token cross-entropy on
+  :class:`TokenSequences`); its ``replacement``: zero, mean or resample ablation (:class:`HeadReplacement`).
+- :func:`ablation_sweep`: a task's score with each single head removed (lower layers computed once per
+  batch).
+- :func:`head_importance`: Michel et al. (2019)'s gradient-based head importance, by a task's loss.
+- :func:`pruning_curve`: a task's score as more and more heads are removed in a given order.
 - :func:`prune_heads`: remove heads from the weights (a smaller model that saves and loads again).
 - :func:`attention_gradients`: Clark et al. (2019)'s gradient of the loss by attended-to token kind.
 - :func:`attribute`: Hao et al. (2021)'s self-attention attribution of one input, with its attribution tree;
@@ -19,17 +21,15 @@ independent of :mod:`bertology.analysis` and :mod:`bertology.probes`.
   decoder with each head's direct contribution to the token's logit (:func:`direct_logit_attribution`).
 - :func:`attack`: explanations by changing the input (input reduction, HotFlip), chosen by name.
 - :func:`run_ablation`: all of the above for a classifier on a task's dev set (``bertology ablate``).
-- For decoders, by the language-model loss (mean next-token cross-entropy) on :class:`TokenSequences`:
-  :func:`language_model_loss`, :func:`loss_ablation_sweep`, :func:`loss_importance`,
-  :func:`loss_pruning_curve`, :func:`prune_decoder` and :func:`run_language_model_ablation`
-  (``bertology ablate MODEL --lm-corpus FILE``).
+- For decoders, by the language-model loss: :func:`language_model_loss`, :func:`prune_decoder` and
+  :func:`run_language_model_ablation`, the same study (``bertology ablate MODEL --lm-corpus FILE``).
 - :func:`patch`: activation patching (exact) and attribution patching of every head, head and position or
   residual position on clean/corrupted pairs (:func:`read_pairs`, :func:`ioi_pairs`, :func:`sst2_pairs`);
   :func:`path_patch`: path patching from sender heads through receivers' queries, keys or values
   (``bertology patch``).
 """
 
-from bertology.interventions.ablation import AblationResult, ablation_sweep, text_replacement
+from bertology.interventions.ablation import AblationResult, ablation_sweep
 from bertology.interventions.attacks import Attack, AttackStep, attack
 from bertology.interventions.attention_attribution import (
     AttentionAttribution,
@@ -46,13 +46,9 @@ from bertology.interventions.direct_logit import DirectLogitAttribution, direct_
 from bertology.interventions.gates import head_gates, record_head_outputs
 from bertology.interventions.importance import HeadImportance, head_importance
 from bertology.interventions.language_model import (
-    LossAblation,
+    LanguageModelTask,
     TokenSequences,
     language_model_loss,
-    loss_ablation_sweep,
-    loss_importance,
-    loss_pruning_curve,
-    sequence_replacement,
 )
 from bertology.interventions.language_model_run import LanguageModelAblationRun, run_language_model_ablation
 from bertology.interventions.patching import PatchingResult, PatchingStudy, patch
@@ -62,6 +58,7 @@ from bertology.interventions.pruning import PruningOutcome, prune_and_measure, p
 from bertology.interventions.replacement import HeadReplacement
 from bertology.interventions.run import AblationRun, run_ablation
 from bertology.interventions.saliency import Explanation, explain
+from bertology.interventions.task import ClassifierTask, Task
 from bertology.models.heads import HeadSelection
 
 __all__ = [
@@ -73,6 +70,7 @@ __all__ = [
     "AttentionGradients",
     "AttributionImportance",
     "AttributionTree",
+    "ClassifierTask",
     "DecoderPruning",
     "DirectLogitAttribution",
     "Explanation",
@@ -81,12 +79,13 @@ __all__ = [
     "HeadSelection",
     "LabelledTexts",
     "LanguageModelAblationRun",
-    "LossAblation",
+    "LanguageModelTask",
     "PatchPair",
     "PatchingResult",
     "PatchingStudy",
     "PathPatching",
     "PruningOutcome",
+    "Task",
     "TokenSequences",
     "ablation_sweep",
     "attack",
@@ -100,9 +99,6 @@ __all__ = [
     "head_importance",
     "ioi_pairs",
     "language_model_loss",
-    "loss_ablation_sweep",
-    "loss_importance",
-    "loss_pruning_curve",
     "patch",
     "path_patch",
     "prune_and_measure",
@@ -115,7 +111,5 @@ __all__ = [
     "run_ablation",
     "run_language_model_ablation",
     "save_model",
-    "sequence_replacement",
     "sst2_pairs",
-    "text_replacement",
 ]

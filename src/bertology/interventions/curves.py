@@ -10,13 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-import torch
 
-from bertology.interventions.data import LabelledTexts, batches, eval_mode
-from bertology.interventions.gates import head_gates
-from bertology.interventions.replacement import HeadReplacement, ZeroReplacement
-from bertology.models.classify import accuracy
-from bertology.models.loading import LoadedModel
+from bertology.interventions.replacement import HeadReplacement
+from bertology.interventions.task import Task
 from bertology.progress import Progress
 
 #: A head as ``(layer, head)``, 0-based.
@@ -35,30 +31,25 @@ def removal_counts(total: int) -> list[int]:
 
 
 def pruning_curve(
-    loaded: LoadedModel,
-    data: LabelledTexts,
+    task: Task,
     order: Sequence[Head],
     counts: Sequence[int],
     *,
     replacement: HeadReplacement | None = None,
-    batch_size: int = 32,
+    batch_size: int = 8,
     on_progress: Progress | None = None,
 ) -> np.ndarray:
-    """[len(counts)] accuracy on ``data`` with the first ``count`` heads of ``order`` removed (gate 0), their
-    outputs replaced by ``replacement`` (built on ``data``, e.g. by
-    :func:`~bertology.interventions.ablation.text_replacement`; ``None``: zero).
+    """[len(counts)] ``task``'s score with the first ``count`` heads of ``order`` removed (gate 0), their
+    outputs replaced by ``replacement`` (from :meth:`~bertology.interventions.task.Task.replacement`;
+    ``None``: zero).
 
     on_progress: told the curve points done, out of ``len(counts)``.
     """
-    replace = replacement or ZeroReplacement()
     scores = []
-    with torch.inference_mode(), eval_mode(loaded):
-        for done, count in enumerate(counts, start=1):
-            logits = np.empty((len(data), loaded.model.config.num_labels), np.float32)
-            for batch in batches(loaded, data, batch_size=batch_size):
-                with head_gates(loaded, list(order[:count]), replace(batch.inputs, batch.rows)):
-                    logits[batch.rows] = loaded.model(**batch.inputs).logits.float().cpu().numpy()
-            scores.append(accuracy(logits, data.labels))
-            if on_progress is not None:
-                on_progress(done, len(counts))
+    for done, count in enumerate(counts, start=1):
+        scores.append(
+            task.evaluate(gates=list(order[:count]), replacement=replacement, batch_size=batch_size)
+        )
+        if on_progress is not None:
+            on_progress(done, len(counts))
     return np.array(scores)

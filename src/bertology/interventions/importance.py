@@ -5,7 +5,9 @@ sensitivity to the gate, over the examples ``x`` of a data set:
 
     I_h = E_x | ∂L(x) / ∂ξ_h |
 
-with ``L`` the cross-entropy of the gold label. Each example has its own gates (``[batch, layers, heads]``),
+with ``L(x)`` the task's loss of example ``x`` (:meth:`~bertology.interventions.task.Task.loss`): the
+cross-entropy of the gold label for a classifier, the mean next-token cross-entropy of the sequence for a
+language model. Each example has its own gates (``[batch, layers, heads]``),
 so one backward pass of a batch gives every example's own gradient and the absolute value is taken per
 example, as in the formula (the paper's released code takes it per batch). As in the paper, scores are
 then normalised per layer by their L2 norm: ``I_h / ||I_layer||_2``.
@@ -19,14 +21,16 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import torch
-from torch.nn.functional import cross_entropy
 
 from bertology.interventions.curves import Head, lowest_first
-from bertology.interventions.data import LabelledTexts, batches, eval_mode
+from bertology.interventions.data import eval_mode
 from bertology.interventions.gates import head_gates
-from bertology.models.loading import LoadedModel
+from bertology.interventions.task import Task
 from bertology.progress import Progress
 from bertology.stats.base import head_index_frame
+
+#: Examples per batch of the importance.
+IMPORTANCE_BATCH = 16
 
 
 @dataclass
@@ -62,38 +66,35 @@ class HeadImportance:
 
 
 def head_importance(
-    loaded: LoadedModel,
-    data: LabelledTexts,
+    task: Task,
     *,
-    batch_size: int = 16,
+    batch_size: int = IMPORTANCE_BATCH,
     on_progress: Progress | None = None,
 ) -> HeadImportance:
-    """Importance of every head of the classifier ``loaded`` over ``data`` (see the module docstring).
+    """Importance of every head of ``task``'s model over its examples (see the module docstring).
 
-    on_progress: told the examples done, out of ``len(data)``.
+    on_progress: told the examples done, out of ``len(task)``.
     """
-    total = np.zeros((loaded.num_layers, loaded.num_heads))
+    total = np.zeros((task.loaded.num_layers, task.loaded.num_heads))
     done = 0
-    for rows, batch_sum in importance_sums(loaded, data, batch_size=batch_size):
+    for rows, batch_sum in importance_sums(task, batch_size=batch_size):
         total += batch_sum
         done += rows
         if on_progress is not None:
-            on_progress(done, len(data))
+            on_progress(done, len(task))
     return HeadImportance(total / max(done, 1), done)
 
 
-def importance_sums(
-    loaded: LoadedModel, data: LabelledTexts, *, batch_size: int = 16
-) -> Iterator[tuple[int, np.ndarray]]:
-    """For each batch of consecutive examples of ``data``: its size and ``sum_x |dL(x)/dξ_h|``
-    ([layers, heads] float64). Summed in order over the batches of any split of ``data`` into runs of
+def importance_sums(task: Task, *, batch_size: int = IMPORTANCE_BATCH) -> Iterator[tuple[int, np.ndarray]]:
+    """For each batch of consecutive examples of ``task``: its size and ``sum_x |dL(x)/dξ_h|``
+    ([layers, heads] float64). Summed in order over the batches of any split of the examples into runs of
     whole batches, they give :func:`head_importance`'s sums exactly (:mod:`bertology.cluster.ablation`)."""
-    layers, heads = loaded.num_layers, loaded.num_heads
+    loaded = task.loaded
     with torch.enable_grad(), eval_mode(loaded):
-        for batch in batches(loaded, data, batch_size=batch_size):
-            gates = torch.ones(len(batch.rows), layers, heads, device=loaded.device, requires_grad=True)
+        for inputs, rows in task.batches(batch_size):
+            shape = (len(rows), loaded.num_layers, loaded.num_heads)
+            gates = torch.ones(shape, device=loaded.device, requires_grad=True)
             with head_gates(loaded, gates):
-                logits = loaded.model(**batch.inputs).logits
-            loss = cross_entropy(logits.float(), batch.labels, reduction="sum")
-            (gradient,) = torch.autograd.grad(loss, gates)
-            yield len(batch.rows), gradient.abs().sum(0).cpu().double().numpy()
+                logits = loaded.model(**inputs).logits
+            (gradient,) = torch.autograd.grad(task.loss(logits, inputs, rows), gates)
+            yield len(rows), gradient.abs().sum(0).cpu().double().numpy()

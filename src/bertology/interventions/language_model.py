@@ -9,14 +9,10 @@ such positions in all. A corpus file is read as :func:`bertology.corpus.segments
 decoder (consecutive paragraphs packed into runs of at most ``max_length`` tokens, one running text each);
 constructed sequences (repeated random tokens, say) are given as token ids.
 
+- :class:`LanguageModelTask`: a decoder and its sequences as a :class:`~bertology.interventions.task.Task`,
+  so the single-head sweep, Michel et al.'s importance (``I_h = E_x |∂L(x)/∂ξ_h|`` with ``L(x)`` the mean
+  next-token cross-entropy of sequence ``x``) and the pruning curves of a classifier measure ``L`` too.
 - :func:`language_model_loss`: ``L`` with any head gates.
-- :func:`loss_ablation_sweep`: ``L`` with each single head removed (gate 0, Michel et al. 2019's
-  single-head ablation with the loss as the score; or its output replaced by its mean or another
-  sequence's, :func:`sequence_replacement`), each batch's lower layers computed once
-  (:mod:`~bertology.interventions.partial`).
-- :func:`loss_importance`: Michel et al.'s importance ``I_h = E_x |∂L(x)/∂ξ_h|`` with ``L(x)`` the mean
-  next-token cross-entropy of sequence ``x``, the mean over sequences.
-- :func:`loss_pruning_curve`: ``L`` with more and more heads removed in a given order.
 
 With grouped-query attention each query head has its own gate (its output, before the output projection);
 the key/value head it shares is untouched until all of its query heads are removed, which then computes
@@ -31,22 +27,15 @@ from itertools import islice
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import torch
 
 from bertology.corpus.segments import iter_segments
 from bertology.errors import BertologyError
-from bertology.interventions.curves import Head, lowest_first
-from bertology.interventions.data import eval_mode
-from bertology.interventions.gates import head_gates
-from bertology.interventions.importance import HeadImportance
-from bertology.interventions.partial import logits_from_layer, record_layer_inputs
-from bertology.interventions.replacement import HeadReplacement, ZeroReplacement, head_replacement
+from bertology.interventions.replacement import HeadReplacement, head_replacement
+from bertology.interventions.task import LOSS, Inputs, Score, Task
 from bertology.models.devices import float64_home
 from bertology.models.heads import HeadSelection
 from bertology.models.loading import LoadedModel
-from bertology.progress import Progress
-from bertology.stats.base import head_index_frame
 
 
 @dataclass(frozen=True)
@@ -146,38 +135,6 @@ def token_batches(
         yield {**inputs, "use_cache": False}, rows  # type: ignore[dict-item]
 
 
-def sequence_replacement(
-    loaded: LoadedModel,
-    data: TokenSequences,
-    ablation: str | HeadReplacement,
-    *,
-    seed: int = 0,
-    batch_size: int = 8,
-) -> HeadReplacement:
-    """The replacement of a removed head's output for the decoder ``loaded`` with ``data`` as the reference
-    set: ``ablation`` ``"zero"``, ``"mean"`` or ``"resample"`` (seeded by ``seed``; see
-    :mod:`~bertology.interventions.replacement`), or a replacement already built (returned as it is).
-
-    Raises:
-        BertologyError: an unknown kind, or a set too small for it.
-    """
-
-    def reference(rows: np.ndarray | None, size: int) -> Iterator[tuple[dict[str, torch.Tensor], np.ndarray]]:
-        if rows is None:
-            return token_batches(loaded, data, batch_size=size)
-        chosen = TokenSequences([data.ids[row] for row in rows], [data.origins[row] for row in rows])
-        return ((inputs, rows[found]) for inputs, found in token_batches(loaded, chosen, batch_size=size))
-
-    return head_replacement(
-        loaded,
-        ablation,
-        batches=reference,
-        lengths=lambda: [len(ids) for ids in data.ids],
-        seed=seed,
-        batch_size=batch_size,
-    )
-
-
 def next_token_losses(
     logits: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, chunk: int = 256
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -206,9 +163,57 @@ def next_token_losses(
     return sums, valid.sum(1).to(home)
 
 
-def _batch_loss(logits: torch.Tensor, inputs: dict[str, torch.Tensor]) -> tuple[float, int]:
-    total, counts = next_token_losses(logits, inputs["input_ids"], inputs["attention_mask"])
-    return float(total.sum()), int(counts.sum())
+@dataclass(frozen=True)
+class LanguageModelTask(Task):
+    """The decoder ``loaded`` (with its language-modelling head) scored by its mean next-token cross-entropy
+    ``L`` on the sequences ``data``: per sequence ``s(x)`` the summed cross-entropy, ``w(x)`` the tokens
+    predicted; its loss for the importance is the sequence's mean. Batches are consecutive sequences.
+
+    Raises:
+        BertologyError: a model without a language-modelling head.
+    """
+
+    loaded: LoadedModel
+    data: TokenSequences
+    score: Score = LOSS
+    nothing_scored = "The sequences have no next token to predict (each needs 2 tokens or more)."
+
+    def __post_init__(self) -> None:
+        require_language_model(self.loaded)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def batches(self, batch_size: int, *, by_length: bool = False) -> Iterator[tuple[Inputs, np.ndarray]]:
+        return token_batches(self.loaded, self.data, batch_size=batch_size)
+
+    def parts(self, logits: torch.Tensor, inputs: Inputs, rows: np.ndarray) -> torch.Tensor:
+        sums, counts = next_token_losses(logits, inputs["input_ids"], inputs["attention_mask"])
+        return torch.stack([sums, counts.double()], -1)
+
+    def loss(self, logits: torch.Tensor, inputs: Inputs, rows: np.ndarray) -> torch.Tensor:
+        sums, counts = next_token_losses(logits, inputs["input_ids"], inputs["attention_mask"])
+        return (sums / counts.clamp_min(1)).sum()
+
+    def replacement(
+        self, ablation: str | HeadReplacement, *, seed: int = 0, batch_size: int = 8
+    ) -> HeadReplacement:
+        loaded, data = self.loaded, self.data
+
+        def reference(rows: np.ndarray | None, size: int) -> Iterator[tuple[Inputs, np.ndarray]]:
+            if rows is None:
+                return token_batches(loaded, data, batch_size=size)
+            chosen = TokenSequences([data.ids[row] for row in rows], [data.origins[row] for row in rows])
+            return ((inputs, rows[found]) for inputs, found in token_batches(loaded, chosen, batch_size=size))
+
+        return head_replacement(
+            loaded,
+            ablation,
+            batches=reference,
+            lengths=lambda: [len(ids) for ids in data.ids],
+            seed=seed,
+            batch_size=batch_size,
+        )
 
 
 def language_model_loss(
@@ -221,158 +226,10 @@ def language_model_loss(
 ) -> float:
     """The mean next-token cross-entropy ``L`` (nats per token) of ``loaded`` on ``data``, with head
     ``gates`` if given (see :func:`~bertology.interventions.gates.head_gates`), gated heads taking
-    ``replacement`` (from :func:`sequence_replacement` on ``data``; ``None``: zero).
+    ``replacement`` (from :meth:`LanguageModelTask.replacement` on ``data``; ``None``: zero).
 
     Raises:
         BertologyError: a model without a language-modelling head, or no token to predict.
     """
-    require_language_model(loaded)
-    replace = replacement or ZeroReplacement()
-    total, count = 0.0, 0
-    with torch.inference_mode(), eval_mode(loaded):
-        for inputs, rows in token_batches(loaded, data, batch_size=batch_size):
-            if gates is None:
-                logits = loaded.model(**inputs).logits
-            else:
-                with head_gates(loaded, gates, replace(inputs, rows)):
-                    logits = loaded.model(**inputs).logits
-            batch_total, batch_count = _batch_loss(logits, inputs)
-            total, count = total + batch_total, count + batch_count
-    if count == 0:
-        raise BertologyError("The sequences have no next token to predict (each needs 2 tokens or more).")
-    return total / count
-
-
-@dataclass
-class LossAblation:
-    """The language-model loss with each single head removed.
-
-    baseline: ``L`` with every head (nats per token). loss: [layers, heads] ``L`` with only that head's
-    gate at 0. tokens: predicted tokens averaged over.
-    """
-
-    baseline: float
-    loss: np.ndarray
-    tokens: int
-
-    @property
-    def change(self) -> np.ndarray:
-        """[layers, heads] loss with the head removed minus the baseline (positive: the head helped)."""
-        return self.loss - self.baseline
-
-    def removal_order(self) -> list[Head]:
-        """Every head, the one whose removal leaves the lowest loss first (ties: lower layer, head)."""
-        return lowest_first(self.loss)
-
-    def to_frame(self) -> pd.DataFrame:
-        """One row per head: ``layer``, ``head`` (0-based), ``loss``, ``change``."""
-        return pd.DataFrame(
-            {**head_index_frame(*self.loss.shape), "loss": self.loss.ravel(), "change": self.change.ravel()}
-        )
-
-
-def loss_ablation_sweep(
-    loaded: LoadedModel,
-    data: TokenSequences,
-    *,
-    heads: Sequence[Head] | None = None,
-    ablation: str | HeadReplacement = "zero",
-    seed: int = 0,
-    batch_size: int = 8,
-    on_progress: Progress | None = None,
-) -> LossAblation:
-    """``L`` of ``loaded`` on ``data`` with each head removed alone (``heads``: only those, the others'
-    cells NaN), each batch's lower layers computed once.
-
-    ablation: what a removed head's output becomes, ``"zero"``, ``"mean"`` or ``"resample"`` over ``data``
-        (seeded by ``seed``; see :func:`sequence_replacement`).
-    on_progress: told the sequence passes done so far, out of ``heads * sequences``.
-
-    Raises:
-        BertologyError: a model without a language-modelling head, no token to predict, or an unknown
-            ablation.
-    """
-    require_language_model(loaded)
-    replace = sequence_replacement(loaded, data, ablation, seed=seed, batch_size=batch_size)
-    layers, per_layer = loaded.num_layers, loaded.num_heads
-    sweep = list(np.ndindex(layers, per_layer)) if heads is None else list(heads)
-    totals = np.zeros(len(sweep))
-    baseline_total, count, done = 0.0, 0, 0
-    with torch.inference_mode(), eval_mode(loaded):
-        for inputs, rows in token_batches(loaded, data, batch_size=batch_size):
-            recorded = record_layer_inputs(loaded, inputs)
-            batch_total, batch_count = _batch_loss(recorded.logits, inputs)
-            baseline_total, count = baseline_total + batch_total, count + batch_count
-            replaced = replace(inputs, rows)
-            for index, (layer, head) in enumerate(sweep):
-                gates = torch.ones(layers, per_layer)
-                gates[layer, head] = 0.0
-                logits = logits_from_layer(loaded, inputs, recorded, layer, gates, replaced)
-                totals[index] += _batch_loss(logits, inputs)[0]
-                done += len(rows)
-                if on_progress is not None:
-                    on_progress(done, len(sweep) * len(data))
-    if count == 0:
-        raise BertologyError("The sequences have no next token to predict (each needs 2 tokens or more).")
-    loss = np.full((layers, per_layer), np.nan)
-    for (layer, head), total in zip(sweep, totals, strict=True):
-        loss[layer, head] = total / count
-    return LossAblation(baseline_total / count, loss, count)
-
-
-def loss_importance(
-    loaded: LoadedModel,
-    data: TokenSequences,
-    *,
-    batch_size: int = 8,
-    on_progress: Progress | None = None,
-) -> HeadImportance:
-    """Michel et al.'s importance of every head of ``loaded`` on ``data``: ``raw`` [layers, heads] the mean
-    over sequences ``x`` of ``|∂L(x)/∂ξ_h|``, ``L(x)`` the mean next-token cross-entropy of ``x`` (nats per
-    token, per unit of gate), each sequence with its own gates so the magnitude is taken per sequence.
-
-    on_progress: told the sequences done, out of ``len(data)``.
-    """
-    require_language_model(loaded)
-    total = np.zeros((loaded.num_layers, loaded.num_heads))
-    done = 0
-    with torch.enable_grad(), eval_mode(loaded):
-        for inputs, rows in token_batches(loaded, data, batch_size=batch_size):
-            shape = (len(rows), loaded.num_layers, loaded.num_heads)
-            gates = torch.ones(shape, device=loaded.device, requires_grad=True)
-            with head_gates(loaded, gates):
-                logits = loaded.model(**inputs).logits
-            sums, counts = next_token_losses(logits, inputs["input_ids"], inputs["attention_mask"])
-            per_sequence = sums / counts.clamp_min(1)
-            (gradient,) = torch.autograd.grad(per_sequence.sum(), gates)
-            total += gradient.abs().sum(0).cpu().double().numpy()
-            done += len(rows)
-            if on_progress is not None:
-                on_progress(done, len(data))
-    return HeadImportance(total / max(done, 1), done)
-
-
-def loss_pruning_curve(
-    loaded: LoadedModel,
-    data: TokenSequences,
-    order: Sequence[Head],
-    counts: Sequence[int],
-    *,
-    replacement: HeadReplacement | None = None,
-    batch_size: int = 8,
-    on_progress: Progress | None = None,
-) -> np.ndarray:
-    """[len(counts)] ``L`` on ``data`` with the first ``count`` heads of ``order`` removed (gate 0), their
-    outputs replaced by ``replacement`` (from :func:`sequence_replacement` on ``data``; ``None``: zero).
-
-    on_progress: told the curve points done, out of ``len(counts)``.
-    """
-    losses = []
-    for done, count in enumerate(counts, start=1):
-        chosen = list(order[:count])
-        losses.append(
-            language_model_loss(loaded, data, gates=chosen, replacement=replacement, batch_size=batch_size)
-        )
-        if on_progress is not None:
-            on_progress(done, len(counts))
-    return np.array(losses)
+    task = LanguageModelTask(loaded, data)
+    return task.evaluate(gates=gates, replacement=replacement, batch_size=batch_size)

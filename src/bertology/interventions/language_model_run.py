@@ -10,72 +10,30 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from bertology.errors import BertologyError
-from bertology.interventions.curves import Head, removal_counts
 from bertology.interventions.decoder_pruning import DecoderPruning, prune_decoder
-from bertology.interventions.importance import HeadImportance
-from bertology.interventions.language_model import (
-    LossAblation,
-    TokenSequences,
-    loss_ablation_sweep,
-    loss_importance,
-    loss_pruning_curve,
-    require_language_model,
-    sequence_replacement,
-)
+from bertology.interventions.language_model import LanguageModelTask, TokenSequences, require_language_model
 from bertology.interventions.pruning import save_model
-from bertology.interventions.replacement import ZeroReplacement
+from bertology.interventions.study import HeadStudy, measure_heads
 from bertology.models.loading import LoadedModel
 from bertology.models.surgery import check_prunable
-from bertology.progress import Progress, part_of
-from bertology.summaries import Summarised
+from bertology.progress import Progress
 
 
-@dataclass(repr=False)
-class LanguageModelAblationRun(Summarised):
-    """Everything ``bertology ablate --lm-corpus`` measures, for one decoder on one corpus.
+@dataclass(repr=False, kw_only=True)
+class LanguageModelAblationRun(HeadStudy):
+    """Everything ``bertology ablate --lm-corpus`` measures, for one decoder on one corpus
+    (:class:`~bertology.interventions.study.HeadStudy`: the scores are losses in nats per token; the curves
+    by ``"ablation"``, ``"importance"`` and ``"random"``).
 
-    model_name, corpus: what was measured. sequences, tokens: corpus segments read and tokens predicted.
-    ablation: :class:`~bertology.interventions.language_model.LossAblation`. importance: Michel et al.'s
-    importance by the loss. counts: heads removed at each point of the pruning curves; curve_by_ablation,
-    curve_by_importance, curve_at_random: [len(counts)] loss (nats per token) with that many heads removed
-    in each order (least useful first; random: seeded by ``random_seed``). pruning: the structurally
-    pruned copy (``None`` when not asked for); pruned_dir: its run folder. ablation_kind: how the
-    single-head sweep and the pruning curves remove a head (``"zero"``, ``"mean"``, ``"resample"``);
-    ablation_description: one sentence saying what a removed head's output becomes.
+    corpus: the corpus file's name. sequences, tokens: corpus segments read and tokens predicted.
     """
 
-    model_name: str
     corpus: str
     sequences: int
     tokens: int
-    ablation: LossAblation
-    importance: HeadImportance
-    counts: list[int]
-    curve_by_ablation: np.ndarray
-    curve_by_importance: np.ndarray
-    curve_at_random: np.ndarray
-    random_seed: int
-    pruning: DecoderPruning | None
-    pruned_dir: Path | None
-    seconds: float
-    ablation_kind: str = "zero"
-    ablation_description: str = ZeroReplacement.description
-
-    def curve_frame(self) -> pd.DataFrame:
-        """The pruning curves: ``heads_removed``, ``fraction_removed``, ``loss_by_ablation``,
-        ``loss_by_importance``, ``loss_at_random``."""
-        return pd.DataFrame(
-            {
-                "heads_removed": self.counts,
-                "fraction_removed": np.array(self.counts) / self.ablation.loss.size,
-                "loss_by_ablation": self.curve_by_ablation,
-                "loss_by_importance": self.curve_by_importance,
-                "loss_at_random": self.curve_at_random,
-            }
-        )
+    pruning: DecoderPruning | None = None
 
     def summary(self) -> dict[str, object]:
         summary: dict[str, object] = {
@@ -92,13 +50,6 @@ class LanguageModelAblationRun(Summarised):
             summary["pruned heads"] = self.pruning.removed
             summary["pruned loss"] = self.pruning.loss
         return summary
-
-
-def random_order(layers: int, heads: int, seed: int) -> list[Head]:
-    """Every head of a ``layers`` x ``heads`` model in a seeded random order."""
-    return [
-        (int(i // heads), int(i % heads)) for i in np.random.default_rng(seed).permutation(layers * heads)
-    ]
 
 
 def run_language_model_ablation(
@@ -140,53 +91,33 @@ def run_language_model_ablation(
         check_prunable(loaded.model)
     started = time.perf_counter()
     data = TokenSequences.of_corpus(loaded, corpus, max_length=max_length, max_segments=max_segments)
-    replacement = sequence_replacement(loaded, data, ablation, seed=resample_seed, batch_size=batch_size)
-    single = loss_ablation_sweep(
-        loaded,
-        data,
-        ablation=replacement,
+    task = LanguageModelTask(loaded, data)
+    replacement = task.replacement(ablation, seed=resample_seed, batch_size=batch_size)
+    measured = measure_heads(
+        task,
         batch_size=batch_size,
-        on_progress=part_of(on_progress, stage="Single-head ablation"),
+        replacement=replacement,
+        random_seed=random_seed,
+        importance_batch_size=batch_size,
+        on_progress=on_progress,
     )
-    importance = loss_importance(
-        loaded, data, batch_size=batch_size, on_progress=part_of(on_progress, stage="Head importance")
-    )
-    heads = loaded.num_layers * loaded.num_heads
-    counts = removal_counts(heads)
-    orders = {
-        "ablation": single.removal_order(),
-        "importance": importance.removal_order(),
-        "random": random_order(loaded.num_layers, loaded.num_heads, random_seed),
-    }
-    curves = {
-        name: loss_pruning_curve(
-            loaded,
-            data,
-            order,
-            counts,
-            replacement=replacement,
-            batch_size=batch_size,
-            on_progress=part_of(on_progress, stage=f"Pruning curve ({name})"),
-        )
-        for name, order in orders.items()
-    }
     pruning = None
-    removed = round(prune_fraction * heads)
+    removed = round(prune_fraction * loaded.num_layers * loaded.num_heads)
     if removed > 0:
-        pruned, pruning = prune_decoder(loaded, orders["importance"][:removed], data, batch_size=batch_size)
+        pruned, pruning = prune_decoder(
+            loaded, measured.orders["importance"][:removed], data, batch_size=batch_size
+        )
         if pruned_dir is not None:
             save_model(pruned, pruned_dir)
     return LanguageModelAblationRun(
         model_name=loaded.name,
         corpus=Path(corpus).name,
         sequences=len(data),
-        tokens=single.tokens,
-        ablation=single,
-        importance=importance,
-        counts=counts,
-        curve_by_ablation=curves["ablation"],
-        curve_by_importance=curves["importance"],
-        curve_at_random=curves["random"],
+        tokens=measured.ablation.count,
+        ablation=measured.ablation,
+        importance=measured.importance,
+        counts=measured.counts,
+        curves=measured.curves,
         random_seed=random_seed,
         pruning=pruning,
         pruned_dir=Path(pruned_dir) if pruning is not None and pruned_dir is not None else None,

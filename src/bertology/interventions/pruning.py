@@ -86,6 +86,10 @@ class PrunedHeads:
         """How many times faster the pruned model ran (original seconds / pruned seconds)."""
         return self.baseline_seconds / self.seconds
 
+    def to_dict(self) -> dict[str, object]:
+        """The outcome as JSON values (``summary.json``'s ``pruning``)."""
+        raise NotImplementedError
+
 
 @dataclass
 class PruningOutcome(PrunedHeads):

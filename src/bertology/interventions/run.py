@@ -7,71 +7,44 @@ importance by key category, and a structurally pruned copy with its accuracy and
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from bertology.corpus.readers.glue import GlueTask, read_glue
 from bertology.errors import BertologyError
-from bertology.interventions.ablation import AblationResult, ablation_sweep, text_replacement
+from bertology.interventions.ablation import AblationResult, ablation_sweep
 from bertology.interventions.attention_attribution import AttributionImportance, attribution_importance
 from bertology.interventions.attention_gradients import AttentionGradients, attention_gradients
-from bertology.interventions.curves import pruning_curve, removal_counts
+from bertology.interventions.curves import Head
 from bertology.interventions.data import LabelledTexts
-from bertology.interventions.importance import HeadImportance, head_importance
 from bertology.interventions.pruning import PruningOutcome, prune_and_measure, save_model
-from bertology.interventions.replacement import ZeroReplacement
+from bertology.interventions.study import HeadStudy, ImportanceMeasure, SweepMeasure, measure_heads
+from bertology.interventions.task import ClassifierTask
 from bertology.models.classify import predict_logits
 from bertology.models.loading import LoadedModel, require_encoder
 from bertology.progress import Progress, part_of
-from bertology.summaries import Summarised
-
-#: Measures every head on the dev examples, reporting progress as :func:`ablation_sweep` (example passes)
-#: or :func:`head_importance` (examples) does: in this process by default, on a cluster's workers in
-#: :mod:`bertology.cluster.ablation`.
-SweepMeasure = Callable[[LabelledTexts, Progress | None], AblationResult]
-ImportanceMeasure = Callable[[LabelledTexts, Progress | None], HeadImportance]
 
 
-@dataclass(repr=False)
-class AblationRun(Summarised):
-    """Everything ``bertology ablate`` measures.
+@dataclass(repr=False, kw_only=True)
+class AblationRun(HeadStudy):
+    """Everything ``bertology ablate`` measures (:class:`~bertology.interventions.study.HeadStudy`: the
+    scores are dev accuracies; the curves by ``"ablation"``, ``"importance"``, ``"attribution"`` where
+    measured, and ``"random"``).
 
-    counts: heads removed at each point of the pruning curves; curve_by_ablation, curve_by_importance:
-        [len(counts)] accuracy with that many heads removed in each ranking's order.
-    pruning: the structurally pruned copy (``None`` when not asked for); pruned_dir: its run folder.
     attribution: Hao et al.'s self-attention attribution score of every head on the first dev examples
-        (``None`` when not asked for); curve_by_attribution: [len(counts)] accuracy with heads removed
-        lowest score first. curve_at_random: [len(counts)] accuracy with heads removed in a seeded random
-        order (``random_seed``), the baseline every ranking should beat.
+        (``None`` when not asked for); its curve removes heads lowest score first.
     constant_label: the label the classifier gives every dev example with all its heads (a classifier
         that learned nothing from its inputs), else ``None`` (:attr:`warning` says what it means).
-    ablation_kind: how the single-head sweep and the pruning curves remove a head (``"zero"``, ``"mean"``,
-        ``"resample"``); ablation_description: one sentence saying what a removed head's output becomes.
     """
 
-    model_name: str
     task_name: str
     examples: int
-    ablation: AblationResult
-    importance: HeadImportance
-    counts: list[int]
-    curve_by_ablation: np.ndarray
-    curve_by_importance: np.ndarray
     attention_gradients: AttentionGradients
-    pruning: PruningOutcome | None
-    pruned_dir: Path | None
-    seconds: float
+    pruning: PruningOutcome | None = None
     constant_label: str | None = None
     attribution: AttributionImportance | None = None
-    curve_by_attribution: np.ndarray | None = None
-    curve_at_random: np.ndarray | None = None
-    random_seed: int = 0
-    ablation_kind: str = "zero"
-    ablation_description: str = ZeroReplacement.description
 
     @property
     def warning(self) -> str | None:
@@ -86,28 +59,8 @@ class AblationRun(Summarised):
             "again (more epochs, another learning rate) before ablating."
         )
 
-    def curve_frame(self) -> pd.DataFrame:
-        """The pruning curves: ``heads_removed``, ``fraction_removed``, ``accuracy_by_ablation``,
-        ``accuracy_by_importance`` and, where measured, ``accuracy_by_attribution`` and
-        ``accuracy_at_random``."""
-        total = self.ablation.accuracy.size
-        return pd.DataFrame(
-            {
-                "heads_removed": self.counts,
-                "fraction_removed": np.array(self.counts) / total,
-                "accuracy_by_ablation": self.curve_by_ablation,
-                "accuracy_by_importance": self.curve_by_importance,
-                **(
-                    {}
-                    if self.curve_by_attribution is None
-                    else {"accuracy_by_attribution": self.curve_by_attribution}
-                ),
-                **({} if self.curve_at_random is None else {"accuracy_at_random": self.curve_at_random}),
-            }
-        )
-
     def summary(self) -> dict[str, str | int | float]:
-        layers, heads = self.ablation.accuracy.shape
+        layers, heads = self.ablation.scores.shape
         summary: dict[str, str | int | float] = {
             "model": self.model_name,
             "task": self.task_name,
@@ -175,7 +128,7 @@ def single_head_ablation(
         BertologyError: a bad task folder or labels the classifier does not have.
     """
     _, data = dev_examples(loaded, task_dir, max_dev)
-    return ablation_sweep(loaded, data, batch_size=batch_size, on_progress=on_progress)
+    return ablation_sweep(ClassifierTask(loaded, data), batch_size=batch_size, on_progress=on_progress)
 
 
 def run_ablation(
@@ -217,54 +170,36 @@ def run_ablation(
         )
     require_encoder(loaded, "Head ablation")
     started = time.perf_counter()
-    task, data = dev_examples(loaded, task_dir, max_dev)
-    replacement = text_replacement(loaded, data, ablation, seed=resample_seed, batch_size=batch_size)
+    task_files, data = dev_examples(loaded, task_dir, max_dev)
+    task = ClassifierTask(loaded, data)
+    replacement = task.replacement(ablation, seed=resample_seed, batch_size=batch_size)
     if sweep is not None and replacement.kind != "zero":
         raise BertologyError("Mean and resample ablation run here only, not on a cluster.")
     constant = constant_label(loaded, data, batch_size=batch_size)
 
-    heads = loaded.num_layers * loaded.num_heads
-    sweep_stage = part_of(on_progress, stage="Ablating single heads")
-    importance_stage = part_of(on_progress, stage="Head importance")
-    if sweep is None:
-        single = ablation_sweep(
-            loaded, data, batch_size=batch_size, ablation=replacement, on_progress=sweep_stage
-        )
-    else:
-        single = sweep(data, sweep_stage)
-    if importance is None:
-        importance_of_heads = head_importance(loaded, data, on_progress=importance_stage)
-    else:
-        importance_of_heads = importance(data, importance_stage)
     attribution = None
-    if attribution_examples > 0:
+
+    def by_attribution() -> dict[str, list[Head]]:
+        nonlocal attribution
+        if attribution_examples <= 0:
+            return {}
         attribution = attribution_importance(
             loaded,
             data.part(0, attribution_examples),
             on_progress=part_of(on_progress, stage="Self-attention attribution"),
         )
-    random_order = [
-        (int(i // loaded.num_heads), int(i % loaded.num_heads))
-        for i in np.random.default_rng(random_seed).permutation(heads)
-    ]
-    counts = removal_counts(heads)
-    curves = [
-        pruning_curve(
-            loaded,
-            data,
-            order,
-            counts,
-            replacement=replacement,
-            batch_size=batch_size,
-            on_progress=part_of(on_progress, stage=f"Pruning curve by {name}"),
-        )
-        for name, order in (
-            ("ablation", single.removal_order()),
-            ("importance", importance_of_heads.removal_order()),
-            *([] if attribution is None else [("attribution", attribution.removal_order())]),
-            ("random", random_order),
-        )
-    ]
+        return {"attribution": attribution.removal_order()}
+
+    measured = measure_heads(
+        task,
+        batch_size=batch_size,
+        replacement=replacement,
+        random_seed=random_seed,
+        sweep=sweep,
+        importance=importance,
+        more_orders=by_attribution,
+        on_progress=on_progress,
+    )
     gradients = attention_gradients(
         loaded, data, on_progress=part_of(on_progress, stage="Attention gradients")
     )
@@ -272,7 +207,7 @@ def run_ablation(
     if prune_fraction > 0:
         if on_progress is not None:
             on_progress(0, 1, stage="Pruning and timing")
-        chosen = importance_of_heads.removal_order()[: round(prune_fraction * heads)]
+        chosen = measured.orders["importance"][: round(prune_fraction * loaded.num_layers * loaded.num_heads)]
         pruned, pruning = prune_and_measure(loaded, chosen, data, batch_size=batch_size)
         if pruned_dir is not None:
             save_model(pruned, pruned_dir)
@@ -280,21 +215,18 @@ def run_ablation(
             on_progress(1, 1, stage="Pruning and timing")
     return AblationRun(
         model_name=loaded.name,
-        task_name=task.name,
+        task_name=task_files.name,
         examples=len(data),
-        ablation=single,
-        importance=importance_of_heads,
-        counts=counts,
-        curve_by_ablation=curves[0],
-        curve_by_importance=curves[1],
+        ablation=measured.ablation,
+        importance=measured.importance,
+        counts=measured.counts,
+        curves=measured.curves,
         attention_gradients=gradients,
         pruning=pruning,
         pruned_dir=Path(pruned_dir) if pruning is not None and pruned_dir is not None else None,
         seconds=time.perf_counter() - started,
         constant_label=constant,
         attribution=attribution,
-        curve_by_attribution=None if attribution is None else curves[2],
-        curve_at_random=curves[-1],
         random_seed=random_seed,
         ablation_kind=replacement.kind,
         ablation_description=replacement.description,

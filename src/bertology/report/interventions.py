@@ -4,6 +4,7 @@ explanations (``bertology explain``)."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -15,10 +16,10 @@ from bertology.files.run_files import ATTRIBUTION_IMPORTANCE_FILE, REPORT_FILE, 
 from bertology.interventions import direct_logit
 from bertology.interventions.attention_gradients import CATEGORIES
 from bertology.interventions.direct_logit import DirectLogitAttribution
-from bertology.interventions.language_model_run import LanguageModelAblationRun
 from bertology.interventions.pruning import PruningOutcome
 from bertology.interventions.run import AblationRun
 from bertology.interventions.saliency import Explanation
+from bertology.interventions.study import HeadStudy
 from bertology.report import page, plots
 from bertology.report.analysis import docstring
 from bertology.stats.base import HeadTable
@@ -36,23 +37,32 @@ POSITIVE_RGB = (214, 39, 40)
 NEGATIVE_RGB = (31, 119, 180)
 
 
-def _curve_figure(frame: pd.DataFrame) -> Figure:
-    """Accuracy against the number of heads removed, one line per ranking (Michel et al. 2019, Fig. 2)."""
+#: The legend of each order of a pruning curve.
+ORDER_LEGENDS = {
+    "ablation": "ranked by single-head ablation",
+    "importance": "ranked by importance",
+    "attribution": "ranked by self-attention attribution",
+    "random": "in a seeded random order",
+}
+
+
+def _curve_figure(run: HeadStudy, frame: pd.DataFrame, axis_label: str) -> Figure:
+    """The score (``axis_label``) against the number of heads removed, one line per order (Michel et al.
+    2019, Fig. 2)."""
     figure = plots.new_figure(6.0, 3.6)
     ax = figure.subplots()
-    for index, (column, label) in enumerate(
-        (
-            ("accuracy_by_ablation", "ranked by single-head ablation"),
-            ("accuracy_by_importance", "ranked by importance"),
-            ("accuracy_by_attribution", "ranked by self-attention attribution"),
-            ("accuracy_at_random", "in a seeded random order"),
+    for order, column in zip(run.curves, frame.columns[2:], strict=True):
+        index = list(ORDER_LEGENDS).index(order)
+        ax.plot(
+            frame["heads_removed"],
+            frame[column],
+            marker=plots.MARKERS[index],
+            ms=4,
+            lw=1.6,
+            label=ORDER_LEGENDS[order],
         )
-    ):
-        if column not in frame:
-            continue
-        ax.plot(frame["heads_removed"], frame[column], marker=plots.MARKERS[index], ms=4, lw=1.6, label=label)
     ax.set_xlabel("heads removed (least useful first)", fontsize=9)
-    ax.set_ylabel("dev accuracy", fontsize=9)
+    ax.set_ylabel(axis_label, fontsize=9)
     ax.tick_params(labelsize=8)
     ax.grid(alpha=0.3, lw=0.5)
     ax.legend(fontsize=8, frameon=False)
@@ -139,6 +149,22 @@ def _pruning_section(outcome: PruningOutcome, pruned_dir: Path | None) -> page.S
     return page.Section("Structural pruning", "pruning", blocks)
 
 
+@dataclass(frozen=True)
+class StudyWording:
+    """How an ablation report words its study: baseline, its first sentence (the score with every head);
+    head, what a removed unit is called; examples, what the importance averages over; loss, the loss
+    differentiated; axis_label, the score on a plot's axis; sign, what the sign of a change means (or "");
+    attribution, whether the study may rank heads by self-attention attribution."""
+
+    baseline: str
+    head: str
+    examples: str
+    loss: str
+    axis_label: str
+    sign: str = ""
+    attribution: bool = False
+
+
 def how_removed(kind: str, description: str) -> str:
     """How the study removed a head, for its report: the gate for zero ablation, else the replacement's
     ``description`` (:mod:`~bertology.interventions.replacement`)."""
@@ -147,13 +173,12 @@ def how_removed(kind: str, description: str) -> str:
     return f"{description}, before the output projection"
 
 
-def write_ablation_files(
-    run: AblationRun | LanguageModelAblationRun, target: Path, dpi: int, *, change: str, unit: str
-) -> tuple[pd.DataFrame, bytes, bytes]:
+def write_study(run: HeadStudy, target: Path, dpi: int, wording: StudyWording) -> list[page.Section]:
     """What every ablation folder holds, a classifier's or a language model's: ``ablation.csv``,
     ``importance.csv``, ``pruning_curve.csv``, ``summary.json`` (with the curve and ``pruning``), the
-    folder's mark, and the heatmaps of the single-head change (titled ``change``, in ``unit``) and of the
-    importance in ``plots/``. Returns the curve and the two heatmaps' PNG bytes."""
+    folder's mark, and in ``plots/`` the heatmaps of the single-head change and of the importance and the
+    pruning curves. Returns the report's sections on them: single-head ablation, head importance and
+    pruning curves, in ``wording``."""
     target.mkdir(parents=True, exist_ok=True)
     ablation, importance = run.ablation, run.importance
     ablation.to_frame().to_csv(target / "ablation.csv", index=False)
@@ -167,12 +192,13 @@ def write_ablation_files(
     }
     (target / SUMMARY_FILE).write_text(json.dumps(summary, indent=2), encoding="utf-8")
     mark_run(target, "ablation")
+    score = ablation.score
     ablation_png = plots.heatmap_png(
         target,
         "ablation",
-        {change: ablation.change},
+        {f"{score.name} change when removed": ablation.change},
         dpi,
-        unit=unit,
+        unit=f"{score.name} change" if score.unit == score.name else score.unit,
         value_range=plots.value_range_of(ablation.change, symmetric=True),
         cmap=plots.DIVERGING_COLORMAP,
     )
@@ -184,37 +210,27 @@ def write_ablation_files(
         columns=2,
         unit="E|dL/dξ|",
     )
-    return curve, ablation_png, importance_png
-
-
-def write_ablation_report(run: AblationRun, outdir: str | Path, *, dpi: int = 110) -> Path:
-    """Write the results of :func:`~bertology.interventions.run.run_ablation` into ``outdir``:
-    ``ablation.csv``, ``importance.csv``, ``pruning_curve.csv``, ``attention_gradients.csv`` (per head) and
-    ``attention_gradients_by_layer.csv``, ``summary.json`` (with ``pruning``), the PNGs in ``plots/`` and
-    ``report.html``; return the report."""
-    target = Path(outdir)
-    ablation, gradients = run.ablation, run.attention_gradients
-    curve, ablation_png, importance_png = write_ablation_files(
-        run, target, dpi, change="accuracy change when removed", unit="accuracy change"
-    )
-    gradients.to_frame().to_csv(target / "attention_gradients.csv", index=False)
-    if run.attribution is not None:
-        run.attribution.to_frame().to_csv(target / ATTRIBUTION_IMPORTANCE_FILE, index=False)
-    by_layer = pd.DataFrame(gradients.per_layer, columns=list(CATEGORIES)).rename_axis("layer").reset_index()
-    by_layer.to_csv(target / "attention_gradients_by_layer.csv", index=False)
-    curve_png = _save_png(target, "pruning_curve", _curve_figure(curve), dpi)
+    curve_png = _save_png(target, "pruning_curve", _curve_figure(run, curve, wording.axis_label), dpi)
     removal = how_removed(run.ablation_kind, run.ablation_description)
-    gradient_png = _save_png(target, "attention_gradients", _gradient_figure(run), dpi)
-    sections = [
+    best = "highest" if score.higher_is_better else "lowest"
+    orders = [
+        f"by the {score.name} left when the head alone is removed ({best} first)",
+        "by normalised importance (lowest first)",
+        *(["by self-attention attribution (lowest first, where measured)"] if wording.attribution else []),
+        f"in a random order (seed {run.random_seed})",
+    ]
+    return [
         page.Section(
             "Single-head ablation",
             "ablation",
             [
                 page.paragraph(
-                    f"Dev accuracy with every head: {ablation.baseline:.4f}. Each cell is the accuracy "
-                    f"with only that head removed ({removal}) minus that baseline (Michel et al. 2019)."
+                    f"{wording.baseline} Each cell is the {score.name} with only that {wording.head} removed "
+                    f"({removal}) minus that baseline{wording.sign} (Michel et al. 2019)."
                 ),
-                page.figure(ablation_png, alt="accuracy change per head", caption="Layer x head, 0-based."),
+                page.figure(
+                    ablation_png, alt=f"{score.name} change per head", caption="Layer x head, 0-based."
+                ),
             ],
         ),
         page.Section(
@@ -222,10 +238,10 @@ def write_ablation_report(run: AblationRun, outdir: str | Path, *, dpi: int = 11
             "importance",
             [
                 page.paragraph(
-                    "Michel et al.'s importance I_h = E_x |∂L(x)/∂ξ_h|: the mean over dev examples of "
-                    "the magnitude of the gradient of the example's cross-entropy with respect to the head's "
-                    "gate ξ_h (1 = unchanged). Left: normalised by the L2 norm of its layer's scores, as in "
-                    "the paper; right: raw."
+                    "Michel et al.'s importance I_h = E_x |∂L(x)/∂ξ_h|: the mean over "
+                    f"{wording.examples} of the magnitude of the gradient of {wording.loss} with respect to "
+                    "the head's gate ξ_h (1 = unchanged). Left: normalised by the L2 norm of its layer's "
+                    "scores, as in the paper; right: raw."
                 ),
                 page.figure(importance_png, alt="head importance", caption="Layer x head, 0-based."),
             ],
@@ -235,16 +251,39 @@ def write_ablation_report(run: AblationRun, outdir: str | Path, *, dpi: int = 11
             "curves",
             [
                 page.paragraph(
-                    f"Dev accuracy after removing ({run.ablation_kind} ablation) more and more heads, least "
-                    "useful first: by "
-                    "the accuracy left when the head alone is removed (highest first), by normalised "
-                    "importance (lowest first), by self-attention attribution (lowest first, where measured) "
-                    f"and in a random order (seed {run.random_seed})."
+                    f"{wording.axis_label.capitalize()} after removing ({run.ablation_kind} ablation) more "
+                    f"and more heads, least useful first: {', '.join(orders[:-1])} and {orders[-1]}."
                 ),
                 page.table(curve, float_format="{:.4f}"),
                 page.figure(curve_png, alt="pruning curves"),
             ],
         ),
+    ]
+
+
+def write_ablation_report(run: AblationRun, outdir: str | Path, *, dpi: int = 110) -> Path:
+    """Write the results of :func:`~bertology.interventions.run.run_ablation` into ``outdir``:
+    ``ablation.csv``, ``importance.csv``, ``pruning_curve.csv``, ``attention_gradients.csv`` (per head) and
+    ``attention_gradients_by_layer.csv``, ``summary.json`` (with ``pruning``), the PNGs in ``plots/`` and
+    ``report.html``; return the report."""
+    target = Path(outdir)
+    gradients = run.attention_gradients
+    wording = StudyWording(
+        baseline=f"Dev accuracy with every head: {run.ablation.baseline:.4f}.",
+        head="head",
+        examples="dev examples",
+        loss="the example's cross-entropy",
+        axis_label="dev accuracy",
+        attribution=True,
+    )
+    sections = write_study(run, target, dpi, wording)
+    gradients.to_frame().to_csv(target / "attention_gradients.csv", index=False)
+    if run.attribution is not None:
+        run.attribution.to_frame().to_csv(target / ATTRIBUTION_IMPORTANCE_FILE, index=False)
+    by_layer = pd.DataFrame(gradients.per_layer, columns=list(CATEGORIES)).rename_axis("layer").reset_index()
+    by_layer.to_csv(target / "attention_gradients_by_layer.csv", index=False)
+    gradient_png = _save_png(target, "attention_gradients", _gradient_figure(run), dpi)
+    sections += [
         page.Section(
             "Attention gradients",
             "gradients",

@@ -7,34 +7,12 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
 
 from bertology.files.run_files import REPORT_FILE
 from bertology.interventions.decoder_pruning import DecoderPruning
 from bertology.interventions.language_model_run import LanguageModelAblationRun
-from bertology.report import page, plots
-from bertology.report.interventions import how_removed, write_ablation_files
-
-#: The pruning curves' columns with their legends.
-CURVES = (
-    ("loss_by_ablation", "ranked by single-head ablation"),
-    ("loss_by_importance", "ranked by importance"),
-    ("loss_at_random", "in a seeded random order"),
-)
-
-
-def _curve_figure(frame: pd.DataFrame) -> Figure:
-    """Loss against the number of heads removed, one line per order (Michel et al. 2019, Fig. 2)."""
-    figure = plots.new_figure(6.0, 3.6)
-    ax = figure.subplots()
-    for index, (column, label) in enumerate(CURVES):
-        ax.plot(frame["heads_removed"], frame[column], marker=plots.MARKERS[index], ms=4, lw=1.6, label=label)
-    ax.set_xlabel("heads removed (least useful first)", fontsize=9)
-    ax.set_ylabel("next-token cross-entropy (nats)", fontsize=9)
-    ax.tick_params(labelsize=8)
-    ax.grid(alpha=0.3, lw=0.5)
-    ax.legend(fontsize=8, frameon=False)
-    return figure
+from bertology.report import page
+from bertology.report.interventions import StudyWording, write_study
 
 
 def _pruning_section(outcome: DecoderPruning, pruned_dir: Path | None) -> page.Section:
@@ -81,55 +59,17 @@ def write_language_model_ablation_report(
     """Write the results of :func:`~bertology.interventions.language_model_run.run_language_model_ablation`
     into ``outdir``: ``ablation.csv``, ``importance.csv``, ``pruning_curve.csv``, ``summary.json`` (with
     ``pruning``), the PNGs in ``plots/`` and ``report.html``; return the report."""
-    target = Path(outdir)
-    ablation = run.ablation
-    curve, ablation_png, importance_png = write_ablation_files(
-        run, target, dpi, change="loss change when removed", unit="nats per token"
+    wording = StudyWording(
+        baseline=f"Language-model loss with every head: {run.ablation.baseline:.4f} nats per token (the mean "
+        f"next-token cross-entropy over {run.tokens} predicted tokens of {run.sequences} corpus segments).",
+        head="query head",
+        examples="corpus segments x",
+        loss="the segment's mean next-token cross-entropy",
+        axis_label="next-token cross-entropy (nats)",
+        sign=": positive where the head helped",
     )
-    curve_png = plots.to_png(_curve_figure(curve), dpi=dpi)
-    (target / "plots" / "pruning_curve.png").write_bytes(curve_png)
-    sections = [
-        page.Section(
-            "Single-head ablation",
-            "ablation",
-            [
-                page.paragraph(
-                    f"Language-model loss with every head: {ablation.baseline:.4f} nats per token (the mean "
-                    f"next-token cross-entropy over {ablation.tokens} predicted tokens of {run.sequences} "
-                    "corpus segments). Each cell is the loss with only that query head removed "
-                    f"({how_removed(run.ablation_kind, run.ablation_description)}) minus that baseline: "
-                    "positive where the head helped (Michel et al. 2019)."
-                ),
-                page.figure(ablation_png, alt="loss change per head", caption="Layer x head, 0-based."),
-            ],
-        ),
-        page.Section(
-            "Head importance",
-            "importance",
-            [
-                page.paragraph(
-                    "Michel et al.'s importance I_h = E_x |∂L(x)/∂ξ_h|: the mean over corpus segments x of "
-                    "the magnitude of the gradient of the segment's mean next-token cross-entropy with "
-                    "respect to the head's gate ξ_h (1 = unchanged). Left: normalised by the L2 norm of its "
-                    "layer's scores, as in the paper; right: raw."
-                ),
-                page.figure(importance_png, alt="head importance", caption="Layer x head, 0-based."),
-            ],
-        ),
-        page.Section(
-            "Pruning curves",
-            "curves",
-            [
-                page.paragraph(
-                    f"Language-model loss after removing ({run.ablation_kind} ablation) more and more heads, "
-                    "least useful first: by the loss left when the head alone is removed (lowest first), by "
-                    f"normalised importance (lowest first) and in a random order (seed {run.random_seed})."
-                ),
-                page.table(curve, float_format="{:.4f}"),
-                page.figure(curve_png, alt="pruning curves"),
-            ],
-        ),
-    ]
+    target = Path(outdir)
+    sections = write_study(run, target, dpi, wording)
     if run.pruning is not None:
         sections.append(_pruning_section(run.pruning, run.pruned_dir))
     report = target / REPORT_FILE
