@@ -34,6 +34,7 @@ from bertology.errors import BertologyError
 from bertology.files.run_files import DETECTORS_FILE
 from bertology.models.loading import LoadedModel
 from bertology.report.analysis import save_analysis
+from bertology.server.runs import RunsFolder
 
 L = 12  # random tokens per half
 N = 2 * L + 1  # with the first token
@@ -171,6 +172,9 @@ def test_bertology_heads_writes_scores_plots_views_and_report(
     assert f"views/induction_L{summary['top_heads']['induction'][0]['layer']}_H" in report
     first = summary["top_heads"]["previous_token"][0]
     assert f"Strongest heads (0-based): previous_token {first['layer']}-{first['head']} " in result.stdout
+    # the folder is marked as a `heads` run of its model, and the web app lists it so
+    listed = RunsFolder(tmp_path).runs()
+    assert [(run.path, run.kind, run.model) for run in listed] == [("heads", "heads", summary["model"])]
 
 
 def _pattern_mass(

@@ -524,7 +524,7 @@ def save_analysis(
     if loaded.kind == "decoder":
         with stage(on_progress, "Scoring the decoder's heads"):
             detectors = _decoder_detectors(loaded, target)
-    mark_run(target, "analysis")
+    mark_run(target, "analysis", model=analysis.model_name)
     with stage(on_progress, "Drawing the example views"):
         examples = _example_views(analysis, loaded, target)
     with stage(on_progress, "Drawing the plots and the report"):

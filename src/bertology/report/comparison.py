@@ -463,7 +463,7 @@ def write_comparison_report(
             class_="muted",
         ),
     ]
-    mark_run(target, "comparison")
+    mark_run(target, "comparison", model=f"{comparison.a.model_name} vs {comparison.b.model_name}")
     report = target / REPORT_FILE
     title = f"Comparison: {comparison.a.model_name} and {comparison.b.model_name}"
     report.write_text(page.render_page(title, sections, header=header), encoding="utf-8")

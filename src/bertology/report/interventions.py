@@ -166,7 +166,7 @@ def write_ablation_files(
         "pruning": None if run.pruning is None else run.pruning.to_dict(),
     }
     (target / SUMMARY_FILE).write_text(json.dumps(summary, indent=2), encoding="utf-8")
-    mark_run(target, "ablation")
+    mark_run(target, "ablation", model=run.model_name)
     ablation_png = plots.heatmap_png(
         target,
         "ablation",
