@@ -213,7 +213,7 @@ class RunEntry(BaseModel):
     )
     model: str | None = Field(
         None,
-        description="The model the run used, as its mark names it ('A vs B' for a comparison); null: unnamed.",
+        description="The model the run used, as its mark names it ('A vs B': a comparison); null: unnamed.",
     )
     url: str
     explore: str | None = Field(None, description="An analysis's explorer page (/explore?run=PATH), or null.")
