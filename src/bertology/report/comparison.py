@@ -214,8 +214,8 @@ def changed_heading(comparison: ModelComparison, top: int) -> tuple[str, str]:
     return "Heads that differ most between the two models", (
         f"A ({comparison.a.model_name}) and B ({comparison.b.model_name}) are two models of different "
         f"{design}, not one model and its fine-tuned copy: each head of A is matched to the head of B that "
-        f"attends most alike, and these are the {top} matched pairs that still differ most ({unit}), with B's "
-        "matched head's statistics minus A's head's."
+        f"attends most alike, and these are the {top} matched pairs that still differ most ({unit}), "
+        "with B's matched head's statistics minus A's head's."
     )
 
 
