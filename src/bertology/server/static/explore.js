@@ -11,7 +11,11 @@ const run = new URLSearchParams(location.search).get("run"); // null: no run cho
 const SHORT_LABELS = {
   word_pieces: "piece", other_sentence: "other", same_word: "same", next: "next", previous: "prev",
   delimiters: "delim", broad: "broad", none: "none",
+  induction: "induct", duplicate_token: "dup", previous_token: "prev-t", sink: "sink",
 };
+// A decoder's scores on repeated random tokens (heads.csv's score_<detector> columns; the rest are
+// the corpus patterns').
+const DETECTOR_SCORES = new Set(["score_induction", "score_duplicate_token", "score_previous_token"]);
 const UNDEFINED_COLOUR = "#9aa0a6";
 const MAP_FONT = 11; // px of the map's head names, in viewBox units
 let analysis = null;
@@ -370,7 +374,8 @@ function showSummary() {
   for (const name of Object.keys(analysis.statistics)) {
     const option = document.createElement("option");
     option.value = name;
-    option.textContent = name.startsWith("score_") ? `pattern score: ${name.slice(6)}` : name;
+    const kind = DETECTOR_SCORES.has(name) ? "detector score" : "pattern score";
+    option.textContent = name.startsWith("score_") ? `${kind}: ${name.slice(6)}` : name;
     select.append(option);
   }
 }
