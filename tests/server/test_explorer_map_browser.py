@@ -62,6 +62,7 @@ DOTS_JS = """() => [...document.querySelectorAll('#map circle')].map((dot) => [
   `${dot.dataset.layer}-${dot.dataset.head}`])"""
 
 
+@pytest.mark.slow  # about 12 s on 2 busy cores, nearly all of it the server's MDS of 270 heads
 def test_the_dots_of_270_heads_do_not_overlap_and_a_click_selects_the_head_under_it(
     chromium_browser: Any, live: str
 ) -> None:
