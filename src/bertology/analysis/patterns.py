@@ -98,7 +98,8 @@ class PatternThresholds:
     """The lowest score at which each pattern can be a head's label.
 
     For the focused patterns the score is a mean attention mass in [0, 1]; for ``broad`` it is the
-    mean ratio of a row's entropy to the entropy of uniform attention over the query's sentence.
+    mean ratio of a row's entropy to the entropy of uniform attention over the query's sentence, which
+    exceeds 1 where rows spread beyond the sentence (:func:`broad`).
     """
 
     next: float = 0.5
@@ -149,7 +150,15 @@ def broad(rows: RowSummary) -> QueryValues:
     """Broad attention: ``v(q) = H(A[q]) / ln m(q)``, the row's entropy in nats over that of uniform
     attention across ``q``'s sentence (``m(q)`` tokens with ``q``'s segment id, its [CLS] / [SEP]
     included; for causal attention only those up to ``q``); queries: those with ``m(q) >= 2``. For a
-    single text the sentence is the whole segment; attention spread beyond the sentence can score above 1."""
+    single text the sentence is the whole segment.
+
+    The score is not bounded by 1, and is not rescaled to be: its yardstick is uniform attention over the
+    query's *own sentence*, which is what "broad" means here, while a row may spread over every key the
+    query can see. In a pair, a query of text A can attend to text B too, so a row uniform over all ``n``
+    keys scores ``ln n / ln m(q)`` (1.30 for a query of a 10-token sentence in a 20-token pair), and a head
+    whose rows spread across both sentences averages above 1. Where a query sees only its own
+    sentence (a single text, a decoder) a row scores at most 1. The threshold 0.9 asks for rows at least
+    nine tenths as spread as uniform over the sentence; a score above 1 says the head also looks beyond it."""
     sizes = rows.roles.attendable_counts(same_segment=True)
     queries = rows.roles.valid & (sizes >= 2)
     log_size = torch.log(sizes.clamp_min(2).to(rows.entropy.dtype))[:, None, None, :]
