@@ -7,6 +7,7 @@ import html
 import json
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +27,7 @@ from bertology.cli import app
 from bertology.corpus.segments import iter_segments
 from bertology.errors import BertologyError
 from bertology.models.loading import LoadedModel, load_model, wrap_model
-from bertology.report.comparison import relative_depth
+from bertology.report.comparison import changed_heading, relative_depth
 from bertology.training.compare import js_divergence_rows
 
 SST2_ROWS = [
@@ -113,6 +114,7 @@ def test_matching_is_optimal_and_rectangular_when_head_counts_differ() -> None:
 def test_a_model_against_itself_has_zero_differences_and_the_identity_matching(self_comparison) -> None:
     comparison = self_comparison
     assert comparison.level == "token" and comparison.a.segments == 4
+    assert comparison.one_design and changed_heading(comparison, 5)[0] == "Most changed heads"
     assert comparison.matching.is_identity()
     distance = comparison.matching.distance
     assert np.diag(distance).max() < 1e-6  # zero up to float32 rounding
@@ -202,6 +204,14 @@ def test_different_tokenizers_and_shapes_compare_at_the_word_level(
         comparison.position_delta("cls")
     with pytest.raises(BertologyError, match="word level"):
         compare_models(roberta, wide, corpus, AnalysisSettings(limit=1), level="token")
+    # two different models: the report's first section is headed as such, not as one model's changes
+    assert comparison.model_types == ("roberta", "bert") and not comparison.one_design
+    title, opening = changed_heading(comparison, 5)
+    assert title == "Heads that differ most between the two models"
+    assert "different architectures (roberta and bert)" in opening
+    same_type = replace(comparison, model_types=("bert", "bert"))  # still of different shapes and tokenizers
+    assert changed_heading(same_type, 5)[0] == title
+    assert "different layers x heads or tokenizers" in changed_heading(same_type, 5)[1]
 
 
 def test_word_rows_sum_to_one_and_match_themselves(default_model: LoadedModel, corpus: Path) -> None:

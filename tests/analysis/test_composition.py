@@ -18,6 +18,7 @@ import bertology
 from bertology.analysis.composition import composition_scores
 from bertology.cli import app
 from bertology.models.loading import LoadedModel
+from bertology.server.runs import RunsFolder
 
 
 def frobenius_score(left: torch.Tensor, right: torch.Tensor) -> float:
@@ -144,6 +145,10 @@ def test_heads_composition_command(tiny_model_dirs: dict[str, Path], tmp_path: P
     for kind in "qkv":
         assert (output / "plots" / f"composition_{kind}.png").read_bytes().startswith(b"\x89PNG")
     assert "Q-composition" in (output / "report.html").read_text()
+    listed = RunsFolder(tmp_path).runs()  # marked as a `composition` run of its model, and listed so
+    assert [(run.path, run.kind, run.model) for run in listed] == [
+        ("composition", "composition", loaded.name)
+    ]
 
 
 def test_modernbert_with_its_fused_projection(loaded_types: Callable[[str], LoadedModel]) -> None:

@@ -19,7 +19,6 @@ from bertology.analysis.head_detectors import (
     HEAD_SCORES,
     REPEATED_LENGTH,
     SEQUENCES,
-    DetectorThresholds,
     HeadDetection,
     detect_heads,
     detection_patterns,
@@ -27,13 +26,15 @@ from bertology.analysis.head_detectors import (
     repeated_random_tokens,
     sink_scores,
 )
+from bertology.analysis.patterns import DetectorThresholds, decoder_labels
 from bertology.analysis.settings import AnalysisSettings
 from bertology.cli import app
 from bertology.corpus.segments import sample_corpus
 from bertology.errors import BertologyError
-from bertology.files.run_files import DETECTORS_FILE
+from bertology.files.run_files import DETECTORS_FILE, HEADS_FILE
 from bertology.models.loading import LoadedModel
 from bertology.report.analysis import save_analysis
+from bertology.server.runs import RunsFolder
 
 L = 12  # random tokens per half
 N = 2 * L + 1  # with the first token
@@ -171,6 +172,9 @@ def test_bertology_heads_writes_scores_plots_views_and_report(
     assert f"views/induction_L{summary['top_heads']['induction'][0]['layer']}_H" in report
     first = summary["top_heads"]["previous_token"][0]
     assert f"Strongest heads (0-based): previous_token {first['layer']}-{first['head']} " in result.stdout
+    # the folder is marked as a `heads` run of its model, and the web app lists it so
+    listed = RunsFolder(tmp_path).runs()
+    assert [(run.path, run.kind, run.model) for run in listed] == [("heads", "heads", summary["model"])]
 
 
 def _pattern_mass(
@@ -212,3 +216,31 @@ def test_a_decoder_analysis_reports_its_detectors(
     for name, grid in expected.items():
         np.testing.assert_allclose(written[name].to_numpy(), grid.ravel(), atol=1e-5, err_msg=name)
     assert (written[["layer", "head"]].to_numpy() == np.indices(grid.shape).reshape(2, -1).T).all()
+    # heads.csv holds the same scores beside the sink, and its labels follow the decoder's rules on them
+    heads = pd.read_csv(tmp_path / HEADS_FILE, keep_default_na=False, na_values=[""])
+    for name, grid in expected.items():
+        np.testing.assert_allclose(heads[f"score_{name}"].to_numpy(), grid.ravel(), atol=1e-5, err_msg=name)
+    scores = {name: heads[f"score_{name}"].to_numpy() for name in expected} | {
+        "sink": heads["sink"].to_numpy()
+    }
+    corpus_labels = analysis.patterns.labels.ravel()  # the analysis before the detectors: the corpus's labels
+    relabelled = decoder_labels(corpus_labels, scores, DetectorThresholds())
+    assert heads["label"].tolist() == relabelled.tolist()
+    text = report.read_text(encoding="utf-8")
+    assert "<td>induction</td>" in text and "<td>sink</td>" in text  # the label definitions list them
+
+
+def test_decoder_labels_follow_their_precedence() -> None:
+    """One head per rule of decoder_labels, each reaching that rule and every later one (so precedence, not
+    the score's size, decides), and a NaN score that never qualifies."""
+    corpus = np.array([["next", "next", "next", "next", "broad", "none", "broad"]], dtype=object)
+    scores = {
+        "induction": np.array([[0.4, 0.0, 0.0, 0.0, 0.0, 0.0, np.nan]]),
+        "duplicate_token": np.array([[0.9, 0.4, 0.0, 0.0, 0.0, 0.0, 0.0]]),
+        "previous_token": np.array([[0.9, 0.9, 0.5, 0.0, 0.0, 0.0, 0.0]]),
+        "sink": np.array([[0.9, 0.9, 0.9, 0.99, 0.5, 0.49, 0.0]]),
+    }
+    labels = decoder_labels(corpus, scores, DetectorThresholds())
+    expected = ["induction", "duplicate_token", "previous_token", "next", "sink", "none", "broad"]
+    assert labels.tolist() == [expected]
+    assert decoder_labels(corpus, scores, DetectorThresholds(induction=0.5))[0, 0] == "duplicate_token"

@@ -127,6 +127,19 @@ def test_constructed_heads_get_their_labels() -> None:
     assert set(PATTERN_DESCRIPTIONS) == {*PATTERNS, "none"}
 
 
+def test_broad_exceeds_1_exactly_where_rows_spread_beyond_the_sentence() -> None:
+    """Uniform attention over the whole segment: in a single text that is uniform over the sentence (1);
+    in a pair each query's row spreads over both sentences, so it scores ln n / ln m(q) > 1, m(q) being
+    its own sentence's tokens (the broad docstring's account of scores above 1)."""
+    single = accumulate(batch_of(SINGLE, [uniform_head])).result().scores["broad"]
+    assert single[0, 0] == pytest.approx(1.0)
+    pair = PAIRS[0]
+    scores = accumulate(batch_of([pair], [uniform_head])).result().scores["broad"]
+    sizes = np.bincount(pair.segment_ids)[pair.segment_ids]  # m(q): the tokens of q's sentence
+    expected = np.mean(np.log(len(pair.tokens)) / np.log(sizes))
+    assert scores[0, 0] == pytest.approx(expected) and expected > 1.3  # ln 12 / ln 6
+
+
 def test_thresholds_decide_the_label() -> None:
     result = accumulate(batch_of(PAIRS)).result()
     strict = PatternThresholds(next=1.01, broad=2.0)

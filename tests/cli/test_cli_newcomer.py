@@ -50,6 +50,9 @@ def test_comparing_an_encoder_with_a_decoder_draws_single_texts(
     code, stderr = run_in_process([*arguments, "--max-len", "48", "-o", str(output)], capsys)
     assert code == 0, stderr
     assert "template for a pair" not in stderr and (output / "views.html").is_file()
+    report = (output / "report.html").read_text(encoding="utf-8")  # two models, not one model's changes
+    assert "<h2>Heads that differ most between the two models</h2>" in report
+    assert "Most changed heads" not in report and "different architectures (bert and llama)" in report
 
 
 def test_the_models_table_is_one_line_per_type_in_80_columns() -> None:

@@ -49,15 +49,15 @@ def make_runs(base: Path) -> Path:
     (analysis / "plots").mkdir(parents=True)
     (analysis / "report.html").write_text("<!DOCTYPE html><title>Analysis</title><p>heads</p>")
     (analysis / "heads.csv").write_text("layer,head,previous\n0,0,0.5\n")
-    mark_run(analysis, "analysis")
+    mark_run(analysis, "analysis", model="default")
     (analysis / "plots" / "heads.png").write_bytes(PNG)
     probe = root / "probes" / "deps"
     probe.mkdir(parents=True)
     (probe / "report.html").write_text("<!DOCTYPE html><title>Dependency probe</title>")
-    mark_run(probe, "probe", probe="dependency")
+    mark_run(probe, "probe", model="default", probe="dependency")
     run = root / "training" / "run 1"
     (run / "checkpoint" / "nested").mkdir(parents=True)
-    (run / "run.json").write_text('{"steps": 3}')
+    (run / "run.json").write_text('{"steps": 3, "model": "runs/sst2"}')
     (run / "checkpoint" / "nested" / "report.html").write_text("inside a run: not listed on its own")
     (root / "notes").mkdir()
     (root / "notes" / "readme.txt").write_text("plain notes")
@@ -104,11 +104,24 @@ def test_runs_are_listed_by_kind(client: TestClient, runs_root: Path) -> None:
         {
             "path": "analysis",
             "kind": "analysis",
+            "model": "default",
             "url": "/runs/analysis/report.html",
             "explore": "/explore?run=analysis",
         },
-        {"path": "probes/deps", "kind": "probe", "url": "/runs/probes/deps/report.html", "explore": None},
-        {"path": "training/run 1", "kind": "training", "url": "/runs/training/run%201/", "explore": None},
+        {
+            "path": "probes/deps",
+            "kind": "probe",
+            "model": "default",
+            "url": "/runs/probes/deps/report.html",
+            "explore": None,
+        },
+        {
+            "path": "training/run 1",
+            "kind": "training",
+            "model": "runs/sst2",
+            "url": "/runs/training/run%201/",
+            "explore": None,
+        },
     ]  # not the hidden folder, not what is inside a run, no symlinked folders
 
 
@@ -409,7 +422,7 @@ def test_a_fine_tuned_run_is_offered_and_answers_as_a_model(
     root = tmp_path / "runs"
     run = root / "tasks" / "sst2"
     run.mkdir(parents=True)
-    (run / "run.json").write_text('{"steps": 3}')
+    (run / "run.json").write_text('{"steps": 3, "model": "runs/sst2"}')
     shutil.copytree(tiny_model_dirs["bert"], run / "model")
     linked = root / "linked"
     linked.mkdir()

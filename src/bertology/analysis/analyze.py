@@ -29,7 +29,13 @@ from bertology.analysis.distances import (
     RowSampler,
     mds_embedding,
 )
-from bertology.analysis.patterns import HeadPatterns, PatternAccumulator
+from bertology.analysis.patterns import (
+    DECODER_LABELS,
+    DetectorThresholds,
+    HeadPatterns,
+    PatternAccumulator,
+    decoder_labels,
+)
 from bertology.analysis.settings import DEFAULT_SETTINGS, AnalysisSettings
 from bertology.attention.capturing import (
     AttentionBatch,
@@ -80,6 +86,10 @@ class CorpusAnalysis(Summarised):
         ``"bfloat16"`` or ``"float16"``; the statistics are float64 sums either way).
     corpus_cache: how the segments came through the encoded-corpus cache (read from an entry, written to
         one, or not: :class:`~bertology.corpus.cache.CacheUse`; the statistics are the same either way).
+    detectors: a decoder's previous-token, duplicate-token and induction scores on repeated random tokens
+        (:func:`~bertology.analysis.head_detectors.detector_scores`), [layers, heads] each, once
+        :meth:`with_detectors` has added them (then the labels are :func:`~bertology.analysis.patterns.
+        decoder_labels`'); ``None`` for an encoder.
     """
 
     model_name: str
@@ -99,11 +109,28 @@ class CorpusAnalysis(Summarised):
     dtype: str = "float32"
     examples_per_head: int = EXAMPLES_PER_HEAD
     corpus_cache: CacheUse = CACHE_OFF
+    detectors: dict[str, np.ndarray] | None = None
+
+    def with_detectors(
+        self, scores: dict[str, np.ndarray], thresholds: DetectorThresholds | None = None
+    ) -> CorpusAnalysis:
+        """The analysis of a decoder with its detector ``scores`` (``[layers, heads]`` per name of
+        ``previous_token``, ``duplicate_token``, ``induction``) added and its heads labelled by
+        :func:`~bertology.analysis.patterns.decoder_labels` (with the corpus's ``sink`` statistic)."""
+        decoder_scores = {**scores, "sink": self.surface["sink"]}
+        labels = decoder_labels(self.patterns.labels, decoder_scores, thresholds or DetectorThresholds())
+        return replace(self, detectors=dict(scores), patterns=replace(self.patterns, labels=labels))
 
     def heads_frame(self) -> pd.DataFrame:
-        """One row per head: layer, head, every surface statistic, the label, its example segment and
-        every pattern score (as ``score_<pattern>``)."""
-        return head_table_frame(self.surface, self.patterns)
+        """One row per head: layer, head, every surface statistic (a decoder's ``sink`` among them), the
+        label, its example segment (-1 for a decoder label), every pattern score (as ``score_<pattern>``)
+        and, for a decoder, its detector scores (``score_previous_token``, ``score_duplicate_token``,
+        ``score_induction``)."""
+        frame = head_table_frame(self.surface, self.patterns)
+        for name in DECODER_LABELS:
+            if self.detectors is not None and name in self.detectors:
+                frame[f"score_{name}"] = self.detectors[name].reshape(-1)
+        return frame
 
     def mds(self) -> np.ndarray:
         """[layers * heads, 2] MDS map of the heads from their mean JS divergences (seeded)."""

@@ -117,6 +117,7 @@ class ModelComparison(Summarised):
     matching: the cross-model distances and the matching (:class:`HeadMatching`).
     level: ``"token"`` or ``"word"``: the units the cross-model rows were compared on (see the module).
     query_units: query tokens (or words) summed over in the cross distances.
+    model_types: the two models' architectures (their configs' ``model_type``, e.g. ``"bert"``, ``"llama"``).
     """
 
     a: CorpusAnalysis
@@ -125,6 +126,7 @@ class ModelComparison(Summarised):
     level: Literal["token", "word"]
     query_units: int
     seconds: float
+    model_types: tuple[str, str]
 
     @property
     def shape_a(self) -> tuple[int, int]:
@@ -139,6 +141,13 @@ class ModelComparison(Summarised):
     @property
     def shapes_agree(self) -> bool:
         return self.shape_a == self.shape_b
+
+    @property
+    def one_design(self) -> bool:
+        """Whether the two models share one architecture, layers x heads and tokenizer (compared token by
+        token), as a model and its own fine-tuned copy do: then B's heads are A's heads, changed; otherwise
+        the comparison is of two different models, whose matched heads are only the most alike."""
+        return self.model_types[0] == self.model_types[1] and self.shapes_agree and self.level == "token"
 
     @property
     def statistics(self) -> list[str]:
@@ -225,6 +234,7 @@ class ModelComparison(Summarised):
             "model B": self.b.model_name,
             "layers x heads, A": f"{shape_a[0]} x {shape_a[1]}",
             "layers x heads, B": f"{shape_b[0]} x {shape_b[1]}",
+            "architectures": " and ".join(self.model_types),
             "corpus": self.a.corpus,
             "segments": self.a.segments,
             "compared at": f"{self.level} level",
@@ -322,6 +332,7 @@ class ComparisonAccumulators:
             ("token" if same_tokenizer(model_a, model_b) else "word") if level == "auto" else level
         )
         self.settings = settings
+        self.model_types = (model_a.model_type, model_b.model_type)
         self.sides = tuple(
             CorpusAccumulators(model, settings, corpus=corpus, first_segment=first_segment)
             for model in (model_a, model_b)
@@ -392,7 +403,9 @@ class ComparisonAccumulators:
             raise BertologyError(f"The corpus '{self.sides[0].corpus}' gave no segments to compare.")
         a, b = (side.result() for side in self.sides)
         distance = np.clip(self.cross / self.units, 0.0, np.log(2))
-        return ModelComparison(a, b, HeadMatching.of(distance), self.level, self.units, a.seconds)
+        return ModelComparison(
+            a, b, HeadMatching.of(distance), self.level, self.units, a.seconds, self.model_types
+        )
 
 
 def comparison_batches(

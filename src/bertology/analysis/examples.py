@@ -55,11 +55,12 @@ SCALE = 255
 
 def example_patterns(patterns: HeadPatterns) -> np.ndarray:
     """``[layers, heads]`` object array: the pattern each head's examples are ranked by: its label, or for
-    ``"none"`` the pattern with the largest ``score / threshold`` (NaN scores never chosen)."""
+    ``"none"`` and a decoder's labels that are no corpus pattern (``induction``, ``sink``, ...) the pattern
+    with the largest ``score / threshold`` (NaN scores never chosen)."""
     limits = np.array([getattr(patterns.thresholds, name) for name in PATTERNS])[:, None, None]
     ratios = np.stack([patterns.scores[name] for name in PATTERNS]) / limits
     closest = np.array(PATTERNS, dtype=object)[np.nan_to_num(ratios, nan=-np.inf).argmax(0)]
-    return np.where(patterns.labels == "none", closest, patterns.labels)
+    return np.where(np.isin(patterns.labels, PATTERNS), patterns.labels, closest)
 
 
 @dataclass(frozen=True)

@@ -33,8 +33,10 @@ segment's first text token, whatever it is)::
 
     sink = mean_segments  mean_{1 <= i < n}  A[i, 0]
 
-**Labels**: a head gets every kind whose score reaches its threshold (:class:`DetectorThresholds`),
-joined by ``+`` in the order of :data:`HEAD_SCORES`; ``"none"`` if it reaches none.
+**Labels**: a head gets every kind whose score reaches its threshold
+(:class:`~bertology.analysis.patterns.DetectorThresholds`), joined by ``+`` in the order of
+:data:`HEAD_SCORES`; ``"none"`` if it reaches none. A decoder's corpus analysis gives each head one label
+instead, by the precedence of :func:`~bertology.analysis.patterns.decoder_labels`.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from bertology.analysis.patterns import DetectorThresholds
 from bertology.attention.capturing import Attention, capture_encoded, encode_for_model, stream_batch
 from bertology.corpus.encoding import EncodedBatch, Text, encode_token_ids
 from bertology.corpus.segments import iter_segments
@@ -79,16 +82,6 @@ SCORE_DESCRIPTIONS = {
 REPEATED_LENGTH = 50
 SEQUENCES = 20
 SINK_SEGMENTS = 100
-
-
-@dataclass(frozen=True)
-class DetectorThresholds:
-    """The lowest score (attention mass in [0, 1]) at which a head is labelled with each kind."""
-
-    previous_token: float = 0.5
-    duplicate_token: float = 0.4
-    induction: float = 0.4
-    sink: float = 0.5
 
 
 def first_token_id(tokenizer: PreTrainedTokenizerFast) -> int | None:

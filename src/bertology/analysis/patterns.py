@@ -51,8 +51,30 @@ PATTERN_DESCRIPTIONS = {
     "none": "none of these",
 }
 
+#: The labels a decoder's head can take besides the patterns, from its scores on repeated random tokens
+#: and its attention sink (:mod:`bertology.analysis.head_detectors`), in precedence order; see
+#: :func:`decoder_labels`.
+DECODER_LABELS = ("induction", "duplicate_token", "previous_token", "sink")
+
+#: What each decoder label means, for reports.
+DECODER_LABEL_DESCRIPTIONS = {
+    "induction": "induction: the token after an earlier occurrence of its own (repeated random tokens)",
+    "duplicate_token": "duplicate token: earlier occurrences of its own token (repeated random tokens)",
+    "previous_token": "previous token (repeated random tokens)",
+    "sink": "attention sink: the segment's first token",
+}
+
+#: Every label a head can have, patterns and decoder labels, ``"none"`` last.
+LABEL_DESCRIPTIONS = {
+    **{name: text for name, text in PATTERN_DESCRIPTIONS.items() if name != "none"},
+    **DECODER_LABEL_DESCRIPTIONS,
+    "none": PATTERN_DESCRIPTIONS["none"],
+}
+
 #: The labels' colours in every figure, report and web page (one palette, here): matplotlib's tab10 in
-#: :data:`PATTERN_DESCRIPTIONS` order without its grey, which is kept for ``"none"``.
+#: :data:`PATTERN_DESCRIPTIONS` order without its grey, which is kept for ``"none"``; the decoder labels
+#: take tab20's light shade of the closest pattern's colour (previous token: previous's; duplicate token:
+#: same word's; sink: delimiters', the encoders' resting place) and induction tab10's cyan.
 PATTERN_COLOURS = {
     "next": "#1f77b4",
     "previous": "#ff7f0e",
@@ -61,6 +83,10 @@ PATTERN_COLOURS = {
     "word_pieces": "#9467bd",
     "delimiters": "#8c564b",
     "broad": "#e377c2",
+    "induction": "#17becf",
+    "duplicate_token": "#98df8a",
+    "previous_token": "#ffbb78",
+    "sink": "#c49c94",
     "none": "#7f7f7f",
 }
 #: The colour of a label not in :data:`PATTERN_COLOURS` (tab10's next colour).
@@ -72,7 +98,8 @@ class PatternThresholds:
     """The lowest score at which each pattern can be a head's label.
 
     For the focused patterns the score is a mean attention mass in [0, 1]; for ``broad`` it is the
-    mean ratio of a row's entropy to the entropy of uniform attention over the query's sentence.
+    mean ratio of a row's entropy to the entropy of uniform attention over the query's sentence, which
+    exceeds 1 where rows spread beyond the sentence (:func:`broad`).
     """
 
     next: float = 0.5
@@ -82,6 +109,17 @@ class PatternThresholds:
     word_pieces: float = 0.5
     delimiters: float = 0.5
     broad: float = 0.9
+
+
+@dataclass(frozen=True)
+class DetectorThresholds:
+    """The lowest score (attention mass in [0, 1]) at which a decoder's head is labelled with each kind
+    (:data:`DECODER_LABELS`; ``bertology heads`` and the labels of a decoder's analysis)."""
+
+    previous_token: float = 0.5
+    duplicate_token: float = 0.4
+    induction: float = 0.4
+    sink: float = 0.5
 
 
 def same_word(rows: RowSummary) -> QueryValues:
@@ -112,7 +150,15 @@ def broad(rows: RowSummary) -> QueryValues:
     """Broad attention: ``v(q) = H(A[q]) / ln m(q)``, the row's entropy in nats over that of uniform
     attention across ``q``'s sentence (``m(q)`` tokens with ``q``'s segment id, its [CLS] / [SEP]
     included; for causal attention only those up to ``q``); queries: those with ``m(q) >= 2``. For a
-    single text the sentence is the whole segment; attention spread beyond the sentence can score above 1."""
+    single text the sentence is the whole segment.
+
+    The score is not bounded by 1, and is not rescaled to be: its yardstick is uniform attention over the
+    query's *own sentence*, which is what "broad" means here, while a row may spread over every key the
+    query can see. In a pair, a query of text A can attend to text B too, so a row uniform over all ``n``
+    keys scores ``ln n / ln m(q)`` (1.30 for a query of a 10-token sentence in a 20-token pair), and a head
+    whose rows spread across both sentences averages above 1. Where a query sees only its own
+    sentence (a single text, a decoder) a row scores at most 1. The threshold 0.9 asks for rows at least
+    nine tenths as spread as uniform over the sentence; a score above 1 says the head also looks beyond it."""
     sizes = rows.roles.attendable_counts(same_segment=True)
     queries = rows.roles.valid & (sizes >= 2)
     log_size = torch.log(sizes.clamp_min(2).to(rows.entropy.dtype))[:, None, None, :]
@@ -144,6 +190,36 @@ def label_heads(scores: Mapping[str, np.ndarray], thresholds: PatternThresholds)
     labels = np.array(FOCUSED_PATTERNS, dtype=object)[qualified.argmax(0)]
     fallback = np.where(scores["broad"] >= thresholds.broad, "broad", "none").astype(object)
     return np.where(np.isfinite(qualified.max(0)), labels, fallback)
+
+
+def decoder_labels(
+    labels: np.ndarray, scores: Mapping[str, np.ndarray], thresholds: DetectorThresholds
+) -> np.ndarray:
+    """The primary label of each head of a decoder, ``[layers, heads]`` object array: the first of these
+    rules that holds (NaN scores never qualify):
+
+    1. ``induction``, 2. ``duplicate_token``, 3. ``previous_token``: its score on repeated random tokens
+       reaches its threshold (:class:`DetectorThresholds`), in this order, the most specific first (an
+       induction head of a repeated sequence also attends near the token's earlier occurrence). These come
+       first because their inputs are built to tell these kinds apart, which natural text does not;
+    4. a focused pattern's label (:func:`label_heads`, on the corpus: ``previous``, ``next``, ...);
+    5. ``sink``: its mean mass on the segment's first token reaches its threshold. It comes after the
+       patterns because most of a decoder's heads rest much of their attention there, as an encoder's
+       rest on [CLS] and [SEP] (Clark et al. 2019), so a head that also does something specific is named
+       by that;
+    6. ``broad``, else ``"none"`` (:func:`label_heads`).
+
+    labels: :func:`label_heads`'s labels; scores: ``[layers, heads]`` per name of :data:`DECODER_LABELS`.
+    """
+    limits = asdict(thresholds)
+    rules: list[tuple[np.ndarray, object]] = [
+        (scores[name] >= limits[name], name) for name in DECODER_LABELS[:3]
+    ]  # NaN >= t: False
+    rules += [(np.isin(labels, FOCUSED_PATTERNS), labels), (scores["sink"] >= limits["sink"], "sink")]
+    chosen = labels.astype(object)  # rule 6: broad or none
+    for holds, label in reversed(rules):  # the first rule that holds is applied last
+        chosen = np.where(holds, label, chosen)
+    return chosen.astype(object)
 
 
 @dataclass

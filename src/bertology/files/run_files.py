@@ -1,8 +1,10 @@
 """The output folders' shared file names and the kind of run each folder holds, in one place.
 
-Every writer of a run folder (an analysis, a comparison, a probe, an ablation) marks it with
-:data:`KIND_FILE`, ``bertology-run.json``: ``{"written_by": "bertology", "kind": KIND, ...}`` with the
-details of its kind (a probe's ``probe``: ``"dependency"``, ``"parser"``, ``"coreference"`` or ``"gap"``).
+Every writer of a run folder (an analysis, a comparison, a probe, an ablation, a patching study, the
+decoder head scores of ``bertology heads``, the composition scores of ``bertology composition``) marks it
+with :data:`KIND_FILE`, ``bertology-run.json``: ``{"written_by": "bertology", "kind": KIND, "model":
+NAME, ...}`` with the model it ran (a comparison's two, ``"A vs B"``) and the details of its kind (a
+probe's ``probe``: ``"dependency"``, ``"parser"``, ``"coreference"`` or ``"gap"``).
 A training run is the folder with :data:`TRAINING_FILE`, the record fine-tuning keeps as it trains. The
 web app reads a folder's kind from these files (:func:`read_kind`), never from which other files happen to
 be there: a GAP probe's ``heads.csv`` does not make it an analysis.
@@ -14,7 +16,9 @@ import json
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-RunKind = Literal["analysis", "comparison", "probe", "ablation", "patching", "training"]
+RunKind = Literal[
+    "analysis", "comparison", "probe", "ablation", "patching", "heads", "composition", "training"
+]
 #: Every kind of :data:`RunKind`.
 RUN_KINDS: tuple[RunKind, ...] = get_args(RunKind)
 
@@ -53,13 +57,32 @@ def gap_predictions_file(system: str) -> str:
     return f"{GAP_PREDICTIONS_FOLDER}/{system.replace(' ', '_')}.tsv"
 
 
-def mark_run(folder: str | Path, kind: RunKind, **details: str) -> Path:
-    """Write :data:`KIND_FILE` into ``folder``: it holds a run of ``kind`` (with ``details``)."""
+def mark_run(folder: str | Path, kind: RunKind, *, model: str, **details: str) -> Path:
+    """Write :data:`KIND_FILE` into ``folder``: it holds a run of ``kind`` on ``model`` (with ``details``)."""
     if kind not in RUN_KINDS:
         raise ValueError(f"unknown run kind {kind!r}")
     target = Path(folder) / KIND_FILE
-    target.write_text(json.dumps({WRITTEN_BY: WRITER, "kind": kind, **details}), encoding="utf-8")
+    mark = {WRITTEN_BY: WRITER, "kind": kind, "model": model, **details}
+    target.write_text(json.dumps(mark), encoding="utf-8")
     return target
+
+
+def _json_object(content: bytes | None) -> dict[str, Any] | None:
+    """``content`` as a JSON object, ``None`` if it is not one (or ``None``)."""
+    if content is None:
+        return None
+    try:
+        loaded = json.loads(content.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+    return loaded if isinstance(loaded, dict) else None
+
+
+def read_model(record: bytes | None) -> str | None:
+    """The model a run used, from the content of its :data:`KIND_FILE` or :data:`TRAINING_FILE` (both keep
+    it as ``"model"``); ``None`` where neither says."""
+    model = (_json_object(record) or {}).get("model")
+    return model if isinstance(model, str) else None
 
 
 def read_kind(mark: bytes | None, *, training: bool = False) -> dict[str, Any] | None:
@@ -68,11 +91,6 @@ def read_kind(mark: bytes | None, *, training: bool = False) -> dict[str, Any] |
     (``training``); ``None`` for a folder that holds no run or a mark bertology did not write."""
     if training:
         return {"kind": "training"}
-    if mark is None:
-        return None
-    try:
-        content = json.loads(mark.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        return None
-    ours = isinstance(content, dict) and content.get(WRITTEN_BY) == WRITER
+    content = _json_object(mark)
+    ours = content is not None and content.get(WRITTEN_BY) == WRITER
     return content if ours and content.get("kind") in RUN_KINDS else None

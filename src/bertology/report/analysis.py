@@ -30,7 +30,15 @@ from bertology.analysis import patterns as patterns_module
 from bertology.analysis.analyze import CorpusAnalysis, example_segments
 from bertology.analysis.examples import EXAMPLE_MAX_TOKENS, EXAMPLES_FILE, chosen_examples, collect_examples
 from bertology.analysis.head_detectors import DETECTORS, REPEATED_LENGTH, SCORE_DESCRIPTIONS, detector_scores
-from bertology.analysis.patterns import PATTERN_DESCRIPTIONS, HeadPatterns, label_heads
+from bertology.analysis.patterns import (
+    DECODER_LABELS,
+    LABEL_DESCRIPTIONS,
+    PATTERN_DESCRIPTIONS,
+    DetectorThresholds,
+    HeadPatterns,
+    decoder_labels,
+    label_heads,
+)
 from bertology.attention.capturing import capture
 from bertology.attention.norms import WEIGHT_DESCRIPTIONS
 from bertology.errors import BertologyError, TruncationWarning
@@ -274,12 +282,17 @@ def _head_map_section(patterns: HeadPatterns, mds: np.ndarray, figures: Figures)
     return Section("Map of heads", "head-map", [head_map])
 
 
-def _label_frame(patterns: HeadPatterns, examples: Mapping[tuple[int, int], str]) -> pd.DataFrame:
+def _label_frame(
+    patterns: HeadPatterns, examples: Mapping[tuple[int, int], str], decoder: Mapping[str, np.ndarray]
+) -> pd.DataFrame:
+    """A row per head: its label, every pattern score and ``decoder``'s scores (a decoder's detector and sink
+    scores, by :data:`DECODER_LABELS` name; empty for an encoder), and its example's link."""
     import pandas as pd
 
     layers, heads = patterns.labels.shape
     layer, head = np.divmod(np.arange(layers * heads), heads)
     scores = {name: values.ravel() for name, values in patterns.scores.columns.items()}
+    scores.update({name: decoder[name].ravel() for name in DECODER_LABELS if name in decoder})
     return pd.DataFrame(
         {
             "layer": layer,
@@ -292,8 +305,10 @@ def _label_frame(patterns: HeadPatterns, examples: Mapping[tuple[int, int], str]
     )
 
 
-def _labels_section(patterns: HeadPatterns, examples: Mapping[tuple[int, int], str]) -> Section:
-    frame = _label_frame(patterns, examples)
+def _labels_section(
+    patterns: HeadPatterns, examples: Mapping[tuple[int, int], str], decoder: Mapping[str, np.ndarray]
+) -> Section:
+    frame = _label_frame(patterns, examples, decoder)
     counts = Counter(frame["label"])
     summary = ", ".join(f"{label} {counts[label]}" for label in sorted(counts, key=lambda x: -counts[x]))
     links = [page.link(href, "example") if href else Markup("") for href in frame["example"]]
@@ -305,7 +320,13 @@ def _labels_section(patterns: HeadPatterns, examples: Mapping[tuple[int, int], s
             page.paragraph(
                 "Each head's score for every pattern (a mean over segments; – where undefined) and its "
                 "primary label; see the label definitions below. The example shows the head on the segment "
-                "where its label pattern scored highest.",
+                "where its label pattern scored highest."
+                + (
+                    " A decoder's detector scores (on repeated random tokens) and sink score come last; a "
+                    "head labelled by one of them has no corpus example here."
+                    if decoder
+                    else ""
+                ),
                 class_="muted",
             ),
             page.table(frame, markup={"example": links}, id_="label-table"),
@@ -332,32 +353,49 @@ def _pairs_section(distances: HeadDistances, labels: np.ndarray) -> Section:
     )
 
 
-def _label_definitions_section(patterns: HeadPatterns) -> Section:
+def _label_score(name: str) -> Markup:
+    """The definition of label ``name``'s score: its function's docstring, a detector's description."""
+    if name == "none":
+        return Markup("")
+    if name in DETECTORS:
+        return page.paragraph(f"{SCORE_DESCRIPTIONS[name]}, on repeated random tokens (Decoder heads above).")
+    return page.docstring_html(docstring(pattern_function(name)))
+
+
+def _label_definitions_section(patterns: HeadPatterns, decoder: bool) -> Section:
+    """Every label's meaning, threshold, heads and score; a decoder's labels and their precedence too."""
     import pandas as pd
 
-    names = list(PATTERN_DESCRIPTIONS)
+    names = list(LABEL_DESCRIPTIONS if decoder else PATTERN_DESCRIPTIONS)
     counts = Counter(patterns.labels.ravel())
+    detector_limits = DetectorThresholds()  # the thresholds CorpusAnalysis.with_detectors labels with
     frame = pd.DataFrame(
         {
             "label": names,
-            "meaning": [PATTERN_DESCRIPTIONS[name] for name in names],
-            "threshold": [getattr(patterns.thresholds, name, None) for name in names],
+            "meaning": [LABEL_DESCRIPTIONS[name] for name in names],
+            "threshold": [
+                getattr(detector_limits if name in DECODER_LABELS else patterns.thresholds, name, None)
+                for name in names
+            ],
             "heads": [counts[name] for name in names],
             "score": "",
         }
     )
-    scores = [
-        Markup("") if name == "none" else page.docstring_html(docstring(pattern_function(name)))
-        for name in names
-    ]
+    rules = [label_heads, decoder_labels] if decoder else [label_heads]
+    thresholds = [type(patterns.thresholds), DetectorThresholds] if decoder else [type(patterns.thresholds)]
     return Section(
         "Labels and thresholds",
         "label-definitions",
         [
             page.docstring_html(docstring(patterns_module, summary=False)),
-            page.docstring_html(docstring(label_heads, summary=False)),
-            page.docstring_html(docstring(type(patterns.thresholds), summary=False)),
-            page.table(frame, float_format="{:g}", markup={"score": scores}, id_="label-definitions-table"),
+            *(page.docstring_html(docstring(rule, summary=False)) for rule in rules),
+            *(page.docstring_html(docstring(kind, summary=False)) for kind in thresholds),
+            page.table(
+                frame,
+                float_format="{:g}",
+                markup={"score": [_label_score(name) for name in names]},
+                id_="label-definitions-table",
+            ),
         ],
     )
 
@@ -424,22 +462,24 @@ def write_analysis_report(
     convention: the convention ``surface`` was computed in (:mod:`bertology.stats.surface`); the
         formulas shown are that convention's.
     detectors: a decoder's detector scores (:func:`~bertology.analysis.head_detectors.detector_scores`),
-        drawn after the surface statistics; ``None`` (an encoder): no such section.
+        drawn after the surface statistics and listed with the labels, which are then the decoder's
+        (:meth:`~bertology.analysis.analyze.CorpusAnalysis.with_detectors`); ``None`` (an encoder): neither.
     dpi: of the PNGs; the page shows them at 96 pixels per inch of figure, so 144 is sharp on 1.5x screens.
 
     The report is self-contained (images as data URIs, no script, no external URL) apart from the
     example links.
     """
     _check_inputs(surface, patterns, distances, mds, examples)
+    decoder_scores = {} if detectors is None else {**detectors, "sink": surface["sink"]}
     figures = Figures(Path(outdir) / "plots", dpi)
     figures.directory.mkdir(parents=True, exist_ok=True)
     sections = [
         *_statistic_sections(surface, figures),
         *([] if detectors is None else [_detectors_section(detectors, figures)]),
         _head_map_section(patterns, mds, figures),
-        _labels_section(patterns, examples),
+        _labels_section(patterns, examples, decoder_scores),
         _pairs_section(distances, patterns.labels),
-        _label_definitions_section(patterns),
+        _label_definitions_section(patterns, detectors is not None),
         _formulas_section(surface, convention),
     ]
     title = f"Attention analysis: {meta['model']}" if "model" in meta else "Attention analysis"
@@ -513,24 +553,23 @@ def save_analysis(
     ``examples/``, every head's top examples (:data:`EXAMPLES_FILE`, for ``bertology serve --runs``),
     ``report.html`` with its plots and the folder's mark (:func:`bertology.files.run_files.mark_run`) into
     ``outdir``. ``loaded``: the model analysed, for the examples. on_progress: told each stage of the writing
-    (the tables, the heads' top examples, a decoder's head scores, the example views, the plots and page) as
+    (a decoder's head scores, the tables, the heads' top examples, the example views, the plots and page) as
     it starts and ends (:func:`bertology.progress.stage`).
 
     Returns the path of ``report.html``.
     """
     target = Path(outdir)
     target.mkdir(parents=True, exist_ok=True)
+    if loaded.kind == "decoder":
+        with stage(on_progress, "Scoring the decoder's heads"):
+            analysis = analysis.with_detectors(_decoder_detectors(loaded, target))
     with stage(on_progress, "Writing the tables"):
         analysis.heads_frame().to_csv(target / HEADS_FILE, index=False)
         write_js_divergence(analysis.distances, target / JS_DIVERGENCE_FILE)
         (target / SUMMARY_FILE).write_text(json.dumps(analysis.summary(), indent=2), encoding="utf-8")
     with stage(on_progress, "Storing each head's top examples"):
         _head_examples(analysis, loaded, target)
-    detectors = None
-    if loaded.kind == "decoder":
-        with stage(on_progress, "Scoring the decoder's heads"):
-            detectors = _decoder_detectors(loaded, target)
-    mark_run(target, "analysis")
+    mark_run(target, "analysis", model=analysis.model_name)
     with stage(on_progress, "Drawing the example views"):
         examples = _example_views(analysis, loaded, target)
     with stage(on_progress, "Drawing the plots and the report"):
@@ -543,7 +582,7 @@ def save_analysis(
             examples=examples,
             meta=analysis.summary(),
             convention=analysis.convention,
-            detectors=detectors,
+            detectors=analysis.detectors,
         )
 
 

@@ -195,6 +195,30 @@ def most_changed_frame(comparison: ModelComparison, count: int = TOP_HEADS) -> p
     )
 
 
+def changed_heading(comparison: ModelComparison, top: int) -> tuple[str, str]:
+    """The title and opening sentence of the report's first section: "Most changed heads" for a model and
+    its own fine-tuned copy (:attr:`~bertology.analysis.comparison.ModelComparison.one_design`: B's heads
+    are A's heads, changed); for two different models, the heads that differ most between them."""
+    unit = "mean Jensen-Shannon divergence per query unit, nats, at most ln 2 ≈ 0.693"
+    if comparison.one_design:
+        return "Most changed heads", (
+            f"The {top} matched head pairs whose attention differs most ({unit}), with B's matched head's "
+            "statistics minus A's head's."
+        )
+    architectures = " and ".join(dict.fromkeys(comparison.model_types))
+    design = (
+        f"architectures ({architectures})"
+        if comparison.model_types[0] != comparison.model_types[1]
+        else "layers x heads or tokenizers"
+    )
+    return "Heads that differ most between the two models", (
+        f"A ({comparison.a.model_name}) and B ({comparison.b.model_name}) are two models of different "
+        f"{design}, not one model and its fine-tuned copy: each head of A is matched to the head of B that "
+        f"attends most alike, and these are the {top} matched pairs that still differ most ({unit}), "
+        "with B's matched head's statistics minus A's head's."
+    )
+
+
 def matching_frame(comparison: ModelComparison) -> pd.DataFrame:
     """Every row of :meth:`ModelComparison.to_frame` as the matching table: heads, mean JS divergences,
     nearest heads."""
@@ -357,16 +381,13 @@ def write_comparison_report(
         if comparison.level == "word"
         else "Both models use the same tokenizer, so attention was compared token by token."
     )
+    heading, opening = changed_heading(comparison, top)
     sections = [
         Section(
-            "Most changed heads",
+            heading,
             "changed",
             [
-                page.paragraph(
-                    f"The {top} matched head pairs whose attention differs most (mean Jensen-Shannon "
-                    "divergence per query unit, nats, at most ln 2 ≈ 0.693), with B's matched head's "
-                    "statistics minus A's head's."
-                ),
+                page.paragraph(opening),
                 page.table(most_changed_frame(comparison, top), id_="changed-table"),
             ],
         ),
@@ -463,7 +484,7 @@ def write_comparison_report(
             class_="muted",
         ),
     ]
-    mark_run(target, "comparison")
+    mark_run(target, "comparison", model=f"{comparison.a.model_name} vs {comparison.b.model_name}")
     report = target / REPORT_FILE
     title = f"Comparison: {comparison.a.model_name} and {comparison.b.model_name}"
     report.write_text(page.render_page(title, sections, header=header), encoding="utf-8")

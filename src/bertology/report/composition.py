@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 
 from bertology.analysis.composition import COMPOSITION_KINDS, CompositionScores
 from bertology.analysis.composition import __doc__ as DEFINITIONS
-from bertology.files.run_files import REPORT_FILE
+from bertology.files.run_files import REPORT_FILE, mark_run
 from bertology.report import page, plots
 
 #: The files written beside the report.
@@ -49,11 +49,12 @@ def composition_figure(scores: CompositionScores, kind: str) -> Figure:
 def write_composition(scores: CompositionScores, outdir: str | Path, *, dpi: int = 110) -> Path:
     """Write ``scores`` into ``outdir``: :data:`COMPOSITION_FILE` (a row per pair and kind: layer_a, head_a,
     layer_b, head_b, kind, score), :data:`COMPOSITION_JSON`, ``plots/composition_<kind>.png`` per kind and
-    ``report.html``; return the report."""
+    ``report.html`` and the folder's mark (:func:`~bertology.files.run_files.mark_run`); return the report."""
     target = Path(outdir)
     (target / "plots").mkdir(parents=True, exist_ok=True)
     scores.to_frame().to_csv(target / COMPOSITION_FILE, index=False)
     (target / COMPOSITION_JSON).write_text(scores.to_json(), encoding="utf-8")
+    mark_run(target, "composition", model=scores.model_name)
     sections = []
     for kind in COMPOSITION_KINDS:
         png = plots.to_png(composition_figure(scores, kind), dpi=dpi)

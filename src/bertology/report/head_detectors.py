@@ -9,7 +9,7 @@ from pathlib import Path
 from bertology.analysis.head_detectors import HEAD_SCORES, SCORE_DESCRIPTIONS, HeadDetection
 from bertology.analysis.head_detectors import __doc__ as DEFINITIONS
 from bertology.attention.capturing import Attention
-from bertology.files.run_files import REPORT_FILE
+from bertology.files.run_files import REPORT_FILE, mark_run
 from bertology.models.heads import head_name
 from bertology.report import page, plots
 from bertology.views import render_view
@@ -53,11 +53,13 @@ def write_head_detection(
     """Write ``detection`` into ``outdir``: :data:`SCORES_FILE` (a row per head), :data:`SCORES_JSON`,
     ``plots/<score>.png`` per score, ``views/<score>_L<layer>_H<head>.html`` (head views of each score's
     :data:`VIEWED_HEADS` strongest heads on ``repeated``, the attention of a repeated random sequence, one
-    layer each) and ``report.html``; return the report."""
+    layer each), ``report.html`` and the folder's mark (:func:`~bertology.files.run_files.mark_run`); return
+    the report."""
     target = Path(outdir)
     (target / "views").mkdir(parents=True, exist_ok=True)
     detection.to_frame().to_csv(target / SCORES_FILE, index=False)
     (target / SCORES_JSON).write_text(detection.to_json(), encoding="utf-8")
+    mark_run(target, "heads", model=detection.model_name)
     sections = []
     for name in HEAD_SCORES:
         png = plots.heatmap_png(

@@ -191,7 +191,7 @@ def write_study(run: HeadStudy, target: Path, dpi: int, wording: StudyWording) -
         "pruning": None if run.pruning is None else run.pruning.to_dict(),
     }
     (target / SUMMARY_FILE).write_text(json.dumps(summary, indent=2), encoding="utf-8")
-    mark_run(target, "ablation")
+    mark_run(target, "ablation", model=run.model_name)
     score = ablation.score
     ablation_png = plots.heatmap_png(
         target,

@@ -22,7 +22,7 @@ from matplotlib.colors import Colormap
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from bertology.analysis.patterns import OTHER_PATTERN_COLOUR, PATTERN_COLOURS, PATTERN_DESCRIPTIONS
+from bertology.analysis.patterns import LABEL_DESCRIPTIONS, OTHER_PATTERN_COLOUR, PATTERN_COLOURS
 from bertology.stats.base import HeadTable
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ TITLES = {
 }
 
 #: Markers used in order for lines and labels, so figures also read in greyscale.
-MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p", "d")
 
 _TICK_SIZE = 8
 
@@ -80,13 +80,13 @@ def unit_of(name: str) -> str:
 
 
 #: Pattern labels in marker order; "none" is a grey dot.
-_LABEL_ORDER = tuple(name for name in PATTERN_DESCRIPTIONS if name != "none")
+_LABEL_ORDER = tuple(name for name in LABEL_DESCRIPTIONS if name != "none")
 
 
 def label_style(label: str) -> tuple[str, str]:
-    """(colour, marker) of a pattern label: its :data:`~bertology.analysis.patterns.PATTERN_COLOURS`
-    colour (the explorer's too) and a marker in :data:`PATTERN_DESCRIPTIONS` order, a grey dot for
-    ``"none"``; labels not listed there share the next colour and marker."""
+    """(colour, marker) of a label: its :data:`~bertology.analysis.patterns.PATTERN_COLOURS` colour (the
+    explorer's too) and a marker in :data:`~bertology.analysis.patterns.LABEL_DESCRIPTIONS` order, a grey
+    dot for ``"none"``; labels not listed there share the next colour and marker."""
     if label == "none":
         return PATTERN_COLOURS["none"], "."
     index = _LABEL_ORDER.index(label) if label in _LABEL_ORDER else len(_LABEL_ORDER)
@@ -382,12 +382,12 @@ def head_map(coordinates: np.ndarray, labels: np.ndarray) -> Figure:
     side = 6.0 if flat.size <= 150 else 8.5
     figure = new_figure(side + 3.2, side)
     ax = figure.subplots()
-    present = [label for label in PATTERN_DESCRIPTIONS if label in set(flat)]
+    present = [label for label in LABEL_DESCRIPTIONS if label in set(flat)]
     present += sorted(set(flat) - set(present))
     for label in present:
         chosen = flat == label
         colour, marker = label_style(label)
-        description = PATTERN_DESCRIPTIONS.get(label, label).removeprefix(f"{label}: ")
+        description = LABEL_DESCRIPTIONS.get(label, label).removeprefix(f"{label}: ")
         ax.scatter(
             *coordinates[chosen].T,
             color=colour,

@@ -205,7 +205,7 @@ def write_probe_report(result: ProbeResult, folder: str | Path, *, dpi: int = 11
     ``folder``; return the report."""
     target = Path(folder)
     result.save(target)
-    mark_run(target, "probe", probe=result.kind)
+    mark_run(target, "probe", model=result.model_name, probe=result.kind)
     sections = _sections(result, target, dpi)
     header = [page.definitions(result.summary())]
     report = target / REPORT_FILE

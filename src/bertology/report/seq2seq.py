@@ -107,7 +107,7 @@ def _save_stack(analysis: Seq2SeqAnalysis, stack: str, heads: pd.DataFrame, targ
     write_js_divergence(analysis.distances[stack], target / JS_DIVERGENCE_FILE)
     summary = {**analysis.summary(), "stack": stack, "seed": 0}
     (target / SUMMARY_FILE).write_text(json.dumps(summary, indent=2), encoding="utf-8")
-    mark_run(target, "analysis")
+    mark_run(target, "analysis", model=analysis.model_name)
 
 
 def save_seq2seq_tables(analysis: Seq2SeqAnalysis, outdir: str | Path) -> Path:

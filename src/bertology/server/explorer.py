@@ -34,7 +34,7 @@ import pandas as pd
 
 from bertology.analysis.distances import mds_embedding
 from bertology.analysis.examples import EXAMPLES_FILE, HeadExamples
-from bertology.analysis.patterns import OTHER_PATTERN_COLOUR, PATTERN_COLOURS, PATTERN_DESCRIPTIONS
+from bertology.analysis.patterns import LABEL_DESCRIPTIONS, OTHER_PATTERN_COLOUR, PATTERN_COLOURS
 from bertology.attention.capturing import Attention
 from bertology.errors import BertologyError
 from bertology.files.beneath import OpenFolder, path_parts
@@ -158,7 +158,7 @@ class AnalysisRun:
             "layers": self.layers,
             "heads": self.num_heads,
             "labels": self.labels.tolist(),
-            "label_descriptions": PATTERN_DESCRIPTIONS,
+            "label_descriptions": LABEL_DESCRIPTIONS,
             "label_colours": {
                 label: PATTERN_COLOURS.get(label, OTHER_PATTERN_COLOUR) for label in np.unique(self.labels)
             },

@@ -47,7 +47,7 @@ def run_routes(folder: RunsFolder | None, watch_pages: WatchPages | None) -> API
         return RunList(
             root=str(folder.root),
             runs=[
-                RunEntry(path=run.path, kind=run.kind, url=run.url, explore=run.explore_url)
+                RunEntry(path=run.path, kind=run.kind, model=run.model, url=run.url, explore=run.explore_url)
                 for run in folder.runs()
             ],
         )

@@ -10,9 +10,10 @@ What a page built by the server reads (a training run's files, an analysis's fil
 way; a link met there is refused (403, :class:`bertology.files.beneath.LinkRefused`).
 
 A folder is listed with the kind of run its writer marked it with (:mod:`bertology.files.run_files`: an
-analysis, a comparison, a probe, an ablation; a training run is the folder with ``run.json``, shown by its
-watch page with the step slider); a folder with a ``report.html`` and no mark (written by an older
-bertology, or by hand) is listed as a ``"report"``. Only analyses get the explorer.
+analysis, a comparison, a probe, an ablation, a patching study, ``heads``, ``composition``; a training run
+is the folder with ``run.json``, shown by its watch page with the step slider) and the model the mark (or
+``run.json``) names; a folder with a ``report.html`` and no mark (written by an older bertology, or by
+hand) is listed as a ``"report"``, without a model. Only analyses get the explorer.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from urllib.parse import quote
 
 from bertology.errors import BertologyError
 from bertology.files.beneath import LinkRefused, OpenFolder
-from bertology.files.run_files import KIND_FILE, REPORT_FILE, TRAINING_FILE, RunKind, read_kind
+from bertology.files.run_files import KIND_FILE, REPORT_FILE, TRAINING_FILE, RunKind, read_kind, read_model
 from bertology.models.loading import RUN_MODEL_FOLDER
 from bertology.server.errors import RequestError, shown
 
@@ -44,6 +45,7 @@ _REFUSED = "That path is refused: only files inside the runs folder are served."
 class Run:
     path: str  # relative to the runs folder, "/"-separated
     kind: ListedKind
+    model: str | None = None  # the model it used, as its mark names it (None: not named)
 
     @property
     def url(self) -> str:
@@ -61,20 +63,26 @@ def folder_url(path: str) -> str:
     return f"/runs/{quote(inner)}/" if inner else "/runs/"
 
 
-def run_kind(folder: OpenFolder) -> ListedKind | None:
-    """What ``folder`` holds, read from its mark or its ``run.json`` (module docstring; regular files
-    only, links are not counted); ``None``: nothing shown."""
+def _read_if_file(folder: OpenFolder, name: str) -> bytes | None:
+    """The content of ``folder``'s regular file ``name``; ``None`` if there is none (or it was swapped for
+    something else since it was looked at)."""
+    if not folder.is_file(name):
+        return None
+    try:
+        return folder.read_bytes(name)
+    except (OSError, LinkRefused):
+        return None
+
+
+def run_of(folder: OpenFolder) -> Run | None:
+    """What ``folder`` holds and on which model, read from its mark or its ``run.json`` (module docstring;
+    regular files only, links are not counted); ``None``: nothing shown."""
     training = folder.is_file(TRAINING_FILE)
-    mark = None
-    if not training and folder.is_file(KIND_FILE):
-        try:
-            mark = folder.read_bytes(KIND_FILE)
-        except (OSError, LinkRefused):
-            mark = None  # swapped for something else since it was looked at
-    found = read_kind(mark, training=training)
+    record = _read_if_file(folder, TRAINING_FILE if training else KIND_FILE)
+    found = read_kind(record, training=training)
     if found is not None:
-        return found["kind"]  # type: ignore[no-any-return]
-    return "report" if folder.is_file(REPORT_FILE) else None
+        return Run(folder.label, found["kind"], read_model(record))
+    return Run(folder.label, "report") if folder.is_file(REPORT_FILE) else None
 
 
 class RunsFolder:
@@ -133,9 +141,9 @@ class RunsFolder:
         found: list[Run] = []
         with self.opened() as root:
             for here in root.folders(MAX_DEPTH, stop=lambda folder: folder.is_file(TRAINING_FILE)):
-                kind = run_kind(here)
-                if kind is not None:
-                    found.append(Run(here.label, kind))
+                run = run_of(here)
+                if run is not None:
+                    found.append(run)
                 if len(found) >= MAX_RUNS:
                     break
         return sorted(found, key=lambda run: run.path)

@@ -198,8 +198,22 @@ class StatisticsAnswer(BaseModel):
 
 class RunEntry(BaseModel):
     path: str = Field(description="Folder, relative to the runs folder, with '/' between parts.")
-    kind: Literal["analysis", "comparison", "probe", "ablation", "patching", "training", "report"] = Field(
+    kind: Literal[
+        "analysis",
+        "comparison",
+        "probe",
+        "ablation",
+        "patching",
+        "heads",
+        "composition",
+        "training",
+        "report",
+    ] = Field(
         description="What the folder holds, as its writer marked it; 'report': a report without a mark."
+    )
+    model: str | None = Field(
+        None,
+        description="The model the run used, as its mark names it ('A vs B': a comparison); null: unnamed.",
     )
     url: str
     explore: str | None = Field(None, description="An analysis's explorer page (/explore?run=PATH), or null.")

@@ -180,6 +180,12 @@ function listRuns(answer) {
     kind.className = "kind";
     kind.textContent = run.kind;
     item.append(link, " ", kind);
+    if (run.model) {
+      const model = document.createElement("span");
+      model.className = "model";
+      model.textContent = run.model;
+      item.append(" · ", model);
+    }
     if (run.explore) {
       const explore = document.createElement("a");
       explore.href = run.explore;

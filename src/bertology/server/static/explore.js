@@ -11,9 +11,14 @@ const run = new URLSearchParams(location.search).get("run"); // null: no run cho
 const SHORT_LABELS = {
   word_pieces: "piece", other_sentence: "other", same_word: "same", next: "next", previous: "prev",
   delimiters: "delim", broad: "broad", none: "none",
+  induction: "induct", duplicate_token: "dup", previous_token: "prev-t", sink: "sink",
 };
+// A decoder's scores on repeated random tokens (heads.csv's score_<detector> columns; the rest are
+// the corpus patterns').
+const DETECTOR_SCORES = new Set(["score_induction", "score_duplicate_token", "score_previous_token"]);
 const UNDEFINED_COLOUR = "#9aa0a6";
 const MAP_FONT = 11; // px of the map's head names, in viewBox units
+const MAP_REACH = 6; // viewBox units from a dot's centre within which a click picks it, however small it is
 let analysis = null;
 let selected = null; // [layer, head]
 let nearest = [];
@@ -119,36 +124,68 @@ function placeMapNames(svg, points) {
   }
 }
 
-function drawMap(fill) {
-  const svg = $("map");
-  svg.replaceChildren();
+/** The map's dots, [{x, y, r, name, labelled, layer, head}] in viewBox units: each dot's radius is its
+ *  confidence's size (4 to 13), at most half the distance to the nearest other dot, so no two dots overlap
+ *  however many heads the model has. */
+function mapDots() {
   const points = analysis.map;
   const xs = points.map((point) => point[0]);
   const ys = points.map((point) => point[1]);
   const [minX, maxX, minY, maxY] = [Math.min(...xs), Math.max(...xs), Math.min(...ys), Math.max(...ys)];
   const confidence = analysis.statistics.confidence;
-  const placed = [];
-  points.forEach(([x, y], index) => {
+  const dots = points.map(([x, y], index) => {
     const layer = Math.floor(index / analysis.heads);
     const head = index % analysis.heads;
-    const circle = document.createElementNS(SVG, "circle");
     const size = confidence ? confidence[layer][head] : 0.5;
-    const dot = {
+    return {
       x: 30 + (580 * (x - minX)) / (maxX - minX || 1), y: 30 + (420 * (y - minY)) / (maxY - minY || 1),
       r: 4 + 9 * (typeof size === "number" ? size : 0), name: headName(layer, head),
       labelled: analysis.labels[layer][head] !== "none", layer: String(layer), head: String(head),
     };
-    placed.push(dot);
-    circle.setAttribute("cx", dot.x.toFixed(1));
-    circle.setAttribute("cy", dot.y.toFixed(1));
-    circle.setAttribute("r", dot.r.toFixed(1));
+  });
+  for (const dot of dots) {
+    let nearest = Infinity;
+    for (const other of dots) {
+      if (other !== dot) nearest = Math.min(nearest, Math.hypot(other.x - dot.x, other.y - dot.y));
+    }
+    dot.r = Math.max(0, Math.min(dot.r, nearest / 2 - 0.01)); // 0.01: the attributes' rounding
+  }
+  return dots;
+}
+
+/** The head whose dot's centre is nearest the click, if the click is on that dot (or within MAP_REACH of
+ *  its centre, for the smallest dots): the head under the pointer, whatever was drawn last. */
+function clickMap(event, svg, dots) {
+  const point = svg.createSVGPoint();
+  point.x = event.clientX;
+  point.y = event.clientY;
+  const { x, y } = point.matrixTransform(svg.getScreenCTM().inverse());
+  let best = null;
+  let bestDistance = Infinity;
+  for (const dot of dots) {
+    const distance = Math.hypot(dot.x - x, dot.y - y);
+    if (distance < bestDistance) [best, bestDistance] = [dot, distance];
+  }
+  if (best !== null && bestDistance <= Math.max(best.r, MAP_REACH)) selectHead(Number(best.layer), Number(best.head));
+}
+
+function drawMap(fill) {
+  const svg = $("map");
+  svg.replaceChildren();
+  const placed = mapDots();
+  svg.onclick = (event) => clickMap(event, svg, placed);
+  placed.forEach((dot) => {
+    const [layer, head] = [Number(dot.layer), Number(dot.head)];
+    const circle = document.createElementNS(SVG, "circle");
+    circle.setAttribute("cx", dot.x.toFixed(2));
+    circle.setAttribute("cy", dot.y.toFixed(2));
+    circle.setAttribute("r", dot.r.toFixed(2));
     circle.setAttribute("fill", fill[layer][head].fill);
     circle.dataset.layer = String(layer);
     circle.dataset.head = String(head);
     const title = document.createElementNS(SVG, "title");
     title.textContent = `head ${headName(layer, head)}: ${analysis.labels[layer][head]}`;
     circle.append(title);
-    circle.addEventListener("click", () => selectHead(layer, head));
     svg.append(circle);
   });
   placeMapNames(svg, placed);
@@ -370,7 +407,8 @@ function showSummary() {
   for (const name of Object.keys(analysis.statistics)) {
     const option = document.createElement("option");
     option.value = name;
-    option.textContent = name.startsWith("score_") ? `pattern score: ${name.slice(6)}` : name;
+    const kind = DETECTOR_SCORES.has(name) ? "detector score" : "pattern score";
+    option.textContent = name.startsWith("score_") ? `${kind}: ${name.slice(6)}` : name;
     select.append(option);
   }
 }
