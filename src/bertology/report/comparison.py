@@ -290,7 +290,7 @@ def _ablation_section(
         if isinstance(result, str):
             blocks.append(page.paragraph(f"Model {side} ({model}): no ablation picture; {result}"))
             continue
-        baseline = f"accuracy with every head {result.baseline:.4f} on {result.examples} dev examples."
+        baseline = f"accuracy with every head {result.baseline:.4f} on {result.count} dev examples."
         blocks.append(page.paragraph(f"Model {side} ({model}): {baseline}"))
         name = f"ablation_{side.lower()}"
         blocks.append(
