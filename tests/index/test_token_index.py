@@ -263,6 +263,7 @@ def test_api_lists_the_nearest_corpus_tokens_of_an_input_token(
     assert answer["tokens"] == tokens
     rows, similarities = sample_index.search(vectors[2], 5, k=7)
     assert [item["row"] for item in answer["neighbours"]] == rows[0].tolist()
+    # float16 vectors: a cosine of unit vectors rounds by at most about 2^-11 (4.9e-4)
     assert [item["similarity"] for item in answer["neighbours"]] == pytest.approx(similarities[0], abs=1e-3)
     assert sum(count for _, count in answer["histogram"]) == 7
     assert answer["pos_histogram"] == [["none", 7]]  # plain text: no parts of speech
@@ -282,6 +283,7 @@ def test_api_lists_the_nearest_corpus_tokens_of_a_corpus_token(
     found = [item["row"] for item in answer["neighbours"]]
     exact = vectors @ vectors[row["row"]]
     assert row["row"] in found
+    # float16 storage (as above): the same neighbours up to ties within its rounding, 4 units of 2^-11
     assert exact[found] == pytest.approx(np.sort(exact)[::-1][:8], abs=2e-3)
     assert [item["similarity"] for item in answer["neighbours"]] == pytest.approx(exact[found], abs=2e-3)
     past = search_client.post("/api/search/token", json={"row": len(sample_index), "layer": 5})

@@ -57,6 +57,13 @@ LAYOUT: dict[str, tuple[str, str, str, str]] = {
 }  # fmt: skip
 
 
+#: Norm-based weights (Kobayashi et al.) computed by hand here and by the capture: float32 products of each
+#: value vector with the output projection, their norms and the normalising sum, in another order. Each is
+#: a sum of d <= 768 float32 terms (relative error about sqrt(d)·2^-24, 2e-6), through a square root and a
+#: ratio: rtol 1e-4 leaves a margin for the wider models, atol 1e-6 for weights near 0.
+NORM_RTOL, NORM_ATOL = 1e-4, 1e-6
+
+
 def layer_module(model: nn.Module, model_type: str, layer: int, path: str) -> nn.Module:
     layers, *_ = LAYOUT[model_type]
     groups = model.base_model.get_submodule(layers)
@@ -163,7 +170,7 @@ def test_norm_weights_equal_a_hand_computation(model_type: str, tiny_model_dirs:
     loaded = load_model(directory)
     captured = bertology.capture(TEXT, model=loaded, weights="norm")
     expected = hand_norm_weights(directory, loaded)
-    np.testing.assert_allclose(captured.probs, expected, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(captured.probs, expected, rtol=NORM_RTOL, atol=NORM_ATOL)
     softmax = bertology.capture(TEXT, model=loaded).probs
     assert np.abs(softmax - expected).max() > 1e-3  # the norms matter, so the check can fail
     value_projections = {
@@ -202,6 +209,8 @@ def test_ablation_importance_and_pruning(
     slow_baseline, slow = sweep_outputs(
         task, lambda logits, *_: logits.float(), batch_size=2, reuse_lower_layers=False
     )
+    # the same float32 logits, the lower layers' outputs reused rather than recomputed in another batch
+    # shape: matmul sums reordered, a few units of 2^-24 relative on each logit
     np.testing.assert_allclose(fast_baseline, slow_baseline, rtol=1e-5, atol=1e-7)
     assert_close_to(torch.from_numpy(fast), torch.from_numpy(slow), torch.from_numpy(slow_baseline))
 
@@ -277,7 +286,7 @@ def test_gpt2_heads_are_gated_and_weighed_through_its_conv1d_projections_but_not
             weights.append(torch.stack(per_head))
     by_hand = torch.stack(weights).numpy()
     captured = bertology.capture(TEXT, model=gpt2, weights="norm")
-    np.testing.assert_allclose(captured.probs, by_hand, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(captured.probs, by_hand, rtol=NORM_RTOL, atol=NORM_ATOL)
     assert np.abs(bertology.capture(TEXT, model=gpt2).probs - by_hand).max() > 1e-3
 
     refusal = r"^Pruning rebuilds nn\.Linear projections, .* not removed \(prune none of them\)\.$"
@@ -305,7 +314,7 @@ def test_on_the_real_mpnet(mpnet_model: LoadedModel) -> None:
     and removing a third of its heads from the weights computes what gating them to 0 does."""
     expected = hand_norm_weights(packaged_model_path("all-mpnet-base-v2"), mpnet_model)
     captured = bertology.capture(TEXT, model=mpnet_model, weights="norm")
-    np.testing.assert_allclose(captured.probs, expected, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(captured.probs, expected, rtol=NORM_RTOL, atol=NORM_ATOL)
 
     heads = {layer: list(range(layer % 3, 12, 3)) for layer in range(12)}
     inputs = model_inputs(mpnet_model, TEXTS)

@@ -70,6 +70,8 @@ def test_capture_equals_output_attentions_and_streams_views_and_analyses(
     assert batch.probs.shape == expected.shape
     assert batch.probs.shape[1:3] == (loaded.num_layers, loaded.num_heads)
     for index, n in enumerate(batch.lengths):
+        # padded batch against transformers' own pass: float32 matmuls blocked differently, weights <= 1
+        # differ by a few units of 2^-24 per layer; 1e-5 leaves a margin
         np.testing.assert_allclose(batch.probs[index, ..., :n, :n], expected[index, ..., :n, :n], atol=1e-5)
 
     streamed: list[torch.Tensor] = []
@@ -132,6 +134,8 @@ def test_queries_and_keys_give_the_captured_probabilities(
     if loaded.kind == "decoder":
         scores = np.where(np.triu(np.ones((n, n), dtype=bool), k=1), -np.inf, scores)
     recomputed = torch.softmax(torch.from_numpy(scores), dim=-1).numpy()
+    # the softmax recomputed from the stored float32 queries and keys in float64 (einsum): the model's
+    # own float32 scores differ by about sqrt(d)·2^-24·|q||k|; 1e-5 on weights <= 1
     np.testing.assert_allclose(recomputed, attention.probs, atol=1e-5)
     groups = getattr(loaded.model.config, "num_key_value_heads", None)
     if groups is not None and groups < loaded.num_heads:  # shared keys: equal within a group

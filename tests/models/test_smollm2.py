@@ -75,6 +75,8 @@ def test_the_scores_equal_the_models_own_attention(
         attentions = causal_lm(input_ids=ids, output_attentions=True).attentions  # layers x [S, heads, n, n]
     rows = torch.arange(LENGTH + 1, 2 * LENGTH + 1)
     induction = torch.stack([layer[:, :, rows, rows - LENGTH + 1] for layer in attentions])  # [30, S, 9, L]
+    # the same float32 attention from two runs (batched against the test's), means in float64: weights
+    # <= 1 differ by a few units of 2^-24 after 30 layers' reordered sums; 1e-5 leaves a margin
     np.testing.assert_allclose(
         detection.scores["induction"], induction.double().mean((1, 3)).numpy(), atol=1e-5
     )
@@ -101,6 +103,7 @@ def test_explain_sums_to_the_models_own_logit(smollm2_model: LoadedModel) -> Non
     assert explanation.label == " Paris" and explanation.tokens[0] == "The"
     heads = explanation.heads
     assert heads is not None and heads.heads.shape == (30, 9)
+    # the heads' and other terms' float32 contributions summed (about 300 terms): rounding about 1e-6
     assert heads.total == pytest.approx(explanation.logit, rel=1e-5)
     change = explanation.logit - explanation.baseline_logit
     assert abs(change) > 5 and abs(explanation.completeness_gap) < 0.01 * abs(change)
@@ -137,5 +140,7 @@ def test_decoder_analysis_equals_the_models_own_attention(
         assert surface.segments == len(SEGMENTS)
         for name in per_segment[0]:
             expected = torch.stack([segment[name] for segment in per_segment]).mean(0).numpy()  # [30, 9]
+            # "qk" recomputes the softmax from stored queries and keys (float32, 30 layers deep): the
+            # statistics of weights <= 1 (entropies up to ln 32) then differ by about 1e-6; 2e-5 margin
             np.testing.assert_allclose(surface[name], expected, atol=2e-5, err_msg=f"{name} ({mode})")
         assert np.isnan(surface["cls"]).all() and np.nanmean(surface["sink"]) > 0.5  # most mass parks there

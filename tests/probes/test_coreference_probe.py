@@ -232,6 +232,8 @@ def test_query_word_rows_match_the_models_own_attention(
             ],
             2,
         )
+        # the same float32 attention, words' rows summed in another order: probabilities <= 1 summed over
+        # a word's few pieces differ by a few units of 2^-24; 1e-5 is far above that
         np.testing.assert_allclose(got.rows, expected, atol=1e-5)
         assert got.tokens.tolist() == np.bincount(word_ids[word_ids >= 0]).tolist() and got.truncated == 0
 

@@ -127,7 +127,7 @@ def test_official_scorer_gives_the_table_on_real_gap(shared_data: Path, tmp_path
         lines = path.read_text(encoding="utf-8").splitlines()
         assert all(len(line.split("\t")) == 3 for line in lines) and not lines[0].startswith("ID")
         card = official_scorecard(gold, path)
-        for gender in ("overall", "masculine", "feminine"):
+        for gender in ("overall", "masculine", "feminine"):  # the same counts' ratios in float64: 1e-12
             assert card[gender]["f1"] / 100 == pytest.approx(getattr(row, f"{gender}_f1"), abs=1e-12)
             assert card[gender]["precision"] / 100 == pytest.approx(getattr(row, f"{gender}_p"), abs=1e-12)
             assert card[gender]["recall"] / 100 == pytest.approx(getattr(row, f"{gender}_r"), abs=1e-12)

@@ -464,6 +464,7 @@ def test_unchanged_tensor_reproduces_debuggers_test() -> None:
 @pytest.mark.parametrize(("last", "expected"), [(1.0 + 1.002e-5, False), (1.0 + 0.999e-5, True)])
 def test_unchanged_tensor_tolerance(last: float, expected: bool) -> None:
     values = [1.0, 1.0, last]
+    # Debugger's own test's tolerances (np.allclose's rtol 1e-5, atol 1e-8), the values on either side of it
     assert all(np.allclose(v, values[-1], rtol=1e-5, atol=1e-8) for v in values) is expected
     history = History(dev=[DevRecord(i, v, 0.5) for i, v in enumerate(values)])
     assert fires(UnchangedTensor(), history) is expected
@@ -582,13 +583,18 @@ def test_tensor_recorder_numbers(tiny_classifier: LoadedModel) -> None:
         weights = torch.cat(
             [p.detach().flatten() for n, p in parameters.items() if group(n) == name]
         ).double()
+        # the recorder sums each float32 tensor in float32 (a sum of n terms: relative error up to about
+        # sqrt(n)·2^-24 on random-signed terms, 1e-6 for 10^4 weights), then adds the tensors in float64
         assert record.gradient["abs_mean"][index] == pytest.approx(
             float(grads.double().abs().mean()), rel=1e-5
         )
+        # the variance is E[x²] - E[x]² of those float32 sums: the cancellation can cost a digit (1e-4)
         assert record.gradient["variance"][index] == pytest.approx(
             float(grads.double().var(unbiased=False)), rel=1e-4
         )
         spread = np.percentile(grads.double().numpy(), 95) - np.percentile(grads.double().numpy(), 5)
+        # kthvalue's nearest-rank percentiles against numpy's interpolated ones: not a rounding error but a
+        # definition's, at most the gap between neighbouring order statistics (5 %)
         assert record.gradient["spread"][index] == pytest.approx(spread, rel=0.05, abs=1e-9)
         assert record.weight["zero_fraction"][index] == pytest.approx(float((weights == 0).double().mean()))
         assert record.weight["nan"][index] == 0
@@ -597,6 +603,7 @@ def test_tensor_recorder_numbers(tiny_classifier: LoadedModel) -> None:
     )
     expected_activity = (seen["output"] > 0).flatten(0, -2).double().mean(0).numpy()
     np.testing.assert_allclose(layer0.activity, expected_activity)
+    # float32 moments summed in float64 (E[x²] - E[x]²): 1e-5 covers the float32 squares' rounding
     assert layer0.input_variance == pytest.approx(float(seen["input"].double().var(unbiased=False)), rel=1e-5)
     layer1 = next(
         a for a in record.activations if a.name.endswith("layer.1.intermediate.intermediate_act_fn")
