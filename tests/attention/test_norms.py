@@ -1,5 +1,13 @@
 """Norm-based attention weights (Kobayashi et al. 2020): equal to a direct computation from each layer's
-weights, known answers on constructed inputs, and the switch in capture, analysis and the CLI."""
+weights, known answers on constructed inputs, and the switch in capture, analysis and the CLI.
+
+Tolerances: the norm-based weights and value norms are computed here by hand and by the capture from the
+same float32 tensors in another order (products with the output projection, norms over d <= 384, a
+normalising sum): relative error about sqrt(d)·2^-24 through a square root and a ratio, so rtol 1e-4 with
+atol 1e-6 for weights near 0. The neuron view's page carries the norms as float16 (relative 2^-11 = 4.9e-4:
+rtol 2e-3) and the attention as 8-bit codes (half a step, 1/510 = 2e-3, then reweighed by those norms:
+atol 3e-3).
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,10 @@
 """Norm-based weights of a decoder with grouped-query attention equal those of the same model with every
-key/value head copied once per query head (plain multi-head attention, built here)."""
+key/value head copied once per query head (plain multi-head attention, built here).
+
+Tolerances: grouped-query attention against its multi-head copy (each key/value head repeated): the same
+float32 numbers, except that the norms are summed over the copies' features in another order: atol 1e-6 for
+the plain weights, 1e-5 for the norm-weighted ones and for a row's sum.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,9 @@
-"""Word-level attention: hand-computed numbers, the three modes, a brute-force reference, a real capture."""
+"""Word-level attention: hand-computed numbers, the three modes, a brute-force reference, a real capture.
+
+Tolerances: word attention sums float32 piece weights (<= 1) over a word's few pieces; the brute-force
+reference sums them in float64 in another order: a few units of 2^-24, so atol 1e-6; a row's sum over all
+words of a real sentence (dozens of terms) within 1e-5, over the default model's longer rows 1e-4.
+"""
 
 from __future__ import annotations
 

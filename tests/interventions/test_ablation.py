@@ -1,5 +1,11 @@
 """Single-head ablation (fast sweep = naive loop), importance, pruning curves, attention gradients and the
-``ablate`` command."""
+``ablate`` command.
+
+Tolerances: the fast sweep (lower layers reused) against full passes: rtol 1e-5, atol 1e-6 (float32 sums
+reordered); importance against central differences of the float64 loss (the model in float64): rtol 1e-5
+with atol 1e-9 (the difference's truncation error is second order in its step); attention gradients
+against per-category means computed here: rtol 1e-4 (float32 gradients summed in another order).
+"""
 
 from __future__ import annotations
 
