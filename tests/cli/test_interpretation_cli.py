@@ -87,6 +87,7 @@ def test_explain_method_chooses_the_methods(known_run: Path, tmp_path: Path) -> 
     assert "integrated gradients miss" not in output
     data = json.loads(target.with_suffix(".json").read_text(encoding="utf-8"))
     assert list(data["attributions"]) == ["gradient", "smoothgrad"] and data["samples"] == 3
+    # no noise: the mean of equal float32 gradients, summed in float32: rel 1e-5
     assert data["attributions"]["smoothgrad"] == pytest.approx(data["attributions"]["gradient"], rel=1e-5)
     page = target.read_text(encoding="utf-8")
     assert "<h3>SmoothGrad</h3>" in page and "Integrated gradients" not in page
@@ -125,6 +126,7 @@ def test_explain_a_decoders_next_token(tiny_model_dirs: dict[str, Path], tmp_pat
     assert list(data["attributions"]) == ["integrated-gradients"]
     heads = data["direct_logit_attribution"]
     assert len(heads["heads"]) == 2 and len(heads["heads"][0]) == 4  # the tiny Llama's 2 x 4 heads
+    # the float32 terms of the logit summed again: 1e-5
     assert heads["total"] == pytest.approx(data["logit"], abs=1e-5)
     page = target.read_text(encoding="utf-8")
     assert "Direct logit attribution" in page and page.count("data:image/png") == 1

@@ -78,6 +78,7 @@ def test_patch_writes_head_effects_both_methods_and_is_listed_as_a_patching_run(
     mean_patched = exact.groupby(["layer", "head"])["ld_patched"].mean().to_numpy()
     clean = np.mean([pair["ld_clean"] for pair in summary["pair_details"]])
     corrupted = np.mean([pair["ld_corrupted"] for pair in summary["pair_details"]])
+    # the same float64 means and ratio (written with all their digits) added in another order: 1e-9
     np.testing.assert_allclose(effects["effect"], (mean_patched - corrupted) / (clean - corrupted), atol=1e-9)
     assert (output / "plots" / "effects_exact.png").read_bytes()[:4] == b"\x89PNG"
     assert summary["top"]["exact"][0]["name"] == name
@@ -104,6 +105,7 @@ def test_patch_residual_writes_the_per_position_table(
     per_pair = pd.read_csv(output / "pair_effects.csv")
     patched = per_pair.loc[(per_pair["layer"] == 0) & (per_pair["position"] == fox), "ld_patched"].item()
     ld_clean = json.loads((output / "summary.json").read_text())["ld_clean"]
+    # clean into clean at the differing token restores the clean LD: the same float32 pass, 1e-5
     assert patched == pytest.approx(ld_clean, abs=1e-5)
 
 

@@ -2,6 +2,10 @@
 
 The session's local Ray cluster (``ray_cluster`` in conftest) runs a pool of two one-thread workers per
 test; the reference runs in this process on one torch thread, as each worker does.
+
+Tolerances: the probes' tables are float64 sums of the same per-sentence values merged in another order
+(rtol 1e-9; 1e-12 for the ablation's accuracies, ratios of the same counts); the stored examples' float32
+weights, recomputed for the chosen segments in other batches (rtol 1e-6, atol 1e-7).
 """
 
 from __future__ import annotations

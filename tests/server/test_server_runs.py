@@ -437,6 +437,7 @@ def test_a_fine_tuned_run_is_offered_and_answers_as_a_model(
         assert answer.status_code == 200, answer.text
         attention = np.array(answer.json()["attention"])
         assert attention.shape[:2] == (3, 4)  # [layers, heads, query, key] of the tiny BERT
+        # float32 softmax rows, summed: 1e-5
         np.testing.assert_allclose(attention.sum(axis=-1), 1.0, atol=1e-5)
         refused = client.post("/api/attention", json={"text": "The cat sat.", "model": "runs/linked"})
         assert refused.status_code == 422

@@ -200,6 +200,7 @@ def test_closest_pairs_are_sorted_and_labelled(written: tuple[Path, Results, str
     shown = [float(str(row[JS_DIVERGENCE][0])) for row in rows]
     assert shown == sorted(shown)
     distance = results.distances.distance
+    # the page prints distances to 4 decimals ({:.4f}): half of 1e-4 at most
     assert shown[0] == pytest.approx(distance[~np.eye(count, dtype=bool)].min(), abs=1e-4)
     for row in rows:
         layer, head = map(int, str(row["head A"][0]).split("-"))

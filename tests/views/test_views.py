@@ -65,6 +65,7 @@ def test_page_is_self_contained_with_data_once(default_model: LoadedModel) -> No
     assert "Content-Security-Policy" in page and "default-src 'none'" in page
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page)
     codes = unpack(data["attention"])
+    # 8-bit codes: half a step, plus float32 rounding of the weights
     np.testing.assert_allclose(codes / 255.0, attention.probs, atol=0.5 / 255 + 1e-6)
     assert data["pair"] is True and data["segments"] == attention.segment_ids.tolist()
 

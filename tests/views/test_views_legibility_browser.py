@@ -136,6 +136,7 @@ def test_hovering_a_token_shows_each_heads_weight_in_boxes(open_page: Callable[.
             weight = codes[0, head, 5, key] / 255
             assert abs(int(pixels[y, x, 3]) - weight * 255) <= 2, (key, head)
             if weight > 0.5:
+                # a colour drawn with alpha over the background and read back as 8-bit pixels: 3 levels
                 np.testing.assert_allclose(pixels[y, x, :3], swatches[head], atol=3)
 
     # Pinned on the right: the boxes sit beside the query tokens and give the weights into that key.
