@@ -1,7 +1,14 @@
 """Long inputs captured by queries and keys: rows computed in chunks equal the model's own eager
 ``output_attentions`` (padding, causal, sliding-window and grouped-query attention), pooled thumbnails
 and blocks equal the same slices of them, ``capture``'s modes and refusals, and corpus statistics equal
-between the chunked and the full path."""
+between the chunked and the full path.
+
+Tolerances: rows computed in chunks from stored queries and keys against the model's own float32 eager
+softmax: scores of d-wide float32 dot products in another order, weights <= 1 within atol 1e-5; float16
+queries and keys (relative 2^-11 each, through the softmax) within 2e-3; corpus statistics of the two paths
+(float64 sums of those weights) within rtol 1e-5, atol 1e-6, and the JS sums (logarithms of weights near 0
+magnify the 1e-6) within rtol 1e-4, atol 1e-5.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,15 @@
 """Head interventions on decoders by the language-model loss, checked against hand-written hooks on the
 output projection's input (tiny random decoders with grouped-query attention: 4 query heads, 2 key/value
-heads)."""
+heads).
+
+Tolerances: a sequence's summed loss from float32 logits against a float64 log-sum-exp written here, atol
+1e-9 per predicted token (the loss is computed in float64 from the float32 logits: exact to float64
+rounding); losses of order 1 to 10 through gates or hooks, in padded batches
+against one sequence at a time, rtol 1e-5 (float32 sums reordered), the same full pass rel 1e-6;
+importance against autograd per sequence, rtol 1e-4 with atol 1e-7 (gradients of two float32 graphs);
+a pruned decoder's loss against the gated one, abs 1e-5 (smaller matrices, sums of other lengths), saved
+and reloaded 1e-6 (the same weights).
+"""
 
 from __future__ import annotations
 

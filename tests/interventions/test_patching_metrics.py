@@ -1,7 +1,14 @@
 """Patching's metrics (logit difference, probability difference, KL divergence from the clean run),
 answers of several tokens and ``prepend_bos``, checked against references written here: one plain forward
 pass per patched head with a forward pre-hook on the output projection, the metric computed from the full
-logits by hand."""
+logits by hand.
+
+Tolerances: as in test_patching.py, the same float32 passes batched differently: logits, log-probabilities
+and KL divergences of order 1 within atol 1e-5 (a KL of a distribution with itself within 1e-6); the
+attribution estimate against autograd here within atol 1e-5, rtol 1e-4 (gradients of two graphs); the
+probability difference of answers whose probabilities are about 1e-5 relatively, rtol 1e-4 (the
+log-probabilities' 1e-6 absolute error becomes a relative one after exp).
+"""
 
 from __future__ import annotations
 
