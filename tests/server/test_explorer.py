@@ -1,6 +1,10 @@
 """The explorer: each head's stored top examples (the true top-k of its pattern score over the corpus,
 checked by capturing every segment alone), and the explorer's routes over an analysis folder with a
-dependency probe and an ablation beside it (known answers), paths and damaged files refused."""
+dependency probe and an ablation beside it (known answers), paths and damaged files refused.
+
+Tolerances: stored example scores (float32, computed per segment alone) against the statistics' column,
+atol 1e-6; the map is the same seeded MDS of the same float64 distances, through JSON, atol 1e-6.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,11 @@
 """The web app's JSON API in-process (FastAPI TestClient): answers equal the library's, every bad request
-gets a 4xx JSON error that says what is wrong, limits hold, and concurrent requests never mix."""
+gets a 4xx JSON error that says what is wrong, limits hold, and concurrent requests never mix.
+
+Tolerances: the API's attention is the capture's float32 weights written as JSON with the digits a float32
+needs: atol 6e-7 (about 10 units of 2^-24 on weights <= 1, the float32 to decimal round trip); statistics
+against float64 ones computed here from the same weights, atol 1e-6 (entropies, with their logarithms, 1e-5;
+the float64 table itself through JSON, 1e-9); rtol 1e-5 on a mean of float32 weights.
+"""
 
 from __future__ import annotations
 

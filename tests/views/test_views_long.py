@@ -1,6 +1,13 @@
 """Views of long inputs (:mod:`bertology.views.long`): a captured LongAttention gives a head, model and
 neuron view whose weights equal the model's own eager attention, its window and minimap bounded, and the
-report's example pages build from the long path."""
+report's example pages build from the long path.
+
+Tolerances: the pages carry weights as 8-bit codes (CODE_ERROR, half a step; plus 1e-5 where a code holds a
+float32 sum); weights, pooled cells and blocks computed from stored queries and keys against the model's own
+float32 eager softmax, atol 1e-5 (dot products in another order), the same block pooled twice 1e-6, one
+row's sums against a block's rtol 1e-5, atol 1e-7; a softmax of float16 vectors (relative 2^-11 per
+element, magnified by the scores' size) within 2e-2.
+"""
 
 from __future__ import annotations
 
