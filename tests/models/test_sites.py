@@ -268,6 +268,7 @@ def test_replacing_every_site_with_itself_changes_no_logit(llama: bertology.Load
             replaced = llama.model(**inputs).logits
     cache = bertology.trace(llama.model, inputs, sites=["logits"])
     torch.testing.assert_close(cache["logits"], plain, rtol=0, atol=0)
+    # replacing with a clone reruns the same float32 pass: equal but for the hooks' copies, within 1e-6
     torch.testing.assert_close(replaced, plain, rtol=0, atol=1e-6)
 
 
@@ -288,6 +289,7 @@ def test_a_replaced_head_output_equals_the_gates_removing_it(llama: bertology.Lo
         with replacing(llama.model, {("z", 1): without_head_2}):
             replaced = llama.model(**inputs).logits
         plain = llama.model(**inputs).logits
+    # a zeroed head output against gate 0: the same products by 0 in another place of the float32 pass
     torch.testing.assert_close(replaced, gated, rtol=0, atol=1e-6)
     assert (replaced - plain).abs().max() > 1e-3
 
@@ -303,7 +305,10 @@ def test_a_replaced_residual_stream_between_the_blocks_is_what_the_next_block_re
     with torch.no_grad(), replacing(llama.model, doubled), recording(llama.model, kept) as replaced:
         llama.model(**inputs)
     plain = bertology.trace(llama.model, inputs, sites=[("resid_mid", 0)])
+    # resid_mid doubled through a pre-norm model is put back as fn(pre + out) - pre: float32 rounding of
+    # a difference of sums of order 1 to 10, within 1e-5
     torch.testing.assert_close(replaced["resid_mid", 0], plain["resid_mid", 0] * 2, rtol=0, atol=1e-5)
+    # the block's own float32 sum, added again here: one rounding, within 1e-6
     torch.testing.assert_close(
         replaced["resid_post", 0], replaced["resid_mid", 0] + replaced["mlp_out", 0], rtol=0, atol=1e-6
     )
