@@ -17,7 +17,10 @@ import argparse
 import json
 import platform
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -63,8 +66,10 @@ def timed(function, *args):
     return result, time.perf_counter() - start
 
 
-def paint_seconds(page_path: Path, timeout_s: float = 60.0) -> float:
-    """Seconds from navigation start to ``window.bertology.ready`` in headless Chromium."""
+@contextmanager
+def ready_page(page_path: Path, timeout_s: float, width: int) -> Iterator[Any]:
+    """The view page at ``page_path`` in headless Chromium (``width`` x 900), once it reports
+    ``window.bertology.ready``; navigation waits only for the first bytes, so its timing starts there."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
@@ -73,32 +78,27 @@ def paint_seconds(page_path: Path, timeout_s: float = 60.0) -> float:
             headless=True,
             args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"],
         )
-        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page = browser.new_page(viewport={"width": width, "height": 900})
         page.goto(page_path.resolve().as_uri(), wait_until="commit", timeout=timeout_s * 1000)
         page.wait_for_function(
             "() => window.bertology && window.bertology.ready === true", timeout=timeout_s * 1000
         )
-        elapsed_ms = page.evaluate("() => performance.now()")
-        browser.close()
-    return elapsed_ms / 1000.0
+        try:
+            yield page
+        finally:
+            browser.close()
+
+
+def paint_seconds(page_path: Path, timeout_s: float = 60.0) -> float:
+    """Seconds from navigation start to ``window.bertology.ready`` in headless Chromium."""
+    with ready_page(page_path, timeout_s, 1400) as page:
+        return page.evaluate("() => performance.now()") / 1000.0
 
 
 def head_view_draw_ms(page_path: Path, timeout_s: float = 60.0) -> tuple[float, float]:
     """A head view's (redraw of another layer, a hovered token's lines) in milliseconds, each with its
     rasterisation (reading a pixel back waits for it), in headless Chromium."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM,
-            headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"],
-        )
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
-        page.goto(page_path.resolve().as_uri(), timeout=timeout_s * 1000)
-        page.wait_for_function(
-            "() => window.bertology && window.bertology.ready === true", timeout=timeout_s * 1000
-        )
+    with ready_page(page_path, timeout_s, 1280) as page:
         redraw = page.evaluate(
             """() => {
               const start = performance.now();
@@ -109,7 +109,6 @@ def head_view_draw_ms(page_path: Path, timeout_s: float = 60.0) -> tuple[float, 
         )
         page.hover('.bt-token[data-side="left"][data-index="3"]')
         hovered = page.evaluate("window.bertology.lastDrawMs")
-        browser.close()
     return redraw, hovered
 
 
