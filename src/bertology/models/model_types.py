@@ -25,7 +25,7 @@ stacks q, k and v like ModernBERT's ``Wqkv``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from bertology.errors import BertologyError
 
@@ -125,36 +125,31 @@ def _separate(
 
 #: BERT's layout: ``encoder.layer[i].attention.self.{query,key,value}`` and ``.attention.output.dense``.
 _BERT = Layout("encoder.layer", "attention.self", _separate("attention.self"), "attention.output.dense")
+
+
+def _self_attn(**fields: Any) -> Layout:
+    """A layout whose blocks are named like Llama's: ``layers[i].self_attn.{q,k,v,o}_proj`` (``fields``:
+    the rest of the :class:`Layout`)."""
+    return Layout(
+        "layers",
+        "self_attn",
+        _separate("self_attn", ("q_proj", "k_proj", "v_proj")),
+        "self_attn.o_proj",
+        **fields,
+    )
+
+
 #: Llama's layout (pre-norm: the residual stream between the blocks enters ``post_attention_layernorm``).
-_SELF_ATTN = Layout(
-    "layers",
-    "self_attn",
-    _separate("self_attn", ("q_proj", "k_proj", "v_proj")),
-    "self_attn.o_proj",
-    mlp="mlp",
-    mid="post_attention_layernorm",
-    mid_is_input=True,
-)
+_SELF_ATTN = _self_attn(mlp="mlp", mid="post_attention_layernorm", mid_is_input=True)
 #: Gemma 2 and 3: each block's output normalised before it is added, a norm before the feed-forward block.
-_GEMMA2 = Layout(
-    "layers",
-    "self_attn",
-    _separate("self_attn", ("q_proj", "k_proj", "v_proj")),
-    "self_attn.o_proj",
+_GEMMA2 = _self_attn(
     mlp="post_feedforward_layernorm",
     mid="pre_feedforward_layernorm",
     mid_is_input=True,
     attn_out="post_attention_layernorm",
 )
 #: Nomic BERT and GTE: post-norm blocks named like Llama's.
-_POST_NORM_SELF_ATTN = Layout(
-    "layers",
-    "self_attn",
-    _separate("self_attn", ("q_proj", "k_proj", "v_proj")),
-    "self_attn.o_proj",
-    mlp="mlp",
-    mid="post_attention_layernorm",
-)
+_POST_NORM_SELF_ATTN = _self_attn(mlp="mlp", mid="post_attention_layernorm")
 
 
 @dataclass(frozen=True)
