@@ -15,8 +15,8 @@ from support.tiny_models import SINGLE_STACK_TYPES, tiny_language_model
 import bertology
 from bertology.errors import BertologyError
 from bertology.models import hook
-from bertology.models.anatomy import attention_parts, layer_modules
-from bertology.models.sites import SITES, recording, replacing
+from bertology.models.anatomy import layer_modules
+from bertology.models.sites import SITES, hook_gates, recording, replacing
 
 _BERT = {
     "q": "attention.self.query",
@@ -278,9 +278,7 @@ def test_a_replaced_head_output_equals_the_gates_removing_it(llama: bertology.Lo
     def without_head_2(tensor: torch.Tensor, _layer: int | None) -> torch.Tensor:
         return torch.cat([tensor[:, :, :2], torch.zeros_like(tensor[:, :, 2:3]), tensor[:, :, 3:]], dim=2)
 
-    hook.hook_gates(
-        llama.model, [(part.module, part.output, part.head_dim) for part in attention_parts(llama.model)]
-    )
+    hook_gates(llama.model)
     gates = torch.ones(2, 4)
     gates[1, 2] = 0
     with torch.no_grad():
