@@ -15,8 +15,8 @@ from support.tiny_models import SINGLE_STACK_TYPES, tiny_language_model
 import bertology
 from bertology.errors import BertologyError
 from bertology.models import hook
-from bertology.models.anatomy import attention_parts, layer_modules
-from bertology.models.sites import SITES, recording, replacing
+from bertology.models.anatomy import layer_modules
+from bertology.models.sites import SITES, hook_gates, hooking, recording, replacing
 
 _BERT = {
     "q": "attention.self.query",
@@ -278,9 +278,7 @@ def test_a_replaced_head_output_equals_the_gates_removing_it(llama: bertology.Lo
     def without_head_2(tensor: torch.Tensor, _layer: int | None) -> torch.Tensor:
         return torch.cat([tensor[:, :, :2], torch.zeros_like(tensor[:, :, 2:3]), tensor[:, :, 3:]], dim=2)
 
-    hook.hook_gates(
-        llama.model, [(part.module, part.output, part.head_dim) for part in attention_parts(llama.model)]
-    )
+    hook_gates(llama.model)
     gates = torch.ones(2, 4)
     gates[1, 2] = 0
     with torch.no_grad():
@@ -322,5 +320,64 @@ def test_unknown_sites_layers_and_replaced_patterns_are_refused(llama: bertology
     with (
         pytest.raises(BertologyError, match="recorded but not replaced"),
         replacing(llama.model, {"pattern": print}),
+    ):
+        pass
+
+
+def test_a_module_site_is_every_call_of_the_module_at_that_path(
+    loaded_types: Callable[[str], bertology.LoadedModel],
+) -> None:
+    """ALBERT's one shared layer calls its activation function once per layer: ``consume`` is handed its
+    input and its output at every call, in call order, as a plain hook on the module sees them; the
+    cache keeps the last call's."""
+    loaded = loaded_types("albert")
+    inputs = _inputs(loaded)
+    path = next(name for name, module in loaded.model.named_modules() if name.endswith(".activation"))
+    plain: list[tuple[torch.Tensor, torch.Tensor]] = []
+    handle = loaded.model.get_submodule(path).register_forward_hook(
+        lambda _m, args, output: plain.append((args[0], output))
+    )
+    with torch.no_grad():
+        loaded.model(**inputs)
+    handle.remove()
+    sites = [("module_input", path), ("module", path)]
+    consumed: list[tuple[Any, torch.Tensor]] = []
+    with torch.no_grad():
+        with recording(loaded.model, sites, consume=lambda key, tensor: consumed.append((key, tensor))):
+            loaded.model(**inputs)
+        with recording(loaded.model, sites) as cache:
+            loaded.model(**inputs)
+    layers = len(layer_modules(loaded.model))
+    assert len(plain) == layers > 1
+    assert [key for key, _ in consumed] == [("module_input", path), ("module", path)] * layers
+    for call, (entering, leaving) in enumerate(plain):
+        torch.testing.assert_close(consumed[2 * call][1], entering, rtol=0, atol=0)
+        torch.testing.assert_close(consumed[2 * call + 1][1], leaving, rtol=0, atol=0)
+    torch.testing.assert_close(cache["module", path], plain[-1][1], rtol=0, atol=0)
+    torch.testing.assert_close(cache["module_input", path], plain[-1][0], rtol=0, atol=0)
+
+
+def test_hooks_of_a_block_go_when_it_ends_with_an_error(llama: bertology.LoadedModel) -> None:
+    embeddings = llama.model.get_input_embeddings()
+    calls: list[str] = []
+    hooks = hooking(
+        before=[(embeddings, lambda *_: calls.append("input"))],
+        after=[(embeddings, lambda *_: calls.append("output"))],
+    )
+    with pytest.raises(ZeroDivisionError), hooks, torch.no_grad():
+        llama.model(**_inputs(llama))
+        _ = 1 / 0
+    assert calls == ["input", "output"]
+    with torch.no_grad():
+        llama.model(**_inputs(llama))
+    assert calls == ["input", "output"]
+
+
+def test_module_paths_and_consumed_patterns_are_refused(llama: bertology.LoadedModel) -> None:
+    with pytest.raises(BertologyError, match=r"the path of one of the model's modules, not 'model\.nowhere'"):
+        bertology.trace(llama.model, _inputs(llama), sites=[("module", "model.nowhere")])
+    with (
+        pytest.raises(BertologyError, match="cannot be consumed"),
+        recording(llama.model, ["pattern"], consume=print),
     ):
         pass

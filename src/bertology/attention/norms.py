@@ -22,7 +22,7 @@ of every encoder type are found through :mod:`bertology.models.anatomy`.
 from __future__ import annotations
 
 import weakref
-from typing import get_args
+from typing import Any, get_args
 
 import torch
 from torch import nn
@@ -31,6 +31,7 @@ from transformers import PreTrainedModel
 from bertology.errors import BertologyError
 from bertology.models.anatomy import AttentionParts, attention_parts
 from bertology.models.hook import active_recorder
+from bertology.models.sites import hook_module
 from bertology.options import Weights
 
 #: The attention weights bertology can show and measure: the softmax output, or the norm-based weights.
@@ -111,8 +112,7 @@ class NormWeighting:
         self.projected: torch.Tensor | None = None
         value_projections = {id(parts.value.linear): parts.value.linear for parts in self.layers}
         handles = [
-            linear.register_forward_hook(_KeepProjected(weakref.ref(self)))
-            for linear in value_projections.values()
+            hook_module(linear, _KeepProjected(weakref.ref(self))) for linear in value_projections.values()
         ]
         weakref.finalize(self, _remove, handles)
 
@@ -139,7 +139,9 @@ class _KeepProjected:
     def __init__(self, weighting: weakref.ref[NormWeighting]) -> None:
         self.weighting = weighting
 
-    def __call__(self, linear: nn.Module, args: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
+    def __call__(
+        self, linear: nn.Module, args: tuple[torch.Tensor, ...], kwargs: dict[str, Any], output: torch.Tensor
+    ) -> None:
         recorder = active_recorder()
         weighting = self.weighting()
         if recorder is not None and weighting is not None and recorder.weighting is weighting:

@@ -26,9 +26,9 @@ import torch
 from bertology.errors import BertologyError
 from bertology.models.anatomy import attention_parts
 from bertology.models.heads import HeadSelection, heads_by_layer
-from bertology.models.hook import HeadGates, gating, hook_gates
+from bertology.models.hook import HeadGates, gating
 from bertology.models.loading import LoadedModel
-from bertology.models.sites import recording
+from bertology.models.sites import hook_gates, recording
 
 
 def gate_values(loaded: LoadedModel, gates: torch.Tensor | HeadSelection) -> torch.Tensor:
@@ -58,13 +58,12 @@ def gated(
 ) -> Iterator[HeadGates]:
     """Run ``loaded`` with head gates ``values`` (a tensor, see :class:`~bertology.models.hook.HeadGates`) and
     ``replacement`` (per layer, what gate 0 puts in a head's place; ``None``: zero) inside the block, its
-    output projections hooked first (:func:`~bertology.models.hook.hook_gates`).
+    output projections hooked first (:func:`~bertology.models.sites.hook_gates`).
 
     Raises:
         BertologyError: a model type whose layers and projections bertology does not know.
     """
-    sites = [(parts.module, parts.output, parts.head_dim) for parts in attention_parts(loaded.model)]
-    hook_gates(loaded.model, sites)
+    hook_gates(loaded.model)
     if replacement is not None:
         replacement = [values.to(loaded.device) for values in replacement]
     with gating(values.to(loaded.device), replacement) as active:
@@ -101,7 +100,7 @@ def record_head_outputs(loaded: LoadedModel, inputs: dict[str, torch.Tensor]) ->
         BertologyError: a model type whose layers and projections bertology does not know.
     """
     parts = attention_parts(loaded.model)
-    hook_gates(loaded.model, [(part.module, part.output, part.head_dim) for part in parts])
+    hook_gates(loaded.model)
     with recording(loaded.model, ["z"], detach=False) as cache:
         loaded.model(**inputs)
     outputs = [cache["z", layer].flatten(-2) for layer in range(len(parts)) if ("z", layer) in cache]

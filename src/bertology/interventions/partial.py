@@ -33,6 +33,7 @@ from transformers.cache_utils import Cache
 from bertology.interventions.gates import gated
 from bertology.models.anatomy import layer_modules
 from bertology.models.loading import LoadedModel
+from bertology.models.sites import hooking
 
 
 @dataclass
@@ -89,16 +90,12 @@ def record_layer_inputs(loaded: LoadedModel, inputs: dict[str, torch.Tensor]) ->
     """Run ``loaded`` (a classifier) once on ``inputs`` and keep what entered each layer."""
     calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
 
-    def keep(_: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def keep(_: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], _output: None) -> None:
         calls.append((args, kwargs))
 
     modules = layer_modules(loaded.model)
-    handles = [m.register_forward_pre_hook(keep, with_kwargs=True) for m in _distinct(modules)]
-    try:
+    with hooking(before=[(module, keep) for module in _distinct(modules)]):
         logits = loaded.model(**inputs).logits
-    finally:
-        for handle in handles:
-            handle.remove()
     if len(calls) != len(modules):
         raise RuntimeError(f"Expected {len(modules)} layer calls in one forward pass, saw {len(calls)}.")
     return LayerInputs(

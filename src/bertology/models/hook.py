@@ -13,20 +13,20 @@ A recorder may instead carry an :class:`AttentionOverride` that computes every a
 its forward pass itself (long inputs: fused attention, queries and keys kept;
 :mod:`bertology.attention.long_capture`).
 
-Head gates act where the heads' outputs enter each layer's output projection (a forward pre-hook that
-:func:`hook_gates` puts there), the same for both capture routes: while :func:`gating` is active, each
-head's output is multiplied by its gate. ALBERT shares one projection between all layers, so the gates
-count the calls: in an encoder every forward pass calls each layer's output projection once, in layer
-order. The count starts again at layer 0 whenever a forward pass of the model starts (a forward
-pre-hook on its base model), so a pass cut short (an exception inside a layer, a recording that stops
-after the last attention) never shifts the passes after it. A ``ContextVar`` holds the active gates too.
+Head gates act where the heads' outputs enter each layer's output projection (a hook on its input
+that :func:`~bertology.models.sites.hook_gates` puts there), the same for both capture routes: while
+:func:`gating` is active, each head's output is multiplied by its gate. ALBERT shares one projection
+between all layers, so the gates count the calls: in an encoder every forward pass calls each layer's
+output projection once, in layer order. The count starts again at layer 0 whenever a forward pass of the
+model starts (a hook on its base model's input), so a pass cut short (an exception inside a layer, a
+recording that stops after the last attention) never shifts the passes after it. A ``ContextVar`` holds
+the active gates too.
 """
 
 from __future__ import annotations
 
 import sys
-import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -270,7 +270,7 @@ def gating(values: torch.Tensor, replacement: Sequence[torch.Tensor] | None = No
     """Apply head gates ``values`` ([layers, heads] or [batch, layers, heads]) with ``replacement`` (per
     layer, what gate 0 puts in a head's place; ``None``: zero; see :class:`HeadGates`) to every forward pass
     made in this context (this thread / task) until the block ends, on every model whose output projections
-    carry the gate hook (:func:`hook_gates`)."""
+    carry the gate hook (:func:`~bertology.models.sites.hook_gates`)."""
     gates = HeadGates(values, replacement)
     token = _gates.set(gates)
     try:
@@ -279,47 +279,32 @@ def gating(values: torch.Tensor, replacement: Sequence[torch.Tensor] | None = No
         _gates.reset(token)
 
 
-class _GateHeads:
-    """Forward pre-hook of one layer's output projection: while gates are active in this context, the
-    heads' outputs entering it are multiplied by their gates (looked up by the ``attention`` module's
-    :data:`KEPT_HEADS` once pruned). Outside :func:`gating` it returns at once."""
+class GateHeads:
+    """Hook on the input of one layer's output projection (put there by
+    :func:`bertology.models.sites.hook_gates`): while gates are active in this context, the heads' outputs
+    entering it are multiplied by their gates (looked up by the ``attention`` module's :data:`KEPT_HEADS`
+    once pruned). Outside :func:`gating` it returns at once."""
 
     def __init__(self, attention: torch.nn.Module, head_dim: int) -> None:
         self.attention = attention
         self.head_dim = head_dim
 
     def __call__(
-        self, projection: torch.nn.Module, args: tuple[torch.Tensor, ...]
-    ) -> tuple[torch.Tensor, ...] | None:
+        self, projection: torch.nn.Module, args: tuple[torch.Tensor, ...], kwargs: dict[str, Any], _: None
+    ) -> tuple[tuple[torch.Tensor, ...], dict[str, Any]] | None:
         gates = _gates.get()
         if gates is None:
             return None
         kept = getattr(self.attention, KEPT_HEADS, None)
-        return (gates.apply(args[0], kept, self.head_dim), *args[1:])
+        return (gates.apply(args[0], kept, self.head_dim), *args[1:]), kwargs
 
 
-#: Attribute set on an output projection once it carries :class:`_GateHeads`.
-_GATES_HOOKED = "bertology_gates_hooked"
-_hooking = threading.Lock()
-
-
-def hook_gates(model: PreTrainedModel, sites: Iterable[tuple[torch.nn.Module, torch.nn.Linear, int]]) -> None:
-    """Make :func:`gating` act on ``model``: ``sites`` gives, per layer, its self-attention module, its
-    output projection and the features per head (as :mod:`bertology.models.anatomy` finds them). Each output
-    projection gets :class:`_GateHeads` once (ALBERT's, shared by every layer, counts one call per layer),
-    and the model's base model the reset of the count at every forward pass, so gates act the same
-    whichever route captures the model's attention. Thread-safe; the hooks stay (outside :func:`gating`
-    they cost one context-variable lookup per layer), and a projection replaced by pruning gets its own
-    at the next call."""
-    with _hooking:
-        base = model.base_model
-        if not getattr(base, _PASS_HOOKED, False):
-            base.register_forward_pre_hook(_start_of_pass)
-            setattr(base, _PASS_HOOKED, True)
-        for attention, projection, head_dim in sites:
-            if not getattr(projection, _GATES_HOOKED, False):
-                projection.register_forward_pre_hook(_GateHeads(attention, head_dim))
-                setattr(projection, _GATES_HOOKED, True)
+def start_of_pass(*_: object) -> None:
+    """Hook on the input of a model's base model (:func:`bertology.models.sites.hook_gates`): a forward pass
+    starts at layer 0 of the active gates."""
+    gates = _gates.get()
+    if gates is not None:
+        gates.next_layer = 0
 
 
 def _is_berts(function: Callable[..., object] | None) -> bool:
@@ -390,7 +375,7 @@ def capture_attention(
     **kwargs: object,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Eager attention that also records into the active recorder (head gates act after it, where the
-    output enters the layer's output projection: :func:`hook_gates`).
+    output enters the layer's output projection: :func:`~bertology.models.sites.hook_gates`).
 
     query, key, value: [batch, heads, tokens, head_dim]; attention_mask: additive [batch, 1, q, k].
     Returns (output [batch, tokens, heads, head_dim], probs [batch, heads, q, k]) like eager; while a
@@ -433,17 +418,6 @@ def capture_mask(**kwargs: Any) -> torch.Tensor | None:
 
 AttentionInterface.register(IMPLEMENTATION, capture_attention)
 AttentionMaskInterface.register(IMPLEMENTATION, capture_mask)
-
-
-def _start_of_pass(module: torch.nn.Module, args: tuple[object, ...]) -> None:
-    """Forward pre-hook of a model's base model: a forward pass starts at layer 0 of the active gates."""
-    gates = _gates.get()
-    if gates is not None:
-        gates.next_layer = 0
-
-
-#: Attribute set on a model's base model once :func:`_start_of_pass` is registered on it.
-_PASS_HOOKED = "bertology_pass_hooked"
 
 
 def route_attention_through_capture(model: PreTrainedModel) -> None:

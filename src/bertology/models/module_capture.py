@@ -34,6 +34,7 @@ from transformers import PreTrainedModel
 
 from bertology.models.hook import active_recorder
 from bertology.models.model_types import ModuleRoute, QueriesKeysName
+from bertology.models.sites import hook_module
 
 #: ``queries_keys(module, inputs)`` -> (query, key, scaling): query and key ``[batch, heads, tokens,
 #: head_dim]`` as the module's q·k takes them, from ``inputs``, the module's forward arguments by name.
@@ -95,10 +96,8 @@ def hook_attention_modules(model: PreTrainedModel, route: ModuleRoute) -> int:
     recipe = None if route.queries_keys is None else QUERIES_KEYS[route.queries_keys]
     for module in modules:
         parameters = list(inspect.signature(module.forward).parameters)
-        module.register_forward_pre_hook(
-            _AskForProbs(parameters.index("output_attentions")), with_kwargs=True
-        )
-        module.register_forward_hook(_RecordProbs(recipe, parameters), with_kwargs=True)
+        hook_module(module, _AskForProbs(parameters.index("output_attentions")), before=True)
+        hook_module(module, _RecordProbs(recipe, parameters))
     setattr(model, _MODULES_HOOKED, True)
     return len(modules)
 
@@ -111,7 +110,7 @@ class _AskForProbs:
         self.position = position
 
     def __call__(
-        self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+        self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], _: None
     ) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
         if active_recorder() is None:
             return None

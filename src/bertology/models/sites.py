@@ -14,10 +14,18 @@ key/value head, or, recorded with ``ungroup=True``, one copy per query head (as 
 
 ALBERT shares one layer between all its layers: a shared module's hook counts its calls in each forward
 pass (the count starts again whenever the model's base model starts a pass), so call ``i`` is layer ``i``.
+
+Any module can be read by its path as well: ``("module", "bert.encoder.layer.3.output")`` is that module's
+output and ``("module_input", path)`` its first input, at every call (the training recorders read every
+activation function this way). This module is the only code in bertology that registers hooks: everything
+goes through :func:`hook_module` (a hook that stays until its handle removes it: the attention capture of
+the module route, head gates, a pruned model's heads) or :func:`hooking` (hooks for one ``with`` block),
+and :func:`recording` and :func:`replacing` are built on them.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -25,6 +33,7 @@ from typing import Any, Literal
 
 import torch
 from torch import nn
+from torch.utils.hooks import RemovableHandle
 from transformers import PreTrainedModel
 
 from bertology.errors import BertologyError
@@ -107,25 +116,40 @@ SITES: dict[str, Site] = {
     )
 }  # fmt: skip
 
-#: ``"z"`` (every layer), ``("z", 3)`` (layer 3) or ``("final", None)``.
-SiteRequest = str | tuple[str, int | None]
-#: A site of one layer (``None`` for the sites that are not per layer).
-SiteKey = tuple[str, int | None]
+#: Sites named by a module's path (``model.get_submodule(path)``): its output, its first input.
+MODULE_SITES = ("module", "module_input")
+
+#: ``"z"`` (every layer), ``("z", 3)`` (layer 3), ``("final", None)`` or ``("module", path)``.
+SiteRequest = str | tuple[str, int | str | None]
+#: A site of one layer (``None`` for the sites that are not per layer; a module's path for
+#: :data:`MODULE_SITES`).
+SiteKey = tuple[str, int | str | None]
 
 
-def _keys(model: PreTrainedModel, requests: Iterable[SiteRequest]) -> list[SiteKey]:
+def _keys(model: nn.Module, requests: Iterable[SiteRequest]) -> list[SiteKey]:
     """The ``(name, layer)`` of every site ``requests`` names, in request order.
 
     Raises:
-        BertologyError: an unknown site name or a layer the model does not have.
+        BertologyError: an unknown site name, a layer the model does not have, or a module path that
+            names no module of the model.
     """
-    layers = len(layer_modules(model))
     keys: list[SiteKey] = []
     for request in requests:
         name, layer = (request, None) if isinstance(request, str) else request
+        if name in MODULE_SITES:
+            if not isinstance(layer, str) or not _has_module(model, layer):
+                raise BertologyError(
+                    f"Site {name!r} needs the path of one of the model's modules, not {layer!r}."
+                )
+            keys.append((name, layer))
+            continue
         site = SITES.get(name)
         if site is None:
-            raise BertologyError(f"There is no site {name!r}; the sites are {', '.join(SITES)}.")
+            raise BertologyError(
+                f"There is no site {name!r}; the sites are {', '.join(SITES)}, and a module's by its path: "
+                f"{' and '.join(MODULE_SITES)}."
+            )
+        layers = len(layer_modules(model))
         if not site.per_layer:
             keys.append((name, None))
         elif layer is None:
@@ -135,6 +159,14 @@ def _keys(model: PreTrainedModel, requests: Iterable[SiteRequest]) -> list[SiteK
         else:
             keys.append((name, layer))
     return keys
+
+
+def _has_module(model: nn.Module, path: str) -> bool:
+    try:
+        model.get_submodule(path)
+    except AttributeError:
+        return False
+    return True
 
 
 class Cache(dict[SiteKey, torch.Tensor]):
@@ -212,8 +244,10 @@ def _spot(model: PreTrainedModel, parts: AttentionParts, layer: nn.Module, name:
     raise AssertionError(name)
 
 
-def _model_spot(model: PreTrainedModel, name: str) -> _Spot:
-    """Where a site without layers is."""
+def _model_spot(model: PreTrainedModel, name: str, path: str | None) -> _Spot:
+    """Where a site without layers is (``path``: the module of a :data:`MODULE_SITES` site)."""
+    if path is not None:
+        return _Spot(model.get_submodule(path), name == "module_input")
     if name == "embed":
         return _Spot(model.get_input_embeddings(), False)
     if name == "final":
@@ -226,13 +260,48 @@ def _model_spot(model: PreTrainedModel, name: str) -> _Spot:
     return _Spot(model, False, "logits")
 
 
-# --- Hooks ------------------------------------------------------------------------------------------------
+# --- Hooks: the one place they are registered -------------------------------------------------------------
+
+#: A hook on the calls of one module: ``fn(module, args, kwargs, output)`` (``output`` ``None`` for a hook
+#: on the input, which runs before the call) returns what the call gets instead, ``(args, kwargs)`` on the
+#: input and the output after it, or ``None`` to leave the call as it is.
+ModuleHook = Callable[[nn.Module, tuple[Any, ...], dict[str, Any], Any], Any]
+
+
+def hook_module(module: nn.Module, fn: ModuleHook, *, before: bool = False) -> RemovableHandle:
+    """Put ``fn`` on every call of ``module`` (``before``: on its input, before it runs; else on its output)
+    until the returned handle's ``remove()``: the only function in bertology that registers a hook. Hooks
+    that stay with a model (put on at loading or on first use) call it directly; hooks for one block go
+    through :func:`hooking`."""
+    if before:
+        return module.register_forward_pre_hook(
+            lambda hooked, args, kwargs: fn(hooked, args, kwargs, None), with_kwargs=True
+        )
+    return module.register_forward_hook(fn, with_kwargs=True)
+
+
+@contextmanager
+def hooking(
+    before: Iterable[tuple[nn.Module, ModuleHook]] = (), after: Iterable[tuple[nn.Module, ModuleHook]] = ()
+) -> Iterator[None]:
+    """Inside the block, each ``(module, fn)`` of ``before`` hooks that module's input and each of ``after``
+    its output (:func:`hook_module`, in this order); the hooks go when the block ends, however it ends."""
+    with ExitStack() as stack:
+        for hooks, on_input in ((before, True), (after, False)):
+            for module, fn in hooks:
+                stack.callback(hook_module(module, fn, before=on_input).remove)
+        yield
+
+
+def _input_keyword(kwargs: dict[str, Any]) -> str:
+    """The keyword a module's first input is passed by when it gets no positional argument."""
+    return "hidden_states" if "hidden_states" in kwargs else next(iter(kwargs))
 
 
 def _whole(spot: _Spot, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> torch.Tensor:
     """The tensor of one call of ``spot.module`` that holds the site."""
     if spot.is_input:
-        return args[0] if args else kwargs["hidden_states"]
+        return args[0] if args else kwargs[_input_keyword(kwargs)]
     if isinstance(spot.field, str):
         return getattr(output, spot.field)
     return output if isinstance(output, torch.Tensor) else output[spot.field]
@@ -243,7 +312,7 @@ def _with_whole(
 ) -> Any:
     """The module's input ``(args, kwargs)`` or its output with the tensor that holds the site replaced."""
     if spot.is_input:
-        return ((whole, *args[1:]), kwargs) if args else (args, {**kwargs, "hidden_states": whole})
+        return ((whole, *args[1:]), kwargs) if args else (args, {**kwargs, _input_keyword(kwargs): whole})
     if isinstance(spot.field, str):
         setattr(output, spot.field, whole)
         return output
@@ -278,18 +347,27 @@ class _Layers:
 
 
 class _SiteHook:
-    """The hook of one site on one module: it acts once per layer entered (DeBERTa-v2 calls its shared
-    query and key projections again on the relative positions), only in ``layers``."""
+    """The hook of one site on one module. A per-layer site's (``running`` given) acts once per layer
+    entered (DeBERTa-v2 calls its shared query and key projections again on the relative positions), only
+    in ``layers``; any other site's acts at every call (``layers``: its one key's second part)."""
 
     def __init__(
-        self, name: str, spot: _Spot, layers: set[int | None], running: _Layers, action: _Action
+        self,
+        name: str,
+        spot: _Spot,
+        layers: set[int | str | None],
+        running: _Layers | None,
+        action: _Action,
     ) -> None:
         self.name, self.spot, self.layers, self.running, self.action = name, spot, layers, running, action
         self.acted_in = -1
 
-    def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> Any:
-        layer = None if self.layers == {None} else self.running.current
-        if layer not in self.layers or (layer is not None and self.acted_in == self.running.entered):
+    def __call__(self, _module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> Any:
+        if self.running is None:
+            (layer,) = self.layers
+            return self.action((self.name, layer), self.spot, args, kwargs, output)
+        layer = self.running.current
+        if layer not in self.layers or self.acted_in == self.running.entered:
             return None
         self.acted_in = self.running.entered
         return self.action((self.name, layer), self.spot, args, kwargs, output)
@@ -298,34 +376,59 @@ class _SiteHook:
 def _hook_sites(model: PreTrainedModel, keys: Iterable[SiteKey], action: _Action, stack: ExitStack) -> None:
     """Register on ``model``, until ``stack`` closes, a hook at every site of ``keys`` (except ``pattern``,
     which :mod:`bertology.models.hook` records) that calls ``action``."""
-    running = _Layers(model)
-    stack.callback(model.base_model.register_forward_pre_hook(running.restart).remove)
-    for module in {id(module): module for module in running.modules}.values():
-        stack.callback(module.register_forward_pre_hook(running.enter).remove)
-    parts = attention_parts(model)
+    keys = [key for key in keys if key[0] != "pattern"]
+    before: list[tuple[nn.Module, ModuleHook]] = []
+    after: list[tuple[nn.Module, ModuleHook]] = []
+    running, parts = None, []
+    if any(isinstance(layer, int) for _, layer in keys):
+        running, parts = _Layers(model), attention_parts(model)
+        before.append((model.base_model, running.restart))
+        before.extend((module, running.enter) for module in {id(m): m for m in running.modules}.values())
     hooks: dict[tuple[int, bool, str], _SiteHook] = {}
     for name, layer in keys:
-        if name == "pattern":
-            continue
-        if layer is None:
-            spot = _model_spot(model, name)
+        per_layer = running if isinstance(layer, int) else None
+        if per_layer is not None:
+            spot = _spot(model, parts[layer], per_layer.modules[layer], name)
         else:
-            spot = _spot(model, parts[layer], running.modules[layer], name)
-        slot = (id(spot.module), spot.is_input, name)
+            spot = _model_spot(model, name, layer)
+        slot = (id(spot.module), spot.is_input, name if per_layer is not None else f"{name}:{layer}")
         if slot in hooks:  # ALBERT: the same module for every layer
             hooks[slot].layers.add(layer)
             continue
-        hooks[slot] = site_hook = _SiteHook(name, spot, {layer}, running, action)
-        if spot.is_input:
-            handle = spot.module.register_forward_pre_hook(
-                lambda _module, args, kwargs, run=site_hook: run(args, kwargs, None), with_kwargs=True
-            )
-        else:
-            handle = spot.module.register_forward_hook(
-                lambda _module, args, kwargs, output, run=site_hook: run(args, kwargs, output),
-                with_kwargs=True,
-            )
-        stack.callback(handle.remove)
+        hooks[slot] = site_hook = _SiteHook(name, spot, {layer}, per_layer, action)
+        (before if spot.is_input else after).append((spot.module, site_hook))
+    stack.enter_context(hooking(before, after))
+
+
+# --- Hooks that stay with a model: head gates --------------------------------------------------------------
+
+#: Attribute set on an output projection once it carries :class:`~bertology.models.hook.GateHeads`, and on
+#: a base model once it carries :func:`~bertology.models.hook.start_of_pass`.
+_GATES_HOOKED = "bertology_gates_hooked"
+_PASS_HOOKED = "bertology_pass_hooked"
+_hooking_gates = threading.Lock()
+
+
+def hook_gates(model: PreTrainedModel) -> None:
+    """Make :func:`~bertology.models.hook.gating` act on ``model``: each layer's output projection (as
+    :mod:`bertology.models.anatomy` finds it) gets :class:`~bertology.models.hook.GateHeads` on its input
+    once (ALBERT's, shared by every layer, counts one call per layer), and the model's base model the reset
+    of the count at every forward pass, so gates act the same whichever route captures the model's
+    attention. Thread-safe; the hooks stay (outside ``gating`` they cost one context-variable lookup per
+    layer), and a projection replaced by pruning gets its own at the next call.
+
+    Raises:
+        BertologyError: a model type whose layers and projections bertology does not know.
+    """
+    with _hooking_gates:
+        base = model.base_model
+        if not getattr(base, _PASS_HOOKED, False):
+            hook_module(base, hook.start_of_pass, before=True)
+            setattr(base, _PASS_HOOKED, True)
+        for parts in attention_parts(model):
+            if not getattr(parts.output, _GATES_HOOKED, False):
+                hook_module(parts.output, hook.GateHeads(parts.module, parts.head_dim), before=True)
+                setattr(parts.output, _GATES_HOOKED, True)
 
 
 # --- Reading and replacing sites --------------------------------------------------------------------------
@@ -340,26 +443,36 @@ def _ungrouped(cache: Cache, parts: list[AttentionParts]) -> None:
 
 @contextmanager
 def recording(
-    model: PreTrainedModel, sites: Iterable[SiteRequest], *, ungroup: bool = False, detach: bool = True
+    model: PreTrainedModel,
+    sites: Iterable[SiteRequest],
+    *,
+    ungroup: bool = False,
+    detach: bool = True,
+    consume: Callable[[SiteKey, torch.Tensor], None] | None = None,
 ) -> Iterator[Cache]:
     """Keep the tensors of ``sites`` (names: every layer; ``(name, layer)``: one) of the forward passes of
     ``model`` made inside the block, in the :class:`Cache` it yields (a later pass overwrites an earlier
     one's). ``ungroup``: grouped-query ``k`` and ``v`` get one head per query head when the block ends.
-    ``detach``: keep the tensors off the autograd graph. ``pattern`` needs a model whose attention goes
-    through :mod:`bertology.models.hook` (loaded with ``bertology.load_model``).
+    ``detach``: keep the tensors off the autograd graph. ``consume``: hand each tensor to
+    ``consume(key, tensor)`` as the pass computes it, every call of the module (streaming statistics), and
+    keep nothing (not for ``pattern``). ``pattern`` needs a model whose attention goes through
+    :mod:`bertology.models.hook` (loaded with ``bertology.load_model``).
 
     Raises:
-        BertologyError: an unknown site, a layer the model does not have, or ``logits`` of a model
-            without a head.
+        BertologyError: an unknown site, a layer the model does not have, a path that names no module,
+            ``logits`` of a model without a head, or ``pattern`` with ``consume``.
     """
     keys = _keys(model, sites)
     cache = Cache()
+    store = cache.__setitem__ if consume is None else consume
 
     def keep(key: SiteKey, spot: _Spot, args: tuple, kwargs: dict, output: Any) -> None:
         tensor = spot.take(_whole(spot, args, kwargs, output))
-        cache[key] = tensor.detach() if detach else tensor
+        store(key, tensor.detach() if detach else tensor)
 
     patterns = sorted(layer for name, layer in keys if name == "pattern")
+    if patterns and consume is not None:
+        raise BertologyError("The 'pattern' site is kept at the end of the block, so it cannot be consumed.")
     with ExitStack() as stack:
         _hook_sites(model, keys, keep, stack)
         recorder = stack.enter_context(hook.recording(keep_graph=not detach)) if patterns else None

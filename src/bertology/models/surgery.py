@@ -41,6 +41,7 @@ from bertology.errors import BertologyError
 from bertology.models.anatomy import AttentionParts, attention_parts, shares_layers
 from bertology.models.heads import HeadSelection, heads_by_layer
 from bertology.models.hook import KEPT_HEADS
+from bertology.models.sites import hook_module
 
 #: Config entry of a structurally pruned model: the heads removed per layer.
 PRUNED_HEADS_KEY = "bertology_pruned_heads"
@@ -118,12 +119,14 @@ class _KeptHeadsOf:
     def __init__(self, position: int) -> None:
         self.position = position
 
-    def __call__(self, module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    def __call__(
+        self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], _: None
+    ) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
         values = args[self.position] if len(args) > self.position else None
         if values is None:
             return None
         kept = torch.tensor(getattr(module, KEPT_HEADS), device=values.device)
-        return (*args[: self.position], values.index_select(1, kept), *args[self.position + 1 :])
+        return (*args[: self.position], values.index_select(1, kept), *args[self.position + 1 :]), kwargs
 
 
 def _slots_to_keep(kept: list[int], remove: set[int], groups: int) -> tuple[list[int], list[int]]:
@@ -162,7 +165,7 @@ def _prune_layer(owner: nn.Module, parts: AttentionParts, remove: set[int], num_
             if head in remove:  # kept only as its group's filler, or as the last head of the layer
                 output.weight[:, position * parts.head_dim : (position + 1) * parts.head_dim] = 0
     if parts.head_argument is not None and not hasattr(attention, KEPT_HEADS):
-        attention.register_forward_pre_hook(_KeptHeadsOf(parts.head_argument))
+        hook_module(attention, _KeptHeadsOf(parts.head_argument), before=True)
     setattr(attention, KEPT_HEADS, staying)
     for name in ("num_attention_heads", "n_heads"):
         if hasattr(attention, name):

@@ -13,8 +13,8 @@ a watched step, measures (:class:`~bertology.training.rules.records.SignalRecord
   ``threshold_sigmoid`` 0.03), for ReLU-like functions (ReLU, GELU, SiLU and the like) the units that
   are not positive for any token of the batch (dead units, as in SageMaker Debugger's DeadRelu).
 
-Nothing is measured on the other steps; the hooks on the activation functions live for the watched
-step's forward pass only.
+Nothing is measured on the other steps; the activation functions' outputs are recorded
+(:func:`bertology.models.sites.recording` of their module sites) for the watched step's forward pass only.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from bertology.models.anatomy import layer_modules, shares_layers
+from bertology.models.sites import SiteKey, recording
 from bertology.training.rules.records import SignalRecord
 
 #: Activation functions whose outputs are bounded, and the bounds.
@@ -82,7 +83,11 @@ class SignalRecorder:
         self.groups, group_of = parameter_groups(model)
         self._parameters = [p for p in model.parameters()]
         self._index = torch.tensor(group_of)
-        self._activations = [(module, group) for _, module, group in activation_modules(model)]
+        #: Per activation function's path: its group and, for a bounded one, its bounds.
+        self._activations = {
+            name: (group, _BOUNDED.get(type(module).__name__))
+            for name, module, group in activation_modules(model)
+        }
         self._saturated = np.zeros(len(self.groups))
         self._counted = np.zeros(len(self.groups))
         self._gradient_norm = np.zeros(len(self.groups))
@@ -100,33 +105,23 @@ class SignalRecorder:
         """Count saturated activations during the block (the step's forward pass)."""
         self._saturated[:] = 0
         self._counted[:] = 0
-
-        def hook_for(module: nn.Module, group: int):
-            bounds = _BOUNDED.get(type(module).__name__)
-
-            @torch.no_grad()
-            def hook(_module: nn.Module, _inputs: object, output: torch.Tensor) -> None:
-                if bounds is not None:
-                    low, high = bounds
-                    margin = SATURATED_MARGIN * (high - low)
-                    hits = ((output <= low + margin) | (output >= high - margin)).sum()
-                    total = output.numel()
-                else:  # a unit is dead when it is not positive for any token of the batch
-                    alive = (output > 0).flatten(0, -2).any(0)
-                    hits, total = (~alive).sum(), alive.numel()
-                self._saturated[group] += float(hits)
-                self._counted[group] += total
-
-            return hook
-
-        handles = [
-            module.register_forward_hook(hook_for(module, group)) for module, group in self._activations
-        ]
-        try:
+        with recording(self.model, [("module", name) for name in self._activations], consume=self._count):
             yield
-        finally:
-            for handle in handles:
-                handle.remove()
+
+    @torch.no_grad()
+    def _count(self, key: SiteKey, output: torch.Tensor) -> None:
+        """Count the saturated outputs of one call of the activation function at path ``key[1]``."""
+        group, bounds = self._activations[str(key[1])]
+        if bounds is not None:
+            low, high = bounds
+            margin = SATURATED_MARGIN * (high - low)
+            hits = ((output <= low + margin) | (output >= high - margin)).sum()
+            total = output.numel()
+        else:  # a unit is dead when it is not positive for any token of the batch
+            alive = (output > 0).flatten(0, -2).any(0)
+            hits, total = (~alive).sum(), alive.numel()
+        self._saturated[group] += float(hits)
+        self._counted[group] += total
 
     @torch.no_grad()
     def gradients(self) -> None:

@@ -8,9 +8,9 @@
   percentile of each group's gradients (a selection over all of them, the costliest statistic);
 - ``activations``: for each activation function module, each node's activity over the batch positions
   (tanh and sigmoid: the input strictly inside the SaturatedActivation rule's bounds; ReLU-like functions:
-  the output above 0) and the variance of its inputs, from forward hooks that live for the watched
-  step's forward pass only;
-- ``tokens``: the counts of the token ids the word embeddings receive (a forward pre-hook).
+  the output above 0) and the variance of its inputs, recorded (:func:`bertology.models.sites.recording`
+  of their module sites) for the watched step's forward pass only;
+- ``tokens``: the counts of the token ids the word embeddings receive (their input, recorded the same way).
 
 Sums stay on the model's device until :meth:`TensorRecorder.record` reads them (one transfer per record).
 """
@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from bertology.models.sites import SiteKey, SiteRequest, recording
 from bertology.training.rules.records import ActivationRecord, TensorRecord
 from bertology.training.rules.smdebug import SaturatedActivation, records_read
 from bertology.training.rules.watchdog import Rule
@@ -63,6 +64,12 @@ class TensorRecorder:
             for name, module, group in activation_modules(model)
             if (kind := _kind(module)) is not None
         ]
+        self._kinds = {name: kind for name, _, _, kind in self._modules}
+        embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+        #: The path of the word embeddings (whose input is the token ids), or None.
+        self._embeddings = next(
+            (name for name, module in model.named_modules() if module is embeddings), None
+        )
         self._active: dict[str, torch.Tensor] = {}
         self._moments: dict[str, torch.Tensor] = {}
         self._tokens: list[torch.Tensor] = []
@@ -83,44 +90,39 @@ class TensorRecorder:
     def watching(self) -> Iterator[None]:
         """Count the activations and the tokens during the block (the step's forward pass)."""
         self._active, self._moments, self._tokens = {}, {}, []
-        handles = []
+        sites: list[SiteRequest] = []
         if "activations" in self.reads:
-            handles += [
-                module.register_forward_hook(self._activation_hook(name, kind))
-                for name, module, _, kind in self._modules
-            ]
-        embeddings = (
-            self.model.get_input_embeddings() if hasattr(self.model, "get_input_embeddings") else None
-        )
-        if "tokens" in self.reads and embeddings is not None:
-            handles.append(embeddings.register_forward_pre_hook(self._token_hook))
-        try:
+            sites += [("module_input", name) for name in self._kinds]
+            sites += [("module", name) for name, kind in self._kinds.items() if kind == "relu"]
+        if "tokens" in self.reads and self._embeddings is not None:
+            sites.append(("module_input", self._embeddings))
+        with recording(self.model, sites, consume=self._take):
             yield
-        finally:
-            for handle in handles:
-                handle.remove()
 
-    def _activation_hook(self, name: str, kind: str):
-        @torch.no_grad()
-        def hook(_module: nn.Module, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
-            x = inputs[0].detach().float()
-            if kind == "relu":
-                active = output.detach() > 0
-            else:
-                low, high = self.bounds[kind]
-                active = (x > low) & (x < high)
-            counts = active.flatten(0, -2).sum(0).float()  # [nodes]
-            moments = torch.stack(
-                [x.new_tensor(x.numel() / x.shape[-1]), x.new_tensor(x.numel()), x.sum(), x.square().sum()]
-            )
-            self._active[name] = self._active[name] + counts if name in self._active else counts
-            self._moments[name] = self._moments[name] + moments if name in self._moments else moments
+    @torch.no_grad()
+    def _take(self, key: SiteKey, tensor: torch.Tensor) -> None:
+        """One call's tensor: the word embeddings' input (token ids), an activation function's input (its
+        moments; for tanh and sigmoid, which nodes are active) or a ReLU-like function's output (which
+        nodes are active)."""
+        site, name = key[0], str(key[1])
+        if name == self._embeddings:
+            self._tokens.append(tensor.flatten())
+            return
+        if site == "module":
+            self._add_active(name, tensor > 0)
+            return
+        x = tensor.float()
+        if self._kinds[name] != "relu":
+            low, high = self.bounds[self._kinds[name]]
+            self._add_active(name, (x > low) & (x < high))
+        moments = torch.stack(
+            [x.new_tensor(x.numel() / x.shape[-1]), x.new_tensor(x.numel()), x.sum(), x.square().sum()]
+        )
+        self._moments[name] = self._moments[name] + moments if name in self._moments else moments
 
-        return hook
-
-    def _token_hook(self, _module: nn.Module, args: tuple[torch.Tensor, ...]) -> None:
-        if args and isinstance(args[0], torch.Tensor):
-            self._tokens.append(args[0].detach().flatten())
+    def _add_active(self, name: str, active: torch.Tensor) -> None:
+        counts = active.flatten(0, -2).sum(0).float()  # [nodes]
+        self._active[name] = self._active[name] + counts if name in self._active else counts
 
     @torch.no_grad()
     def tensors(self) -> None:
