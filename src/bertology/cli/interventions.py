@@ -39,6 +39,9 @@ from bertology.options import (
     Dtype,
 )
 
+#: ``ablate --prune``'s default: the share of heads removed structurally.
+DEFAULT_PRUNE = 0.5
+
 ClassifierArgument = Annotated[
     str,
     typer.Argument(help="A fine-tuned classifier: a run folder from 'bertology finetune' or a model folder."),
@@ -51,7 +54,7 @@ def ablate(
         str,
         typer.Argument(
             help="A fine-tuned classifier (a run folder from 'bertology finetune' or a model folder) with "
-            "--task, or a decoder language model (a name or folder) with --lm-corpus."
+            "--task, or a decoder or encoder-decoder language model (a name or folder) with --lm-corpus."
         ),
     ],
     output: Annotated[
@@ -67,7 +70,8 @@ def ablate(
         Path | None,
         typer.Option(
             "--lm-corpus",
-            help="Corpus file (text, JSONL or CoNLL-U) scored by a decoder's next-token loss (not --task).",
+            help="Corpus file (text, JSONL or CoNLL-U) scored by a decoder's next-token loss, or JSONL with "
+            "'text' and 'target' scored by an encoder-decoder's loss of each target (not --task).",
         ),
     ] = None,
     max_segments: Annotated[
@@ -79,13 +83,14 @@ def ablate(
         typer.Option("--max-len", min=2, help="--lm-corpus: tokens per segment, special tokens included."),
     ] = 128,
     prune: Annotated[
-        float,
+        float | None,
         typer.Option(
             "--prune",
-            callback=share_below_one,
-            help="Share of heads to remove structurally, least important first (0: none; below 1).",
+            callback=lambda value: None if value is None else share_below_one(value),
+            help="Share of heads to remove structurally, least important first (0: none; below 1; default "
+            f"{DEFAULT_PRUNE}, for an encoder-decoder 0: it has no structural pruning).",
         ),
-    ] = 0.5,
+    ] = None,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Examples per forward pass.")] = 32,
     attribution_examples: Annotated[
         int,
@@ -114,8 +119,10 @@ def ablate(
     threads_per_worker: ThreadsPerWorkerOption = 1,
 ) -> None:
     """Remove heads: each one alone, by importance, ablation rank, attribution and at random, and for real.
-    Scored by a classifier's dev accuracy (--task) or a decoder's language-model loss (--lm-corpus).
-    With --ray the single-head sweep (split by heads) and the importance (by examples) run on the cluster."""
+    Scored by a classifier's dev accuracy (--task) or a language-model loss (--lm-corpus: a decoder's
+    next-token loss, or an encoder-decoder's loss of each target, its heads in three stacks: encoder,
+    decoder, cross). With --ray the single-head sweep (split by heads) and the importance (by examples) run
+    on the cluster."""
     cluster = cluster_options(ray, workers, threads_per_worker, False)  # a usage error before torch loads
     if (task_dir is None) == (lm_corpus is None):
         raise typer.BadParameter("give either --task (a classifier) or --lm-corpus (a decoder).")
@@ -125,6 +132,10 @@ def ablate(
         if cluster is not None:
             raise typer.BadParameter("--lm-corpus runs here only; leave out --ray.")
         require_inputs({"--lm-corpus": lm_corpus})
+        from bertology.models.loading import model_kind
+
+        if prune is None:
+            prune = 0.0 if model_kind(model) == "encoder-decoder" else DEFAULT_PRUNE
         _ablate_language_model(
             model,
             lm_corpus,
@@ -150,6 +161,7 @@ def ablate(
     from bertology.models.loading import ModelSpec, load_model
     from bertology.report.interventions import write_ablation_report
 
+    prune = DEFAULT_PRUNE if prune is None else prune
     check_output_folder(output)
     require_task("--task", task_dir)  # its files, after the output and before the model
     loaded = load_model(model, classifier=True, device=device, dtype=dtype)
