@@ -259,10 +259,15 @@ def _ablate_language_model(
         if pruning is not None
         else ""
     )
-    out.print(
+    scored = (
         f"Language-model loss {run.ablation.baseline:.4f} nats per token on {run.tokens} tokens of "
-        f"{run.sequences} segments ({run.seconds:.0f} s).{pruned} Wrote {report} and the CSV, JSON and plots "
-        "beside it.",
+        f"{run.sequences} segments"
+        if run.ablation.stacks is None
+        else f"Target loss {run.ablation.baseline:.4f} nats per token on {run.tokens} target tokens of "
+        f"{run.sequences} sources, heads of the encoder, decoder and cross stacks"
+    )
+    out.print(
+        f"{scored} ({run.seconds:.0f} s).{pruned} Wrote {report} and the CSV, JSON and plots beside it.",
         highlight=False,
     )
 

@@ -25,8 +25,8 @@ from bertology.interventions.gates import head_gates, row_stacks
 from bertology.interventions.partial import logits_from_layer, record_layer_inputs
 from bertology.interventions.replacement import HeadReplacement, ZeroReplacement
 from bertology.interventions.task import ACCURACY, Inputs, Score, Task
-from bertology.progress import Progress
 from bertology.models.heads import head_columns
+from bertology.progress import Progress
 
 #: What the sweep keeps of each example's logits: ``measure(logits, inputs, rows)`` -> [batch, ...].
 Measure = Callable[[torch.Tensor, Inputs, np.ndarray], torch.Tensor]

@@ -26,8 +26,8 @@ from bertology.interventions.curves import Head, lowest_first
 from bertology.interventions.data import eval_mode
 from bertology.interventions.gates import head_gates, row_stacks
 from bertology.interventions.task import Task
-from bertology.progress import Progress
 from bertology.models.heads import head_columns
+from bertology.progress import Progress
 
 #: Examples per batch of the importance.
 IMPORTANCE_BATCH = 16

@@ -94,8 +94,8 @@ class SourceTargets:
         )
         if missing := next((record for record in records if record.text_b is None), None):
             raise BertologyError(
-                f"{path.name} line {missing.line} has no 'target': the target's loss needs a target for every "
-                "source (JSON Lines with 'text' and 'target')."
+                f"{path.name} line {missing.line} has no 'target': the target's loss needs a target for "
+                "every source (JSON Lines with 'text' and 'target')."
             )
         pairs = [(record.text, str(record.text_b)) for record in records]
         origins = [f"{path.name} line {record.line}" for record in records]
@@ -108,15 +108,15 @@ def require_seq2seq_language_model(loaded: LoadedModel) -> None:
     Raises:
         BertologyError: an encoder or a decoder, or an encoder-decoder loaded without its head.
     """
-    if loaded.kind != "encoder-decoder" or loaded.model.get_output_embeddings() is None:
+    if loaded.kind != "encoder-decoder":
         raise BertologyError(
-            f"The target's loss needs an encoder-decoder with its language-modelling head; '{loaded.name}' is "
-            f"{KIND_PHRASES[loaded.kind]} model"
-            + (
-                " loaded without it (load_model(..., language_model=True))."
-                if loaded.kind == "encoder-decoder"
-                else "."
-            )
+            f"The target's loss needs an encoder-decoder language model; '{loaded.name}' is "
+            f"{KIND_PHRASES[loaded.kind]} model."
+        )
+    if loaded.model.get_output_embeddings() is None:
+        raise BertologyError(
+            f"The target's loss needs the language-modelling head of '{loaded.name}': load it with "
+            "load_model(..., language_model=True)."
         )
 
 
@@ -163,20 +163,22 @@ class TargetLossTask(Task):
         """Consecutive pairs: ``input_ids``, ``attention_mask`` (the sources), ``decoder_input_ids`` and
         ``decoder_attention_mask`` (the start token, then the target's tokens but the last), on the model's
         device, no key/value cache."""
+        for first in range(0, len(self.data), batch_size):
+            rows = np.arange(first, min(first + batch_size, len(self.data)))
+            yield self.inputs_of(rows), rows
+
+    def inputs_of(self, rows: np.ndarray) -> Inputs:
+        """The model's inputs for pairs ``rows`` (as :meth:`batches` gives them)."""
         loaded, data = self.loaded, self.data
         pad = loaded.tokenizer.pad_token_id or 0
         start = loaded.model.config.decoder_start_token_id
         if start is None:
             raise BertologyError(f"'{loaded.name}' has no decoder start token in its config.")
-        for first in range(0, len(data), batch_size):
-            rows = np.arange(first, min(first + batch_size, len(data)))
-            sources = _padded([data.sources[row] for row in rows], pad)
-            decoder = _padded([data.labels[row] for row in rows], pad, first=int(start))
-            names = ("input_ids", "attention_mask", "decoder_input_ids", "decoder_attention_mask")
-            inputs = dict(
-                zip(names, (tensor.to(loaded.device) for tensor in (*sources, *decoder)), strict=True)
-            )
-            yield {**inputs, "use_cache": False}, rows  # type: ignore[dict-item]
+        sources = _padded([data.sources[row] for row in rows], pad)
+        decoder = _padded([data.labels[row] for row in rows], pad, first=int(start))
+        names = ("input_ids", "attention_mask", "decoder_input_ids", "decoder_attention_mask")
+        inputs = dict(zip(names, (tensor.to(loaded.device) for tensor in (*sources, *decoder)), strict=True))
+        return {**inputs, "use_cache": False}  # type: ignore[dict-item]
 
     def _losses(
         self, logits: torch.Tensor, inputs: Inputs, rows: np.ndarray
