@@ -244,3 +244,21 @@ def test_ablate_refuses_what_an_encoder_decoder_does_not_have(
         # the entry point prints a BertologyError as one line (exit code 1)
         assert isinstance(result.exception, BertologyError), result.output
         assert message in str(result.exception)
+
+
+def test_ablate_refuses_an_option_of_the_other_kind_of_scoring(tmp_path: Path) -> None:
+    corpus, task = tmp_path / "pairs.jsonl", tmp_path / "task"
+    corpus.write_text('{"text": "a source", "target": "a target"}\n', encoding="utf-8")
+    task.mkdir()
+    output = ["-o", str(tmp_path / "out")]
+    for arguments, message in (
+        (["--lm-corpus", str(corpus), "--max-dev", "6"], "--max-dev goes with --task"),
+        (
+            ["--lm-corpus", str(corpus), "--attribution-examples", "5"],
+            "--attribution-examples goes with --task",
+        ),
+        (["--task", str(task), "--max-segments", "3"], "--max-segments goes with --lm-corpus"),
+        (["--task", str(task), "--max-len", "20"], "--max-len goes with --lm-corpus"),
+    ):
+        result = CliRunner().invoke(app, ["ablate", "model", *arguments, *output])
+        assert result.exit_code == 2 and message in result.output, result.output

@@ -41,6 +41,10 @@ from bertology.options import (
 
 #: ``ablate --prune``'s default: the share of heads removed structurally.
 DEFAULT_PRUNE = 0.5
+#: ``ablate --attribution-examples``'s default (``--task``).
+DEFAULT_ATTRIBUTION_EXAMPLES = 200
+#: ``ablate --max-len``'s default (``--lm-corpus``).
+DEFAULT_LM_LENGTH = 128
 
 ClassifierArgument = Annotated[
     str,
@@ -81,7 +85,7 @@ def ablate(
     max_len: Annotated[
         int,
         typer.Option("--max-len", min=2, help="--lm-corpus: tokens per segment, special tokens included."),
-    ] = 128,
+    ] = DEFAULT_LM_LENGTH,
     prune: Annotated[
         float | None,
         typer.Option(
@@ -99,7 +103,7 @@ def ablate(
             min=0,
             help="Score heads by self-attention attribution on the first N dev examples (0: skip).",
         ),
-    ] = 200,
+    ] = DEFAULT_ATTRIBUTION_EXAMPLES,
     ablation: Annotated[
         AblationKind,
         typer.Option(
@@ -125,7 +129,18 @@ def ablate(
     on the cluster."""
     cluster = cluster_options(ray, workers, threads_per_worker, False)  # a usage error before torch loads
     if (task_dir is None) == (lm_corpus is None):
-        raise typer.BadParameter("give either --task (a classifier) or --lm-corpus (a decoder).")
+        raise typer.BadParameter(
+            "give either --task (a classifier) or --lm-corpus (a decoder or an encoder-decoder)."
+        )
+    given = {  # options of one of the two, given with another value than the default
+        "--max-dev": (max_dev != 0, "--task"),
+        "--attribution-examples": (attribution_examples != DEFAULT_ATTRIBUTION_EXAMPLES, "--task"),
+        "--max-segments": (max_segments != 0, "--lm-corpus"),
+        "--max-len": (max_len != DEFAULT_LM_LENGTH, "--lm-corpus"),
+    }
+    for option, (changed, belongs) in given.items():
+        if changed and (belongs == "--task") != (task_dir is not None):
+            raise typer.BadParameter(f"{option} goes with {belongs}, which was not given.")
     if cluster is not None and ablation != "zero":
         raise typer.BadParameter("--ablation mean and resample run here only; leave out --ray.")
     if lm_corpus is not None:

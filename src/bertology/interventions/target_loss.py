@@ -89,6 +89,11 @@ class SourceTargets:
         """
         path = Path(path)
         require_file(path)
+        if path.suffix != ".jsonl":
+            raise BertologyError(
+                f"An encoder-decoder's corpus is JSON Lines with a 'text' and a 'target' on every line; "
+                f"{path.name} is not a .jsonl file."
+            )
         records = list(
             islice(require_records(read_records(path, second="target"), path, "sources"), max_segments)
         )
@@ -131,7 +136,7 @@ def _padded(
     ids = torch.full((len(rows), width), pad, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
     for index, row in enumerate(rows):
-        ids[index, : len(row)] = torch.as_tensor(row)
+        ids[index, : len(row)] = torch.tensor(row)
         mask[index, : len(row)] = 1
     return ids, mask
 

@@ -22,11 +22,6 @@ def head_name(layer: int, head: int) -> str:
     return f"{layer}-{head}"
 
 
-def stack_head_name(stack: str, layer: int, head: int) -> str:
-    """``"stack:layer-head"``, 0-based: an encoder-decoder's head (``"cross:1-2"``)."""
-    return f"{stack}:{head_name(layer, head)}"
-
-
 def head_columns(
     rows: int, heads: int, stacks: Sequence[tuple[str, int]] | None = None
 ) -> dict[str, np.ndarray]:
