@@ -136,7 +136,7 @@ def _padded(
     ids = torch.full((len(rows), width), pad, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
     for index, row in enumerate(rows):
-        ids[index, : len(row)] = torch.tensor(row)
+        ids[index, : len(row)] = torch.as_tensor(np.ascontiguousarray(row))
         mask[index, : len(row)] = 1
     return ids, mask
 
