@@ -162,7 +162,8 @@ def test_patching_a_cross_attention_head_equals_a_hooked_pass(
     # corrupted sources: each clean source's inner tokens in reverse order (its token count kept)
     reversed_sources = [np.concatenate([ids[:1], ids[1:-1][::-1], ids[-1:]]) for ids in clean.data.sources]
     corrupted = SourceTargets(reversed_sources, clean.data.labels, ["reversed"] * len(PAIRS))
-    patching = patch_target_loss(clean, corrupted)
+    row = stack_row(loaded, "cross", 0)
+    patching = patch_target_loss(clean, corrupted, heads=[(row, 3), (row, 0)])  # the other heads stay NaN
     # By hand: the clean run's slice of head 3 of cross-attention layer 0, put into the corrupted run.
     projection = _projection(loaded, architecture, "cross", 0)
     kept: list[torch.Tensor] = []
@@ -178,10 +179,10 @@ def test_patching_a_cross_attention_head_equals_a_hooked_pass(
     # float64 sums of float32 logits computed in two orders: 1e-9 nats is far above their rounding
     assert patching.loss_clean == pytest.approx(losses[0], abs=1e-9)
     assert patching.loss_corrupted == pytest.approx(losses[1], abs=1e-9)
-    row = stack_row(loaded, "cross", 0)
     assert patching.loss_patched[row, 3] == pytest.approx(losses[2], abs=1e-9)
     frame = patching.to_frame()
     assert list(frame.columns) == ["stack", "layer", "head", "loss", "effect"]
+    assert frame["loss"].notna().sum() == 2  # the heads not patched are NaN
     cell = frame[(frame["stack"] == "cross") & (frame["layer"] == 0) & (frame["head"] == 3)]
     assert cell.effect.item() == pytest.approx((losses[2] - losses[1]) / (losses[0] - losses[1]), abs=1e-6)
 

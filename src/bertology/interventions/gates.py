@@ -18,7 +18,9 @@ describes (whichever route captures its attention).
 An encoder-decoder's gates have one row per layer of each stack (:func:`~bertology.models.anatomy.gate_rows`:
 the encoder's layers, then the decoder's self-attention, then its cross-attention, so row ``E + D + 1`` of
 a model of ``E`` encoder and ``D`` decoder layers is cross-attention's layer 1), ``loaded.gate_layers``
-rows in all; :func:`stack_row` finds a row.
+rows in all; :func:`stack_row` finds a row. They act on forward passes that run the encoder and the decoder
+(a source and a target, teacher forced), whose attention calls come in the order of
+:func:`~bertology.models.anatomy.attention_calls`.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ its clean output (:class:`CleanOutputs`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,6 +25,7 @@ import torch
 
 from bertology.errors import BertologyError
 from bertology.interventions.ablation import sweep_outputs
+from bertology.interventions.curves import Head
 from bertology.interventions.gates import record_head_outputs, row_stacks
 from bertology.interventions.target_loss import SourceTargets, TargetLossTask
 from bertology.interventions.task import Inputs
@@ -48,8 +50,8 @@ class TargetPatching:
     """Every head's patching effect on the target's loss.
 
     loss_clean, loss_corrupted: ``L`` of the clean and the corrupted pairs (nats per target token).
-    loss_patched: [gate rows, heads] ``L`` of the corrupted pairs with that head patched. stacks: each gate
-    row's ``(stack, layer)``. tokens: target tokens averaged over.
+    loss_patched: [gate rows, heads] ``L`` of the corrupted pairs with that head patched (NaN for heads not
+    patched). stacks: each gate row's ``(stack, layer)``. tokens: target tokens averaged over.
     """
 
     loss_clean: float
@@ -89,23 +91,30 @@ def _require_matching(clean: SourceTargets, corrupted: SourceTargets) -> None:
 
 
 def patch_target_loss(
-    clean: TargetLossTask, corrupted: SourceTargets, *, batch_size: int = 8
+    clean: TargetLossTask,
+    corrupted: SourceTargets,
+    *,
+    heads: Sequence[Head] | None = None,
+    batch_size: int = 8,
 ) -> TargetPatching:
-    """Patch every head of ``clean``'s encoder-decoder, in turn, from the clean pairs into the corrupted
-    ones (``corrupted``: the same targets, each source of its clean one's token count) and measure the
-    target's loss (see the module docstring).
+    """Patch every head of ``clean``'s encoder-decoder (``heads``: only those ``(gate row, head)``), in
+    turn, from the clean pairs into the corrupted ones (``corrupted``: the same targets, each source of its
+    clean one's token count) and measure the target's loss (see the module docstring).
 
     Raises:
         BertologyError: pairs that do not match.
     """
     _require_matching(clean.data, corrupted)
     task = TargetLossTask(clean.loaded, corrupted)
+    loaded = clean.loaded
+    sweep = list(np.ndindex(loaded.gate_layers, loaded.num_heads)) if heads is None else list(heads)
     baseline, patched = sweep_outputs(
-        task, task.parts, batch_size=batch_size, replacement=CleanOutputs(clean), reuse_lower_layers=False
+        task, task.parts, heads=sweep, batch_size=batch_size, replacement=CleanOutputs(clean)
     )
-    shape = (clean.loaded.gate_layers, clean.loaded.num_heads)
-    losses = np.array([task.ratio(parts) for parts in patched]).reshape(shape)
-    stacks = row_stacks(clean.loaded)
+    losses = np.full((loaded.gate_layers, loaded.num_heads), np.nan)
+    for (row, head), parts in zip(sweep, patched, strict=True):
+        losses[row, head] = task.ratio(parts)
+    stacks = row_stacks(loaded)
     assert stacks is not None, "a TargetLossTask's model is an encoder-decoder"
     return TargetPatching(
         clean.evaluate(batch_size=batch_size), task.ratio(baseline), losses, stacks, int(baseline[:, 1].sum())
