@@ -23,8 +23,9 @@ from bertology.interventions.gates import head_gates, stack_row
 from bertology.interventions.importance import head_importance
 from bertology.interventions.target_loss import SourceTargets, TargetLossTask
 from bertology.interventions.target_patching import patch_target_loss
+from bertology.models.anatomy import attention_parts
 from bertology.models.loading import LoadedModel, load_model
-from bertology.models.sites import recording
+from bertology.models.sites import recording, replacing
 
 #: Each stack's output projection of layer ``{l}`` (its input: the heads' outputs side by side), as the
 #: modeling files name them.
@@ -140,6 +141,26 @@ def test_stacked_sites_equal_the_modules_tensors_and_the_models_attentions(
     assert cache["cross:pattern", 1].shape == (len(PAIRS), loaded.num_heads, targets, sources)
 
 
+@pytest.mark.parametrize("architecture", ["bart", "t5"])
+def test_replacing_a_cross_attention_heads_output_equals_its_gate(
+    seq2seq: Callable[[str], LoadedModel], architecture: str
+) -> None:
+    loaded = seq2seq(architecture)
+    inputs = TargetLossTask(loaded, SourceTargets.of_texts(loaded, PAIRS)).inputs_of(np.arange(len(PAIRS)))
+
+    def without_head_2(z: torch.Tensor, _layer: int | None) -> torch.Tensor:
+        z = z.clone()
+        z[:, :, 2] = 0
+        return z
+
+    with torch.no_grad():
+        with replacing(loaded.model, {("cross:z", 1): without_head_2}):
+            replaced = loaded.model(**inputs).logits
+        with head_gates(loaded, {(stack_row(loaded, "cross", 1), 2)}):
+            gated = loaded.model(**inputs).logits
+    assert torch.equal(replaced, gated)
+
+
 def test_an_encoder_decoders_sites_name_their_stack(seq2seq: Callable[[str], LoadedModel]) -> None:
     loaded = seq2seq("bart")
     with pytest.raises(BertologyError, match="name their stack"), recording(loaded.model, ["z"]):
@@ -151,6 +172,9 @@ def test_an_encoder_decoders_sites_name_their_stack(seq2seq: Callable[[str], Loa
         pass
     with pytest.raises(BertologyError, match="There is no cross layer 2"):
         stack_row(loaded, "cross", 2)
+    # what works on one stack only (pruning, norm weights, exact patching) says where the stacks' are
+    with pytest.raises(BertologyError, match="is an encoder-decoder, whose heads bertology gates"):
+        attention_parts(loaded.model)
 
 
 @pytest.mark.parametrize("architecture", ["bart", "t5"])
