@@ -51,9 +51,9 @@ def layout(model: PreTrainedModel) -> Layout:
     entry = MODEL_TYPES.get(config.model_type)
     if entry is not None and entry.stacks is not None:
         raise BertologyError(
-            f"This works on encoders and decoders; a {config.model_type!r} model is an encoder-decoder, whose "
-            "heads bertology gates, ablates and patches in its three stacks (ablate --lm-corpus with sources "
-            "and targets, patch_target_loss)."
+            f"This works on encoders and decoders; a {config.model_type!r} model is an encoder-decoder, "
+            "whose heads bertology gates, ablates and patches in its three stacks (ablate --lm-corpus with "
+            "sources and targets, patch_target_loss)."
         )
     if entry is None or entry.layout is None:
         raise BertologyError(
