@@ -221,7 +221,7 @@ def test_pruned_decoder_equals_the_gated_one(
 def test_an_encoder_has_no_language_model_loss(default_model: LoadedModel) -> None:
     with pytest.raises(BertologyError, match="needs a decoder with its language-modelling head"):
         language_model_loss(default_model, TokenSequences.of_ids([[1, 2, 3]]))
-    with pytest.raises(BertologyError, match="needs a decoder language model"):
+    with pytest.raises(BertologyError, match="needs a decoder or encoder-decoder language model"):
         load_model(None, language_model=True)
 
 

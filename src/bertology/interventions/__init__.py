@@ -23,6 +23,9 @@ independent of :mod:`bertology.analysis` and :mod:`bertology.probes`.
 - :func:`run_ablation`: all of the above for a classifier on a task's dev set (``bertology ablate``).
 - For decoders, by the language-model loss: :func:`language_model_loss`, :func:`prune_decoder` and
   :func:`run_language_model_ablation`, the same study (``bertology ablate MODEL --lm-corpus FILE``).
+- For encoder-decoders (BART, T5), by the target's loss, on the heads of all three stacks (encoder,
+  decoder, cross; :func:`stack_row` finds a gate row): :class:`TargetLossTask` on :class:`SourceTargets`
+  (the same study, ``bertology ablate MODEL --lm-corpus PAIRS.jsonl``) and :func:`patch_target_loss`.
 - :func:`patch`: activation patching (exact) and attribution patching of every head, head and position or
   residual position on clean/corrupted pairs (:func:`read_pairs`, :func:`ioi_pairs`, :func:`sst2_pairs`);
   :func:`path_patch`: path patching from sender heads through receivers' queries, keys or values
@@ -43,7 +46,7 @@ from bertology.interventions.curves import pruning_curve, removal_counts
 from bertology.interventions.data import LabelledTexts
 from bertology.interventions.decoder_pruning import DecoderPruning, prune_decoder
 from bertology.interventions.direct_logit import DirectLogitAttribution, direct_logit_attribution
-from bertology.interventions.gates import head_gates, record_head_outputs
+from bertology.interventions.gates import head_gates, record_head_outputs, stack_row
 from bertology.interventions.importance import HeadImportance, head_importance
 from bertology.interventions.language_model import (
     LanguageModelTask,
@@ -58,6 +61,8 @@ from bertology.interventions.pruning import PruningOutcome, prune_and_measure, p
 from bertology.interventions.replacement import HeadReplacement
 from bertology.interventions.run import AblationRun, run_ablation
 from bertology.interventions.saliency import Explanation, explain
+from bertology.interventions.target_loss import SourceTargets, TargetLossTask
+from bertology.interventions.target_patching import TargetPatching, patch_target_loss
 from bertology.interventions.task import ClassifierTask, Task
 from bertology.models.heads import HeadSelection
 
@@ -85,6 +90,9 @@ __all__ = [
     "PatchingStudy",
     "PathPatching",
     "PruningOutcome",
+    "SourceTargets",
+    "TargetLossTask",
+    "TargetPatching",
     "Task",
     "TokenSequences",
     "ablation_sweep",
@@ -100,6 +108,7 @@ __all__ = [
     "ioi_pairs",
     "language_model_loss",
     "patch",
+    "patch_target_loss",
     "path_patch",
     "prune_and_measure",
     "prune_decoder",
@@ -112,4 +121,5 @@ __all__ = [
     "run_language_model_ablation",
     "save_model",
     "sst2_pairs",
+    "stack_row",
 ]

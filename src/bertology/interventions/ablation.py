@@ -21,12 +21,12 @@ import torch
 
 from bertology.interventions.curves import Head, lowest_first
 from bertology.interventions.data import eval_mode
-from bertology.interventions.gates import head_gates
+from bertology.interventions.gates import head_gates, row_stacks
 from bertology.interventions.partial import logits_from_layer, record_layer_inputs
 from bertology.interventions.replacement import HeadReplacement, ZeroReplacement
 from bertology.interventions.task import ACCURACY, Inputs, Score, Task
+from bertology.models.heads import head_columns
 from bertology.progress import Progress
-from bertology.stats.base import head_index_frame
 
 #: What the sweep keeps of each example's logits: ``measure(logits, inputs, rows)`` -> [batch, ...].
 Measure = Callable[[torch.Tensor, Inputs, np.ndarray], torch.Tensor]
@@ -39,12 +39,14 @@ class AblationResult:
     baseline: the score with every head. scores: [layers, heads] the score with only that head's gate at 0
     (NaN for heads not swept). count: examples (a classifier) or predicted tokens (a language model)
     averaged over. score: how the score reads (its name in the files, which direction is better).
+    stacks: an encoder-decoder's ``(stack, layer)`` of each row of ``scores`` (its gate rows), else ``None``.
     """
 
     baseline: float
     scores: np.ndarray
     count: int
     score: Score = ACCURACY
+    stacks: list[tuple[str, int]] | None = None
 
     @property
     def change(self) -> np.ndarray:
@@ -57,11 +59,11 @@ class AblationResult:
         return lowest_first(-self.scores if self.score.higher_is_better else self.scores)
 
     def to_frame(self) -> pd.DataFrame:
-        """One row per head: ``layer``, ``head`` (0-based), the score by its name (``accuracy``, ``loss``)
-        and ``change``."""
+        """One row per head: ``layer``, ``head`` (0-based; an encoder-decoder's ``stack`` first), the score
+        by its name (``accuracy``, ``loss``) and ``change``."""
         return pd.DataFrame(
             {
-                **head_index_frame(*self.scores.shape),
+                **head_columns(*self.scores.shape, self.stacks),
                 self.score.name: self.scores.ravel(),
                 "change": self.change.ravel(),
             }
@@ -84,12 +86,13 @@ def sweep_outputs(
     which others are swept.
 
     reuse_lower_layers: compute each batch's lower layers once (batches of similar length where the task
-        allows); ``False``: one full forward pass per head and batch.
+        allows); ``False`` (always for an encoder-decoder): one full forward pass per head and batch.
     on_progress: told the example passes done so far, out of ``len(heads) * examples``.
     """
     loaded = task.loaded
     replace = replacement or ZeroReplacement()
-    layers, per_layer = loaded.num_layers, loaded.num_heads
+    reuse_lower_layers = reuse_lower_layers and loaded.kind != "encoder-decoder"
+    layers, per_layer = loaded.gate_layers, loaded.num_heads
     sweep = list(np.ndindex(layers, per_layer)) if heads is None else list(heads)
     baseline: np.ndarray | None = None
     ablated: np.ndarray | None = None
@@ -157,7 +160,7 @@ def ablation_sweep(
         BertologyError: an unknown ablation, or a language model with no token to predict.
     """
     replacement = task.replacement(ablation, seed=seed, batch_size=batch_size)
-    sweep = list(np.ndindex(task.loaded.num_layers, task.loaded.num_heads)) if heads is None else list(heads)
+    sweep = list(np.ndindex(task.loaded.gate_layers, task.loaded.num_heads)) if heads is None else list(heads)
     baseline, ablated = sweep_outputs(
         task,
         task.parts,
@@ -167,7 +170,8 @@ def ablation_sweep(
         reuse_lower_layers=reuse_lower_layers,
         on_progress=on_progress,
     )
-    scores = np.full((task.loaded.num_layers, task.loaded.num_heads), np.nan)
+    scores = np.full((task.loaded.gate_layers, task.loaded.num_heads), np.nan)
     for (layer, head), parts in zip(sweep, ablated, strict=True):
         scores[layer, head] = task.ratio(parts)
-    return AblationResult(task.ratio(baseline), scores, int(baseline[:, 1].sum()), task.score)
+    count = int(baseline[:, 1].sum())
+    return AblationResult(task.ratio(baseline), scores, count, task.score, row_stacks(task.loaded))

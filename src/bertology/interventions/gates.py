@@ -14,6 +14,13 @@ A gate of 1 changes nothing; 0 removes the head (Michel et al. 2019's mask ``ξ_
 the current thread / task and only inside the block (see :func:`bertology.models.hook.gating`), where the
 heads' outputs enter each layer's output projection, for every encoder type :mod:`bertology.models.anatomy`
 describes (whichever route captures its attention).
+
+An encoder-decoder's gates have one row per layer of each stack (:func:`~bertology.models.anatomy.gate_rows`:
+the encoder's layers, then the decoder's self-attention, then its cross-attention, so row ``E + D + 1`` of
+a model of ``E`` encoder and ``D`` decoder layers is cross-attention's layer 1), ``loaded.gate_layers``
+rows in all; :func:`stack_row` finds a row. They act on forward passes that run the encoder and the decoder
+(a source and a target, teacher forced), whose attention calls come in the order of
+:func:`~bertology.models.anatomy.attention_calls`.
 """
 
 from __future__ import annotations
@@ -24,11 +31,11 @@ from contextlib import contextmanager
 import torch
 
 from bertology.errors import BertologyError
-from bertology.models.anatomy import attention_parts
+from bertology.models.anatomy import attention_calls, gate_rows, gated_parts, has_stacks
 from bertology.models.heads import HeadSelection, heads_by_layer
 from bertology.models.hook import HeadGates, gating
 from bertology.models.loading import LoadedModel
-from bertology.models.sites import hook_gates, recording
+from bertology.models.sites import hook_gates, recording, stacked_name
 
 
 def gate_values(loaded: LoadedModel, gates: torch.Tensor | HeadSelection) -> torch.Tensor:
@@ -38,7 +45,7 @@ def gate_values(loaded: LoadedModel, gates: torch.Tensor | HeadSelection) -> tor
     Raises:
         BertologyError: a tensor of the wrong shape, or a head outside the model.
     """
-    shape = (loaded.num_layers, loaded.num_heads)
+    shape = (loaded.gate_layers, loaded.num_heads)
     if isinstance(gates, torch.Tensor):
         if tuple(gates.shape[-2:]) != shape or gates.dim() not in (2, 3):
             raise BertologyError(
@@ -66,8 +73,38 @@ def gated(
     hook_gates(loaded.model)
     if replacement is not None:
         replacement = [values.to(loaded.device) for values in replacement]
+    if has_stacks(loaded.model):  # rows by stack, the hooks count the calls: rows in call order
+        order = [gate_rows(loaded.model).index(call) for call in attention_calls(loaded.model)]
+        values = values[..., order, :]
+        replacement = None if replacement is None else [replacement[row] for row in order]
     with gating(values.to(loaded.device), replacement) as active:
         yield active
+
+
+def row_stacks(loaded: LoadedModel) -> list[tuple[str, int]] | None:
+    """An encoder-decoder's ``(stack, layer)`` of each gate row, else ``None`` (a row is a layer)."""
+    return gate_rows(loaded.model) if has_stacks(loaded.model) else None
+
+
+def stack_row(loaded: LoadedModel, stack: str, layer: int) -> int:
+    """The gate row of an encoder-decoder's ``layer`` of ``stack`` (``"encoder"``, ``"decoder"``,
+    ``"cross"``).
+
+    Raises:
+        BertologyError: a model without stacks, or a stack or layer it does not have.
+    """
+    if not has_stacks(loaded.model):
+        raise BertologyError(f"'{loaded.name}' is not an encoder-decoder: its heads have no stack.")
+    rows = gate_rows(loaded.model)
+    if (stack, layer) not in rows:
+        layers = sum(row[0] == stack for row in rows)
+        raise BertologyError(
+            f"There is no {stack} layer {layer}: the stacks are encoder, decoder and cross, the {stack} "
+            f"stack has layers 0 to {layers - 1}."
+            if layers
+            else f"There is no stack {stack!r}; the stacks are encoder, decoder and cross."
+        )
+    return rows.index((stack, layer))
 
 
 @contextmanager
@@ -90,7 +127,8 @@ def head_gates(
 
 
 def record_head_outputs(loaded: LoadedModel, inputs: dict[str, torch.Tensor]) -> list[torch.Tensor]:
-    """Run ``loaded`` once on ``inputs`` and return, per layer, its heads' outputs where they enter the
+    """Run ``loaded`` once on ``inputs`` and return, per layer (an encoder-decoder's: per gate row), its
+    heads' outputs where they enter the
     output projection: ``[batch, tokens, heads * head_dim]``, head ``h`` in features ``h * head_dim ..
     (h + 1) * head_dim - 1`` (the site the gates act on; after any gates active in this context). Runs as
     the caller's context says (no gradients inside ``torch.inference_mode``); the tensors stay on the
@@ -99,11 +137,17 @@ def record_head_outputs(loaded: LoadedModel, inputs: dict[str, torch.Tensor]) ->
     Raises:
         BertologyError: a model type whose layers and projections bertology does not know.
     """
-    parts = attention_parts(loaded.model)
+    parts = gated_parts(loaded.model)
     hook_gates(loaded.model)
-    with recording(loaded.model, ["z"], detach=False) as cache:
+    if has_stacks(loaded.model):
+        keys = [(stacked_name(stack, "z"), layer) for stack, layer in gate_rows(loaded.model)]
+    else:
+        keys = [("z", layer) for layer in range(len(parts))]
+    with recording(
+        loaded.model, [name for name in dict.fromkeys(name for name, _ in keys)], detach=False
+    ) as cache:
         loaded.model(**inputs)
-    outputs = [cache["z", layer].flatten(-2) for layer in range(len(parts)) if ("z", layer) in cache]
+    outputs = [cache[key].flatten(-2) for key in keys if key in cache]
     if len(outputs) != len(parts):
         raise RuntimeError(f"Expected {len(parts)} output projection calls in one pass, saw {len(outputs)}.")
     return outputs

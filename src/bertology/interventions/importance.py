@@ -24,10 +24,10 @@ import torch
 
 from bertology.interventions.curves import Head, lowest_first
 from bertology.interventions.data import eval_mode
-from bertology.interventions.gates import head_gates
+from bertology.interventions.gates import head_gates, row_stacks
 from bertology.interventions.task import Task
+from bertology.models.heads import head_columns
 from bertology.progress import Progress
-from bertology.stats.base import head_index_frame
 
 #: Examples per batch of the importance.
 IMPORTANCE_BATCH = 16
@@ -38,11 +38,13 @@ class HeadImportance:
     """Michel et al.'s importance of every head.
 
     raw: [layers, heads] mean over examples of |dL/dξ_h| (L in nats, ξ a unitless gate).
-    examples: number of examples averaged over.
+    examples: number of examples averaged over. stacks: an encoder-decoder's ``(stack, layer)`` of each row
+    (its gate rows), else ``None``.
     """
 
     raw: np.ndarray
     examples: int
+    stacks: list[tuple[str, int]] | None = None
 
     @property
     def normalized(self) -> np.ndarray:
@@ -55,10 +57,11 @@ class HeadImportance:
         return lowest_first(self.normalized)
 
     def to_frame(self) -> pd.DataFrame:
-        """One row per head: ``layer``, ``head`` (0-based), ``importance``, ``importance_normalized``."""
+        """One row per head: ``layer``, ``head`` (0-based; an encoder-decoder's ``stack`` first),
+        ``importance``, ``importance_normalized``."""
         return pd.DataFrame(
             {
-                **head_index_frame(*self.raw.shape),
+                **head_columns(*self.raw.shape, self.stacks),
                 "importance": self.raw.ravel(),
                 "importance_normalized": self.normalized.ravel(),
             }
@@ -75,14 +78,14 @@ def head_importance(
 
     on_progress: told the examples done, out of ``len(task)``.
     """
-    total = np.zeros((task.loaded.num_layers, task.loaded.num_heads))
+    total = np.zeros((task.loaded.gate_layers, task.loaded.num_heads))
     done = 0
     for rows, batch_sum in importance_sums(task, batch_size=batch_size):
         total += batch_sum
         done += rows
         if on_progress is not None:
             on_progress(done, len(task))
-    return HeadImportance(total / max(done, 1), done)
+    return HeadImportance(total / max(done, 1), done, row_stacks(task.loaded))
 
 
 def importance_sums(task: Task, *, batch_size: int = IMPORTANCE_BATCH) -> Iterator[tuple[int, np.ndarray]]:
@@ -92,7 +95,7 @@ def importance_sums(task: Task, *, batch_size: int = IMPORTANCE_BATCH) -> Iterat
     loaded = task.loaded
     with torch.enable_grad(), eval_mode(loaded):
         for inputs, rows in task.batches(batch_size):
-            shape = (len(rows), loaded.num_layers, loaded.num_heads)
+            shape = (len(rows), loaded.gate_layers, loaded.num_heads)
             gates = torch.ones(shape, device=loaded.device, requires_grad=True)
             with head_gates(loaded, gates):
                 logits = loaded.model(**inputs).logits

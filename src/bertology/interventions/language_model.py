@@ -140,7 +140,18 @@ def next_token_losses(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per sequence, the sum of the next-token cross-entropies ``-log p(x_{t+1} | x_1 .. x_t)`` (nats,
     float64) and the number of positions summed: ``logits`` [batch, tokens, vocabulary] at position ``t``
-    predict ``input_ids[:, t + 1]``, where both tokens are real (``attention_mask`` 1).
+    predict ``input_ids[:, t + 1]``, where both tokens are real (``attention_mask`` 1); see
+    :func:`token_losses`."""
+    valid = (attention_mask[:, 1:] * attention_mask[:, :-1]).bool()
+    return token_losses(logits[:, :-1], input_ids[:, 1:], valid, chunk=chunk)
+
+
+def token_losses(
+    logits: torch.Tensor, targets: torch.Tensor, valid: torch.Tensor, *, chunk: int = 256
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per sequence, the sum of the cross-entropies ``-log p(targets[t])`` of ``logits`` [batch, positions,
+    vocabulary] at the positions where ``valid`` [batch, positions] holds (nats, float64), and the number of
+    positions summed.
 
     Only those positions are scored, as rows of a [positions, vocabulary] matrix taken ``chunk`` rows at a
     time into float64 for the log-softmax (a float32 log-sum-exp over a 49k vocabulary is off by about 1e-4
@@ -148,14 +159,13 @@ def next_token_losses(
     ([batch], [batch]) on the float64 device.
     """
     home = float64_home(logits.device)
-    valid = (attention_mask[:, 1:] * attention_mask[:, :-1]).bool()
     batch, position = valid.nonzero(as_tuple=True)
-    targets = input_ids[:, 1:][batch, position].to(home)
-    scored = logits[:, :-1][batch, position].to(home)
+    wanted_ids = targets[batch, position].to(home)
+    scored = logits[batch, position].to(home)
     losses = torch.cat(
         [
             -torch.log_softmax(rows.double(), -1).gather(1, wanted[:, None])[:, 0]
-            for rows, wanted in zip(scored.split(chunk), targets.split(chunk), strict=True)
+            for rows, wanted in zip(scored.split(chunk), wanted_ids.split(chunk), strict=True)
         ]
         or [scored.new_zeros(0, dtype=torch.float64)]
     )

@@ -1,6 +1,8 @@
 """The head-ablation study of a decoder by its language-model loss on a corpus (``bertology ablate MODEL
 --lm-corpus FILE``): single-head ablation, Michel et al.'s importance, pruning curves and structural
 pruning, every score the mean next-token cross-entropy (:mod:`~bertology.interventions.language_model`).
+An encoder-decoder's study is the same on its three stacks' heads, scored by the target's loss
+(:mod:`~bertology.interventions.target_loss`; a corpus of sources and targets), without structural pruning.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from bertology.interventions.decoder_pruning import DecoderPruning, prune_decode
 from bertology.interventions.language_model import LanguageModelTask, TokenSequences, require_language_model
 from bertology.interventions.pruning import save_model
 from bertology.interventions.study import HeadStudy, measure_heads
+from bertology.interventions.target_loss import SourceTargets, TargetLossTask
+from bertology.interventions.task import Task
 from bertology.models.loading import LoadedModel
 from bertology.models.surgery import check_prunable
 from bertology.progress import Progress
@@ -67,7 +71,9 @@ def run_language_model_ablation(
     on_progress: Progress | None = None,
 ) -> LanguageModelAblationRun:
     """Run every measurement of :class:`LanguageModelAblationRun` for the decoder ``loaded`` (loaded with
-    ``language_model=True``) on the first ``max_segments`` segments of ``max_length`` tokens of ``corpus``.
+    ``language_model=True``) on the first ``max_segments`` segments of ``max_length`` tokens of ``corpus``;
+    for an encoder-decoder, on the first ``max_segments`` sources and targets of ``corpus`` (JSON Lines),
+    its heads in all three stacks, scored by the target's loss.
 
     prune_fraction: share of heads to remove structurally, least important (Michel et al.) first; 0 skips
         pruning. pruned_dir: where to save the pruned model as a run folder (not saved if ``None``).
@@ -78,20 +84,32 @@ def run_language_model_ablation(
     on_progress: told each stage's progress under the stage's name.
 
     Raises:
-        BertologyError: a model without a language-modelling head, a corpus without text, a fraction
-            outside 0..1, pruning asked of a model whose heads cannot be removed (GPT-2's ``Conv1D``), or
-            an unknown ablation.
+        BertologyError: a model without a language-modelling head, a corpus without text (an
+            encoder-decoder's: a source without a target), a fraction outside 0..1, pruning asked of a model
+            whose heads cannot be removed (GPT-2's ``Conv1D``, an encoder-decoder), or an unknown ablation.
     """
     if not 0 <= prune_fraction < 1:
         raise BertologyError(
             f"The share of heads to prune must be at least 0 and below 1, not {prune_fraction}."
         )
-    require_language_model(loaded)
+    seq2seq = loaded.kind == "encoder-decoder"
+    if seq2seq and prune_fraction > 0:
+        raise BertologyError(
+            f"Structural pruning is for encoders and decoders; '{loaded.name}' is an encoder-decoder "
+            "(give --prune 0)."
+        )
+    if not seq2seq:
+        require_language_model(loaded)
     if prune_fraction > 0:
         check_prunable(loaded.model)
     started = time.perf_counter()
-    data = TokenSequences.of_corpus(loaded, corpus, max_length=max_length, max_segments=max_segments)
-    task = LanguageModelTask(loaded, data)
+    task: Task
+    if seq2seq:
+        pairs = SourceTargets.of_corpus(loaded, corpus, max_length=max_length, max_segments=max_segments)
+        task = TargetLossTask(loaded, pairs)
+    else:
+        data = TokenSequences.of_corpus(loaded, corpus, max_length=max_length, max_segments=max_segments)
+        task = LanguageModelTask(loaded, data)
     replacement = task.replacement(ablation, seed=resample_seed, batch_size=batch_size)
     measured = measure_heads(
         task,
@@ -103,16 +121,16 @@ def run_language_model_ablation(
     )
     pruning = None
     removed = round(prune_fraction * loaded.num_layers * loaded.num_heads)
-    if removed > 0:
+    if removed > 0 and isinstance(task, LanguageModelTask):
         pruned, pruning = prune_decoder(
-            loaded, measured.orders["importance"][:removed], data, batch_size=batch_size
+            loaded, measured.orders["importance"][:removed], task.data, batch_size=batch_size
         )
         if pruned_dir is not None:
             save_model(pruned, pruned_dir)
     return LanguageModelAblationRun(
         model_name=loaded.name,
         corpus=Path(corpus).name,
-        sequences=len(data),
+        sequences=len(task),
         tokens=measured.ablation.count,
         ablation=measured.ablation,
         importance=measured.importance,

@@ -117,7 +117,7 @@ def measure_heads(
         ranked = head_importance(task, batch_size=importance_batch_size, on_progress=importance_stage)
     else:
         ranked = importance(task, importance_stage)
-    layers, heads = task.loaded.num_layers, task.loaded.num_heads
+    layers, heads = task.loaded.gate_layers, task.loaded.num_heads
     orders = {
         "ablation": single.removal_order(),
         "importance": ranked.removal_order(),

@@ -20,7 +20,13 @@ from transformers import PreTrainedModel
 from transformers.pytorch_utils import Conv1D
 
 from bertology.errors import BertologyError
-from bertology.models.model_types import MODEL_TYPES, Fused, Layout
+from bertology.models.model_types import MODEL_TYPES, Fused, Layout, Stacks
+
+#: An encoder-decoder's three kinds of attention, in the order of its gate rows and of ``heads.csv``'s
+#: ``stack`` column: the encoder's self-attention, the decoder's self-attention, cross-attention.
+STACKS = ("encoder", "decoder", "cross")
+#: One layer of one stack: ``("cross", 1)``.
+StackLayer = tuple[str, int]
 
 
 def describes(model_type: str) -> bool:
@@ -43,6 +49,12 @@ def layout(model: PreTrainedModel) -> Layout:
     """
     config = model.config
     entry = MODEL_TYPES.get(config.model_type)
+    if entry is not None and entry.stacks is not None:
+        raise BertologyError(
+            f"This works on encoders and decoders; a {config.model_type!r} model is an encoder-decoder, "
+            "whose heads bertology gates, ablates and patches in its three stacks (ablate --lm-corpus with "
+            "sources and targets, patch_target_loss)."
+        )
     if entry is None or entry.layout is None:
         raise BertologyError(
             f"Interventions and norm-based weights are for models whose attention projections bertology "
@@ -166,7 +178,10 @@ def layer_modules(model: PreTrainedModel) -> list[nn.Module]:
 
 
 def _head_dim(attention: nn.Module) -> int:
-    return int(getattr(attention, "attention_head_size", None) or attention.head_dim)
+    for name in ("attention_head_size", "head_dim", "key_value_proj_dim"):  # T5: key_value_proj_dim
+        if getattr(attention, name, None):
+            return int(getattr(attention, name))
+    raise AttributeError(f"{type(attention).__name__} has no head size")
 
 
 def _qkv(layer: nn.Module, spec: tuple[str, str, str] | Fused, heads: int, head_dim: int) -> list[Projection]:
@@ -210,3 +225,66 @@ def attention_parts(model: PreTrainedModel) -> list[AttentionParts]:
     """
     shape = layout(model)
     return [_parts(layer, shape) for layer in layer_modules(model)]
+
+
+# --- Encoder-decoders: three attentions, each a stack of layers -------------------------------------------
+
+
+def stacks(model: PreTrainedModel) -> Stacks:
+    """The :class:`~bertology.models.model_types.Stacks` of an encoder-decoder ``model``.
+
+    Raises:
+        BertologyError: a model that is not an encoder-decoder bertology describes.
+    """
+    entry = MODEL_TYPES.get(model.config.model_type)
+    if entry is None or entry.stacks is None:
+        raise BertologyError(f"A {model.config.model_type!r} model has no encoder, decoder and cross stacks.")
+    return entry.stacks
+
+
+def has_stacks(model: PreTrainedModel) -> bool:
+    """True for an encoder-decoder with :func:`stacks` (BART, T5)."""
+    entry = MODEL_TYPES.get(model.config.model_type)
+    return entry is not None and entry.stacks is not None
+
+
+def _stack_layout(model: PreTrainedModel, stack: str) -> Layout:
+    if stack not in STACKS:
+        raise BertologyError(f"There is no stack {stack!r}; the stacks are {', '.join(STACKS)}.")
+    return getattr(stacks(model), stack)
+
+
+def stack_layer_modules(model: PreTrainedModel, stack: str) -> list[nn.Module]:
+    """The layer modules of ``stack`` (``"cross"``: the decoder's layers, which hold cross-attention), in
+    layer order."""
+    return list(model.base_model.get_submodule(_stack_layout(model, stack).layers))
+
+
+def stack_parts(model: PreTrainedModel, stack: str) -> list[AttentionParts]:
+    """Each layer's :class:`AttentionParts` of ``stack``'s attention (cross-attention's key and value
+    projections read the encoder's output)."""
+    shape = _stack_layout(model, stack)
+    return [_parts(layer, shape) for layer in stack_layer_modules(model, stack)]
+
+
+def gate_rows(model: PreTrainedModel) -> list[StackLayer]:
+    """The layers an encoder-decoder's heads are gated in, as rows of its gates ``[rows, heads]``: the
+    encoder's layers, then the decoder's (self-attention), then the decoder's again (cross-attention)."""
+    return [(stack, layer) for stack in STACKS for layer in range(len(stack_layer_modules(model, stack)))]
+
+
+def gated_parts(model: PreTrainedModel) -> list[AttentionParts]:
+    """The attention of every gate row: each layer's, or an encoder-decoder's by :func:`gate_rows`."""
+    if not has_stacks(model):
+        return attention_parts(model)
+    return [part for stack in STACKS for part in stack_parts(model, stack)]
+
+
+def attention_calls(model: PreTrainedModel) -> list[StackLayer]:
+    """The attention calls of one forward pass of an encoder-decoder (a source and a target, teacher
+    forced), in the order it makes them: every encoder layer, then per decoder layer its self-attention
+    and its cross-attention."""
+    encoder, decoder = (len(stack_layer_modules(model, stack)) for stack in ("encoder", "decoder"))
+    return [("encoder", layer) for layer in range(encoder)] + [
+        (stack, layer) for layer in range(decoder) for stack in ("decoder", "cross")
+    ]

@@ -7,7 +7,9 @@ Head gates, single-head ablation, pruning curves and structural pruning all take
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+
+import numpy as np
 
 from bertology.errors import BertologyError
 
@@ -18,6 +20,22 @@ HeadSelection = Mapping[int, Iterable[int]] | Iterable[tuple[int, int]]
 def head_name(layer: int, head: int) -> str:
     """``"layer-head"``, 0-based: a head's name wherever one is printed."""
     return f"{layer}-{head}"
+
+
+def head_columns(
+    rows: int, heads: int, stacks: Sequence[tuple[str, int]] | None = None
+) -> dict[str, np.ndarray]:
+    """The columns that name one row per head of a ``[rows, heads]`` table, row-major: ``layer`` and
+    ``head`` (0-based), and for an encoder-decoder's gate rows ``stacks`` (each row's ``(stack, layer)``)
+    ``stack``, ``layer`` (in its stack) and ``head``."""
+    row, head = np.divmod(np.arange(rows * heads), heads)
+    if stacks is None:
+        return {"layer": row, "head": head}
+    return {
+        "stack": np.array([stacks[index][0] for index in row]),
+        "layer": np.array([stacks[index][1] for index in row]),
+        "head": head,
+    }
 
 
 def heads_by_layer(selection: HeadSelection, num_layers: int, num_heads: int) -> dict[int, list[int]]:

@@ -29,6 +29,7 @@ from transformers import (
     AutoConfig,
     AutoModel,
     AutoModelForCausalLM,
+    AutoModelForSeq2SeqLM,
     AutoModelForSequenceClassification,
     AutoTokenizer,
     PretrainedConfig,
@@ -91,6 +92,18 @@ class LoadedModel:
     def num_layers(self) -> int:
         config = self.model.config
         return int(getattr(config, "num_hidden_layers", None) or config.n_layers)
+
+    @property
+    def gate_layers(self) -> int:
+        """Rows of the model's head gates ``[rows, heads]``: its layers, or an encoder-decoder's encoder,
+        decoder and cross-attention layers one after the other
+        (:func:`~bertology.models.anatomy.gate_rows`)."""
+        if self.kind != "encoder-decoder":
+            return self.num_layers
+        config = self.model.config
+        encoder = getattr(config, "encoder_layers", None) or config.num_layers
+        decoder = getattr(config, "decoder_layers", None) or config.num_decoder_layers
+        return int(encoder) + 2 * int(decoder)
 
     @property
     def num_heads(self) -> int:
@@ -368,7 +381,8 @@ def load_model(
         classification head is new (randomly initialised). Without ``labels`` the checkpoint must be
         a fine-tuned classifier.
     language_model: load a decoder with its language-modelling head (``AutoModelForCausalLM``: next-token
-        logits ``[batch, tokens, vocabulary]``, for the language-model loss) instead of the bare decoder.
+        logits ``[batch, tokens, vocabulary]``, for the language-model loss) instead of the bare decoder; an
+        encoder-decoder with its head (``AutoModelForSeq2SeqLM``: the target's logits).
 
     Raises:
         BertologyError: unknown name, missing weights or tokenizer files, no network, an unsupported
@@ -381,7 +395,8 @@ def load_model(
     auto_class = AutoModelForSequenceClassification if classifier else AutoModel
     if language_model:
         _require_decoder_type(config.model_type, label, "A language-model head (next-token loss)")
-        auto_class = AutoModelForCausalLM
+        seq2seq = MODEL_TYPES[config.model_type].kind == "encoder-decoder"
+        auto_class = AutoModelForSeq2SeqLM if seq2seq else AutoModelForCausalLM
     if classifier:
         _require_encoder_type(config.model_type, label, "A sequence classifier (finetune, ablate, explain)")
         _classifier_config(config, label, labels)
@@ -440,10 +455,10 @@ def _require_encoder_type(model_type: str, label: str, what: str) -> None:
 
 def _require_decoder_type(model_type: str, label: str, what: str) -> None:
     entry = MODEL_TYPES[model_type]
-    if entry.kind != "decoder":
+    if entry.kind == "encoder":
         raise BertologyError(
-            f"{what} needs a decoder language model; '{label}' is {KIND_PHRASES[entry.kind]} "
-            f"{entry.name} model."
+            f"{what} needs a decoder or encoder-decoder language model; '{label}' is "
+            f"{KIND_PHRASES[entry.kind]} {entry.name} model."
         )
 
 

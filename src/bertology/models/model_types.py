@@ -153,6 +153,40 @@ _POST_NORM_SELF_ATTN = _self_attn(mlp="mlp", mid="post_attention_layernorm")
 
 
 @dataclass(frozen=True)
+class Stacks:
+    """Where an encoder-decoder (BART, T5) keeps its three kinds of attention, one :class:`Layout` each:
+    ``encoder`` (the encoder's self-attention), ``decoder`` (the decoder's causal self-attention) and
+    ``cross`` (the decoder's attention over the encoder's output: its ``layers`` are the decoder's).
+    Only their ``layers``, ``attention``, ``qkv`` and ``output`` are read (an encoder-decoder has no
+    ``resid_mid`` or ``mlp_out`` site)."""
+
+    encoder: Layout
+    decoder: Layout
+    cross: Layout
+
+
+def _attention_layout(layers: str, attention: str, names: tuple[str, str, str], output: str) -> Layout:
+    """A layout of one attention per layer: ``names`` and ``output`` inside ``attention``."""
+    return Layout(layers, attention, _separate(attention, names), f"{attention}.{output}")
+
+
+_BART_NAMES = ("q_proj", "k_proj", "v_proj")
+#: BART: ``encoder.layers[i].self_attn``, ``decoder.layers[i].self_attn`` and ``.encoder_attn``.
+_BART_STACKS = Stacks(
+    _attention_layout("encoder.layers", "self_attn", _BART_NAMES, "out_proj"),
+    _attention_layout("decoder.layers", "self_attn", _BART_NAMES, "out_proj"),
+    _attention_layout("decoder.layers", "encoder_attn", _BART_NAMES, "out_proj"),
+)
+#: T5: ``encoder.block[i].layer[0].SelfAttention``, ``decoder.block[i].layer[0].SelfAttention`` and
+#: ``.layer[1].EncDecAttention`` (each with ``q``, ``k``, ``v`` and ``o``).
+_T5_STACKS = Stacks(
+    _attention_layout("encoder.block", "layer.0.SelfAttention", ("q", "k", "v"), "o"),
+    _attention_layout("decoder.block", "layer.0.SelfAttention", ("q", "k", "v"), "o"),
+    _attention_layout("decoder.block", "layer.1.EncDecAttention", ("q", "k", "v"), "o"),
+)
+
+
+@dataclass(frozen=True)
 class ModelType:
     """One supported ``config.model_type``.
 
@@ -162,7 +196,8 @@ class ModelType:
     no_neuron_view: why the neuron view (q, k and q·k) would not show this type's attention honestly
     (a phrase after the model's name), or ``""`` where it does. layout: where its layers and attention
     projections are, for the types with head gates, ablation, importance, pruning and norm-based
-    weights; ``None`` for the others.
+    weights; ``None`` for the others. stacks: an encoder-decoder's three attentions (:class:`Stacks`), for
+    its head gates, ablation, importance and sites.
     """
 
     name: str
@@ -170,6 +205,7 @@ class ModelType:
     module_route: ModuleRoute | None = None
     no_neuron_view: str = ""
     layout: Layout | None = None
+    stacks: Stacks | None = None
 
     @property
     def route(self) -> Route:
@@ -254,9 +290,9 @@ MODEL_TYPES: dict[str, ModelType] = {
         layout=_GEMMA2,
     ),
     "gemma3_text": ModelType("Gemma 3 (text)", "decoder", layout=_GEMMA2),
-    # Encoder-decoders (views only).
-    "bart": ModelType("BART", "encoder-decoder"),
-    "t5": ModelType("T5", "encoder-decoder"),
+    # Encoder-decoders: three attentions (encoder, decoder, cross), each with its own sites and gates.
+    "bart": ModelType("BART", "encoder-decoder", stacks=_BART_STACKS),
+    "t5": ModelType("T5", "encoder-decoder", stacks=_T5_STACKS),
 }  # fmt: skip
 
 #: Model types bertology refuses on purpose, with the reason (a phrase after the model's name).
@@ -283,7 +319,8 @@ ENCODER_DECODER_FEATURES = {
     "analysis": "heads.csv has a row per stack (encoder, decoder, cross), layer and head; a source "
     "without a target is decoded greedily",
     "probes": "not available",
-    "interventions": "not available",
+    "interventions": "head gates, ablation and importance (ablate --lm-corpus with sources and targets, "
+    "the target's loss) on all three stacks, heads named stack:layer-head (cross:1-2); no structural pruning",
     "norm weights": "not available",
 }
 
@@ -293,7 +330,8 @@ def features(model_type: str) -> dict[str, bool]:
     corpus analysis works on every kind (a decoder's single texts, future keys skipped; an
     encoder-decoder's sources and targets, its encoder, decoder and cross-attention:
     :data:`ENCODER_DECODER_FEATURES`); probes on encoders; interventions (head gates, ablation, importance,
-    pruning) and norm-based weights where the record has a :class:`Layout`."""
+    pruning) where the record has a :class:`Layout` (an encoder-decoder: :class:`Stacks`, no pruning);
+    norm-based weights where it has a :class:`Layout`."""
     entry = MODEL_TYPES[model_type]
     described = entry.layout is not None
     return {
@@ -301,7 +339,7 @@ def features(model_type: str) -> dict[str, bool]:
         "neuron view": entry.kind != "encoder-decoder" and not entry.no_neuron_view,
         "analysis": True,
         "probes": entry.kind == "encoder",
-        "interventions": described,
+        "interventions": described or entry.stacks is not None,
         "norm weights": described,
     }
 

@@ -21,6 +21,15 @@ activation function this way). This module is the only code in bertology that re
 goes through :func:`hook_module` (a hook that stays until its handle removes it: the attention capture of
 the module route, head gates, a pruned model's heads) or :func:`hooking` (hooks for one ``with`` block),
 and :func:`recording` and :func:`replacing` are built on them.
+
+An encoder-decoder (BART, T5) has three attentions, its *stacks* (``encoder``, ``decoder``, ``cross``, as
+``heads.csv``'s ``stack`` column): its sites name their stack before a colon, ``"encoder:z"``,
+``"decoder:q"``, ``"cross:pattern"`` (TransformerLens's ``encoder.{l}.attn.hook_z``,
+``decoder.{l}.attn.hook_q``, ``decoder.{l}.cross_attn.hook_pattern``), with the layers of that stack
+(cross-attention's are the decoder's). Each stack has ``q``, ``k``, ``v``, ``pattern``, ``z`` and
+``attn_out``; the encoder and the decoder also ``resid_pre`` and ``resid_post`` (a layer's input and
+output). Cross-attention's ``k`` and ``v`` are over the source's positions, its ``pattern``
+``[batch, head, target_pos, source_pos]``.
 """
 
 from __future__ import annotations
@@ -39,13 +48,21 @@ from transformers import PreTrainedModel
 from bertology.errors import BertologyError
 from bertology.models import hook
 from bertology.models.anatomy import (
+    STACKS,
     AttentionParts,
     Projection,
+    attention_calls,
     attention_parts,
+    gated_parts,
+    has_stacks,
     layer_modules,
     layout,
     shares_layers,
+    stack_layer_modules,
+    stack_parts,
+    stacks,
 )
+from bertology.models.model_types import Layout
 
 SiteName = Literal[
     "embed",
@@ -119,11 +136,56 @@ SITES: dict[str, Site] = {
 #: Sites named by a module's path (``model.get_submodule(path)``): its output, its first input.
 MODULE_SITES = ("module", "module_input")
 
-#: ``"z"`` (every layer), ``("z", 3)`` (layer 3), ``("final", None)`` or ``("module", path)``.
+#: ``"z"`` (every layer), ``("z", 3)`` (layer 3), ``("final", None)`` or ``("module", path)``; an
+#: encoder-decoder's ``"cross:z"`` or ``("cross:z", 1)``.
 SiteRequest = str | tuple[str, int | str | None]
 #: A site of one layer (``None`` for the sites that are not per layer; a module's path for
 #: :data:`MODULE_SITES`).
 SiteKey = tuple[str, int | str | None]
+
+#: The sites of each stack of an encoder-decoder (cross-attention's layers have no input or output of
+#: their own).
+STACK_SITES: dict[str, tuple[str, ...]] = {
+    "encoder": ("resid_pre", "q", "k", "v", "pattern", "z", "attn_out", "resid_post"),
+    "decoder": ("resid_pre", "q", "k", "v", "pattern", "z", "attn_out", "resid_post"),
+    "cross": ("q", "k", "v", "pattern", "z", "attn_out"),
+}
+
+
+def stacked_name(stack: str, name: str) -> str:
+    """An encoder-decoder's site ``name`` of ``stack``: ``"cross:z"``."""
+    return f"{stack}:{name}"
+
+
+def site_names(model: PreTrainedModel) -> list[str]:
+    """Every site name ``model`` has: :data:`SITES` (``logits`` only with a head), or an encoder-decoder's
+    stacked names (:data:`STACK_SITES`)."""
+    if has_stacks(model):
+        return [stacked_name(stack, name) for stack, names in STACK_SITES.items() for name in names]
+    return [name for name in SITES if name != "logits" or model.base_model is not model]
+
+
+def _split_name(model: PreTrainedModel, name: str) -> tuple[str | None, str, int]:
+    """``(stack or None, site name, layers)`` of a requested site name.
+
+    Raises:
+        BertologyError: a name that is no site of ``model`` (an encoder-decoder's without its stack, a
+            stack asked of another model).
+    """
+    stack, _, base = name.rpartition(":")
+    if not has_stacks(model):
+        if stack or name not in SITES:
+            raise BertologyError(
+                f"There is no site {name!r}; the sites are {', '.join(SITES)}, and a module's by its path: "
+                f"{' and '.join(MODULE_SITES)}."
+            )
+        return None, name, len(layer_modules(model))
+    if stack not in STACK_SITES or base not in STACK_SITES[stack]:
+        raise BertologyError(
+            f"An encoder-decoder's sites name their stack ({', '.join(STACKS)}), e.g. 'cross:z'; there is no "
+            f"site {name!r} (the sites are {', '.join(site_names(model))})."
+        )
+    return stack, base, len(stack_layer_modules(model, stack))
 
 
 def _keys(model: nn.Module, requests: Iterable[SiteRequest]) -> list[SiteKey]:
@@ -143,13 +205,8 @@ def _keys(model: nn.Module, requests: Iterable[SiteRequest]) -> list[SiteKey]:
                 )
             keys.append((name, layer))
             continue
-        site = SITES.get(name)
-        if site is None:
-            raise BertologyError(
-                f"There is no site {name!r}; the sites are {', '.join(SITES)}, and a module's by its path: "
-                f"{' and '.join(MODULE_SITES)}."
-            )
-        layers = len(layer_modules(model))
+        _stack, base, layers = _split_name(model, name)
+        site = SITES[base]
         if not site.per_layer:
             keys.append((name, None))
         elif layer is None:
@@ -220,9 +277,9 @@ def _split_heads(head_dim: int) -> tuple[Callable, Callable]:
     return (lambda whole: whole.unflatten(-1, (-1, head_dim)), lambda _whole, part: part.flatten(-2))
 
 
-def _spot(model: PreTrainedModel, parts: AttentionParts, layer: nn.Module, name: str) -> _Spot:
-    """Where site ``name`` of one layer (module ``layer``, attention ``parts``) is."""
-    shape = layout(model)
+def _spot(shape: Layout, parts: AttentionParts, layer: nn.Module, name: str) -> _Spot:
+    """Where site ``name`` of one layer (module ``layer``, attention ``parts``, of a model of layout
+    ``shape``) is."""
     if name == "resid_pre":
         return _Spot(layer, True)
     if name == "resid_post":
@@ -329,11 +386,16 @@ _Action = Callable[[SiteKey, _Spot, tuple[Any, ...], dict[str, Any], Any], Any]
 class _Layers:
     """Which layer runs now, from a forward pre-hook on each layer module: ``entered`` counts the layers
     entered in this forward pass (:meth:`restart` at its start); ALBERT's shared layer is layer ``entered
-    % layers``."""
+    % layers``; an encoder-decoder's layer is its number in its own stack."""
 
     def __init__(self, model: PreTrainedModel) -> None:
-        self.modules = layer_modules(model)
-        self.index = {id(module): index for index, module in enumerate(self.modules)}
+        if has_stacks(model):
+            per_stack = [stack_layer_modules(model, stack) for stack in ("encoder", "decoder")]
+            self.modules = [module for modules in per_stack for module in modules]
+            self.index = {id(module): index for modules in per_stack for index, module in enumerate(modules)}
+        else:
+            self.modules = layer_modules(model)
+            self.index = {id(module): index for index, module in enumerate(self.modules)}
         self.shared = shares_layers(model)
         self.entered = 0
         self.current: int | None = None
@@ -373,24 +435,40 @@ class _SiteHook:
         return self.action((self.name, layer), self.spot, args, kwargs, output)
 
 
+def _where(model: PreTrainedModel) -> Callable[[str, int], _Spot]:
+    """``where(name, layer)``: the spot of a per-layer site of ``model`` (an encoder-decoder's names
+    stacked)."""
+    if not has_stacks(model):
+        shape, parts, modules = layout(model), attention_parts(model), layer_modules(model)
+        return lambda name, layer: _spot(shape, parts[layer], modules[layer], name)
+    found = {
+        stack: (getattr(stacks(model), stack), stack_parts(model, stack), stack_layer_modules(model, stack))
+        for stack in STACKS
+    }
+
+    def where(name: str, layer: int) -> _Spot:
+        stack, _, base = name.rpartition(":")
+        shape, parts, modules = found[stack]
+        return _spot(shape, parts[layer], modules[layer], base)
+
+    return where
+
+
 def _hook_sites(model: PreTrainedModel, keys: Iterable[SiteKey], action: _Action, stack: ExitStack) -> None:
     """Register on ``model``, until ``stack`` closes, a hook at every site of ``keys`` (except ``pattern``,
     which :mod:`bertology.models.hook` records) that calls ``action``."""
-    keys = [key for key in keys if key[0] != "pattern"]
+    keys = [key for key in keys if key[0].rpartition(":")[2] != "pattern"]
     before: list[tuple[nn.Module, ModuleHook]] = []
     after: list[tuple[nn.Module, ModuleHook]] = []
-    running, parts = None, []
+    running = None
     if any(isinstance(layer, int) for _, layer in keys):
-        running, parts = _Layers(model), attention_parts(model)
+        running, where = _Layers(model), _where(model)
         before.append((model.base_model, running.restart))
         before.extend((module, running.enter) for module in {id(m): m for m in running.modules}.values())
     hooks: dict[tuple[int, bool, str], _SiteHook] = {}
     for name, layer in keys:
         per_layer = running if isinstance(layer, int) else None
-        if per_layer is not None:
-            spot = _spot(model, parts[layer], per_layer.modules[layer], name)
-        else:
-            spot = _model_spot(model, name, layer)
+        spot = where(name, layer) if per_layer is not None else _model_spot(model, name, layer)
         slot = (id(spot.module), spot.is_input, name if per_layer is not None else f"{name}:{layer}")
         if slot in hooks:  # ALBERT: the same module for every layer
             hooks[slot].layers.add(layer)
@@ -425,7 +503,7 @@ def hook_gates(model: PreTrainedModel) -> None:
         if not getattr(base, _PASS_HOOKED, False):
             hook_module(base, hook.start_of_pass, before=True)
             setattr(base, _PASS_HOOKED, True)
-        for parts in attention_parts(model):
+        for parts in gated_parts(model):
             if not getattr(parts.output, _GATES_HOOKED, False):
                 hook_module(parts.output, hook.GateHeads(parts.module, parts.head_dim), before=True)
                 setattr(parts.output, _GATES_HOOKED, True)
@@ -470,7 +548,7 @@ def recording(
         tensor = spot.take(_whole(spot, args, kwargs, output))
         store(key, tensor.detach() if detach else tensor)
 
-    patterns = sorted(layer for name, layer in keys if name == "pattern")
+    patterns = [(name, layer) for name, layer in keys if name.rpartition(":")[2] == "pattern"]
     if patterns and consume is not None:
         raise BertologyError("The 'pattern' site is kept at the end of the block, so it cannot be consumed.")
     with ExitStack() as stack:
@@ -478,14 +556,22 @@ def recording(
         recorder = stack.enter_context(hook.recording(keep_graph=not detach)) if patterns else None
         yield cache
     if recorder is not None:
-        if len(recorder.calls) < len(layer_modules(model)):
+        calls = _pattern_calls(model)
+        if len(recorder.calls) < len(calls):
             raise BertologyError(
                 "The 'pattern' site needs a model loaded with bertology.load_model (its attention recorded)."
             )
-        for layer in patterns:
-            cache["pattern", layer] = recorder.calls[-len(layer_modules(model)) + layer].probs
-    if ungroup:
+        for key in patterns:
+            cache[key] = recorder.calls[-len(calls) + calls.index(key)].probs
+    if ungroup and not has_stacks(model):
         _ungrouped(cache, attention_parts(model))
+
+
+def _pattern_calls(model: PreTrainedModel) -> list[SiteKey]:
+    """The ``pattern`` site of each attention call of one forward pass, in call order."""
+    if has_stacks(model):
+        return [(stacked_name(stack, "pattern"), layer) for stack, layer in attention_calls(model)]
+    return [("pattern", layer) for layer in range(len(layer_modules(model)))]
 
 
 #: What :func:`replacing` puts in a site's place: ``fn(tensor, layer)`` -> a tensor of the same shape.
@@ -506,11 +592,13 @@ def replacing(model: PreTrainedModel, replacements: Mapping[SiteRequest, Replace
     functions: dict[SiteKey, Replacement] = {}
     for request, function in replacements.items():
         for key in _keys(model, [request]):
-            if key[0] == "pattern":
+            if key[0].rpartition(":")[2] == "pattern":
                 raise BertologyError("The 'pattern' site can be recorded but not replaced.")
             functions[key] = function
     mids = (
-        {layer for name, layer in functions if name == "resid_mid"} if layout(model).mid_is_input else set()
+        {layer for name, layer in functions if name == "resid_mid"}
+        if not has_stacks(model) and layout(model).mid_is_input
+        else set()
     )
     inputs: dict[int | None, torch.Tensor] = {}
 
@@ -536,18 +624,20 @@ def replacing(model: PreTrainedModel, replacements: Mapping[SiteRequest, Replace
 def trace(
     model: PreTrainedModel,
     inputs: Mapping[str, torch.Tensor],
-    sites: Iterable[SiteRequest] = tuple(SITES),
+    sites: Iterable[SiteRequest] | None = None,
     *,
     ungroup: bool = False,
 ) -> Cache:
-    """Run ``model`` once on ``inputs`` (a tokenizer's tensors) without gradients and return the tensors of
-    ``sites`` (default: every site the model has), as TransformerLens's ``run_with_cache``.
+    """Run ``model`` once on ``inputs`` (a tokenizer's tensors; an encoder-decoder's with its
+    ``decoder_input_ids``) without gradients and return the tensors of ``sites`` (default: every site the
+    model has, :func:`site_names`), as TransformerLens's ``run_with_cache``.
 
     Raises:
         BertologyError: as :func:`recording`.
     """
-    if sites is SITES or tuple(sites) == tuple(SITES):
-        sites = [name for name in SITES if name != "logits" or model.base_model is not model]
+    sites = None if sites is None else list(sites)
+    if sites is None or tuple(sites) == tuple(SITES):
+        sites = site_names(model)
     with torch.no_grad(), recording(model, sites, ungroup=ungroup) as cache:
         model(**inputs)
     return cache

@@ -68,6 +68,19 @@ def write_language_model_ablation_report(
         axis_label="next-token cross-entropy (nats)",
         sign=": positive where the head helped",
     )
+    if run.ablation.stacks is not None:
+        wording = StudyWording(
+            baseline=f"Target loss with every head: {run.ablation.baseline:.4f} nats per token (the mean "
+            f"cross-entropy of {run.tokens} target tokens given their sources, {run.sequences} pairs). The "
+            "heads are those of the encoder's self-attention, the decoder's self-attention and "
+            "cross-attention, one after the other: the rows of the plots are the encoder's layers, then "
+            "the decoder's, then cross-attention's (the CSV files' stack column).",
+            head="head",
+            examples="pairs x",
+            loss="the target's mean cross-entropy",
+            axis_label="target cross-entropy (nats)",
+            sign=": positive where the head helped",
+        )
     target = Path(outdir)
     sections = write_study(run, target, dpi, wording)
     if run.pruning is not None:
