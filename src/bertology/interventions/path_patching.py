@@ -33,7 +33,7 @@ group: replacing it changes what all of them read.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, NamedTuple
@@ -52,6 +52,7 @@ from bertology.models.heads import head_name
 from bertology.models.loading import LoadedModel
 from bertology.models.sites import Replacement, recording, replacing
 from bertology.options import PatchDirection, PatchMetric
+from bertology.progress import Progress
 
 Input = Literal["q", "k", "v"]
 
@@ -268,10 +269,11 @@ def _sweep(
     metric: PatchMetric,
     prepend_bos: bool,
     sets_per_pass: int,
-    on_progress: Callable[[int], None] | None = None,
+    on_progress: Progress | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``LD`` clean and corrupted [pairs] and patched [sender sets, pairs] of path patching each of
-    ``sender_sets`` (checked) through ``receivers``, ``sets_per_pass`` sets side by side in a pass."""
+    ``sender_sets`` (checked) through ``receivers``, ``sets_per_pass`` sets side by side in a pass;
+    ``on_progress`` told the sets done out of sets x groups of pairs of one token count."""
     check_options(loaded, direction, "head", "exact", metric)
     _, encoded = load_pairs(loaded, pairs, prepend_bos)
     ld = {run: np.zeros(len(encoded)) for run in ("clean", "corrupted")}
@@ -279,6 +281,7 @@ def _sweep(
     for group in encoded.groups:
         for receiver in receivers:
             _position(receiver, group)
+    done, total = 0, len(sender_sets) * len(encoded.groups)
     with torch.no_grad(), eval_mode(loaded):
         for group in encoded.groups:
             runs = run_group(loaded, group, metric=metric)
@@ -288,8 +291,9 @@ def _sweep(
                 chosen = sender_sets[start : start + sets_per_pass]
                 scores = _path_scores(loaded, group, runs, chosen, receivers, direction)
                 patched[start : start + len(chosen), group.rows] = scores.cpu().double().numpy()
+                done += len(chosen)
                 if on_progress is not None:
-                    on_progress(len(chosen))
+                    on_progress(done, total)
     return ld["clean"], ld["corrupted"], patched
 
 
@@ -330,19 +334,24 @@ def path_patch_each(
     metric: PatchMetric = "logit-diff",
     prepend_bos: bool = False,
     senders_per_pass: int = 16,
-    on_progress: Callable[[int], None] | None = None,
+    on_progress: Progress | None = None,
 ) -> PathPatchingSweep:
     """Path patching with each of ``senders`` (by default every head in the layers before the first
     receiver's: :func:`senders_before`) alone as the sender, through all of ``receivers``: one effect per
     sender, a layer x head grid as Wang et al.'s figures and ARENA's ``get_path_patch_head_to_heads``
     give. Equal, sender by sender, to :func:`path_patch` with that one sender; ``senders_per_pass``
-    senders run side by side in one batch. ``on_progress`` is told how many senders each pass finished.
+    senders run side by side in one batch. ``on_progress`` is told the senders done, out of senders x
+    groups of pairs of one token count.
 
     Raises:
         BertologyError: as :func:`path_patch`.
     """
     chosen = _receivers(receivers)
     swept = list(senders) if senders is not None else senders_before(chosen, loaded.num_heads)
+    if not swept and chosen and min(receiver.layer for receiver in chosen) == 0:
+        raise BertologyError(
+            "A receiver is in layer 0, so no head is before it to send; choose later receivers."
+        )
     _check_heads(loaded, swept, chosen)
     sets = [[sender] for sender in swept]
     clean, corrupted, patched = _sweep(
