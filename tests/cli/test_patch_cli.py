@@ -13,11 +13,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import torch
+from support.tiny_models import tiny_language_model
 from typer.testing import CliRunner
 
 from bertology.cli import app
 from bertology.errors import BertologyError
 from bertology.interventions.patching_pairs import ioi_pairs, sst2_pairs
+from bertology.interventions.path_patching import Receiver, path_patch
 from bertology.server.runs import RunsFolder
 
 PAIRS = [
@@ -128,6 +131,50 @@ def test_path_patching_from_the_command_line(tiny_model_dirs: dict[str, Path], t
     assert written["frozen"] == "corrupted" and "the corrupted run frozen" in " ".join(text.split())
     assert "frozen at the corrupted run" in (output / "report.html").read_text()
     assert len(written["ld_patched"]) == 2 and "Path patching effect" in text
+
+
+def seeded_invoke(*arguments: str) -> tuple[int, str]:
+    """:func:`invoke` with the random state :func:`tiny_language_model` loads under (the tiny llama's
+    language-modelling head is not saved: loading draws it), restored afterwards. That function also
+    scales the head by 30, which scales every ``LD`` and leaves the normalised effects as they are."""
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        return invoke(*arguments)
+
+
+def test_path_patching_each_sender_writes_a_grid_from_the_command_line(
+    tiny_model_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    """``--senders each`` with a receiver at the last position (``@-1``): one row per layer-0 head, each the
+    effect ``path_patch`` gives that head alone as the sender; the frozen run stated; ``--sweep`` of a list
+    gives those heads' rows."""
+    pairs = write_pairs(tmp_path / "pairs.jsonl", PAIRS)
+    output = tmp_path / "each"
+    model = str(tiny_model_dirs["llama"])
+    arguments = [model, str(pairs), "--receivers", "1-0:q@-1,1-2:v", "--direction", "noising"]
+    code, text = seeded_invoke(*arguments, "-o", str(output), "--senders", "each")
+    assert code == 0, text
+    effects = pd.read_csv(output / "path_effects.csv")
+    assert list(effects.columns) == ["layer", "head", "effect"]
+    assert list(zip(effects["layer"], effects["head"], strict=True)) == [(0, head) for head in range(4)]
+    loaded = tiny_language_model(tiny_model_dirs["llama"])
+    receivers = [Receiver(1, 0, "q", -1), Receiver(1, 2, "v")]
+    for head in (0, 3):  # the first and the last of the 4 senders run side by side
+        alone = path_patch(loaded, str(pairs), [(0, head)], receivers, direction="noising")
+        # the same float32 passes, batched differently (4 senders side by side or 1): 1e-5
+        assert effects["effect"][head] == pytest.approx(alone.effect, abs=1e-5)
+    written = json.loads((output / "path_patching.json").read_text())
+    assert written["receivers"] == ["1-0:q@-1", "1-2:v"] and written["frozen"] == "clean"
+    assert written["top"][0]["effect"] == max(effects["effect"], key=abs)
+    assert "frozen at the clean run" in (output / "report.html").read_text()
+    assert (output / "plots" / "path_effects.png").stat().st_size > 0
+    assert "the clean run frozen and patched" in " ".join(text.split())
+    listed = tmp_path / "listed"
+    code, text = seeded_invoke(*arguments, "-o", str(listed), "--senders", "0-3,0-1", "--sweep")
+    assert code == 0, text
+    swept = pd.read_csv(listed / "path_effects.csv")
+    assert list(swept["head"]) == [3, 1]
+    np.testing.assert_allclose(swept["effect"], effects["effect"][[3, 1]], atol=1e-5)
 
 
 @pytest.mark.parametrize(

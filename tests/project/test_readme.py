@@ -7,12 +7,14 @@ need the Hugging Face hub."""
 from __future__ import annotations
 
 import inspect
+import json
 import re
 import shlex
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 import typer
@@ -45,10 +47,17 @@ STAND_INS = {
     "runs/sst2": "classifier_run",
     "en_ewt-ud-dev.conllu": "ewt_dev",
     "t5-small": "tiny_t5",
+    "smollm2-135m": "tiny_llama",
 }
+#: Calls the README's Python examples make whose result does not suit the stand-in models -> the fixture
+#: whose value (a path) stands in.
+CALL_STAND_INS = {"ioi_pairs()": "tiny_llama_pairs"}
+#: A word only the "Coming from TransformerLens" block uses: the test of that block runs it and checks what
+#: it prints.
+TRANSFORMERLENS_BLOCK = "path_patch_each"
 
-#: Model names that need no hub: the embedded default and the real model installed from PyPI.
-OFFLINE_MODELS = {"default", "all-mpnet-base-v2"}
+#: Model names that need no hub: the embedded default and the real models installed from PyPI.
+OFFLINE_MODELS = {"default", "all-mpnet-base-v2", "smollm2-135m"}
 
 
 def _blocks(language: str) -> list[tuple[int, str]]:
@@ -68,6 +77,8 @@ def _prose() -> str:
 
 def _python_params() -> Iterator[object]:
     for line, code in _blocks("python"):
+        if TRANSFORMERLENS_BLOCK in code:
+            continue
         marks = [pytest.mark.slow] if any(word in code for word in SLOW_BLOCKS) else []
         yield pytest.param(code, id=f"README.md:{line}", marks=marks)
 
@@ -102,21 +113,78 @@ def long_modernbert(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
+@pytest.fixture(scope="session")
+def tiny_llama(tiny_model_dirs: dict[str, Path]) -> Path:
+    """A small random Llama decoder, as SmolLM2-135M."""
+    return tiny_model_dirs["llama"]
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_pairs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Clean and corrupted texts of one token count in the tiny Llama's tokenizer (the IOI prompts' names
+    are not), as ``ioi_pairs()``."""
+    texts = [
+        ("The quick brown fox jumps over the lazy", "The quick brown dog jumps over the lazy"),
+        (
+            "She said that the committee would publish its findings",
+            "She said that the findings would publish its committee",
+        ),
+    ]
+    path = tmp_path_factory.mktemp("pairs") / "pairs.jsonl"
+    lines = [json.dumps({"clean": c, "corrupted": x, "answer": " the", "wrong": " dog"}) for c, x in texts]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
 def test_every_stand_in_replaces_a_name_the_readme_uses() -> None:
     """A stand-in for a name the README no longer uses would hide a new hub name that has none."""
     code = "\n".join(code for _, code in _blocks("python"))
     assert [name for name in STAND_INS if f'"{name}"' not in code] == []
+    assert [call for call in CALL_STAND_INS if call not in code] == []
+
+
+def _run_block(
+    code: str, request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> dict[str, Any]:
+    """Run ``code`` with its stand-ins in ``tmp_path``; return its namespace."""
+    for name, fixture in STAND_INS.items():
+        if f'"{name}"' in code:
+            code = code.replace(f'"{name}"', repr(str(request.getfixturevalue(fixture))))
+    for call, fixture in CALL_STAND_INS.items():
+        if call in code:
+            code = code.replace(call, repr(str(request.getfixturevalue(fixture))))
+    monkeypatch.chdir(tmp_path)  # the blocks write model.html, deps/, run/, ...
+    namespace: dict[str, Any] = {"__name__": "readme_block"}
+    exec(compile(code, "README.md", "exec"), namespace)
+    return namespace
 
 
 @pytest.mark.parametrize("code", list(_python_params()))
 def test_python_block_runs(
     code: str, request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for name, fixture in STAND_INS.items():
-        if f'"{name}"' in code:
-            code = code.replace(f'"{name}"', repr(str(request.getfixturevalue(fixture))))
-    monkeypatch.chdir(tmp_path)  # the blocks write model.html, deps/, run/, ...
-    exec(compile(code, "README.md", "exec"), {"__name__": "readme_block"})
+    _run_block(code, request, tmp_path, monkeypatch)
+
+
+def test_the_transformerlens_example_prints_the_shapes_it_says(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The "Coming from TransformerLens" block runs as written (on the tiny Llama, 2 layers of 4 heads of
+    8 dimensions) and prints the shapes its comments give: a head's output per position, a layer x head
+    grid of activation patching, and of path patching with the last layer's heads not swept (NaN)."""
+    [code] = [code for _, code in _blocks("python") if TRANSFORMERLENS_BLOCK in code]
+    namespace = _run_block(code, request, tmp_path, monkeypatch)
+    tokens = namespace["inputs"]["input_ids"].shape[1]
+    assert capsys.readouterr().out.splitlines() == [
+        f"torch.Size([1, {tokens}, 4, 8])",
+        "(2, 4)",
+        "(2, 4)",
+    ]
+    grid = namespace["sweep"].grid
+    assert np.isfinite(grid[0]).all() and np.isnan(grid[1]).all()
 
 
 # --- The command line ------------------------------------------------------------------------------
@@ -173,7 +241,8 @@ def test_every_model_named_is_offline_or_said_to_need_the_hub() -> None:
     placeholders = {name for name in named if re.fullmatch(r"[A-Z_]+", name)}
     local = {name for name in named if name.startswith(("runs/", "./"))}
     assert named - placeholders - local - OFFLINE_MODELS == hub, "the README's hub sentence is out of date"
-    assert set(STAND_INS) - {"runs/sst2", "en_ewt-ud-dev.conllu"} <= hub
+    # a stand-in takes the place of a name this machine lacks, or (SmolLM2) one too slow for the test
+    assert set(STAND_INS) - {"runs/sst2", "en_ewt-ud-dev.conllu"} - OFFLINE_MODELS <= hub
 
 
 @pytest.mark.parametrize("view", ["head", "model", "neuron"])

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from bertology.interventions.patching_pairs import PatchPair
+    from bertology.models.loading import LoadedModel
 
 from bertology.cli.app import app, out, say_model_note
 from bertology.cli.options import DeviceOption, DtypeOption, require_inputs
 from bertology.cli.progress import progress_bar
+from bertology.files.run_files import REPORT_FILE
 from bertology.options import (
     DEFAULT_DEVICE,
     DEFAULT_DTYPE,
@@ -22,40 +27,88 @@ from bertology.options import (
 
 #: A head as printed everywhere, ``layer-head`` (0-based), or the older ``layer.head``.
 _SENDER = re.compile(r"(\d+)[-.](\d+)")
-_RECEIVER = re.compile(r"(\d+)[-.](\d+):([qkv])")
+_RECEIVER = re.compile(r"(\d+)[-.](\d+):([qkv])(?:@(-?\d+))?")
 
 
-def parse_senders(text: str) -> list[tuple[int, int]]:
-    """``"9-6,10-0"`` -> ``[(9, 6), (10, 0)]`` (0-based layer-head; ``9.6`` is read too).
+def parse_senders(text: str) -> list[tuple[int, int]] | None:
+    """``"9-6,10-0"`` -> ``[(9, 6), (10, 0)]`` (0-based layer-head; ``9.6`` is read too); ``"each"`` ->
+    ``None``, every head before the receivers.
 
     Raises:
         typer.BadParameter: an item that is not ``L-H``.
     """
+    if text.strip() == "each":
+        return None
     heads = []
     for item in filter(None, (part.strip() for part in text.split(","))):
         match = _SENDER.fullmatch(item)
         if match is None:
-            raise typer.BadParameter(f"{item!r} is not a head written L-H (0-based).", param_hint="--senders")
+            raise typer.BadParameter(
+                f"{item!r} is not a head written L-H (0-based), nor 'each'.", param_hint="--senders"
+            )
         heads.append((int(match[1]), int(match[2])))
     return heads
 
 
-def parse_receivers(text: str) -> list[tuple[int, int, str]]:
-    """``"11-2:q,11-2:k"`` -> ``[(11, 2, "q"), (11, 2, "k")]`` (``11.2:q`` is read too).
+def parse_receivers(text: str) -> list[tuple[int, int, str, int | None]]:
+    """``"11-2:q,11-2:k@-1"`` -> ``[(11, 2, "q", None), (11, 2, "k", -1)]`` (``11.2:q`` is read too;
+    ``@P``: only position ``P`` of the texts, 0-based or negative from the end).
 
     Raises:
-        typer.BadParameter: an item that is not ``L-H:q``, ``L-H:k`` or ``L-H:v``.
+        typer.BadParameter: an item that is not ``L-H:q``, ``L-H:k`` or ``L-H:v``, with or without ``@P``.
     """
     receivers = []
     for item in filter(None, (part.strip() for part in text.split(","))):
         match = _RECEIVER.fullmatch(item)
         if match is None:
             raise typer.BadParameter(
-                f"{item!r} is not a receiver written L-H:q, L-H:k or L-H:v (0-based).",
+                f"{item!r} is not a receiver written L-H:q, L-H:k or L-H:v (0-based), with @P for one "
+                "position.",
                 param_hint="--receivers",
             )
-        receivers.append((int(match[1]), int(match[2]), match[3]))
+        position = None if match[4] is None else int(match[4])
+        receivers.append((int(match[1]), int(match[2]), match[3], position))
     return receivers
+
+
+def _path_patching(
+    loaded: LoadedModel,
+    pairs: list[PatchPair],
+    senders: list[tuple[int, int]] | None,
+    receivers: list[tuple[int, int, str, int | None]],
+    sweep: bool,
+    folder: Path,
+    direction: PatchDirection,
+    metric: PatchMetric,
+    prepend_bos: bool,
+) -> str:
+    """Run path patching (each sender alone where ``senders`` is ``None`` or ``sweep``), write its report
+    into ``folder`` and return the sentence the command prints."""
+    from bertology.interventions.patching import roles
+    from bertology.interventions.path_patching import path_patch, path_patch_each
+    from bertology.report.patching import (
+        largest_path_effects,
+        write_path_patching_report,
+        write_path_sweep_report,
+    )
+
+    frozen = roles(direction)[1]
+    options = {"direction": direction, "metric": metric, "prepend_bos": prepend_bos}
+    if senders is not None and not sweep:
+        result = path_patch(loaded, pairs, senders, receivers, **options)  # type: ignore[arg-type]
+        write_path_patching_report(result, loaded.name, folder)
+        return (
+            f"Path patching effect {result.effect:.3f} on {metric} ({direction}: the {frozen} run frozen and "
+            "patched)."
+        )
+    with progress_bar("senders", None) as on_progress:
+        swept = path_patch_each(loaded, pairs, receivers, senders, on_progress=on_progress, **options)  # type: ignore[arg-type]
+    write_path_sweep_report(swept, loaded.name, folder)
+    top = ", ".join(f"{cell['name']} {cell['effect']:+.3f}" for cell in largest_path_effects(swept, 5))
+    return (
+        f"Path patching of {len(swept.senders)} senders one at a time on {metric} ({direction}: the {frozen} "
+        f"run frozen and patched); largest effects by size (heads layer-head, 0-based): {top}."
+    )
 
 
 @app.command()
@@ -118,13 +171,22 @@ def patch(
     ] = False,
     senders: Annotated[
         str | None,
-        typer.Option("--senders", help="Path patching: sender heads L-H,... (0-based; with --receivers)."),
+        typer.Option(
+            "--senders",
+            help="Path patching: sender heads L-H,... (0-based; with --receivers), patched together; 'each': "
+            "every head before the first receiver's layer, one at a time (a layer x head grid).",
+        ),
     ] = None,
+    sweep: Annotated[
+        bool,
+        typer.Option("--sweep", help="Path patching: each of the --senders listed alone, not together."),
+    ] = False,
     receivers: Annotated[
         str | None,
         typer.Option(
             "--receivers",
-            help="Path patching: receivers L-H:q|k|v,... in layers after every sender's (with --senders).",
+            help="Path patching: receivers L-H:q|k|v,... in layers after every sender's (with --senders); "
+            "L-H:q@-1: only the texts' last position (@P: position P, 0-based, negative from the end).",
         ),
     ] = None,
     patches_per_pass: Annotated[
@@ -138,9 +200,13 @@ def patch(
     or residual position restores. With --senders and --receivers: path patching (Wang et al. 2022)."""
     if (senders is None) != (receivers is None):
         raise typer.BadParameter("path patching needs both --senders and --receivers.")
+    if sweep and senders is None:
+        raise typer.BadParameter(
+            "--sweep sweeps the --senders of path patching: give --senders and --receivers."
+        )
     path_heads = None if senders is None else (parse_senders(senders), parse_receivers(receivers or ""))
     require_inputs({"PAIRS": pairs})
-    if path_heads is not None:
+    if path_heads is not None and path_heads[0] is not None:
         from bertology.interventions.path_patching import check_receivers_after_senders
 
         check_receivers_after_senders(*path_heads)  # type: ignore[arg-type]
@@ -157,20 +223,8 @@ def patch(
     say_model_note(loaded.name)
     with output_folder(output) as folder:
         if path_heads is not None:
-            from bertology.interventions.patching import roles
-            from bertology.interventions.path_patching import path_patch
-            from bertology.report.patching import write_path_patching_report
-
-            result = path_patch(
-                loaded, chosen, *path_heads, direction=direction, metric=metric, prepend_bos=prepend_bos
-            )
-            report = output / write_path_patching_report(result, loaded.name, folder).name
-            frozen = roles(result.direction)[1]
-            out.print(
-                f"Path patching effect {result.effect:.3f} on {result.metric} ({result.direction}: the "
-                f"{frozen} run frozen and patched). Wrote {report}.",
-                highlight=False,
-            )
+            text = _path_patching(loaded, chosen, *path_heads, sweep, folder, direction, metric, prepend_bos)
+            out.print(f"{text} Wrote {output / REPORT_FILE}.", highlight=False)
             return
         from bertology.interventions.patching import patch as run_patching
         from bertology.report.patching import largest_effects_text, write_patching_report

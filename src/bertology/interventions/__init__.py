@@ -28,7 +28,8 @@ independent of :mod:`bertology.analysis` and :mod:`bertology.probes`.
   (the same study, ``bertology ablate MODEL --lm-corpus PAIRS.jsonl``) and :func:`patch_target_loss`.
 - :func:`patch`: activation patching (exact) and attribution patching of every head, head and position or
   residual position on clean/corrupted pairs (:func:`read_pairs`, :func:`ioi_pairs`, :func:`sst2_pairs`);
-  :func:`path_patch`: path patching from sender heads through receivers' queries, keys or values
+  :func:`path_patch`: path patching from sender heads through receivers' queries, keys or values (at
+  every position or one), :func:`path_patch_each` with each sender alone, a layer x head grid
   (``bertology patch``).
 """
 
@@ -56,7 +57,13 @@ from bertology.interventions.language_model import (
 from bertology.interventions.language_model_run import LanguageModelAblationRun, run_language_model_ablation
 from bertology.interventions.patching import PatchingResult, PatchingStudy, patch
 from bertology.interventions.patching_pairs import PatchPair, ioi_pairs, read_pairs, sst2_pairs
-from bertology.interventions.path_patching import PathPatching, path_patch
+from bertology.interventions.path_patching import (
+    PathPatching,
+    PathPatchingSweep,
+    Receiver,
+    path_patch,
+    path_patch_each,
+)
 from bertology.interventions.pruning import PruningOutcome, prune_and_measure, prune_heads, save_model
 from bertology.interventions.replacement import HeadReplacement
 from bertology.interventions.run import AblationRun, run_ablation
@@ -89,7 +96,9 @@ __all__ = [
     "PatchingResult",
     "PatchingStudy",
     "PathPatching",
+    "PathPatchingSweep",
     "PruningOutcome",
+    "Receiver",
     "SourceTargets",
     "TargetLossTask",
     "TargetPatching",
@@ -110,6 +119,7 @@ __all__ = [
     "patch",
     "patch_target_loss",
     "path_patch",
+    "path_patch_each",
     "prune_and_measure",
     "prune_decoder",
     "prune_heads",

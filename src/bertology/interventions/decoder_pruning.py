@@ -8,7 +8,6 @@ difference of their next-token logits) beside the loss, size and speed of both m
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 
 import torch
@@ -21,11 +20,10 @@ from bertology.interventions.language_model import (
     require_language_model,
     token_batches,
 )
-from bertology.interventions.pruning import PrunedHeads, count_parameters, inference_seconds
+from bertology.interventions.pruning import PrunedHeads, pruned_copy
 from bertology.models.anatomy import attention_parts
 from bertology.models.heads import HeadSelection
-from bertology.models.loading import LoadedModel, wrap_model
-from bertology.models.surgery import prune_model, pruned_heads
+from bertology.models.loading import LoadedModel
 
 
 @dataclass
@@ -111,22 +109,15 @@ def prune_decoder(
             know.
     """
     require_language_model(loaded)
-    pruned = wrap_model(copy.deepcopy(loaded.model), loaded.tokenizer, f"{loaded.name} (pruned)")
-    prune_model(pruned.model, heads)
     encoded = [inputs for inputs, _ in token_batches(loaded, data, batch_size=batch_size)]
-    seconds = inference_seconds([pruned, loaded], encoded, repeats=repeats)
+    pruned, shared = pruned_copy(loaded, heads, encoded, repeats=repeats)
     outcome = DecoderPruning(
-        heads=pruned_heads(pruned.model.config),
-        total_heads=loaded.num_layers * loaded.num_heads,
+        **shared,
         key_value_heads=key_value_heads(pruned),
         total_key_value_heads=key_value_heads(loaded),
         loss=language_model_loss(pruned, data, batch_size=batch_size),
         gated_loss=language_model_loss(loaded, data, gates=heads, batch_size=batch_size),
         baseline_loss=language_model_loss(loaded, data, batch_size=batch_size),
         largest_difference=_largest_difference(pruned, loaded, heads, data),
-        seconds=seconds[0],
-        baseline_seconds=seconds[1],
-        parameters=count_parameters(pruned.model),
-        baseline_parameters=count_parameters(loaded.model),
     )
     return pruned, outcome

@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -125,6 +126,25 @@ class PruningOutcome(PrunedHeads):
         }
 
 
+def pruned_copy(
+    loaded: LoadedModel, heads: HeadSelection, inputs: Sequence[dict], *, repeats: int = 3
+) -> tuple[LoadedModel, dict[str, Any]]:
+    """A pruned copy of ``loaded`` without ``heads`` (``loaded`` is left as it is) and what every pruning
+    outcome (a classifier's and a decoder's) holds of it: the removed ``heads``, ``total_heads``, the
+    inference ``seconds`` of both models on the batches ``inputs`` and both models' ``parameters``."""
+    pruned = wrap_model(copy.deepcopy(loaded.model), loaded.tokenizer, f"{loaded.name} (pruned)")
+    prune_model(pruned.model, heads)
+    seconds = inference_seconds([pruned, loaded], inputs, repeats=repeats)
+    return pruned, {
+        "heads": pruned_heads(pruned.model.config),
+        "total_heads": loaded.num_layers * loaded.num_heads,
+        "seconds": seconds[0],
+        "baseline_seconds": seconds[1],
+        "parameters": count_parameters(pruned.model),
+        "baseline_parameters": count_parameters(loaded.model),
+    }
+
+
 def prune_and_measure(
     loaded: LoadedModel,
     heads: HeadSelection,
@@ -135,22 +155,10 @@ def prune_and_measure(
 ) -> tuple[LoadedModel, PruningOutcome]:
     """A pruned copy of ``loaded`` without ``heads`` (``loaded`` is left as it is), and its accuracy and
     inference time on ``data`` against the original's (same batches, forward passes only)."""
-    pruned = wrap_model(copy.deepcopy(loaded.model), loaded.tokenizer, f"{loaded.name} (pruned)")
-    prune_model(pruned.model, heads)
     encoded = [batch.inputs for batch in batches(loaded, data, batch_size=batch_size)]
+    pruned, shared = pruned_copy(loaded, heads, encoded, repeats=repeats)
     scores = [
         accuracy(predict_logits(model, data.texts, data.texts_b, batch_size=batch_size), data.labels)
         for model in (pruned, loaded)
     ]
-    seconds = inference_seconds([pruned, loaded], encoded, repeats=repeats)
-    outcome = PruningOutcome(
-        heads=pruned_heads(pruned.model.config),
-        total_heads=loaded.num_layers * loaded.num_heads,
-        accuracy=scores[0],
-        baseline_accuracy=scores[1],
-        seconds=seconds[0],
-        baseline_seconds=seconds[1],
-        parameters=count_parameters(pruned.model),
-        baseline_parameters=count_parameters(loaded.model),
-    )
-    return pruned, outcome
+    return pruned, PruningOutcome(**shared, accuracy=scores[0], baseline_accuracy=scores[1])

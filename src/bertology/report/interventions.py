@@ -16,7 +16,7 @@ from bertology.files.run_files import ATTRIBUTION_IMPORTANCE_FILE, REPORT_FILE, 
 from bertology.interventions import direct_logit
 from bertology.interventions.attention_gradients import CATEGORIES
 from bertology.interventions.direct_logit import DirectLogitAttribution
-from bertology.interventions.pruning import PruningOutcome
+from bertology.interventions.pruning import PrunedHeads, PruningOutcome
 from bertology.interventions.run import AblationRun
 from bertology.interventions.saliency import Explanation
 from bertology.interventions.study import HeadStudy
@@ -115,6 +115,31 @@ def _attribution_section(run: AblationRun, outdir: Path, dpi: int) -> page.Secti
     )
 
 
+def pruning_section(
+    outcome: PrunedHeads, frame: pd.DataFrame, explanation: str, pruned_dir: Path | None, kind: str
+) -> page.Section:
+    """The "Structural pruning" section of a classifier's or a decoder's run: ``explanation``, the table
+    ``frame`` comparing the models, the removed heads and, where it was saved, where the pruned model is
+    and how to load it (``kind``: ``load_model``'s keyword, ``classifier`` or ``language_model``)."""
+    removed = "; ".join(
+        f"layer {layer}: {', '.join(map(str, heads))}" for layer, heads in outcome.heads.items()
+    )
+    heads = "query heads" if kind == "language_model" else "heads"
+    blocks = [
+        page.paragraph(explanation),
+        page.table(frame, float_format="{:.4g}"),
+        page.paragraph(f"Removed {heads} (0-based): {removed}.", class_="muted"),
+    ]
+    if pruned_dir is not None:
+        blocks.append(
+            page.paragraph(
+                f"The pruned model is saved as a run folder in {pruned_dir} "
+                f"(load it with load_model('{pruned_dir}', {kind}=True))."
+            )
+        )
+    return page.Section("Structural pruning", "pruning", blocks)
+
+
 def _pruning_section(outcome: PruningOutcome, pruned_dir: Path | None) -> page.Section:
     frame = pd.DataFrame(
         {
@@ -126,27 +151,13 @@ def _pruning_section(outcome: PruningOutcome, pruned_dir: Path | None) -> page.S
             "speed-up": [1.0, outcome.speedup],
         }
     )
-    removed = "; ".join(
-        f"layer {layer}: {', '.join(map(str, heads))}" for layer, heads in outcome.heads.items()
+    explanation = (
+        f"The {outcome.removed} least important heads (Michel et al.'s normalised importance) were "
+        "removed from the query, key, value and output weights. Inference time: the fastest of 3 passes "
+        "over the same dev batches (forward passes only, no tokenization), the two models taking turns, "
+        "after a warm-up round."
     )
-    blocks = [
-        page.paragraph(
-            f"The {outcome.removed} least important heads (Michel et al.'s normalised importance) were "
-            "removed from the query, key, value and output weights. Inference time: the fastest of 3 passes "
-            "over the same dev batches (forward passes only, no tokenization), the two models taking turns, "
-            "after a warm-up round."
-        ),
-        page.table(frame, float_format="{:.4g}"),
-        page.paragraph(f"Removed heads (0-based): {removed}.", class_="muted"),
-    ]
-    if pruned_dir is not None:
-        blocks.append(
-            page.paragraph(
-                f"The pruned model is saved as a run folder in {pruned_dir} "
-                f"(load it with load_model('{pruned_dir}', classifier=True))."
-            )
-        )
-    return page.Section("Structural pruning", "pruning", blocks)
+    return pruning_section(outcome, frame, explanation, pruned_dir, "classifier")
 
 
 @dataclass(frozen=True)

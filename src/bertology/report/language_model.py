@@ -12,7 +12,7 @@ from bertology.files.run_files import REPORT_FILE
 from bertology.interventions.decoder_pruning import DecoderPruning
 from bertology.interventions.language_model_run import LanguageModelAblationRun
 from bertology.report import page
-from bertology.report.interventions import StudyWording, write_study
+from bertology.report.interventions import StudyWording, pruning_section, write_study
 
 
 def _pruning_section(outcome: DecoderPruning, pruned_dir: Path | None) -> page.Section:
@@ -26,31 +26,17 @@ def _pruning_section(outcome: DecoderPruning, pruned_dir: Path | None) -> page.S
             "inference seconds": [outcome.baseline_seconds, np.nan, outcome.seconds],
         }
     )
-    removed = "; ".join(
-        f"layer {layer}: {', '.join(map(str, heads))}" for layer, heads in outcome.heads.items()
+    explanation = (
+        f"The {outcome.removed} least important query heads (Michel et al.'s normalised importance) were "
+        "removed from the weights: their rows of the query projection and their columns of the output "
+        "projection, and a key/value head's rows of the key and value projections once all the query "
+        "heads sharing it were removed. Where the key/value heads kept serve different numbers of query "
+        "heads, some removed query heads stay with zero output columns (every key/value head of a layer "
+        f"serves the same number). The pruned model's logits differ from the gated original's by at most "
+        f"{outcome.largest_difference:.2g}; it ran {outcome.speedup:.2f}x as fast (the fastest of 3 "
+        "passes over the same batches, the two models taking turns)."
     )
-    blocks = [
-        page.paragraph(
-            f"The {outcome.removed} least important query heads (Michel et al.'s normalised importance) were "
-            "removed from the weights: their rows of the query projection and their columns of the output "
-            "projection, and a key/value head's rows of the key and value projections once all the query "
-            "heads sharing it were removed. Where the key/value heads kept serve different numbers of query "
-            "heads, some removed query heads stay with zero output columns (every key/value head of a layer "
-            f"serves the same number). The pruned model's logits differ from the gated original's by at most "
-            f"{outcome.largest_difference:.2g}; it ran {outcome.speedup:.2f}x as fast (the fastest of 3 "
-            "passes over the same batches, the two models taking turns)."
-        ),
-        page.table(frame, float_format="{:.4g}"),
-        page.paragraph(f"Removed query heads (0-based): {removed}.", class_="muted"),
-    ]
-    if pruned_dir is not None:
-        blocks.append(
-            page.paragraph(
-                f"The pruned model is saved as a run folder in {pruned_dir} "
-                f"(load it with load_model('{pruned_dir}', language_model=True))."
-            )
-        )
-    return page.Section("Structural pruning", "pruning", blocks)
+    return pruning_section(outcome, frame, explanation, pruned_dir, "language_model")
 
 
 def write_language_model_ablation_report(

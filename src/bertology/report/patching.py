@@ -16,7 +16,8 @@
   model with a note such as a quantised file's, the note first).
 
 Path patching (``--senders``/``--receivers``) writes ``path_patching.json`` (with ``frozen``, the run kept
-frozen and patched, and ``metric``) and its report instead.
+frozen and patched, and ``metric``) and its report instead; with each sender alone (``--senders each``,
+``--sweep``) also ``path_effects.csv`` (``layer``, ``head``, ``effect``) and ``plots/path_effects.png``.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from matplotlib.figure import Figure
 from bertology.files.run_files import REPORT_FILE, SUMMARY_FILE, mark_run
 from bertology.interventions.patching import PatchingResult, PatchingStudy, largest, roles
 from bertology.interventions.patching_metrics import METRICS
-from bertology.interventions.path_patching import PathPatching
+from bertology.interventions.path_patching import PathPatching, PathPatchingSweep
 from bertology.models.heads import head_name
 from bertology.report import page, plots
 from bertology.views.bertviz import prettify
@@ -362,28 +363,60 @@ def write_patching_report(study: PatchingStudy, outdir: str | Path, *, dpi: int 
     return report
 
 
+PATH_EFFECTS_FILE = "path_effects.csv"
+
+
+def _path_content(result: PathPatching | PathPatchingSweep, model_name: str) -> dict[str, Any]:
+    """What ``path_patching.json`` holds of either kind of run: the model, the direction, the receivers
+    (``"23-3:q"``, ``"23-3:q@-1"`` for one position), ``frozen`` (the run frozen and patched), the metric
+    and the per-pair clean and corrupted ``LD``s."""
+    return {
+        "model": model_name,
+        "direction": result.direction,
+        "receivers": [receiver.name for receiver in result.receivers],
+        "frozen": roles(result.direction)[1],
+        "metric": result.metric,
+        "ld_clean": result.ld_clean.tolist(),
+        "ld_corrupted": result.ld_corrupted.tolist(),
+    }
+
+
+def _path_text(result: PathPatching | PathPatchingSweep, senders: str) -> str:
+    """The report's sentence of what was patched and which run was frozen."""
+    source, frozen = roles(result.direction)
+    m = METRICS[result.metric].symbol
+    return (
+        f"{senders} (heads layer-head, 0-based) take their output from the {source} run and reach receivers "
+        f"{', '.join(receiver.name for receiver in result.receivers)} only ({result.direction}; @p: only "
+        f"position p of the texts, negative from the end); every other head is frozen at the {frozen} run, "
+        f"which is the run patched (Wang et al. 2022). {m}: {result.metric}."
+    )
+
+
+def _write_path_report(target: Path, model_name: str, content: dict[str, Any], blocks: list[str]) -> Path:
+    (target / PATH_PATCHING_FILE).write_text(json.dumps(content, indent=2), encoding="utf-8")
+    mark_run(target, "patching", model=model_name)
+    report = target / REPORT_FILE
+    section = page.Section("Path patching", "path", blocks)
+    report.write_text(
+        page.render_page(f"Path patching: {model_name}", [section], header=page.model_note(model_name)),
+        encoding="utf-8",
+    )
+    return report
+
+
 def write_path_patching_report(result: PathPatching, model_name: str, outdir: str | Path) -> Path:
     """Write ``path_patching.json`` (senders, receivers, per-pair ``LD``s, effect), the folder's mark and
     ``report.html`` into ``outdir``; return the report."""
     target = Path(outdir)
     target.mkdir(parents=True, exist_ok=True)
     senders = [head_name(layer, head) for layer, head in result.senders]
-    receivers = [f"{head_name(layer, head)}:{which}" for layer, head, which in result.receivers]
-    source, frozen = roles(result.direction)
     content = {
-        "model": model_name,
-        "direction": result.direction,
+        **_path_content(result, model_name),
         "senders": senders,
-        "receivers": receivers,
-        "frozen": frozen,
-        "metric": result.metric,
         "effect": result.effect,
-        "ld_clean": result.ld_clean.tolist(),
-        "ld_corrupted": result.ld_corrupted.tolist(),
         "ld_patched": result.ld_patched.tolist(),
     }
-    (target / PATH_PATCHING_FILE).write_text(json.dumps(content, indent=2), encoding="utf-8")
-    mark_run(target, "patching", model=model_name)
     m = METRICS[result.metric].symbol
     frame = pd.DataFrame(
         {
@@ -392,22 +425,76 @@ def write_path_patching_report(result: PathPatching, model_name: str, outdir: st
             f"{m} patched": result.ld_patched,
         }
     )
-    section = page.Section(
-        "Path patching",
-        "path",
-        [
-            page.paragraph(
-                f"Senders {', '.join(senders)} (heads layer-head, 0-based) take their output from the "
-                f"{source} run and reach receivers {', '.join(receivers)} only ({result.direction}); every "
-                f"other head is frozen at the {frozen} run, which is the run patched (Wang et al. 2022): "
-                f"effect {result.effect:.3f} on {m} ({result.metric})."
-            ),
-            page.table(frame.rename_axis("pair").reset_index(), float_format="{:.3f}"),
-        ],
+    blocks = [
+        page.paragraph(f"{_path_text(result, 'Senders ' + ', '.join(senders))} Effect {result.effect:.3f}."),
+        page.table(frame.rename_axis("pair").reset_index(), float_format="{:.3f}"),
+    ]
+    return _write_path_report(target, model_name, content, blocks)
+
+
+def path_effects_frame(result: PathPatchingSweep) -> pd.DataFrame:
+    """``path_effects.csv``: one row per sender swept, ``layer``, ``head`` (0-based) and ``effect``."""
+    layers, heads = zip(*result.senders, strict=True)
+    return pd.DataFrame({"layer": layers, "head": heads, "effect": result.effect})
+
+
+def largest_path_effects(result: PathPatchingSweep, count: int = TOP) -> list[dict[str, Any]]:
+    """The ``count`` senders of largest effect by size, with its sign, largest first: ``name``
+    (``"layer-head"``), ``layer``, ``head`` and ``effect``."""
+    effect = result.effect
+    return [
+        {
+            "name": head_name(*result.senders[i]),
+            "layer": result.senders[i][0],
+            "head": result.senders[i][1],
+            "effect": float(effect[i]),
+        }
+        for i in largest(effect, count)
+    ]
+
+
+def write_path_sweep_report(
+    result: PathPatchingSweep, model_name: str, outdir: str | Path, *, dpi: int = 110
+) -> Path:
+    """Write path patching with each sender alone into ``outdir``: ``path_effects.csv``,
+    ``plots/path_effects.png`` (a layer x head heatmap, the heads not swept blank), ``path_patching.json``
+    (with ``senders``, every sender's ``effect`` and ``top``, the largest by size) and ``report.html``;
+    return the report."""
+    target = Path(outdir)
+    target.mkdir(parents=True, exist_ok=True)
+    path_effects_frame(result).to_csv(target / PATH_EFFECTS_FILE, index=False)
+    top = largest_path_effects(result)
+    content = {
+        **_path_content(result, model_name),
+        "senders": "each",
+        "effects": {
+            head_name(*sender): float(value)
+            for sender, value in zip(result.senders, result.effect, strict=True)
+        },
+        "top": top,
+        "ld_patched": result.ld_patched.tolist(),
+    }
+    png = plots.heatmap_png(
+        target,
+        "path_effects",
+        {f"path patching, {result.direction}": result.grid},
+        dpi,
+        unit="effect (1: restores all)",
+        value_range=plots.value_range_of(result.grid, symmetric=True),
+        cmap=plots.DIVERGING_COLORMAP,
     )
-    report = target / REPORT_FILE
-    report.write_text(
-        page.render_page(f"Path patching: {model_name}", [section], header=page.model_note(model_name)),
-        encoding="utf-8",
-    )
-    return report
+    table = pd.DataFrame(top).drop(columns=["layer", "head"]).rename(columns={"name": "sender (layer-head)"})
+    blocks = [
+        page.paragraph(
+            f"{_path_text(result, 'Each sender alone')} Each cell: that sender's effect, "
+            "normalised as activation patching's; blank: a head not swept."
+        ),
+        page.figure(
+            png,
+            alt="path patching effect of each sender",
+            caption=f"Layers and heads 0-based. {colour_caption(result.direction)}",
+        ),
+        page.paragraph(f"The {len(table)} largest effects by size, with their sign:"),
+        page.table(table, float_format="{:+.3f}"),
+    ]
+    return _write_path_report(target, model_name, content, blocks)
