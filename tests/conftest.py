@@ -244,13 +244,32 @@ def healthy_sst2_run(shared_data: Path, tmp_path_factory: pytest.TempPathFactory
 
 @pytest.fixture
 def open_page(chromium_browser: Any, tmp_path: Path) -> Iterator[Callable[..., ViewPage]]:
-    """open_page(data, name) -> ViewPage, in a fresh 1280 x 900 browser context."""
+    """open_page(page, name="view", *, scale=1, init_script=None, **options) -> ViewPage, in a fresh
+    1280 x 900 browser context (device pixels per CSS pixel ``scale``; downloads accepted; ``init_script``
+    run before the page's own scripts). ``page``: a view's data, rendered into ``name``.html, or a whole
+    page's HTML, written there as it is; ``options`` go to ``open_view`` (wait, timeout_ms)."""
     contexts = []
 
-    def open_data(data: dict[str, Any], name: str = "view") -> ViewPage:
-        context = chromium_browser.new_context(viewport={"width": 1280, "height": 900})
+    def open_data(
+        page: dict[str, Any] | str,
+        name: str = "view",
+        *,
+        scale: float = 1,
+        init_script: str | None = None,
+        **options: Any,
+    ) -> ViewPage:
+        context = chromium_browser.new_context(
+            viewport={"width": 1280, "height": 900}, device_scale_factor=scale, accept_downloads=True
+        )
         contexts.append(context)
-        return open_view(context, write_page(tmp_path, data, name))
+        if init_script:
+            context.add_init_script(init_script)
+        if isinstance(page, str):
+            path = tmp_path / f"{name}.html"
+            path.write_text(page, encoding="utf-8")
+        else:
+            path = write_page(tmp_path, page, name)
+        return open_view(context, path, **options)
 
     yield open_data
     for context in contexts:

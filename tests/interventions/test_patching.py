@@ -15,14 +15,21 @@ effect is a ratio of such means: compared after multiplying by its denominator, 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from support.tiny_models import tiny_classifier, tiny_language_model
+from support.patching_reference import (
+    answer_ids,
+    final_logits,
+    output_projection,
+    pre_hook,
+    reference_head_patching,
+    tiny_models_by_type,
+)
+from support.tiny_models import tiny_language_model
 
 from bertology import BertologyError
 from bertology.interventions.patching import Patch, exact_patching, patch, run_group
@@ -66,101 +73,11 @@ def pairs_for(model_type: str, texts: list[tuple[str, str]] = TEXTS) -> list[Pat
 
 @pytest.fixture(scope="module")
 def models(tiny_model_dirs: dict[str, Path]) -> Callable[[str], LoadedModel]:
-    cache: dict[str, LoadedModel] = {}
-
-    def load(model_type: str) -> LoadedModel:
-        if model_type not in cache:
-            directory = tiny_model_dirs[model_type]
-            cache[model_type] = (
-                tiny_classifier(directory) if model_type == "bert" else tiny_language_model(directory)
-            )
-        return cache[model_type]
-
-    return load
-
-
-def output_projection(loaded: LoadedModel, layer: int) -> torch.nn.Module:
-    model = loaded.model
-    if model.config.model_type == "gpt2":  # a Conv1D, input [batch, tokens, heads * head_dim] all the same
-        return model.transformer.h[layer].attn.c_proj
-    if loaded.kind == "decoder":
-        return model.model.layers[layer].self_attn.o_proj
-    return model.bert.encoder.layer[layer].attention.output.dense
+    return tiny_models_by_type(tiny_model_dirs)
 
 
 def attention_module(loaded: LoadedModel, layer: int) -> torch.nn.Module:
     return loaded.model.model.layers[layer].self_attn
-
-
-@contextmanager
-def pre_hook(module: torch.nn.Module, hook: Callable[..., object]) -> Iterator[None]:
-    handle = module.register_forward_pre_hook(hook)
-    try:
-        yield
-    finally:
-        handle.remove()
-
-
-def final_logits(loaded: LoadedModel, text: str) -> torch.Tensor:
-    """A classifier's [labels] logits of ``text``, a language model's [vocabulary] at its last token, by a
-    plain forward pass."""
-    encoded = loaded.tokenizer([text], return_tensors="pt")
-    if loaded.kind != "decoder":
-        encoded.pop("token_type_ids", None)
-    logits = loaded.model(**encoded).logits[0]
-    return logits[-1] if loaded.kind == "decoder" else logits
-
-
-def answer_ids(loaded: LoadedModel, pair: PatchPair) -> tuple[int, int]:
-    """A language model's answer and wrong token ids; a classifier's label ids, by default the clean and the
-    corrupted input's predicted labels."""
-    if loaded.kind != "decoder" and pair.label is not None and pair.wrong_label is not None:
-        return loaded.model.config.label2id[pair.label], loaded.model.config.label2id[pair.wrong_label]
-    if loaded.kind != "decoder":
-        with torch.no_grad():
-            return int(final_logits(loaded, pair.clean).argmax()), int(
-                final_logits(loaded, pair.corrupted).argmax()
-            )
-    ids = (
-        loaded.tokenizer(text, add_special_tokens=False)["input_ids"] for text in (pair.answer, pair.wrong)
-    )
-    answer, wrong = (only for (only,) in ids)
-    return answer, wrong
-
-
-def reference_head_patching(loaded: LoadedModel, pairs: list[PatchPair], denoising: bool) -> np.ndarray:
-    """[layers, heads, pairs] LD with each head's output at every position taken from the other run: one
-    forward pass per head and pair, with a forward pre-hook on the output projection written here."""
-    layers, heads = loaded.num_layers, loaded.num_heads
-    d = loaded.model.config.hidden_size // heads
-    result = np.zeros((layers, heads, len(pairs)))
-    with torch.no_grad():
-        for index, pair in enumerate(pairs):
-            source, target = (pair.clean, pair.corrupted) if denoising else (pair.corrupted, pair.clean)
-            answer, wrong = answer_ids(loaded, pair)
-            for layer in range(layers):
-                saved: list[torch.Tensor] = []
-                with pre_hook(
-                    output_projection(loaded, layer),
-                    lambda _, args, saved=saved: saved.append(args[0].clone()),
-                ):
-                    final_logits(loaded, source)
-                for head in range(heads):
-
-                    def swap(
-                        _: torch.nn.Module,
-                        args: tuple[torch.Tensor, ...],
-                        head: int = head,
-                        saved: list[torch.Tensor] = saved,
-                    ) -> tuple[torch.Tensor]:
-                        patched = args[0].clone()
-                        patched[..., head * d : (head + 1) * d] = saved[0][..., head * d : (head + 1) * d]
-                        return (patched,)
-
-                    with pre_hook(output_projection(loaded, layer), swap):
-                        logits = final_logits(loaded, target)
-                    result[layer, head, index] = float(logits[answer] - logits[wrong])
-    return result
 
 
 @pytest.mark.parametrize("model_type", ["llama", "qwen2", "gpt2", "bert"])
@@ -170,7 +87,7 @@ def test_exact_head_patching_equals_one_hooked_pass_per_head(
     loaded = models(model_type)
     pairs = pairs_for(model_type)
     study = patch(loaded, pairs, patches_per_pass=3)
-    expected = reference_head_patching(loaded, pairs, denoising=True)
+    expected = reference_head_patching(loaded, pairs)
     assert study.exact is not None and study.exact.ld_patched.shape == expected.shape
     np.testing.assert_allclose(study.exact.ld_patched, expected, atol=LD_REORDERED)
     assert np.ptp(expected) > 1e-3  # the heads do change LD
@@ -189,7 +106,7 @@ def test_noising_patches_corrupted_heads_into_the_clean_run(models: Callable[[st
     study = patch(loaded, pairs, direction="noising")
     assert study.exact is not None
     np.testing.assert_allclose(
-        study.exact.ld_patched, reference_head_patching(loaded, pairs, False), atol=LD_REORDERED
+        study.exact.ld_patched, reference_head_patching(loaded, pairs, denoising=False), atol=LD_REORDERED
     )
     gap = study.exact.ld_clean.mean() - study.exact.ld_corrupted.mean()
     expected = (study.exact.ld_patched.mean(-1) - study.exact.ld_clean.mean()) / gap
