@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from support.tiny_models import tiny_classifier
 from typer.testing import CliRunner
 
 from bertology.analysis.analyze import CorpusAnalysis, analyze_corpus, example_segments
@@ -111,10 +112,24 @@ def ablation_task(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def local_ablation(classifier_run: Path, ablation_task: Path) -> AblationRun:
+def tiny_classifier_run(tiny_model_dirs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run folder (as `bertology finetune` writes) holding the tiny random BERT (3 layers x 4 heads) with a
+    seeded two-label head ("0", "1"), scaled up so that removing a head changes some predictions. The Ray
+    ablation comparisons run on it: splitting the sweep by heads and the importance by examples is the same
+    code whatever the model, and the tiny one costs a small part of the default model's three sweeps (the
+    local run, two workers, the command line's worker) and its loads in each worker."""
+    run = tmp_path_factory.mktemp("tiny_classifier_run")
+    loaded = tiny_classifier(tiny_model_dirs["bert"], labels=("0", "1"))
+    loaded.model.save_pretrained(run / "model")
+    loaded.tokenizer.save_pretrained(run / "model")
+    return run
+
+
+@pytest.fixture(scope="module")
+def local_ablation(tiny_classifier_run: Path, ablation_task: Path) -> AblationRun:
     """The local run of the measurements compared (self-attention attribution, computed on the driver either
     way and checked in tests/interventions/test_attention_attribution.py, is left out)."""
-    loaded = load_model(str(classifier_run), classifier=True)
+    loaded = load_model(str(tiny_classifier_run), classifier=True)
     return run_ablation(loaded, ablation_task, prune_fraction=0, attribution_examples=0)
 
 
@@ -263,12 +278,12 @@ def test_probe_coref_with_ray_on_the_command_line(
 
 
 def test_ray_ablation_equals_a_local_run(
-    ray_cluster: None, classifier_run: Path, ablation_task: Path, local_ablation: AblationRun
+    ray_cluster: None, tiny_classifier_run: Path, ablation_task: Path, local_ablation: AblationRun
 ) -> None:
     """The sweep split by heads and the importance split by examples, on two workers: the same numbers."""
-    loaded = load_model(str(classifier_run), classifier=True)
+    loaded = load_model(str(tiny_classifier_run), classifier=True)
     stages: dict[str, list[tuple[int, int]]] = {}
-    job = AblationJob(ModelSpec(str(classifier_run), classifier=True), str(ablation_task))
+    job = AblationJob(ModelSpec(str(tiny_classifier_run), classifier=True), str(ablation_task))
     with WorkerPool(job, ClusterOptions(workers=2)) as pool:
         distributed = ablate_on_pool(
             pool,
@@ -287,19 +302,23 @@ def test_ray_ablation_equals_a_local_run(
     np.testing.assert_array_equal(distributed.importance.raw, local.importance.raw)
     np.testing.assert_array_equal(distributed.curves["importance"], local.curves["importance"])
     np.testing.assert_array_equal(distributed.curves["ablation"], local.curves["ablation"])
-    heads = 72 * ABLATION_EXAMPLES
+    heads = loaded.num_layers * loaded.num_heads * ABLATION_EXAMPLES
     assert len(stages["Ablating single heads"]) == 4 and stages["Ablating single heads"][-1] == (heads, heads)
     assert stages["Head importance"][-1] == (ABLATION_EXAMPLES, ABLATION_EXAMPLES)
 
 
 def test_ablate_with_ray_on_the_command_line(
-    ray_cluster: None, classifier_run: Path, ablation_task: Path, local_ablation: AblationRun, tmp_path: Path
+    ray_cluster: None,
+    tiny_classifier_run: Path,
+    ablation_task: Path,
+    local_ablation: AblationRun,
+    tmp_path: Path,
 ) -> None:
     """The command joins the session's cluster (one worker) and writes the local run's per-head numbers."""
     result = CliRunner().invoke(
         app,
         [
-            *("ablate", str(classifier_run), "--task", str(ablation_task), "--prune", "0"),
+            *("ablate", str(tiny_classifier_run), "--task", str(ablation_task), "--prune", "0"),
             *("--attribution-examples", "0"),
             *("-o", str(tmp_path), "--ray", "local", "--workers", "1"),
         ],
