@@ -17,7 +17,7 @@ import torch
 from support.browser import ViewPage, open_view, write_page
 from support.built_once import built_once
 from support.ci_rules import missing
-from support.tiny_models import TinyModelDirs
+from support.tiny_models import TinyModelDirs, tiny_classifier
 
 import bertology
 from bertology.corpus.segments import sample_corpus
@@ -214,6 +214,20 @@ def classifier_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run = tmp_path_factory.mktemp("classifier_run")
     torch.manual_seed(0)
     loaded = bertology.load_model(classifier=True, labels=["0", "1"])
+    loaded.model.save_pretrained(run / "model")
+    loaded.tokenizer.save_pretrained(run / "model")
+    return run
+
+
+@pytest.fixture(scope="session")
+def tiny_classifier_run(tiny_model_dirs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run folder (as `bertology finetune` writes) holding the tiny random BERT (3 layers x 4 heads) with a
+    seeded two-label head ("0", "1"), scaled up so that removing a head changes some predictions: for tests
+    of what runs an ablation, not of its numbers on a real model (splitting the sweep by heads and the
+    importance by examples is the same code whatever the model, at a small part of the default model's
+    cost). Tests read it; none writes into it."""
+    run = tmp_path_factory.mktemp("tiny_classifier_run")
+    loaded = tiny_classifier(tiny_model_dirs["bert"], labels=("0", "1"))
     loaded.model.save_pretrained(run / "model")
     loaded.tokenizer.save_pretrained(run / "model")
     return run

@@ -18,7 +18,6 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from support.tiny_models import tiny_classifier
 from typer.testing import CliRunner
 
 from bertology.analysis.analyze import CorpusAnalysis, analyze_corpus, example_segments
@@ -109,20 +108,6 @@ def ablation_task(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name in ("train.tsv", "dev.tsv"):
         (task / name).write_text("sentence\tlabel\n" + rows, encoding="utf-8")
     return task
-
-
-@pytest.fixture(scope="module")
-def tiny_classifier_run(tiny_model_dirs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A run folder (as `bertology finetune` writes) holding the tiny random BERT (3 layers x 4 heads) with a
-    seeded two-label head ("0", "1"), scaled up so that removing a head changes some predictions. The Ray
-    ablation comparisons run on it: splitting the sweep by heads and the importance by examples is the same
-    code whatever the model, and the tiny one costs a small part of the default model's three sweeps (the
-    local run, two workers, the command line's worker) and its loads in each worker."""
-    run = tmp_path_factory.mktemp("tiny_classifier_run")
-    loaded = tiny_classifier(tiny_model_dirs["bert"], labels=("0", "1"))
-    loaded.model.save_pretrained(run / "model")
-    loaded.tokenizer.save_pretrained(run / "model")
-    return run
 
 
 @pytest.fixture(scope="module")
