@@ -376,7 +376,7 @@ def test_analyze_and_index_write_the_cache_and_no_cache_does_not(
     segments whatever the model, and the small model's passes and report cost a small part of the default
     model's."""
     corpus = sample_corpus_head(6)
-    model = ["-m", str(tiny_model_dirs["bert"])]
+    model = ["-m", str(tiny_model_dirs["bert"]), "--max-len", "64"]  # the tiny model's limit
     quick = [*model, "--examples-per-head", "0", "--batch-size", "8"]
     plain = run_command(["analyze", str(corpus), "--no-cache", *quick, "-o", str(tmp_path / "plain")], capsys)
     assert plain.returncode == 0, plain.stderr

@@ -195,7 +195,7 @@ def test_analyze_with_1_2_or_3_readers_writes_the_same_files(
     corpus = tmp_path / "corpus.txt"
     corpus.write_text(sample_corpus().read_text(encoding="utf-8")[:6000], encoding="utf-8")
     written = []
-    model = ["-m", str(tiny_model_dirs["bert"])]
+    model = ["-m", str(tiny_model_dirs["bert"]), "--max-len", "64"]  # the tiny model's limit
     for readers in (1, 2, 3):
         output = tmp_path / f"out{readers}"
         code, err = run_in_process(
