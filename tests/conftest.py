@@ -17,7 +17,7 @@ import torch
 from support.browser import ViewPage, open_view, write_page
 from support.built_once import built_once
 from support.ci_rules import missing
-from support.tiny_models import TinyModelDirs
+from support.tiny_models import TinyModelDirs, tiny_classifier
 
 import bertology
 from bertology.corpus.segments import sample_corpus
@@ -219,6 +219,20 @@ def classifier_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run
 
 
+@pytest.fixture(scope="session")
+def tiny_classifier_run(tiny_model_dirs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run folder (as `bertology finetune` writes) holding the tiny random BERT (3 layers x 4 heads) with a
+    seeded two-label head ("0", "1"), scaled up so that removing a head changes some predictions: for tests
+    of what runs an ablation, not of its numbers on a real model (splitting the sweep by heads and the
+    importance by examples is the same code whatever the model, at a small part of the default model's
+    cost). Tests read it; none writes into it."""
+    run = tmp_path_factory.mktemp("tiny_classifier_run")
+    loaded = tiny_classifier(tiny_model_dirs["bert"], labels=("0", "1"))
+    loaded.model.save_pretrained(run / "model")
+    loaded.tokenizer.save_pretrained(run / "model")
+    return run
+
+
 #: The healthy SST-2 run of the rules tests (issue 33): 200 steps of 8 sentences, every rule watching.
 HEALTHY_SST2_RUN = (
     "--max-train", "1600", "--batch-size", "8", "--max-len", "32", "--max-dev", "128", "--eval-every", "100",
@@ -244,13 +258,32 @@ def healthy_sst2_run(shared_data: Path, tmp_path_factory: pytest.TempPathFactory
 
 @pytest.fixture
 def open_page(chromium_browser: Any, tmp_path: Path) -> Iterator[Callable[..., ViewPage]]:
-    """open_page(data, name) -> ViewPage, in a fresh 1280 x 900 browser context."""
+    """open_page(page, name="view", *, scale=1, init_script=None, **options) -> ViewPage, in a fresh
+    1280 x 900 browser context (device pixels per CSS pixel ``scale``; downloads accepted; ``init_script``
+    run before the page's own scripts). ``page``: a view's data, rendered into ``name``.html, or a whole
+    page's HTML, written there as it is; ``options`` go to ``open_view`` (wait, timeout_ms)."""
     contexts = []
 
-    def open_data(data: dict[str, Any], name: str = "view") -> ViewPage:
-        context = chromium_browser.new_context(viewport={"width": 1280, "height": 900})
+    def open_data(
+        page: dict[str, Any] | str,
+        name: str = "view",
+        *,
+        scale: float = 1,
+        init_script: str | None = None,
+        **options: Any,
+    ) -> ViewPage:
+        context = chromium_browser.new_context(
+            viewport={"width": 1280, "height": 900}, device_scale_factor=scale, accept_downloads=True
+        )
         contexts.append(context)
-        return open_view(context, write_page(tmp_path, data, name))
+        if init_script:
+            context.add_init_script(init_script)
+        if isinstance(page, str):
+            path = tmp_path / f"{name}.html"
+            path.write_text(page, encoding="utf-8")
+        else:
+            path = write_page(tmp_path, page, name)
+        return open_view(context, path, **options)
 
     yield open_data
     for context in contexts:

@@ -66,6 +66,7 @@ def test_rollout_matches_the_hand_computed_example() -> None:
     # R_1 = Â_1 Â_0: row 0 = .5 * Â_0[0] + .5 * Â_0[2] = [.375, .375, .25];
     # row 1 = .5 * Â_0[1] + .5 * Â_0[2] = [.25, .375, .375]; row 2 = Â_0[2].
     expected_1 = np.array([[0.375, 0.375, 0.25], [0.25, 0.375, 0.375], [0.25, 0.25, 0.5]])
+    # Exact by construction: sums and products of halves and quarters in float64 (atol=0 would pass).
     np.testing.assert_allclose(rollout[0], HAND_A0, atol=1e-12)
     np.testing.assert_allclose(rollout[1], expected_1, atol=1e-12)
 
@@ -74,6 +75,7 @@ def test_flow_matches_the_hand_computed_example() -> None:
     flow = attention_flow(hand_example())
     # F_1[i, j] = sum_k min(Â_1[i, k], Â_0[k, j]): e.g. row 0, column 0 = min(.5, .5) + 0 + min(.5, .25).
     expected_1 = np.array([[0.75, 0.75, 0.5], [0.5, 0.75, 0.75], [0.25, 0.25, 0.5]])
+    # Exact by construction, as for the rollout: the capacities are multiples of 1 / 4.
     np.testing.assert_allclose(flow[0], HAND_A0, atol=1e-12)
     np.testing.assert_allclose(flow[1], expected_1, atol=1e-12)
 
@@ -113,6 +115,7 @@ def test_flow_lies_between_rollout_and_one_and_equals_it_at_the_first_layer() ->
     assert (flow <= 1 + bound).all()
     assert (flow >= rollout - bound - 1e-12).all()
     assert (flow[1:] > rollout[1:] + 1e-3).any()  # not equal beyond the first layer
+    # Rows renormalised in float64, then 4 products of 9 x 9 row-stochastic matrices: a few ulps (~1e-15).
     np.testing.assert_allclose(rollout.sum(axis=-1), 1, atol=1e-12)
     np.testing.assert_array_equal(flow[0], rollout[0])
 
@@ -180,7 +183,9 @@ def test_cli_writes_the_page_and_the_matrices(tmp_path: Path) -> None:
     assert saved["model"] == "all-MiniLM-L6-v2" and len(saved["tokens"]) == 14
     rollout, flow = np.array(saved["rollout"]), np.array(saved["flow"])
     assert rollout.shape == flow.shape == (6, 14, 14)
+    # The JSON rounds to 8 decimals: <= 5e-9 per value, <= 7e-8 on a row of 14.
     np.testing.assert_allclose(rollout.sum(axis=-1), 1, atol=1e-6)
+    # Exact by construction: flow's first layer is the rollout's (asserted equal above), rounded alike.
     np.testing.assert_allclose(flow[0], rollout[0], atol=1e-7)
     assert (flow >= rollout - 1e-6).all() and (flow.sum(axis=-1)[1:] > 1).all()
 

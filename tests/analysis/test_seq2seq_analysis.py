@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 import torch
 from fastapi.testclient import TestClient
-from support.cli import run_child, run_in_process
+from support.cli import run_command, run_in_process
 from support.tiny_models import GENERATIVE_ARCHITECTURES, save_tiny_model
 from transformers import AutoModel, AutoModelForSeq2SeqLM
 
@@ -205,21 +205,28 @@ def test_encoders_keep_their_heads_table(loaded_types: Callable[[str], LoadedMod
 @pytest.mark.slow
 @pytest.mark.parametrize("architecture", ["bart", "t5"])
 def test_cli_analyze_writes_three_stacks(
-    architecture: str, generative_dirs: dict[str, Path], corpus: Path, tmp_path: Path
+    architecture: str,
+    generative_dirs: dict[str, Path],
+    corpus: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     output = tmp_path / "run"
     model = str(generative_dirs[architecture])
-    result = run_child(
-        "analyze",
-        str(corpus),
-        "-o",
-        str(output),
-        "--model",
-        model,
-        "--max-new-tokens",
-        "4",
-        "--max-len",
-        "64",
+    result = run_command(
+        [
+            "analyze",
+            str(corpus),
+            "-o",
+            str(output),
+            "--model",
+            model,
+            "--max-new-tokens",
+            "4",
+            "--max-len",
+            "64",
+        ],
+        capsys,
     )
     assert result.returncode == 0, result.stderr
     heads = pd.read_csv(output / "heads.csv")
@@ -271,13 +278,15 @@ def test_compare_encoder_decoders_head_by_head(generative_dirs: dict[str, Path],
 
 
 @pytest.mark.slow
-def test_cli_compare_writes_each_stacks_changes(generative_dirs: dict[str, Path], tmp_path: Path) -> None:
+def test_cli_compare_writes_each_stacks_changes(
+    generative_dirs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     model = str(generative_dirs["t5"])
     output = tmp_path / "compared"
     targets = tmp_path / "targets.jsonl"  # targets only: no greedy decoding, to keep the test short
     targets.write_text("".join(json.dumps(record) + "\n" for record in CORPUS if "target" in record))
     arguments = ["compare", model, model, "-o", str(output), "--corpus", str(targets), "--max-len", "64"]
-    result = run_child(*arguments)
+    result = run_command(arguments, capsys)
     assert result.returncode == 0, result.stderr
     frame = pd.read_csv(output / "comparison.csv")
     assert len(frame) == (2 + 2 + 2) * 4 and (frame["confidence_change"] == 0).all()

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from support.cli import run_child
+from support.cli import run_command
 from support.tiny_models import GENERATIVE_ARCHITECTURES, save_tiny_model
 from transformers import AutoModel
 
@@ -221,11 +221,14 @@ def test_head_names_travel_with_the_view_data(loaded: dict[str, LoadedModel]) ->
 
 
 @pytest.mark.slow
-def test_cli_writes_an_encoder_decoder_view(generative_dirs: dict[str, Path], tmp_path: Path) -> None:
+def test_cli_writes_an_encoder_decoder_view(
+    generative_dirs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     output = tmp_path / "x.html"
     model = str(generative_dirs["bart"])
-    result = run_child(
-        "view", SOURCE, "--target", TARGET, "--model", model, "--attention", "encoder", "-o", str(output)
+    result = run_command(
+        ["view", SOURCE, "--target", TARGET, "--model", model, "--attention", "encoder", "-o", str(output)],
+        capsys,
     )
     assert result.returncode == 0, result.stderr
     assert re.search(r"Wrote the head view of \d+ source and \d+ target tokens to", result.stdout)
@@ -233,7 +236,7 @@ def test_cli_writes_an_encoder_decoder_view(generative_dirs: dict[str, Path], tm
     data = json.loads(match.group(1))
     assert data["attentionSet"] == "encoder" and [s["name"] for s in data["attentionSets"]][-1] == "cross"
 
-    refused = run_child("view", SOURCE, "--target", TARGET, "--model", model, "--view", "neuron")
+    refused = run_command(["view", SOURCE, "--target", TARGET, "--model", model, "--view", "neuron"], capsys)
     assert refused.returncode != 0 and "Traceback" not in refused.stderr
     assert "The neuron view is not available for encoder-decoder models" in refused.stderr
 

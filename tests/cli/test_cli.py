@@ -1,4 +1,6 @@
-"""The command line: outputs on success, one clear sentence and a non-zero exit on user errors."""
+"""The command line: outputs on success, one clear sentence and a non-zero exit on user errors. The commands
+run in the test's process (``support.cli.run_command``) but where a fresh process is what is checked: an
+environment read at import, the traceback of ``--debug``, a warning as the console prints it."""
 
 from __future__ import annotations
 
@@ -8,28 +10,25 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.cli import run_command
 
 BERTOLOGY = [sys.executable, "-m", "bertology"]
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``bertology ARGS`` in a child process, this process's environment updated by ``env``."""
     return subprocess.run(
         [*BERTOLOGY, *args], capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})}
     )
 
 
 @pytest.mark.parametrize("kind", ["head", "model", "neuron"])
-def test_view_writes_a_self_contained_page(kind: str, tmp_path: Path) -> None:
+def test_view_writes_a_self_contained_page(
+    kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     target = tmp_path / f"{kind}.html"
-    result = run(
-        "view",
-        "I went to the store.",
-        "At the store, I bought fresh strawberries.",
-        "--view",
-        kind,
-        "-o",
-        str(target),
-    )
+    texts = ["I went to the store.", "At the store, I bought fresh strawberries."]
+    result = run_command(["view", *texts, "--view", kind, "-o", str(target)], capsys)
     assert result.returncode == 0, result.stderr
     assert f"Wrote the {kind} view of 19 tokens to {target}" in result.stdout
     page = target.read_text()
@@ -51,9 +50,10 @@ def test_view_writes_a_self_contained_page(kind: str, tmp_path: Path) -> None:
     ],
 )
 def test_user_errors_are_one_sentence_without_traceback(
-    args: list[str], env: dict[str, str], message: str
+    args: list[str], env: dict[str, str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    result = run(*args, env=env)
+    # huggingface_hub reads HF_HUB_OFFLINE when it is imported: a fresh process for that case
+    result = run(*args, env=env) if env else run_command(args, capsys)
     assert result.returncode == 1
     assert message in result.stderr
     assert "Traceback" not in result.stderr
@@ -68,8 +68,10 @@ def test_user_errors_are_one_sentence_without_traceback(
         (["view", "hi", "--view", "galaxy"], "'galaxy' is not one of 'head', 'model', 'neuron'"),
     ],
 )
-def test_usage_errors_show_the_usage_and_exit_2(args: list[str], message: str) -> None:
-    result = run(*args)
+def test_usage_errors_show_the_usage_and_exit_2(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = run_command(args, capsys)
     assert result.returncode == 2
     assert message in result.stderr and "Usage:" in result.stderr
     assert "Unexpected error" not in result.stderr and "Traceback" not in result.stderr
@@ -86,8 +88,8 @@ def test_truncation_warning_reaches_stderr(tmp_path: Path) -> None:
     assert "Warning:" in result.stderr and "10 tokens were cut" in result.stderr
 
 
-def test_models_lists_architectures_and_default() -> None:
-    result = run("models")
+def test_models_lists_architectures_and_default(capsys: pytest.CaptureFixture[str]) -> None:
+    result = run_command(["models"], capsys)
     assert result.returncode == 0
     for name in ("bert", "roberta", "xlm-roberta", "albert", "distilbert", "electra", "all-MiniLM-L6-v2"):
         assert name in result.stdout

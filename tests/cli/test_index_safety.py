@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from support.cli import run_child
+from support.cli import run_command
 
 from bertology import cli
 from bertology.errors import BertologyError
@@ -152,12 +152,12 @@ def test_a_failed_build_leaves_the_index_and_a_new_folder_as_they_were(
 
 @pytest.mark.slow
 def test_index_refuses_a_file_and_a_folder_without_an_index(
-    sample_corpus_head: Callable[[int], Path], tmp_path: Path
+    sample_corpus_head: Callable[[int], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     corpus = sample_corpus_head(3)
     plain = tmp_path / "plain.txt"
     plain.write_text("the user's", encoding="utf-8")
-    result = run_child("index", str(corpus), "-o", str(plain))
+    result = run_command(["index", str(corpus), "-o", str(plain)], capsys)
     assert (result.returncode, result.stderr) == (
         1,
         f"Error: The output folder {plain} is a file; choose a folder.\n",
@@ -167,7 +167,7 @@ def test_index_refuses_a_file_and_a_folder_without_an_index(
     files = {"manifest.json": '{"name": "my web app"}', "tokens.npz": "mine", "segments.jsonl": "mine"}
     for name, text in files.items():
         (foreign / name).write_text(text, encoding="utf-8")
-    result = run_child("index", str(corpus), "-o", str(foreign))
+    result = run_command(["index", str(corpus), "-o", str(foreign)], capsys)
     assert (result.returncode, result.stderr) == (
         1,
         f"Error: '{foreign}' holds files but no token index; choose a new or empty folder, or an index to "

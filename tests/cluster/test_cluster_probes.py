@@ -111,10 +111,35 @@ def ablation_task(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def local_ablation(classifier_run: Path, ablation_task: Path) -> AblationRun:
+def centred_classifier_run(
+    tiny_classifier_run: Path, ablation_task: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """The tiny classifier (``tiny_classifier_run``: the sweep split by heads and the importance split by
+    examples are the same code whatever the model, at a small part of the default model's cost) with its
+    decision boundary moved into the widest gap among the middle half of the task's logit differences: the
+    random model's logits barely depend on the input, so it would give every example one label and no head
+    removal would change a prediction. Where the boundary lies, removing heads flips some predictions."""
+    loaded = load_model(str(tiny_classifier_run), classifier=True)
+    texts = [line.split("\t")[0] for line in (ablation_task / "dev.tsv").read_text().splitlines()[1:]]
+    with torch.no_grad():
+        inputs = loaded.tokenizer(texts, padding=True, return_tensors="pt")
+        inputs.pop("token_type_ids", None)
+        logits = loaded.model(**inputs).logits
+        differences = np.sort((logits[:, 1] - logits[:, 0]).numpy())
+        gaps = np.diff(differences)
+        cut = max(range(len(differences) // 4, 3 * len(differences) // 4), key=lambda i: gaps[i])
+        loaded.model.classifier.bias[1] -= float(differences[cut] + differences[cut + 1]) / 2
+    run = tmp_path_factory.mktemp("centred_classifier_run")
+    loaded.model.save_pretrained(run / "model")
+    loaded.tokenizer.save_pretrained(run / "model")
+    return run
+
+
+@pytest.fixture(scope="module")
+def local_ablation(centred_classifier_run: Path, ablation_task: Path) -> AblationRun:
     """The local run of the measurements compared (self-attention attribution, computed on the driver either
     way and checked in tests/interventions/test_attention_attribution.py, is left out)."""
-    loaded = load_model(str(classifier_run), classifier=True)
+    loaded = load_model(str(centred_classifier_run), classifier=True)
     return run_ablation(loaded, ablation_task, prune_fraction=0, attribution_examples=0)
 
 
@@ -263,12 +288,12 @@ def test_probe_coref_with_ray_on_the_command_line(
 
 
 def test_ray_ablation_equals_a_local_run(
-    ray_cluster: None, classifier_run: Path, ablation_task: Path, local_ablation: AblationRun
+    ray_cluster: None, centred_classifier_run: Path, ablation_task: Path, local_ablation: AblationRun
 ) -> None:
     """The sweep split by heads and the importance split by examples, on two workers: the same numbers."""
-    loaded = load_model(str(classifier_run), classifier=True)
+    loaded = load_model(str(centred_classifier_run), classifier=True)
     stages: dict[str, list[tuple[int, int]]] = {}
-    job = AblationJob(ModelSpec(str(classifier_run), classifier=True), str(ablation_task))
+    job = AblationJob(ModelSpec(str(centred_classifier_run), classifier=True), str(ablation_task))
     with WorkerPool(job, ClusterOptions(workers=2)) as pool:
         distributed = ablate_on_pool(
             pool,
@@ -287,19 +312,23 @@ def test_ray_ablation_equals_a_local_run(
     np.testing.assert_array_equal(distributed.importance.raw, local.importance.raw)
     np.testing.assert_array_equal(distributed.curves["importance"], local.curves["importance"])
     np.testing.assert_array_equal(distributed.curves["ablation"], local.curves["ablation"])
-    heads = 72 * ABLATION_EXAMPLES
+    heads = loaded.num_layers * loaded.num_heads * ABLATION_EXAMPLES
     assert len(stages["Ablating single heads"]) == 4 and stages["Ablating single heads"][-1] == (heads, heads)
     assert stages["Head importance"][-1] == (ABLATION_EXAMPLES, ABLATION_EXAMPLES)
 
 
 def test_ablate_with_ray_on_the_command_line(
-    ray_cluster: None, classifier_run: Path, ablation_task: Path, local_ablation: AblationRun, tmp_path: Path
+    ray_cluster: None,
+    centred_classifier_run: Path,
+    ablation_task: Path,
+    local_ablation: AblationRun,
+    tmp_path: Path,
 ) -> None:
     """The command joins the session's cluster (one worker) and writes the local run's per-head numbers."""
     result = CliRunner().invoke(
         app,
         [
-            *("ablate", str(classifier_run), "--task", str(ablation_task), "--prune", "0"),
+            *("ablate", str(centred_classifier_run), "--task", str(ablation_task), "--prune", "0"),
             *("--attribution-examples", "0"),
             *("-o", str(tmp_path), "--ray", "local", "--workers", "1"),
         ],

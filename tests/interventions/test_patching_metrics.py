@@ -19,7 +19,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from support.tiny_models import tiny_classifier, tiny_language_model
+from support.patching_reference import (
+    answer_ids,
+    output_projection,
+    reference_head_patching,
+    tiny_models_by_type,
+)
 from typer.testing import CliRunner
 
 from bertology import BertologyError
@@ -52,23 +57,7 @@ def pairs_for(model_type: str, answers: tuple[str, str] | None = None) -> list[P
 
 @pytest.fixture(scope="module")
 def models(tiny_model_dirs: dict[str, Path]) -> Callable[[str], LoadedModel]:
-    cache: dict[str, LoadedModel] = {}
-
-    def load(model_type: str) -> LoadedModel:
-        if model_type not in cache:
-            directory = tiny_model_dirs[model_type]
-            cache[model_type] = (
-                tiny_classifier(directory) if model_type == "bert" else tiny_language_model(directory)
-            )
-        return cache[model_type]
-
-    return load
-
-
-def output_projection(loaded: LoadedModel, layer: int) -> torch.nn.Module:
-    if loaded.kind == "decoder":
-        return loaded.model.model.layers[layer].self_attn.o_proj
-    return loaded.model.bert.encoder.layer[layer].attention.output.dense
+    return tiny_models_by_type(tiny_model_dirs)
 
 
 def ids_of(loaded: LoadedModel, text: str) -> list[int]:
@@ -102,18 +91,6 @@ def answer_log_prob(loaded: LoadedModel, prompt: list[int], answer: list[int], *
     return sum(float(log_p[len(prompt) - 1 + i, token]) for i, token in enumerate(answer))
 
 
-def metric_of(name: str, logits: torch.Tensor, clean: torch.Tensor, answer: int, wrong: int) -> float:
-    """The metric ``name`` of one run's final ``logits`` [vocabulary], by hand; ``clean``: the clean
-    run's."""
-    if name == "logit-diff":
-        return float(logits[answer] - logits[wrong])
-    if name == "prob-diff":
-        p = torch.softmax(logits, -1)
-        return float(p[answer] - p[wrong])
-    p_clean = torch.softmax(clean, -1)
-    return float((p_clean * (torch.log(p_clean) - torch.log_softmax(logits, -1))).sum())
-
-
 def head_outputs(loaded: LoadedModel, ids: list[int], layer: int) -> torch.Tensor:
     """[1, tokens, hidden] the input of ``layer``'s output projection in a plain pass of ``ids``."""
     kept: list[torch.Tensor] = []
@@ -131,38 +108,6 @@ def swap_head(source: torch.Tensor, head: int, d: int) -> Callable[..., tuple[to
         return (patched,)
 
     return hook
-
-
-def classifier_inputs(loaded: LoadedModel, text: str) -> list[int]:
-    return loaded.tokenizer(text)["input_ids"]
-
-
-def label_ids(loaded: LoadedModel, pair: PatchPair) -> tuple[int, int]:
-    if loaded.kind == "decoder":
-        (answer,), (wrong,) = continuation(loaded, pair.answer or ""), continuation(loaded, pair.wrong or "")
-        return answer, wrong
-    label2id = loaded.model.config.label2id
-    return label2id[pair.label], label2id[pair.wrong_label]
-
-
-def reference_head_metric(loaded: LoadedModel, pairs: list[PatchPair], metric: str) -> np.ndarray:
-    """[layers, heads, pairs] the metric with each head's clean output put into the corrupted run at every
-    position: one plain forward pass per head and pair."""
-    d = loaded.model.config.hidden_size // loaded.num_heads
-    result = np.zeros((loaded.num_layers, loaded.num_heads, len(pairs)))
-    with torch.no_grad():
-        for index, pair in enumerate(pairs):
-            clean_ids, corrupted_ids = ids_of(loaded, pair.clean), ids_of(loaded, pair.corrupted)
-            answer, wrong = label_ids(loaded, pair)
-            clean = forward(loaded, clean_ids)
-            clean = clean[-1] if loaded.kind == "decoder" else clean
-            for layer in range(loaded.num_layers):
-                source = head_outputs(loaded, clean_ids, layer)
-                for head in range(loaded.num_heads):
-                    logits = forward(loaded, corrupted_ids, swap_head(source, head, d), layer)
-                    logits = logits[-1] if loaded.kind == "decoder" else logits
-                    result[layer, head, index] = metric_of(metric, logits, clean, answer, wrong)
-    return result
 
 
 @pytest.mark.parametrize(
@@ -183,7 +128,7 @@ def test_each_metric_of_exact_patching_equals_a_plain_forward_pass_per_head(
     study = patch(loaded, pairs, metric=metric)  # type: ignore[arg-type]
     result = study.exact
     assert result is not None and result.metric == metric
-    expected = reference_head_metric(loaded, pairs, metric)
+    expected = reference_head_patching(loaded, pairs, metric=metric)
     np.testing.assert_allclose(result.ld_patched, expected, atol=1e-5)
     assert np.ptp(expected) > 1e-4  # the heads' patches differ: the comparison can fail
     # the effect: (mean m_patched - mean m_corrupted) / (mean m_clean - mean m_corrupted); for KL, whose
@@ -219,7 +164,7 @@ def test_attribution_patching_takes_the_gradient_of_the_metric(
     assert study.attribution is not None
     d = loaded.model.config.hidden_size // loaded.num_heads
     for index, pair in enumerate(pairs):
-        answer, wrong = label_ids(loaded, pair)
+        answer, wrong = answer_ids(loaded, pair)
         clean_ids, corrupted_ids = ids_of(loaded, pair.clean), ids_of(loaded, pair.corrupted)
         kept: list[torch.Tensor] = []
         handles = [

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from support.cli import run_command
 from typer.testing import CliRunner
 
 import bertology
@@ -247,14 +248,17 @@ def _largest_differences(reference: object, folder: Path) -> dict[str, float]:
 
 @pytest.mark.slow
 def test_bertology_analyze_in_bfloat16_stays_within_the_documented_tolerance(
-    float32_analysis: object, sample_corpus_head: Callable[[int], Path], tmp_path: Path
+    float32_analysis: object,
+    sample_corpus_head: Callable[[int], Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
+    """The command as a user runs it, in this process (it needs no process of its own)."""
     corpus = sample_corpus_head(40)
-    result = subprocess.run(
-        [sys.executable, "-m", "bertology", "analyze", str(corpus), "-o", str(tmp_path / "bf16"),
-         "--device", "cpu", "--dtype", "bfloat16"],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    result = run_command(
+        ["analyze", str(corpus), "-o", str(tmp_path / "bf16"), "--device", "cpu", "--dtype", "bfloat16"],
+        capsys,
+    )
     assert result.returncode == 0, result.stderr
     assert json.loads((tmp_path / "bf16" / "summary.json").read_text())["dtype"] == "bfloat16"
     found = _largest_differences(float32_analysis, tmp_path / "bf16")

@@ -77,6 +77,8 @@ def test_stored_examples_are_the_true_top_k(
         order = sorted(range(len(segments)), key=lambda index: (-column[index], index))[:PER_HEAD]
         stored = examples.head(layer, head)
         assert [example.rank for example in stored] == list(range(PER_HEAD))
+        # Scores (<= 1) of the analysis's padded batches against one segment at a time: float32 sums over the
+        # segment's tokens reordered, a few u = 6e-8 (seen 9e-8); 1e-6 leaves a margin.
         np.testing.assert_allclose([example.score for example in stored], column[order], rtol=0, atol=1e-6)
         for example, index in zip(stored, order, strict=True):
             tied = abs(column[example.segment] - column[index]) < 1e-6
@@ -203,7 +205,9 @@ def test_the_analysis_overview(client: TestClient, analysed: tuple[CorpusAnalysi
     assert (answer["layers"], answer["heads"]) == (6, 12)
     assert answer["labels"] == analysis.patterns.labels.tolist()
     np.testing.assert_allclose(answer["statistics"]["score_broad"], analysis.patterns.scores["broad"])
-    np.testing.assert_allclose(answer["map"], analysis.mds(), atol=1e-6)  # the report's map
+    # The report's map: the same seeded MDS of the distances the run saved at full precision, so exact in
+    # practice (seen 0); 1e-6 allows a last-digit difference in a distance read back.
+    np.testing.assert_allclose(answer["map"], analysis.mds(), atol=1e-6)
     assert answer["examples_per_head"] == PER_HEAD
     assert answer["summary"]["examples_per_head"] == PER_HEAD  # summary.json records --examples-per-head
     assert answer["related"] == {

@@ -9,18 +9,15 @@ page's ``<meta http-equiv=refresh>`` to another loopback address reaches nothing
 
 from __future__ import annotations
 
-import contextlib
 import http.client
-import select
 import socket
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from support.browser import serving
+from support.browser import first_request, listening_trap, received, serving
 
 from bertology.models.loading import LoadedModel
 from bertology.server import create_app
@@ -140,51 +137,9 @@ WAIT_S = 30.0
 @pytest.fixture
 def traps() -> Iterator[tuple[socket.socket, socket.socket]]:
     """Two listening sockets on another loopback address: the planted pages' target, and a control one
-    that an unsandboxed page refreshes to. Whatever reaches them waits in the kernel's backlog."""
-    with socket.socket() as trap, socket.socket() as control:
-        for listener in (trap, control):
-            listener.bind(("127.0.0.2", 0))
-            listener.listen(256)
-            listener.setblocking(False)
+    that an unsandboxed page refreshes to."""
+    with listening_trap() as trap, listening_trap() as control:
         yield trap, control
-
-
-def first_request(listener: socket.socket, timeout_s: float) -> bytes:
-    """The first bytes sent on any connection to ``listener`` within ``timeout_s`` (Chromium may open a
-    connection ahead of a navigation and send nothing on it).
-
-    Raises:
-        AssertionError: nothing was sent in time.
-    """
-    deadline, connections = time.monotonic() + timeout_s, []
-    try:
-        while (left := deadline - time.monotonic()) > 0:
-            for ready in select.select([listener, *connections], [], [], left)[0]:
-                if ready is listener:
-                    connections.append(listener.accept()[0])
-                elif data := ready.recv(65536):
-                    return data
-                else:
-                    connections.remove(ready)  # closed unused
-                    ready.close()
-        raise AssertionError("nothing reached the listener in time")
-    finally:
-        for connection in connections:
-            connection.close()
-
-
-def received(listener: socket.socket) -> bytes:
-    """Every byte already sent to the (non-blocking) ``listener`` over the connections in its backlog."""
-    data = b""
-    while True:
-        try:
-            accepted, _ = listener.accept()
-        except BlockingIOError:
-            return data
-        with accepted:
-            accepted.setblocking(False)
-            with contextlib.suppress(BlockingIOError):  # connected, nothing sent
-                data += accepted.recv(65536)
 
 
 @pytest.mark.browser

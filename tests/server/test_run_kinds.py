@@ -21,21 +21,23 @@ from bertology.server import create_app
 def test_each_kind_of_run_is_listed_with_its_true_kind(
     default_model: LoadedModel,
     shared_data: Path,
-    classifier_run: Path,
+    tiny_classifier_run: Path,
     sample_corpus_head: Callable[[int], Path],
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    """Each command on a small input (the kind marked does not depend on the numbers; the ablation on the
+    tiny classifier)."""
     runs = tmp_path / "runs"
-    corpus = sample_corpus_head(12)
+    corpus = sample_corpus_head(4)
     commands = {
-        "analysis": ["analyze", str(corpus), "--limit", "12"],
+        "analysis": ["analyze", str(corpus), "--limit", "4"],
         "gap": ["probe", "gap", str(shared_data / "gap" / "gap-development.tsv"), "--limit", "5"],
         "deps": ["probe", "deps", str(shared_data / "ud_ewt" / "en_ewt-ud-dev.conllu"), "--limit", "10"],
         "comparison": ["compare", "default", "default", "--corpus", str(corpus), "--limit", "4"],
         "ablation": [
-            "ablate", str(classifier_run), "--task", str(shared_data / "glue" / "SST-2"), "--max-dev", "6",
-            "--attribution-examples", "0",
+            "ablate", str(tiny_classifier_run), "--task", str(shared_data / "glue" / "SST-2"),
+            "--max-dev", "6", "--attribution-examples", "0",
         ],
     }  # fmt: skip
     for folder, command in commands.items():

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.browser import ViewPage, serving
+from support.browser import ViewPage, listening_trap, received, serving
 from support.run_folders import write_synthetic_run
 
 from bertology.models.loading import LoadedModel
@@ -55,28 +55,8 @@ document.title = "ran";
 
 @pytest.fixture
 def trap() -> Iterator[socket.socket]:
-    """A listening socket on another loopback address: whatever reaches it waits in the kernel's backlog,
-    whether or not the browser reports it."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
-        listener.bind(("127.0.0.2", 0))
-        listener.listen(64)
-        listener.setblocking(False)
+    with listening_trap() as listener:
         yield listener
-
-
-def received(listener: socket.socket) -> bytes:
-    """Every byte sent to ``listener`` over the connections waiting in its backlog (accepted and closed
-    here). Chromium may open a connection ahead of a navigation it then refuses, sending nothing on it."""
-    data = b""
-    while True:
-        try:
-            accepted, _ = listener.accept()
-        except BlockingIOError:
-            return data
-        with accepted:
-            accepted.setblocking(False)
-            with contextlib.suppress(BlockingIOError):  # connected, nothing sent
-                data += accepted.recv(65536)
 
 
 def _report_frame(page: Any, timeout_ms: float = WAIT_MS) -> Any:

@@ -56,6 +56,17 @@ def cls_head(s: Layout) -> np.ndarray:
 
 
 HEADS = (next_head, previous_head, sep_head, uniform_head, cls_head)
+
+# Tolerances. Rows are summarised in float32 (u = 2^-24 ~ 6e-8), means over segments in float64.
+#: A float32 sum over one row or one segment's queries of at most n <= 8 equal terms (the constructed
+#: heads; each term itself a rounded 1 / n or (1 / n) ln n): relative error <= n u ~ 5e-7.
+FLOAT32_SHORT_SUMS = 1e-6
+#: Random rows of up to n ~ 51 keys (two 24-piece texts and 3 specials), summed in float32 and then over
+#: up to n queries: relative error <= 2 n u ~ 6e-6 against the float64 token loop; the relative bound
+#: says nothing for entries near 0 (masses on keys the peaky softmax barely reaches), hence the atol.
+FLOAT32_ROWS_RTOL, FLOAT32_ROWS_ATOL = 1e-5, 1e-6
+#: Float64 sums (segment counts and sums of means) merged in another order: a few ulps of 1e-16.
+FLOAT64_REORDERED = 1e-12
 TEXTS = [
     layout(["the", "cat", "sat", "."]),
     layout(["a", "dog", ",", "a", ["un", "##bel"]]),
@@ -99,15 +110,19 @@ def test_constructed_heads_have_known_statistics() -> None:
     np.testing.assert_allclose(stats["cls"][:, sep], 0.0)
 
     mean_log_n = np.mean([math.log(len(s)) for s in TEXTS])
-    np.testing.assert_allclose(stats["entropy"][:, uniform], mean_log_n, rtol=1e-6)
-    np.testing.assert_allclose(stats["entropy_uniform"], mean_log_n, rtol=1e-6)
-    np.testing.assert_allclose(stats["cls_entropy"][:, uniform], mean_log_n, rtol=1e-6)
+    np.testing.assert_allclose(stats["entropy"][:, uniform], mean_log_n, rtol=FLOAT32_SHORT_SUMS)
+    np.testing.assert_allclose(stats["entropy_uniform"], mean_log_n, rtol=FLOAT32_SHORT_SUMS)
+    np.testing.assert_allclose(stats["cls_entropy"][:, uniform], mean_log_n, rtol=FLOAT32_SHORT_SUMS)
+    # Exact by construction (1 ln 1 = 0 and 0 ln(tiny) = 0); atol=0 would pass too.
     np.testing.assert_allclose(stats["entropy"][:, [nxt, prev, sep, cls]], 0.0, atol=1e-6)
     inverse_n = np.mean([1 / len(s) for s in TEXTS])
-    np.testing.assert_allclose(stats["confidence"][:, uniform], inverse_n, rtol=1e-6)
+    # The maximum is one float32 1 / n: within u / 2 ~ 3e-8 of it.
+    np.testing.assert_allclose(stats["confidence"][:, uniform], inverse_n, rtol=FLOAT32_SHORT_SUMS)
     # Every query of "a dog , a un ##bel" spreads over its 8 tokens, "," among them; "the cat sat ."
     # over its 6 with "."; "hi" has no punctuation.
-    np.testing.assert_allclose(stats["punct"][:, uniform], np.mean([1 / 6, 1 / 8, 0.0]), rtol=1e-6)
+    np.testing.assert_allclose(
+        stats["punct"][:, uniform], np.mean([1 / 6, 1 / 8, 0.0]), rtol=FLOAT32_SHORT_SUMS
+    )
 
 
 def test_the_sink_is_a_decoders_mass_on_the_first_token_after_it() -> None:
@@ -128,14 +143,16 @@ def test_the_sink_is_a_decoders_mass_on_the_first_token_after_it() -> None:
     lengths = [len(segment) for segment in segments]
     assert lengths[-1] > 1  # every segment has a query after its first token (with [CLS] and [SEP])
     np.testing.assert_allclose(decoder[0], 1.0)
-    np.testing.assert_allclose(decoder[1], np.mean([1 / (n - 1) for n in lengths]), rtol=1e-6)
+    np.testing.assert_allclose(decoder[1], np.mean([1 / (n - 1) for n in lengths]), rtol=FLOAT32_SHORT_SUMS)
     uniform_sinks = [np.mean([1 / (q + 1) for q in range(1, n)]) for n in lengths]
-    np.testing.assert_allclose(decoder[2], np.mean(uniform_sinks), rtol=1e-6)
+    np.testing.assert_allclose(decoder[2], np.mean(uniform_sinks), rtol=FLOAT32_SHORT_SUMS)
     assert np.isnan(surface(batch)["sink"]).all()  # an encoder's first token is [CLS]: no sink column
     halves = [SurfaceAccumulator(SpecialTokens(None, None, causal=True)) for _ in range(2)]
     for half, part in zip(halves, split(batch, 2), strict=True):  # shards, as a cluster runs them
         half.update(part)
-    np.testing.assert_allclose(halves[1].merge(halves[0]).result()["sink"][0], decoder, rtol=1e-12)
+    np.testing.assert_allclose(
+        halves[1].merge(halves[0]).result()["sink"][0], decoder, rtol=FLOAT64_REORDERED
+    )
 
 
 def test_roberta_special_tokens_are_found_by_their_own_strings() -> None:
@@ -215,7 +232,9 @@ def test_vectorised_statistics_equal_the_token_loop(pairs: bool) -> None:
     expected = reference_surface(batch)
     assert list(stats) == list(SURFACE_STATISTICS)
     for name in SURFACE_STATISTICS:
-        np.testing.assert_allclose(stats[name], expected[name], rtol=1e-5, atol=1e-6, err_msg=name)
+        np.testing.assert_allclose(
+            stats[name], expected[name], rtol=FLOAT32_ROWS_RTOL, atol=FLOAT32_ROWS_ATOL, err_msg=name
+        )
 
 
 def test_merged_halves_equal_one_pass_in_any_order() -> None:
@@ -233,7 +252,9 @@ def test_merged_halves_equal_one_pass_in_any_order() -> None:
     for merged in (forward, backward):
         assert merged.segments == 9 and merged.defined_segments == whole.result().defined_segments
         for name in SURFACE_STATISTICS:
-            np.testing.assert_allclose(merged[name], whole.result()[name], rtol=1e-12, err_msg=name)
+            np.testing.assert_allclose(
+                merged[name], whole.result()[name], rtol=FLOAT64_REORDERED, err_msg=name
+            )
 
 
 def test_frame_and_json() -> None:
@@ -373,9 +394,11 @@ def test_clark_convention_reproduces_the_released_notebook(pairs: bool) -> None:
     assert len(set(batch.lengths.tolist())) > 1  # padding is exercised
     stats = surface(batch, convention="clark")
     expected = clark_notebook([(example.tokens, example.probs.astype(np.float64)) for example in batch])
+    # As FLOAT32_ROWS_*, and the smoothed entropy's float32 logs: each weight p is rounded by ~p u, moving
+    # p ln p by ~p u (|ln p| + 1), i.e. the entropy by ~u (H + 1); twice the plain-row rtol covers it.
     for name, values in expected.items():
         np.testing.assert_allclose(
-            stats[name], np.broadcast_to(values, (2, 3)), rtol=2e-5, atol=1e-6, err_msg=name
+            stats[name], np.broadcast_to(values, (2, 3)), rtol=2e-5, atol=FLOAT32_ROWS_ATOL, err_msg=name
         )
     default = surface(batch)
     for name in SURFACE_STATISTICS.keys() - CLARK_NAMES.values() - {"entropy", "cls_entropy"}:
@@ -388,11 +411,14 @@ def test_conventions_differ_where_documented() -> None:
     prev = HEADS.index(previous_head)
     np.testing.assert_allclose(stats["bertology"]["previous"][:, prev], 1.0)
     expected = np.mean([(len(s) - 1) / len(s) for s in TEXTS])
+    # float32 sums of ones are exact; only the float64 division by n rounds (an ulp): exact in effect.
     np.testing.assert_allclose(stats["clark"]["previous"][:, prev], expected, rtol=1e-6)
     # Smoothing lifts a one-hot row's entropy above 0 (0.9999 + 0.0001 / n on one key, 0.0001 / n elsewhere).
     n = np.array([len(s) for s in TEXTS])
     top, rest = 0.9999 + 1e-4 / n, 1e-4 / n
     one_hot = np.mean(-(top * np.log(top) + (n - 1) * rest * np.log(rest)))
+    # The entropy is only ~1e-3 (n = 3..8), and float32 rounds the top weight near 1 by up to u / 2 ~ 3e-8,
+    # which moves top ln(top) by as much: ~4e-5 of the entropy for n = 3; 1e-4 leaves a margin.
     np.testing.assert_allclose(stats["clark"]["entropy"][:, prev], one_hot, rtol=1e-4)
 
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
+import select
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -35,6 +38,57 @@ def serving(app: Any) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+@contextmanager
+def listening_trap() -> Iterator[socket.socket]:
+    """A non-blocking listening TCP socket on another loopback address (127.0.0.2), for the block: whatever
+    a planted page sends it waits in the kernel's backlog, whether or not the browser reports it."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+        listener.bind(("127.0.0.2", 0))
+        listener.listen(256)
+        listener.setblocking(False)
+        yield listener
+
+
+def received(listener: socket.socket) -> bytes:
+    """Every byte already sent to the (non-blocking) ``listener`` over the connections waiting in its
+    backlog (accepted and closed here). Chromium may open a connection ahead of a navigation it then
+    refuses, sending nothing on it."""
+    data = b""
+    while True:
+        try:
+            accepted, _ = listener.accept()
+        except BlockingIOError:
+            return data
+        with accepted:
+            accepted.setblocking(False)
+            with contextlib.suppress(BlockingIOError):  # connected, nothing sent
+                data += accepted.recv(65536)
+
+
+def first_request(listener: socket.socket, timeout_s: float) -> bytes:
+    """The first bytes sent on any connection to ``listener`` within ``timeout_s`` (Chromium may open a
+    connection ahead of a navigation and send nothing on it).
+
+    Raises:
+        AssertionError: nothing was sent in time.
+    """
+    deadline, connections = time.monotonic() + timeout_s, []
+    try:
+        while (left := deadline - time.monotonic()) > 0:
+            for ready in select.select([listener, *connections], [], [], left)[0]:
+                if ready is listener:
+                    connections.append(listener.accept()[0])
+                elif data := ready.recv(65536):
+                    return data
+                else:
+                    connections.remove(ready)  # closed unused
+                    ready.close()
+        raise AssertionError("nothing reached the listener in time")
+    finally:
+        for connection in connections:
+            connection.close()
 
 
 READY = "() => window.bertology && (window.bertology.ready || window.bertology.error !== null)"

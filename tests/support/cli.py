@@ -13,8 +13,8 @@ from bertology import cli
 
 def run_command(args: list[str], capsys: pytest.CaptureFixture[str]) -> subprocess.CompletedProcess[str]:
     """``bertology ARGS`` through the console entry point in this process, as a user's shell would run it:
-    its exit code, stdout and stderr as text, the shape of :func:`run_child`'s answer (which costs a
-    child's start and imports, seconds each, where a test needs no process of its own)."""
+    its exit code, stdout and stderr as text, the shape of ``subprocess.run``'s answer (a child's start and
+    imports cost seconds each, where a test needs no process of its own)."""
     capsys.readouterr()  # what the test printed before is not the command's
     saved = sys.argv
     sys.argv = ["bertology", *args]
@@ -33,18 +33,6 @@ def run_in_process(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple
     """:func:`run_command`'s exit code and stderr."""
     result = run_command(args, capsys)
     return result.returncode, result.stderr
-
-
-def run_child(*args: str) -> subprocess.CompletedProcess[str]:
-    """``bertology ARGS`` in a child process with this process's environment (at most 300 s): its exit
-    code, stdout and stderr as text."""
-    return subprocess.run(
-        [sys.executable, "-m", "bertology", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=os.environ,
-    )
 
 
 #: ``bertology ARGV[2:]`` in this child, SIGKILLed at the switch of its output folder
@@ -69,8 +57,9 @@ main()
 
 
 def run_child_killed_at_switch(when: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """``bertology ARGS`` in a child process (as :func:`run_child`) that is SIGKILLed at the switch of its
-    output folder over an earlier one, ``when`` ``"before"`` or ``"after"`` the names are exchanged."""
+    """``bertology ARGS`` in a child process (this process's environment, at most 300 s) that is
+    SIGKILLed at the switch of its output folder over an earlier one, ``when`` ``"before"`` or ``"after"``
+    the names are exchanged."""
     return subprocess.run(
         [sys.executable, "-c", _KILLED_AT_SWITCH, when, *args],
         capture_output=True,

@@ -353,10 +353,10 @@ class TinyModelDirs(dict[str, Path]):
         return directory
 
 
-def tiny_classifier(directory: Path) -> LoadedModel:
+def tiny_classifier(directory: Path, labels: tuple[str, str] = ("neg", "pos")) -> LoadedModel:
     """A random classifier whose new head is scaled up, so that its logits differ visibly between inputs."""
     torch.manual_seed(0)
-    loaded = load_model(directory, classifier=True, labels=["neg", "pos"])
+    loaded = load_model(directory, classifier=True, labels=list(labels))
     with torch.no_grad():
         for name, parameter in loaded.model.named_parameters():
             if not name.startswith(loaded.model.base_model_prefix):

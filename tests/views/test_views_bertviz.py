@@ -7,14 +7,14 @@ it gives are compared, decoded, with the pages of ``head_view(text)``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
-from support.browser import ViewPage, open_view, write_page
+from support.browser import ViewPage
 from support.tiny_models import save_tiny_model
 
 import bertology
@@ -409,26 +409,12 @@ def test_encoder_decoder_keywords_are_checked(generative: dict[str, LoadedModel]
 # --- In the browser: the labels of the layers kept and the heads shown first ---------------------
 
 
-@pytest.fixture
-def open_page(chromium_browser: Any, tmp_path: Path) -> Iterator[Callable[[dict[str, Any]], ViewPage]]:
-    contexts = []
-
-    def open_data(data: dict[str, Any]) -> ViewPage:
-        context = chromium_browser.new_context(viewport={"width": 1280, "height": 900})
-        contexts.append(context)
-        return open_view(context, write_page(tmp_path, data, data["view"]))
-
-    yield open_data
-    for context in contexts:
-        context.close()
-
-
 @pytest.mark.browser
 def test_pages_name_the_layers_kept_and_show_the_heads_chosen(
     open_page: Callable[[dict[str, Any]], ViewPage], pair: Outputs
 ) -> None:
     options = {"include_layers": [4, 1], "layer": 1, "heads": [2, 7]}
-    head = open_page(bertology.head_view(pair.attentions, pair.tokens, **options).data)
+    head = open_page(bertology.head_view(pair.attentions, pair.tokens, **options).data, "head")
     assert head.js("[...document.querySelectorAll('#bt-layer option')].map((o) => o.textContent)") == [
         "4",
         "1",
@@ -440,7 +426,7 @@ def test_pages_name_the_layers_kept_and_show_the_heads_chosen(
     assert [index for index, value in enumerate(pressed) if value == "true"] == [2, 7]
     assert head.ink() > 0
     head.assert_clean()
-    model = open_page(bertology.model_view(pair.attentions, pair.tokens, include_layers=[5, 3]).data)
+    model = open_page(bertology.model_view(pair.attentions, pair.tokens, include_layers=[5, 3]).data, "model")
     assert model.js("[...document.querySelectorAll('.bt-row-label')].map((l) => l.textContent)") == ["5", "3"]
     model.js("window.bertology.openDetail(0, 4)")
     assert model.js("document.querySelector('#bt-detail h2').textContent") == "Layer 5 · head 4"

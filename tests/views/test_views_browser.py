@@ -8,35 +8,18 @@ violation happened and nothing was requested from anywhere but the page itself.
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from support.browser import PNG_SIGNATURE, ViewPage, open_view, png_size, write_page
+from support.browser import PNG_SIGNATURE, ViewPage, png_size
 from support.synthetic_views import HOSTILE_TOKEN, synthetic_view
 
 pytestmark = pytest.mark.browser
 
 LEFT = '.bt-token[data-side="left"][data-index="{}"]'
 RIGHT = '.bt-token[data-side="right"][data-index="{}"]'
-
-
-@pytest.fixture
-def open_page(chromium_browser: Any, tmp_path: Path) -> Iterator[Callable[..., ViewPage]]:
-    """open_page(data, scale=1, **options) -> ViewPage, in a fresh 1280 x 900 browser context."""
-    contexts = []
-
-    def open_data(data: dict[str, Any], *, name: str = "view", scale: float = 1, **options: Any) -> ViewPage:
-        context = chromium_browser.new_context(
-            viewport={"width": 1280, "height": 900}, device_scale_factor=scale, accept_downloads=True
-        )
-        contexts.append(context)
-        return open_view(context, write_page(tmp_path, data, name), **options)
-
-    yield open_data
-    for context in contexts:
-        context.close()
 
 
 @pytest.fixture(scope="module")

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
-from support.browser import ViewPage, open_view, write_page
+from support.browser import ViewPage
 from support.synthetic_views import synthetic_attention, synthetic_view
 
 from bertology.views.payload import pack_attention, pack_float16, unpack
@@ -35,23 +34,6 @@ COLOURS_JS = """(selector) => [...document.querySelectorAll(selector)].map((node
   const style = getComputedStyle(node);
   return [style.color, style.backgroundColor];
 })"""
-
-
-@pytest.fixture
-def open_page(chromium_browser: Any, tmp_path: Path) -> Iterator[Callable[..., ViewPage]]:
-    """open_page(data, name, init_script=None) -> ViewPage in a fresh 1280 x 900 context."""
-    contexts = []
-
-    def open_data(data: dict[str, Any], name: str = "view", init_script: str | None = None) -> ViewPage:
-        context = chromium_browser.new_context(viewport={"width": 1280, "height": 900})
-        if init_script:
-            context.add_init_script(init_script)
-        contexts.append(context)
-        return open_view(context, write_page(tmp_path, data, name))
-
-    yield open_data
-    for context in contexts:
-        context.close()
 
 
 def _rgb(css: str) -> tuple[float, ...]:

@@ -6,14 +6,13 @@ full-resolution block arrives from ``POST /api/attention`` whenever the window o
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
-from support.browser import ViewPage, open_view, serving
+from support.browser import ViewPage, serving
 from transformers import AutoTokenizer, BertConfig, BertModel
 
 import bertology
@@ -32,6 +31,8 @@ CODE_ERROR = 0.5 / 255 + 1e-6
 WORDS = ("the quick brown fox jumps over the lazy dog near the river " * 400).split()
 #: A 4,096-token input (one token per word).
 LONG_TEXT = " ".join(WORDS[: TOKENS - 2])
+#: How long a page of the long input may take to draw (ms): its weights are large to parse.
+LONG_PAGE_MS = 30_000
 
 
 @pytest.fixture(scope="module")
@@ -62,22 +63,6 @@ def long_attention(long_model: bertology.LoadedModel) -> LongAttention:
     return attention
 
 
-@pytest.fixture
-def open_page(chromium_browser: Any, tmp_path: Path) -> Iterator[Any]:
-    contexts = []
-
-    def open_html(html: str, name: str) -> ViewPage:
-        context = chromium_browser.new_context(viewport={"width": 1280, "height": 900})
-        contexts.append(context)
-        path = tmp_path / f"{name}.html"
-        path.write_text(html, encoding="utf-8")
-        return open_view(context, path, timeout_ms=30_000)
-
-    yield open_html
-    for context in contexts:
-        context.close()
-
-
 def _drawn_row(view: ViewPage, head: int, row: int) -> np.ndarray:
     """The window's attention codes of query ``row`` (index in the window) in ``head``, as the page
     draws them (its weight boxes of the pinned token), divided by 255."""
@@ -92,7 +77,9 @@ def test_a_long_head_view_scrolls_jumps_and_draws_the_blocks_rows(
 ) -> None:
     attention = long_attention
     # Faint lines: the tiny random model's weights are too small for lines at an opacity of weight / heads.
-    view = open_page(head_view(attention, layer=1, window=(0, 128), faint_lines=True).html, "head")
+    view = open_page(
+        head_view(attention, layer=1, window=(0, 128), faint_lines=True).html, "head", timeout_ms=LONG_PAGE_MS
+    )
     assert view.state()["window"] == {"start": 0, "stop": 128, "n": TOKENS}
     assert view.js("window.bertology.firstPaintMs") < 3000
     view.page.click("#bt-window-on")  # scroll on by half a window
@@ -138,7 +125,9 @@ def test_a_long_head_view_switches_layer_and_draws_that_layers_rows(
     long_attention: LongAttention, open_page: Any
 ) -> None:
     attention = long_attention
-    view = open_page(head_view(attention, layer=1, window=(1000, 128)).html, "layers")
+    view = open_page(
+        head_view(attention, layer=1, window=(1000, 128)).html, "layers", timeout_ms=LONG_PAGE_MS
+    )
     assert view.page.locator("#bt-layer option").count() == attention.num_layers
     minimap = view.picture("#bt-minimap")
     view.page.select_option("#bt-layer", "0")
@@ -152,7 +141,7 @@ def test_a_long_head_view_switches_layer_and_draws_that_layers_rows(
 
 
 def test_a_long_model_view_draws_its_window(long_attention: LongAttention, open_page: Any) -> None:
-    view = open_page(model_view(long_attention, window=(4000, 64)).html, "model")
+    view = open_page(model_view(long_attention, window=(4000, 64)).html, "model", timeout_ms=LONG_PAGE_MS)
     assert view.page.locator(".bt-subtitle").inner_text().count("64 tokens") == 1
     assert "Thumbnails show all 4096 tokens" in view.page.locator(".bt-hint").first.inner_text()
     assert view.ink(".bt-thumb[data-layer='1'][data-head='2']") > 0
@@ -163,7 +152,9 @@ def test_a_long_model_view_draws_its_window(long_attention: LongAttention, open_
 def test_the_neuron_view_opens_for_a_late_token(long_attention: LongAttention, open_page: Any) -> None:
     attention = long_attention
     late = TOKENS - 5
-    view = open_page(neuron_view(attention, layer=1, head=3, query=late).html, "neuron")
+    view = open_page(
+        neuron_view(attention, layer=1, head=3, query=late).html, "neuron", timeout_ms=LONG_PAGE_MS
+    )
     assert view.state()["query"] == late
     probs = np.array(view.js("Array.from(window.bertology.neuron().probs)"))
     expected = attention.block(1, slice(late, late + 1), heads=[3])[0, 0]
@@ -181,7 +172,7 @@ def test_the_neuron_view_of_a_sliding_window_layer_masks_the_keys_outside_it(
     layer = next(i for i in range(attention.num_layers) if not attention.visible(i, slice(0, 1)).all())
     data_view = neuron_view(attention, layer=layer, head=1, query=n - 3)
     assert data_view.data["long"]["window"] == [4, 4]  # ModernBERT's local_attention=8 of the tiny model
-    view = open_page(data_view.html, "window")
+    view = open_page(data_view.html, "window", timeout_ms=LONG_PAGE_MS)
     probs = np.array(view.js("Array.from(window.bertology.neuron().probs)"))
     expected = attention.block(layer, slice(n - 3, n - 2), heads=[1])[0, 0]
     assert (expected[: n - 3 - 4] == 0).all()

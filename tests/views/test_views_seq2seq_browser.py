@@ -6,13 +6,12 @@ different lengths, so cross-attention is not square); the named-head page from s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
-from support.browser import READY, ViewPage, open_view, write_page
+from support.browser import READY, ViewPage
 from support.synthetic_views import synthetic_view
 from support.tiny_models import save_tiny_model
 
@@ -43,21 +42,6 @@ def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def bart_attention(models_dir: Path) -> Seq2SeqAttention:
     model = bertology.load_model(save_tiny_model("bart", models_dir))
     return capture_seq2seq("I went to the store.", "She bought fresh strawberries at the store.", model=model)
-
-
-@pytest.fixture
-def open_page(chromium_browser: Any, tmp_path: Path) -> Iterator[Callable[..., ViewPage]]:
-    """open_page(data) -> ViewPage, in a fresh 1280 x 900 browser context."""
-    contexts = []
-
-    def open_data(data: dict[str, Any], name: str = "view", **options: Any) -> ViewPage:
-        context = chromium_browser.new_context(viewport={"width": 1280, "height": 900})
-        contexts.append(context)
-        return open_view(context, write_page(tmp_path, data, name), **options)
-
-    yield open_data
-    for context in contexts:
-        context.close()
 
 
 def _texts(view: ViewPage, selector: str) -> list[str]:
