@@ -98,7 +98,7 @@ def _replacements(
         state.outputs.append(output.float()[:, :, None])
         return output
 
-    def head_input(letter: str):  # noqa: ANN202 - a Replacement
+    def head_input(letter: str) -> Replacement:
         def rebuild(tensor: torch.Tensor, layer: int | None) -> torch.Tensor:
             assert layer is not None
             return state.rebuilt(tensor, graph.head_inputs(layer, letter))
