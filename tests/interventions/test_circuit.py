@@ -13,7 +13,7 @@ leaves a margin. Gradients taken in two graphs: rtol 1e-4 as well.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
@@ -26,9 +26,9 @@ from typer.testing import CliRunner
 
 from bertology import BertologyError
 from bertology.cli import app
-from bertology.interventions.circuit import circuit
+from bertology.interventions.circuit import CircuitResult, circuit
 from bertology.interventions.circuit_faithfulness import FRACTIONS, areas
-from bertology.interventions.patching_pairs import PatchPair, encode_pairs
+from bertology.interventions.patching_pairs import PairGroup, PatchPair, encode_pairs
 from bertology.models.loading import LoadedModel
 from bertology.models.sites import recording, replacing
 
@@ -129,7 +129,7 @@ def reference_pass(
             ) -> None:
                 outputs[f"m{index}"] = output
 
-            def projection(letter: str, count: int, index: int = index):  # noqa: ANN202
+            def projection(letter: str, count: int, index: int = index) -> Callable:
                 def hook(module: torch.nn.Module, _args: tuple, output: torch.Tensor) -> torch.Tensor:
                     norm = layers[index].input_layernorm
                     names = _upstream(len(layers), heads, index)
@@ -148,8 +148,8 @@ def reference_pass(
             stack.callback(attention.o_proj.register_forward_pre_hook(heads_out).remove)
             stack.callback(layer.mlp.register_forward_hook(mlp_out).remove)
             for letter, count in (("q", heads), ("k", kv_heads), ("v", kv_heads)):
-                module = getattr(attention, f"{letter}_proj")
-                stack.callback(module.register_forward_hook(projection(letter, count)).remove)
+                linear = getattr(attention, f"{letter}_proj")
+                stack.callback(linear.register_forward_hook(projection(letter, count)).remove)
             stack.callback(layer.post_attention_layernorm.register_forward_pre_hook(mlp_in).remove)
 
         def logits_in(_module: torch.nn.Module, args: tuple) -> tuple:
@@ -159,11 +159,11 @@ def reference_pass(
         yield outputs
 
 
-def _groups(loaded: LoadedModel) -> list:
+def _groups(loaded: LoadedModel) -> list[PairGroup]:
     return encode_pairs(loaded, PAIRS).groups
 
 
-def _logit_difference(logits: torch.Tensor, group) -> torch.Tensor:  # noqa: ANN001
+def _logit_difference(logits: torch.Tensor, group: PairGroup) -> torch.Tensor:
     last = logits[:, -1]
     return last.gather(1, group.answer[:, None])[:, 0] - last.gather(1, group.wrong[:, None])[:, 0]
 
@@ -184,7 +184,7 @@ def _masked_metric(loaded: LoadedModel, absent: set[tuple[str, str]]) -> float:
     return total
 
 
-def _score(result, upstream: str, downstream: str) -> float:  # noqa: ANN001
+def _score(result: CircuitResult, upstream: str, downstream: str) -> float:
     graph = result.graph
     return float(result.scores[graph.upstream.index(upstream), graph.downstream.index(downstream)])
 
