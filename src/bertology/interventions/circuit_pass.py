@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -50,24 +50,37 @@ def head_outputs(loaded: LoadedModel, layer: int, z: torch.Tensor) -> torch.Tens
 class _Pass:
     """What one masked pass knows: the graph, the replacement outputs ``[batch or 1, pos or 1, forward
     nodes, d_model]``, ``absent`` [forward nodes, backward nodes] float (1: the edge takes the replacement),
-    the outputs so far (chunks ``[batch, pos, nodes, d_model]`` in forward order) and, when kept, each
-    backward node's rebuilt input by its first backward index."""
+    whether to keep the nodes' outputs (``outputs``: [batch, pos, forward nodes, d_model], the first
+    ``done`` of them known) and, when kept, each backward node's rebuilt input by its first backward
+    index (``inputs``)."""
 
     graph: CircuitGraph
     replacement: torch.Tensor | None
     absent: torch.Tensor | None
-    outputs: list[torch.Tensor] = field(default_factory=list)
+    record: bool = True
+    outputs: torch.Tensor | None = None
+    done: int = 0
     inputs: dict[int, torch.Tensor] | None = None
+
+    def add(self, output: torch.Tensor) -> None:
+        """Keep the next forward nodes' outputs ``output`` [batch, pos, nodes, d_model]."""
+        if not self.record:
+            return
+        if self.outputs is None:
+            batch, pos, _, width = output.shape
+            shape = (batch, pos, len(self.graph.upstream), width)
+            self.outputs = torch.empty(shape, dtype=torch.float32, device=output.device)
+        self.outputs[:, :, self.done : self.done + output.shape[2]] = output
+        self.done += output.shape[2]
 
     def rebuilt(self, tensor: torch.Tensor, backward: slice) -> torch.Tensor:
         """``tensor`` [batch, pos, nodes, d_model], the inputs of backward nodes ``backward`` as the model
         computed them, with the absent in-edges' differences added."""
         feeds = int(self.graph.feeds[backward.start])
-        if self.absent is not None and self.replacement is not None:
+        if self.absent is not None and self.replacement is not None and self.outputs is not None:
             absent = self.absent[:feeds, backward]
             if bool(absent.any()):
-                current = torch.cat(self.outputs, dim=2)  # [batch, pos, feeds, d_model]
-                difference = self.replacement[:, :, :feeds] - current
+                difference = self.replacement[:, :, :feeds] - self.outputs[:, :, :feeds]
                 change = torch.einsum("bpud,un->bpnd", difference, absent)
                 tensor = tensor + change.to(tensor.dtype)
         if self.inputs is not None:
@@ -86,16 +99,17 @@ def _replacements(
             tensor = embedding.to(tensor.dtype)
         if leaf:
             tensor = tensor.detach().requires_grad_(True)
-        state.outputs.append(tensor.float()[:, :, None])
+        state.add(tensor.detach().float()[:, :, None])
         return tensor
 
     def heads(z: torch.Tensor, layer: int | None) -> torch.Tensor:
         assert layer is not None
-        state.outputs.append(head_outputs(loaded, layer, z))
+        if state.record:
+            state.add(head_outputs(loaded, layer, z.detach()))
         return z
 
     def mlp(output: torch.Tensor, _layer: int | None) -> torch.Tensor:
-        state.outputs.append(output.float()[:, :, None])
+        state.add(output.detach().float()[:, :, None])
         return output
 
     def head_input(letter: str) -> Replacement:
@@ -142,7 +156,8 @@ def node_outputs(loaded: LoadedModel, inputs: dict[str, torch.Tensor]) -> tuple[
     state = _Pass(circuit_graph(loaded), None, None)
     with torch.no_grad(), _masked(loaded, state):
         logits = loaded.model(**inputs).logits
-    return torch.cat(state.outputs, dim=2), logits
+    assert state.outputs is not None
+    return state.outputs, logits
 
 
 def masked_pass(
@@ -167,7 +182,7 @@ def gradient_pass(
     """A pass with gradients on ``inputs`` (the ``input`` node's output replaced by ``embedding`` where
     given, EAP-IG's interpolation): (the logits, every backward node's input ``[batch, pos, nodes,
     d_model]`` by its first backward index), to take the metric's gradient at."""
-    state = _Pass(circuit_graph(loaded), None, None, inputs={})
+    state = _Pass(circuit_graph(loaded), None, None, record=False, inputs={})
     with torch.enable_grad(), _masked(loaded, state, embedding, leaf=True):
         logits = loaded.model(**inputs).logits
     assert state.inputs is not None
