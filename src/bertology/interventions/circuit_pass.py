@@ -60,29 +60,45 @@ class _Pass:
     record: bool = True
     outputs: torch.Tensor | None = None
     done: int = 0
+    differences: torch.Tensor | None = None
     inputs: dict[int, torch.Tensor] | None = None
 
     def add(self, output: torch.Tensor) -> None:
-        """Keep the next forward nodes' outputs ``output`` [batch, pos, nodes, d_model]."""
+        """Keep the next forward nodes' outputs ``output`` [batch, pos, nodes, d_model] (and, in a masked
+        pass, the running sum of ``replacement - output`` over the nodes so far)."""
         if not self.record:
             return
         if self.outputs is None:
             batch, pos, _, width = output.shape
             shape = (batch, pos, len(self.graph.upstream), width)
             self.outputs = torch.empty(shape, dtype=torch.float32, device=output.device)
-        self.outputs[:, :, self.done : self.done + output.shape[2]] = output
-        self.done += output.shape[2]
+        nodes = slice(self.done, self.done + output.shape[2])
+        self.outputs[:, :, nodes] = output
+        if self.replacement is not None:
+            difference = (self.replacement[:, :, nodes] - output).sum(2)
+            self.differences = difference if self.differences is None else self.differences + difference
+        self.done = nodes.stop
 
     def rebuilt(self, tensor: torch.Tensor, backward: slice) -> torch.Tensor:
         """``tensor`` [batch, pos, nodes, d_model], the inputs of backward nodes ``backward`` as the model
-        computed them, with the absent in-edges' differences added."""
+        computed them, with the absent in-edges' differences ``replacement_u - current_u`` added: summed
+        over the absent edges where they are fewer than the kept ones, else the running sum over every
+        upstream node less the kept edges' (the same sum; fewer products either way)."""
         feeds = int(self.graph.feeds[backward.start])
         if self.absent is not None and self.replacement is not None and self.outputs is not None:
+            assert self.done == feeds and self.differences is not None
             absent = self.absent[:feeds, backward]
-            if bool(absent.any()):
-                difference = self.replacement[:, :, :feeds] - self.outputs[:, :, :feeds]
-                change = torch.einsum("bpud,un->bpnd", difference, absent)
-                tensor = tensor + change.to(tensor.dtype)
+            kept = 1 - absent
+            few_absent = bool(absent.sum() <= kept.sum())
+            weights = absent if few_absent else kept
+            rows = weights.any(1).nonzero()[:, 0]
+            change = torch.zeros_like(tensor, dtype=torch.float32)
+            if len(rows):
+                difference = self.replacement[:, :, rows] - self.outputs[:, :, rows]
+                change = torch.einsum("bpud,un->bpnd", difference, weights[rows])
+            if not few_absent:
+                change = self.differences[:, :, None] - change
+            tensor = tensor + change.to(tensor.dtype)
         if self.inputs is not None:
             self.inputs[backward.start] = tensor
         return tensor
