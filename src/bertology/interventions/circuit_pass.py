@@ -120,8 +120,7 @@ def _replacements(
 
     def heads(z: torch.Tensor, layer: int | None) -> torch.Tensor:
         assert layer is not None
-        if state.record:
-            state.add(head_outputs(loaded, layer, z.detach()))
+        state.add(head_outputs(loaded, layer, z.detach()))
         return z
 
     def mlp(output: torch.Tensor, _layer: int | None) -> torch.Tensor:
@@ -143,16 +142,21 @@ def _replacements(
     def logits_input(tensor: torch.Tensor, _layer: int | None) -> torch.Tensor:
         return state.rebuilt(tensor[:, :, None], slice(graph.logits, graph.logits + 1))[:, :, 0]
 
-    return {
-        ("resid_pre", 0): first,
-        "z": heads,
-        "mlp_out": mlp,
-        "q_input": head_input("q"),
-        "k_input": head_input("k"),
-        "v_input": head_input("v"),
-        "mlp_in": mlp_input,
-        ("resid_post", graph.layers - 1): logits_input,
-    }
+    functions: dict[SiteRequest, Replacement] = {("resid_pre", 0): first}
+    if state.record:
+        functions |= {"z": heads, "mlp_out": mlp}
+    # a node's input is replaced where it changes (some in-edge absent) or is kept for its gradient
+    changes = None if state.absent is None else state.absent.any(0).cpu().numpy()
+    for layer in range(graph.layers):
+        for letter in "qkv":
+            nodes = graph.head_inputs(layer, letter)
+            if state.inputs is not None or (changes is not None and changes[nodes].any()):
+                functions[f"{letter}_input", layer] = head_input(letter)
+        if state.inputs is not None or (changes is not None and changes[graph.mlp_input(layer)]):
+            functions["mlp_in", layer] = mlp_input
+    if state.inputs is not None or (changes is not None and changes[graph.logits]):
+        functions["resid_post", graph.layers - 1] = logits_input
+    return functions
 
 
 @contextmanager
