@@ -49,6 +49,12 @@ PatchMethod = Literal["exact", "attribution", "both"]
 PATCH_METHODS: tuple[PatchMethod, ...] = get_args(PatchMethod)
 PatchMetric = Literal["logit-diff", "prob-diff", "kl"]
 PATCH_METRICS: tuple[PatchMetric, ...] = get_args(PatchMetric)
+#: Circuits (:mod:`bertology.interventions.circuit`): how edges are scored and what an edge outside the
+#: circuit carries.
+CircuitMethod = Literal["eap", "eap-ig", "exact"]
+CIRCUIT_METHODS: tuple[CircuitMethod, ...] = get_args(CircuitMethod)
+CircuitAblation = Literal["counterfactual", "mean"]
+CIRCUIT_ABLATIONS: tuple[CircuitAblation, ...] = get_args(CircuitAblation)
 #: What a removed head's output becomes (:mod:`bertology.interventions.replacement`).
 AblationKind = Literal["zero", "mean", "resample"]
 ABLATION_KINDS: tuple[AblationKind, ...] = get_args(AblationKind)

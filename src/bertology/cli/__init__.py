@@ -20,12 +20,14 @@ from bertology.cli import training  # isort: skip
 from bertology.cli import interventions  # isort: skip
 from bertology.cli import attribution  # isort: skip
 from bertology.cli import patching  # isort: skip
+from bertology.cli import circuit  # isort: skip
 from bertology.cli import cache  # isort: skip
 
 __all__ = [
     "app",
     "attribution",
     "cache",
+    "circuit",
     "corpus",
     "interventions",
     "main",

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 RunKind = Literal[
-    "analysis", "comparison", "probe", "ablation", "patching", "heads", "composition", "training"
+    "analysis", "comparison", "probe", "ablation", "patching", "heads", "composition", "training", "circuit"
 ]
 #: Every kind of :data:`RunKind`.
 RUN_KINDS: tuple[RunKind, ...] = get_args(RunKind)

@@ -31,6 +31,8 @@ independent of :mod:`bertology.analysis` and :mod:`bertology.probes`.
   :func:`path_patch`: path patching from sender heads through receivers' queries, keys or values (at
   every position or one), :func:`path_patch_each` with each sender alone, a layer x head grid
   (``bertology patch``).
+- :func:`circuit`: circuits by edge attribution patching (EAP, EAP-IG, exact) on MIB's graph of heads and
+  MLPs, with faithfulness curves, CPR and CMD as MIB scores them (``bertology circuit``).
 """
 
 from bertology.interventions.ablation import AblationResult, ablation_sweep
@@ -43,6 +45,7 @@ from bertology.interventions.attention_attribution import (
 )
 from bertology.interventions.attention_gradients import AttentionGradients, attention_gradients
 from bertology.interventions.attribution_tree import AttributionTree, attribution_tree
+from bertology.interventions.circuit import CircuitResult, circuit
 from bertology.interventions.curves import pruning_curve, removal_counts
 from bertology.interventions.data import LabelledTexts
 from bertology.interventions.decoder_pruning import DecoderPruning, prune_decoder
@@ -82,6 +85,7 @@ __all__ = [
     "AttentionGradients",
     "AttributionImportance",
     "AttributionTree",
+    "CircuitResult",
     "ClassifierTask",
     "DecoderPruning",
     "DirectLogitAttribution",
@@ -110,6 +114,7 @@ __all__ = [
     "attribute",
     "attribution_importance",
     "attribution_tree",
+    "circuit",
     "direct_logit_attribution",
     "explain",
     "head_gates",

@@ -101,6 +101,9 @@ class Layout:
         before the feed-forward block) is the residual stream between attention and feed-forward block.
     attn_out: from a layer to the module whose output is what the attention block adds (Gemma 2 and 3
         normalise the output projection's result first); ``None``: the output projection.
+    attn_norm: from a layer to the norm between the layer's input and the query, key and value
+        projections of a pre-norm model (Llama's ``input_layernorm``, GPT-2's ``ln_1``); ``None`` where the
+        layout does not name it (the per-head ``q_input`` sites of :mod:`bertology.models.sites` need it).
     """
 
     layers: str
@@ -113,6 +116,7 @@ class Layout:
     mid: str = "attention"
     mid_is_input: bool = False
     attn_out: str | None = None
+    attn_norm: str | None = None
 
 
 def _separate(
@@ -140,7 +144,9 @@ def _self_attn(**fields: Any) -> Layout:
 
 
 #: Llama's layout (pre-norm: the residual stream between the blocks enters ``post_attention_layernorm``).
-_SELF_ATTN = _self_attn(mlp="mlp", mid="post_attention_layernorm", mid_is_input=True)
+_SELF_ATTN = _self_attn(
+    mlp="mlp", mid="post_attention_layernorm", mid_is_input=True, attn_norm="input_layernorm"
+)
 #: Gemma 2 and 3: each block's output normalised before it is added, a norm before the feed-forward block.
 _GEMMA2 = _self_attn(
     mlp="post_feedforward_layernorm",
@@ -277,7 +283,7 @@ MODEL_TYPES: dict[str, ModelType] = {
     "gpt2": ModelType(
         "GPT-2", "decoder", layout=Layout(
             "h", "attn", Fused("attn.c_attn", "stacked"), "attn.c_proj", mlp="mlp", mid="ln_2",
-            mid_is_input=True,
+            mid_is_input=True, attn_norm="ln_1",
         )
     ),
     "llama": ModelType("Llama", "decoder", layout=_SELF_ATTN),

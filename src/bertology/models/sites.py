@@ -57,6 +57,7 @@ from bertology.models.anatomy import (
     has_stacks,
     layer_modules,
     layout,
+    linear_weight,
     shares_layers,
     stack_layer_modules,
     stack_parts,
@@ -151,6 +152,28 @@ STACK_SITES: dict[str, tuple[str, ...]] = {
     "cross": ("q", "k", "v", "pattern", "z", "attn_out"),
 }
 
+#: Sites that exist to be replaced, not recorded: the input of one node of a circuit's graph
+#: (:mod:`bertology.interventions.circuit_graph`), as TransformerLens computes them with
+#: ``use_split_qkv_input``. Replacing ``q_input`` gives each head its own copy of the layer's input
+#: ``[batch, pos, head, d_model]`` (before the norm a pre-norm model applies), from which its queries are
+#: computed again (``k_input`` and ``v_input``: per key/value head); ``mlp_in`` is what enters the
+#: feed-forward block (before its norm), changed for that block only, not in the residual stream.
+NODE_INPUTS: dict[str, Site] = {
+    site.name: site
+    for site in (
+        Site("q_input", ("batch", "pos", "head", "d_model"), True, "blocks.{l}.hook_q_input",  # type: ignore[arg-type]
+             "each head's own copy of the layer's input, for its queries"),
+        Site("k_input", ("batch", "pos", "head", "d_model"), True, "blocks.{l}.hook_k_input",  # type: ignore[arg-type]
+             "each key/value head's own copy of the layer's input, for its keys"),
+        Site("v_input", ("batch", "pos", "head", "d_model"), True, "blocks.{l}.hook_v_input",  # type: ignore[arg-type]
+             "each key/value head's own copy of the layer's input, for its values"),
+        Site("mlp_in", ("batch", "pos", "d_model"), True, "blocks.{l}.hook_mlp_in",  # type: ignore[arg-type]
+             "the feed-forward block's own input, before its norm (pre-norm models)"),
+    )
+}  # fmt: skip
+
+_PER_HEAD_INPUTS = ("q_input", "k_input", "v_input")
+
 
 def stacked_name(stack: str, name: str) -> str:
     """An encoder-decoder's site ``name`` of ``stack``: ``"cross:z"``."""
@@ -174,7 +197,7 @@ def _split_name(model: PreTrainedModel, name: str) -> tuple[str | None, str, int
     """
     stack, _, base = name.rpartition(":")
     if not has_stacks(model):
-        if stack or name not in SITES:
+        if stack or (name not in SITES and name not in NODE_INPUTS):
             raise BertologyError(
                 f"There is no site {name!r}; the sites are {', '.join(SITES)}, and a module's by its path: "
                 f"{' and '.join(MODULE_SITES)}."
@@ -206,7 +229,7 @@ def _keys(model: nn.Module, requests: Iterable[SiteRequest]) -> list[SiteKey]:
             keys.append((name, layer))
             continue
         _stack, base, layers = _split_name(model, name)
-        site = SITES[base]
+        site = SITES.get(base) or NODE_INPUTS[base]
         if not site.per_layer:
             keys.append((name, None))
         elif layer is None:
@@ -273,6 +296,29 @@ def _heads(projection: Projection, heads: int, head_dim: int, module: nn.Module)
     return take, put
 
 
+def _head_inputs(
+    projection: Projection, heads: int, head_dim: int, norm: nn.Module | None
+) -> tuple[Callable, Callable]:
+    """``take`` and ``put`` of a per-head input site (:data:`NODE_INPUTS`) computed by ``projection``:
+    ``take`` copies the layer's input ``[batch, pos, d_model]`` once per head; ``put`` computes each head's
+    ``head_dim`` rows of the projection's output from its own copy (through ``norm`` first, if any)."""
+
+    def take(layer_input: torch.Tensor) -> torch.Tensor:
+        return layer_input.unsqueeze(-2).expand(*layer_input.shape[:-1], heads, layer_input.shape[-1])
+
+    def put(whole: torch.Tensor, part: torch.Tensor) -> torch.Tensor:
+        rows = torch.tensor(projection.rows(list(range(heads)), head_dim), device=whole.device)
+        weight = linear_weight(projection.linear).index_select(0, rows).unflatten(0, (heads, head_dim))
+        normed = part if norm is None else norm(part)
+        features = torch.einsum("bphd,hed->bphe", normed.to(weight.dtype), weight)
+        bias = projection.linear.bias
+        if bias is not None:
+            features = features + bias.index_select(0, rows).unflatten(0, (heads, head_dim))
+        return whole.index_copy(-1, rows, features.flatten(-2).to(whole.dtype))
+
+    return take, put
+
+
 def _split_heads(head_dim: int) -> tuple[Callable, Callable]:
     return (lambda whole: whole.unflatten(-1, (-1, head_dim)), lambda _whole, part: part.flatten(-2))
 
@@ -289,6 +335,24 @@ def _spot(shape: Layout, parts: AttentionParts, layer: nn.Module, name: str) -> 
         heads = parts.heads if name == "q" else parts.key_value_heads
         take, put = _heads(projection, heads, parts.head_dim, parts.module)
         return _Spot(projection.linear, False, take=take, put=put)
+    if name in ("q_input", "k_input", "v_input"):
+        if shape.mid_is_input and shape.attn_norm is None:
+            raise BertologyError(
+                f"Site {name!r} needs the norm before attention, which bertology does not know for layers "
+                f"of type {type(layer).__name__}."
+            )
+        projection = {"q": parts.query, "k": parts.key, "v": parts.value}[name[0]]
+        heads = parts.heads if name == "q_input" else parts.key_value_heads
+        norm = None if shape.attn_norm is None else layer.get_submodule(shape.attn_norm)
+        take, put = _head_inputs(projection, heads, parts.head_dim, norm)
+        return _Spot(projection.linear, False, take=take, put=put)
+    if name == "mlp_in":
+        if not shape.mid_is_input:
+            raise BertologyError(
+                f"Site 'mlp_in' is for pre-norm models; a model with layers of type {type(layer).__name__} "
+                "normalises its residual stream after each block."
+            )
+        return _Spot(layer.get_submodule(shape.mid), True)
     if name == "z":
         take, put = _split_heads(parts.head_dim)
         return _Spot(parts.output, True, take=take, put=put)
@@ -541,6 +605,9 @@ def recording(
             ``logits`` of a model without a head, or ``pattern`` with ``consume``.
     """
     keys = _keys(model, sites)
+    for name, _layer in keys:
+        if name in NODE_INPUTS:
+            raise BertologyError(f"The {name!r} site can be replaced but not recorded.")
     cache = Cache()
     store = cache.__setitem__ if consume is None else consume
 
@@ -584,7 +651,10 @@ def replacing(model: PreTrainedModel, replacements: Mapping[SiteRequest, Replace
     site's tensor (``{"z": fn}``: every layer; ``{("z", 2): fn}``: layer 2), before anything downstream
     reads it. ``k`` and ``v`` are replaced per key/value head. In a pre-norm model the residual stream
     between the blocks (``resid_mid``) is a sum the layer never hands to a module: it is replaced through
-    what the attention block adds (``fn(resid_pre + attn_out) - resid_pre``).
+    what the attention block adds (``fn(resid_pre + attn_out) - resid_pre``). The sites of
+    :data:`NODE_INPUTS` change one node's input only: ``fn`` gets ``[batch, pos, head, d_model]`` copies of
+    the layer's input (``q_input``, ``k_input``, ``v_input``) or the feed-forward block's input
+    (``mlp_in``).
 
     Raises:
         BertologyError: an unknown site or layer, or ``pattern`` (recorded only, not replaced).
@@ -601,12 +671,18 @@ def replacing(model: PreTrainedModel, replacements: Mapping[SiteRequest, Replace
         else set()
     )
     inputs: dict[int | None, torch.Tensor] = {}
+    # the per-head input sites are built from the layer's input (as replaced, if it is)
+    split = {layer for name, layer in functions if name in _PER_HEAD_INPUTS}
+    layer_inputs: dict[int | None, torch.Tensor] = {}
 
     def put(key: SiteKey, spot: _Spot, args: tuple, kwargs: dict, output: Any) -> Any:
         name, layer = key
         whole = _whole(spot, args, kwargs, output)
         if key in functions:
-            whole = spot.put(whole, functions[key](spot.take(whole), layer))
+            source = layer_inputs[layer] if name in _PER_HEAD_INPUTS else whole
+            whole = spot.put(whole, functions[key](spot.take(source), layer))
+        if layer in split and name == "resid_pre":
+            layer_inputs[layer] = whole
         if layer in mids and name == "resid_pre":
             inputs[layer] = whole
         if layer in mids and name == "attn_out":
@@ -616,6 +692,7 @@ def replacing(model: PreTrainedModel, replacements: Mapping[SiteRequest, Replace
 
     hooked = {key for key in functions if not (key[0] == "resid_mid" and key[1] in mids)}
     hooked |= {(name, layer) for layer in mids for name in ("resid_pre", "attn_out")}
+    hooked |= {("resid_pre", layer) for layer in split}
     with ExitStack() as stack:
         _hook_sites(model, hooked, put, stack)
         yield

@@ -207,6 +207,7 @@ class RunEntry(BaseModel):
         "heads",
         "composition",
         "training",
+        "circuit",
         "report",
     ] = Field(
         description="What the folder holds, as its writer marked it; 'report': a report without a mark."

@@ -1,0 +1,116 @@
+"""Benchmark circuit discovery (issue 44) on smollm2-135m and the shipped IOI pairs.
+
+Times, against one plain forward pass of the clean inputs (every group of pairs of one token count):
+
+1. EAP over every edge of the graph (the clean and corrupted runs recorded, one forward and backward pass);
+2. EAP-IG with ``--ig-steps`` points (default 5, MIB's);
+3. the whole faithfulness curve: MIB's 10 sizes for the method's ranking and a random one, plus the empty
+   circuit (21 masked passes).
+
+and prints each as a multiple of the plain pass, the curves' CPR and CMD (EAP, EAP-IG, random), and the
+largest resident memory of the process. Each timing is wall-clock and this process's CPU seconds
+(``time.process_time``) of one run; torch runs ``--threads`` threads (default 1: on a shared 2-core
+machine two OpenMP threads wait on each other).
+
+Run: ``python benchmarks/bench_circuit.py [--model smollm2-135m] [--pairs 18] [--ig-steps 5] [--threads 1]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from bertology.interventions.circuit import RANDOM
+from bertology.interventions.circuit_faithfulness import (
+    FRACTIONS,
+    areas,
+    circuit_metric,
+    curve,
+    random_ranking,
+    ranking,
+    replacements,
+)
+from bertology.interventions.circuit_pass import circuit_graph
+from bertology.interventions.circuit_scores import attribution_scores, circuit_runs
+from bertology.interventions.patching_pairs import encode_pairs, ioi_pairs, read_pairs
+from bertology.models.loading import load_model
+
+
+def timed(work: Callable[[], object]) -> tuple[np.ndarray, object]:
+    """([wall seconds, CPU seconds] of one call of ``work``, its result)."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = work()
+    return np.array((time.perf_counter() - wall, time.process_time() - cpu)), result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--pairs", type=int, default=18)
+    parser.add_argument("--ig-steps", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    loaded = load_model(args.model, language_model=True)
+    pairs = read_pairs(ioi_pairs())[: args.pairs]
+    encoded = encode_pairs(loaded, pairs)
+    graph = circuit_graph(loaded)
+    print(
+        f"{loaded.name}: {graph.layers} layers, {graph.heads} heads ({graph.key_value_heads} key/value), "
+        f"{graph.edge_count} edges; {len(pairs)} pairs in {len(encoded.groups)} groups"
+    )
+
+    def plain() -> None:
+        with torch.no_grad():
+            for group in encoded.groups:
+                loaded.model(**group.clean)
+
+    plain()  # warm up
+    one, _ = timed(plain)
+    print(f"plain forward pass: {one[0]:.2f} s wall, {one[1]:.2f} s CPU")
+
+    def scores(steps: int | None) -> np.ndarray:
+        runs = [circuit_runs(loaded, group, "noising", "logit-diff") for group in encoded.groups]
+        total = sum(attribution_scores(loaded, run, steps) for run in runs)
+        return (total / len(pairs)).numpy()  # type: ignore[union-attr]
+
+    found = {}
+    for name, steps in (("eap", None), ("eap-ig", args.ig_steps)):
+        spent, found[name] = timed(lambda steps=steps: scores(steps))
+        print(
+            f"{name}: {spent[0]:.2f} s wall ({spent[0] / one[0]:.1f} plain passes), {spent[1]:.2f} s CPU "
+            f"({spent[1] / one[1]:.1f})"
+        )
+
+    runs = [circuit_runs(loaded, group, "noising", "logit-diff") for group in encoded.groups]
+    carried = replacements(runs, "counterfactual")
+    real = graph.real
+    full = sum(float(run.metric("clean").sum()) for run in runs) / len(pairs)
+
+    def whole_curve(order_of: np.ndarray) -> list[list[float]]:
+        empty = circuit_metric(loaded, runs, carried, np.zeros_like(real))
+        return [
+            curve(loaded, runs, carried, order, real, full, empty)
+            for order in (order_of, random_ranking(real, 0))
+        ]
+
+    for name, table in found.items():
+        spent, (method_curve, random_curve) = timed(lambda table=table: whole_curve(ranking(table, real)))  # type: ignore[misc]
+        print(
+            f"{name} curve (10 sizes, method and random, and the empty circuit): {spent[0]:.2f} s wall "
+            f"({spent[0] / one[0]:.1f} plain passes), {spent[1]:.2f} s CPU ({spent[1] / one[1]:.1f})"
+        )
+        for label, values in ((name, method_curve), (RANDOM, random_curve)):
+            cpr, cmd = areas(values, FRACTIONS)
+            print(f"  {label}: CPR {cpr:.3f}, CMD {cmd:.3f}; f = " + ", ".join(f"{v:.2f}" for v in values))
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"largest resident memory: {peak:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,121 @@
+"""Faithfulness of circuits, measured by masked forward passes, and the areas MIB scores a method by
+(``MIB_circuit_track/evaluation.py``, ``evaluate_area_under_curve``).
+
+A circuit of ``n`` edges is the ``n`` edges of largest absolute score (``apply_topn(n, absolute=True)``, MIB's
+``--absolute``; ties in the edges' order). Every edge outside it carries the source run's value
+(counterfactual patching, MIB's ``intervention='patching'``) or, with ``mean`` ablation, its upstream
+node's output averaged over every position of every pair's source input (MIB's ``'mean'`` takes the mean over
+a separate intervention dataset, bertology over the pairs' source inputs). Its faithfulness is
+
+    f(C) = (m(C) - m(empty)) / (m(full) - m(empty)),
+
+``m`` the metric averaged over the pairs, ``m(full)`` the plain target run's (MIB's ``evaluate_baseline``) and
+``m(empty)`` the masked pass with no edge kept (MIB's ``apply_topn(0)``).
+
+Sizes: MIB's fractions of the edges ``0.1 %, 0.2 %, 0.5 %, 1 %, 2 %, 5 %, 10 %, 20 %, 50 %, 100 %``, each
+``int(fraction * edges)`` edges. Areas over the fractions (a linear axis, MIB's ``log_scale=False``), by the
+trapezoid rule between consecutive sizes: CPR = the area under the curve (higher is better), CMD = the area
+between the curve and 1, ``|1 - f|`` (lower is better). Where this differs from MIB: MIB prunes each circuit
+(``prune=True``: edges not connected to both ``input`` and ``logits`` dropped) and reports the weighted
+count of what is left; under counterfactual patching a pruned edge carries the source run's value either
+way, so the faithfulness is the same, and bertology reports the ``n`` edges asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+
+from bertology.interventions.circuit_pass import masked_pass
+from bertology.interventions.circuit_scores import CircuitRuns
+from bertology.models.loading import LoadedModel
+
+#: MIB's circuit sizes, as fractions of the graph's edges.
+FRACTIONS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
+
+
+def edge_counts(edges: int, fractions: Sequence[float] = FRACTIONS) -> list[int]:
+    """The number of edges of each circuit size, ``int(fraction * edges)`` as MIB counts them."""
+    return [int(fraction * edges) for fraction in fractions]
+
+
+def ranking(scores: np.ndarray, real: np.ndarray) -> np.ndarray:
+    """Flat indices of the real edges of ``scores`` [forward nodes, backward nodes], by absolute score from
+    the largest (ties: the edges' order)."""
+    edges = np.flatnonzero(real)
+    return edges[np.argsort(-np.abs(scores.ravel()[edges]), kind="stable")]
+
+
+def random_ranking(real: np.ndarray, seed: int) -> np.ndarray:
+    """Flat indices of the real edges in a random order drawn with ``seed``."""
+    return np.random.default_rng(seed).permutation(np.flatnonzero(real))
+
+
+def top_edges(order: np.ndarray, count: int, shape: tuple[int, int]) -> np.ndarray:
+    """[forward nodes, backward nodes] bool: the first ``count`` edges of ``order``."""
+    kept = np.zeros(shape[0] * shape[1], dtype=bool)
+    kept[order[:count]] = True
+    return kept.reshape(shape)
+
+
+def replacements(runs: Sequence[CircuitRuns], ablation: str) -> list[torch.Tensor]:
+    """Per group, what an absent edge carries: the source run's outputs (``counterfactual``) or, ``mean``,
+    [1, 1, forward nodes, d_model] every group's source outputs averaged over rows and positions."""
+    if ablation == "counterfactual":
+        return [run.outputs[run.source] for run in runs]
+    total = sum(run.outputs[run.source].sum((0, 1)) for run in runs)
+    count = sum(run.outputs[run.source].shape[0] * run.outputs[run.source].shape[1] for run in runs)
+    mean = (total / count)[None, None]
+    return [mean for _ in runs]
+
+
+def circuit_metric(
+    loaded: LoadedModel, runs: Sequence[CircuitRuns], carried: Sequence[torch.Tensor], kept: np.ndarray
+) -> float:
+    """The metric averaged over every pair of ``runs`` with only the edges ``kept`` (bool [forward nodes,
+    backward nodes]) from the target run, the others carrying ``carried`` (one per group)."""
+    total, pairs = 0.0, 0
+    for run, replacement in zip(runs, carried, strict=True):
+        absent = torch.as_tensor(~kept, device=replacement.device).float()
+        logits = masked_pass(loaded, run.target_inputs, replacement, absent)
+        values = run.score(logits)
+        total += float(values.sum())
+        pairs += len(values)
+    return total / pairs
+
+
+def faithfulness(value: float, full: float, empty: float) -> float:
+    """``(value - empty) / (full - empty)``."""
+    return (value - empty) / (full - empty)
+
+
+def curve(
+    loaded: LoadedModel,
+    runs: Sequence[CircuitRuns],
+    carried: Sequence[torch.Tensor],
+    order: np.ndarray,
+    real: np.ndarray,
+    full: float,
+    empty: float,
+    on_size_done: Callable[[], None] | None = None,
+) -> list[float]:
+    """The faithfulness of the circuit of each of MIB's sizes taken from ``order`` (flat edge indices)."""
+    values = []
+    for count in edge_counts(int(real.sum())):
+        value = circuit_metric(loaded, runs, carried, top_edges(order, count, real.shape))
+        values.append(faithfulness(value, full, empty))
+        if on_size_done is not None:
+            on_size_done()
+    return values
+
+
+def areas(values: Sequence[float], fractions: Sequence[float] = FRACTIONS) -> tuple[float, float]:
+    """(CPR, CMD) of a curve ``values`` at ``fractions`` (module docstring)."""
+    under = from_one = 0.0
+    for i in range(len(values) - 1):
+        (x1, f1), (x2, f2) = (fractions[i], values[i]), (fractions[i + 1], values[i + 1])
+        under += (x2 - x1) * (f1 + f2) / 2
+        from_one += (x2 - x1) * (abs(1 - f1) + abs(1 - f2)) / 2
+    return under, from_one
