@@ -21,8 +21,11 @@ from bertology.errors import BertologyError
 
 #: A node's name: ``input``, ``logits``, a head ``a{layer}.h{head}`` or an MLP ``m{layer}``.
 NODE_NAME = re.compile(r"input|logits|a(?P<layer>\d+)\.h(?P<head>\d+)|m(?P<mlp>\d+)")
-#: A downstream name: a node's name, a head's with the kind of its input (``<q>``, ``<k>``, ``<v>``).
-DOWNSTREAM_NAME = re.compile(rf"(?P<node>{NODE_NAME.pattern})(?:<(?P<kind>[qkv])>)?")
+#: An edge's upstream end: any node but ``logits``.
+UPSTREAM_NAME = re.compile(r"input|a\d+\.h\d+|m\d+")
+#: An edge's downstream end: any node but ``input``, a head's with the kind of its input (``a5.h2<q>``,
+#: ``<k>``, ``<v>``).
+DOWNSTREAM_NAME = re.compile(r"logits|m\d+|a\d+\.h\d+(?:<[qkv]>)?")
 
 EDGE_COLUMNS = ("upstream", "downstream", "score")
 FAITHFULNESS_COLUMNS = ("method", "percent_edges", "edges", "faithfulness")
@@ -64,19 +67,19 @@ def _numbers(frame: pd.DataFrame, column: str, name: str) -> np.ndarray:
     if bad.size:
         row = int(bad[0])
         raise BertologyError(
-            f"{name} row {row + 1} has {column} {frame[column].iloc[row]!r}, which is not a finite number."
+            f"{name} row {row + 1} has {column} {str(frame[column].iloc[row])!r}, which is not a finite number."
         )
     return values
 
 
-def _check_names(names: pd.Series, pattern: re.Pattern[str], name: str, column: str, refused: str) -> None:
-    """Every entry of ``names`` fully matches ``pattern`` and is not ``refused``.
+def _check_names(names: pd.Series, pattern: re.Pattern[str], name: str, column: str) -> None:
+    """Every entry of ``names`` fully matches ``pattern``.
 
     Raises:
         BertologyError: the first that does not (its row and value named).
     """
     text = names.fillna("").astype(str)
-    bad = ~text.str.fullmatch(pattern.pattern) | (text == refused)
+    bad = ~text.str.fullmatch(pattern.pattern)
     if bad.any():
         row = int(np.flatnonzero(bad.to_numpy())[0])
         raise BertologyError(
@@ -97,8 +100,8 @@ def read_edges(source: str | IO[bytes], name: str = "edges.csv") -> pd.DataFrame
     """
     frame = _read(source, name, EDGE_COLUMNS)
     score = _numbers(frame, "score", name)
-    _check_names(frame["upstream"], NODE_NAME, name, "upstream", "logits")
-    _check_names(frame["downstream"], DOWNSTREAM_NAME, name, "downstream", "input")
+    _check_names(frame["upstream"], UPSTREAM_NAME, name, "upstream")
+    _check_names(frame["downstream"], DOWNSTREAM_NAME, name, "downstream")
     split = frame["downstream"].str.extract(rf"^(?P<node>[^<]*)(?:<(?P<kind>[qkv])>)?$")
     order = np.argsort(-np.abs(score), kind="stable")
     edges = pd.DataFrame(

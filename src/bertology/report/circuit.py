@@ -35,7 +35,7 @@ from bertology.attention.capturing import Attention
 from bertology.errors import BertologyError
 from bertology.files.run_files import CIRCUIT_PAGE_FILE, EDGES_FILE, FAITHFULNESS_FILE, SUMMARY_FILE
 from bertology.interventions.circuit_attention import PairAttention, circuit_attention
-from bertology.interventions.circuit_edges import DOWNSTREAM_NAME, read_edges, read_faithfulness
+from bertology.interventions.circuit_edges import NODE_NAME, read_edges, read_faithfulness
 from bertology.interventions.patching_pairs import PatchPair
 from bertology.models.loading import LoadedModel
 from bertology.report.page import definitions, render
@@ -74,7 +74,7 @@ def _place(node: str, layers: int, heads: int) -> tuple[float, float]:
     layer ``l``'s heads in column ``1 + 2l`` (row = head) and its MLP in ``2 + 2l``, ``logits`` last;
     input, MLPs and logits in the middle row."""
     middle = (heads - 1) / 2
-    match = DOWNSTREAM_NAME.fullmatch(node)
+    match = NODE_NAME.fullmatch(node)
     assert match is not None  # read_edges checked every name
     if match["layer"] is not None:
         return 1 + 2 * int(match["layer"]), float(match["head"])
@@ -87,7 +87,7 @@ def graph_data(edges: pd.DataFrame) -> dict[str, Any]:
     """The nodes (name, column, row) and edges (indices into the nodes, the downstream input's kind, score;
     by ``|score|`` largest first) of ``edges`` (:func:`~bertology.interventions.circuit_edges.read_edges`)."""
     names = pd.unique(pd.concat([edges["upstream"], edges["downstream"]], ignore_index=True))
-    found = [DOWNSTREAM_NAME.fullmatch(str(name)) for name in names]
+    found = [NODE_NAME.fullmatch(str(name)) for name in names]
     layers = 1 + max(
         (int(match["layer"] or match["mlp"]) for match in found if match and (match["layer"] or match["mlp"])),
         default=-1,
