@@ -136,7 +136,7 @@ def test_a_run_without_the_methods_sizes_is_one_sentence(tmp_path: Path) -> None
 
 # --- In Chromium ---------------------------------------------------------------------------------------
 
-HOSTILE = '<img src=x onerror="document.title=\'pwned\'">'
+HOSTILE = "<img src=x onerror=\"document.title='pwned'\">"
 
 
 def open_page(chromium_browser: Any, path: Path) -> tuple[Any, Any, list[str]]:
@@ -189,7 +189,9 @@ def test_the_slider_draws_the_top_edges_and_a_head_shows_its_attention(
         assert set(shown) == touched
         faithfulness = page.inner_text("#faithfulness")
         step = PERCENTS.index(percent)
-        assert f"{0.5 + 0.2 * step:.3f} (eap-ig)" in faithfulness and f"{0.1 + 0.2 * step:.3f}" in faithfulness
+        assert (
+            f"{0.5 + 0.2 * step:.3f} (eap-ig)" in faithfulness and f"{0.1 + 0.2 * step:.3f}" in faithfulness
+        )
         page.keyboard.press("ArrowRight")
 
     page.keyboard.press("End")  # the circuit of half the edges: the head's edges in it only

@@ -66,9 +66,8 @@ def _numbers(frame: pd.DataFrame, column: str, name: str) -> np.ndarray:
     bad = np.flatnonzero(~np.isfinite(values))
     if bad.size:
         row = int(bad[0])
-        raise BertologyError(
-            f"{name} row {row + 1} has {column} {str(frame[column].iloc[row])!r}, which is not a finite number."
-        )
+        value = str(frame[column].iloc[row])
+        raise BertologyError(f"{name} row {row + 1} has {column} {value!r}, which is not a finite number.")
     return values
 
 
@@ -102,7 +101,7 @@ def read_edges(source: str | IO[bytes], name: str = "edges.csv") -> pd.DataFrame
     score = _numbers(frame, "score", name)
     _check_names(frame["upstream"], UPSTREAM_NAME, name, "upstream")
     _check_names(frame["downstream"], DOWNSTREAM_NAME, name, "downstream")
-    split = frame["downstream"].str.extract(rf"^(?P<node>[^<]*)(?:<(?P<kind>[qkv])>)?$")
+    split = frame["downstream"].str.extract(r"^(?P<node>[^<]*)(?:<(?P<kind>[qkv])>)?$")
     order = np.argsort(-np.abs(score), kind="stable")
     edges = pd.DataFrame(
         {
@@ -135,6 +134,19 @@ def read_faithfulness(source: str | IO[bytes], name: str = "faithfulness.csv") -
     return frame
 
 
+def graph_shape(edges: pd.DataFrame) -> tuple[int, int]:
+    """``(layers, heads)`` that the nodes of ``edges`` (:func:`read_edges`) span: one more than the largest
+    layer of a head or MLP and than the largest head (0 where there is none)."""
+    layers, heads = 0, 0
+    for name in pd.unique(pd.concat([edges["upstream"], edges["downstream"]], ignore_index=True)):
+        match = NODE_NAME.fullmatch(str(name))
+        if match is not None and match["layer"] is not None:
+            layers, heads = max(layers, int(match["layer"]) + 1), max(heads, int(match["head"]) + 1)
+        elif match is not None and match["mlp"] is not None:
+            layers = max(layers, int(match["mlp"]) + 1)
+    return layers, heads
+
+
 def head_edges(edges: pd.DataFrame, layer: int, head: int, count: int = HEAD_EDGES) -> dict[str, Any]:
     """The ``count`` edges into and out of the head ``(layer, head)`` of largest ``|score|`` (``edges`` as
     :func:`read_edges` gives them): ``{"into": [...], "out": [...]}``, each edge ``{"node": the other end,
@@ -151,9 +163,7 @@ def head_edges(edges: pd.DataFrame, layer: int, head: int, count: int = HEAD_EDG
                 "score": float(score),
                 "rank": int(rank) + 1,
             }
-            for end, kind, score, rank in zip(
-                top[other], top["kind"], top["score"], top.index, strict=True
-            )
+            for end, kind, score, rank in zip(top[other], top["kind"], top["score"], top.index, strict=True)
         ]
 
     return {

@@ -35,7 +35,7 @@ from bertology.attention.capturing import Attention
 from bertology.errors import BertologyError
 from bertology.files.run_files import CIRCUIT_PAGE_FILE, EDGES_FILE, FAITHFULNESS_FILE, SUMMARY_FILE
 from bertology.interventions.circuit_attention import PairAttention, circuit_attention
-from bertology.interventions.circuit_edges import NODE_NAME, read_edges, read_faithfulness
+from bertology.interventions.circuit_edges import NODE_NAME, graph_shape, read_edges, read_faithfulness
 from bertology.interventions.patching_pairs import PatchPair
 from bertology.models.loading import LoadedModel
 from bertology.report.page import definitions, render
@@ -87,12 +87,8 @@ def graph_data(edges: pd.DataFrame) -> dict[str, Any]:
     """The nodes (name, column, row) and edges (indices into the nodes, the downstream input's kind, score;
     by ``|score|`` largest first) of ``edges`` (:func:`~bertology.interventions.circuit_edges.read_edges`)."""
     names = pd.unique(pd.concat([edges["upstream"], edges["downstream"]], ignore_index=True))
-    found = [NODE_NAME.fullmatch(str(name)) for name in names]
-    layers = 1 + max(
-        (int(match["layer"] or match["mlp"]) for match in found if match and (match["layer"] or match["mlp"])),
-        default=-1,
-    )
-    heads = 1 + max((int(match["head"]) for match in found if match and match["head"]), default=0)
+    layers, heads = graph_shape(edges)
+    heads = max(heads, 1)
     index = {name: position for position, name in enumerate(names)}
     nodes = [[str(name), *_place(str(name), layers, heads)] for name in names]
     return {
@@ -154,7 +150,17 @@ def _header(summary: dict[str, Any]) -> Markup:
     """The page's metadata: the model, method, metric and counts, and CPR / CMD of each method."""
     shown = {
         key: summary[key]
-        for key in ("model", "method", "metric", "direction", "ig_steps", "ablation", "pairs", "nodes", "edges")
+        for key in (
+            "model",
+            "method",
+            "metric",
+            "direction",
+            "ig_steps",
+            "ablation",
+            "pairs",
+            "nodes",
+            "edges",
+        )
         if isinstance(summary.get(key), str | int | float)
     }
     for score in ("cpr", "cmd"):

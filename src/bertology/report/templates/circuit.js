@@ -5,22 +5,26 @@
   const root = document.getElementById("circuit");
   const data = JSON.parse(document.getElementById("circuit-data").textContent);
   const graph = data.graph;
-  const COLUMN = 22;
   const ROW = 26;
   const MARGIN = 24;
+  const TOP = 40;  // room for the layers' labels
   const SHOWN_EDGES = 5;
   const KIND_OFFSET = { q: -4, k: 0, v: 4, ".": 0 };
   const KIND_NAME = { q: "query", k: "key", v: "value", ".": "input" };
   const total = graph.scores.length;
   const largest = total ? Math.abs(graph.scores[0]) || 1 : 1;
+  // Columns as wide as the box allows (22 to 80 px): input, then per layer its heads and its MLP, logits.
+  const lastColumn = Math.max(1, ...graph.nodes.map((node) => node[1]));
+  const available = document.getElementById("graph-box").clientWidth - 2 * MARGIN;
+  const COLUMN = Math.max(22, Math.min(80, Math.floor(available / lastColumn)));
   const nodes = graph.nodes.map(([name, column, row]) => ({
     name,
     x: MARGIN + column * COLUMN,
-    y: MARGIN + row * ROW,
+    y: TOP + row * ROW,
     head: /^a(\d+)\.h(\d+)$/.exec(name),
   }));
-  const width = MARGIN + nodes.reduce((most, node) => Math.max(most, node.x), 0) + MARGIN;
-  const height = 2 * MARGIN + Math.max(0, graph.heads - 1) * ROW;
+  const width = 2 * MARGIN + lastColumn * COLUMN;
+  const height = TOP + MARGIN + Math.max(0, graph.heads - 1) * ROW;
   const canvas = document.getElementById("edges");
   const context = canvas.getContext("2d");
   const ratio = window.devicePixelRatio || 1;
@@ -45,6 +49,12 @@
     if (node.name === "input") return "in";
     if (node.name === "logits") return "out";
     return "m";
+  }
+
+  for (let layer = 0; layer < graph.layers; layer += 1) {
+    const label = el("span", layer === 0 ? "layer 0" : String(layer), "layer-label");
+    label.style.left = `${MARGIN + (1 + 2 * layer) * COLUMN}px`;
+    box.append(label);
   }
 
   const buttons = nodes.map((node, index) => {
