@@ -61,11 +61,13 @@ def test_a_bad_edge_is_named_in_one_sentence(tmp_path: Path, row: str, named: st
 def test_head_edges_are_the_strongest_into_and_out_of_the_head(tmp_path: Path) -> None:
     ranked = write_run(tmp_path / "run")
     edges = read_edges(str(tmp_path / "run" / "edges.csv"))
-    listed = head_edges(edges, 1, 2, count=3)
-    into = [(rank + 1, up, down) for rank, (up, down, _) in enumerate(ranked) if down.startswith("a1.h2<")]
-    out = [(rank + 1, down) for rank, (up, down, _) in enumerate(ranked) if up == "a1.h2"]
-    assert [(e["rank"], e["node"], f"a1.h2<{e['kind']}>") for e in listed["into"]] == into[:3]
-    assert [(e["rank"], e["node"]) for e in listed["out"]] == out[:3]
+    listed = head_edges(edges, 0, 1, count=3)  # layer 0: its edges out reach the next layer's q, k and v
+    into = [(rank + 1, up, down) for rank, (up, down, _) in enumerate(ranked) if down.startswith("a0.h1<")]
+    out = [(rank + 1, down) for rank, (up, down, _) in enumerate(ranked) if up == "a0.h1"]
+    assert [(e["rank"], e["node"], f"a0.h1<{e['kind']}>") for e in listed["into"]] == into[:3]
+    assert [(e["rank"], e["node"] + (f"<{e['kind']}>" if e["kind"] else "")) for e in listed["out"]] == out[
+        :3
+    ]
     assert [e["score"] for e in listed["out"]] == [ranked[rank - 1][2] for rank, _ in out[:3]]
 
 
@@ -160,6 +162,15 @@ def test_the_slider_draws_the_top_edges_and_a_head_shows_its_attention(
         if down.startswith("a1.h2<")
     ][:5]
     assert listed == into and into
+    listed_out = page.eval_on_selector_all(
+        "#edges-out tr", "rows => rows.map(r => [...r.cells].map(c => c.textContent))"
+    )
+    out = [
+        [down, "", f"{score:.4f}", str(rank + 1)]  # a head of the last layer sends only to m1 and logits
+        for rank, (up, down, score) in enumerate(ranked[: sizes[2]])
+        if up == "a1.h2"
+    ][:5]
+    assert listed_out == (out or [["none in the circuit at this size"]])  # none at seed 0: that row
     for which, captured in (("clean", attention.clean), ("corrupted", attention.corrupted)):
         n = len(captured.tokens)
         reds = np.array(page.evaluate(CELL_REDS_JS, [which, n]))

@@ -150,23 +150,19 @@ def graph_shape(edges: pd.DataFrame) -> tuple[int, int]:
 def head_edges(edges: pd.DataFrame, layer: int, head: int, count: int = HEAD_EDGES) -> dict[str, Any]:
     """The ``count`` edges into and out of the head ``(layer, head)`` of largest ``|score|`` (``edges`` as
     :func:`read_edges` gives them): ``{"into": [...], "out": [...]}``, each edge ``{"node": the other end,
-    "kind": the head's input it reaches ("q", "k", "v"; "" for an edge out), "score", "rank": its place
-    in the whole ranking, 1-based (the circuit of n edges holds the ranks up to n)}``."""
+    "kind": the input of the edge's downstream head it reaches ("q", "k", "v"; "" for an MLP or the
+    logits), "score", "rank": its place in the whole ranking, 1-based (the circuit of n edges holds the
+    ranks up to n)}``."""
     node = head_node(layer, head)
 
-    def listed(rows: pd.DataFrame, other: str, kinds: bool) -> list[dict[str, Any]]:
+    def listed(rows: pd.DataFrame, other: str) -> list[dict[str, Any]]:
         top = rows.head(count)
         return [
-            {
-                "node": str(end),
-                "kind": str(kind) if kinds else "",
-                "score": float(score),
-                "rank": int(rank) + 1,
-            }
+            {"node": str(end), "kind": str(kind), "score": float(score), "rank": int(rank) + 1}
             for end, kind, score, rank in zip(top[other], top["kind"], top["score"], top.index, strict=True)
         ]
 
     return {
-        "into": listed(edges[edges["downstream"] == node], "upstream", True),
-        "out": listed(edges[edges["upstream"] == node], "downstream", False),
+        "into": listed(edges[edges["downstream"] == node], "upstream"),
+        "out": listed(edges[edges["upstream"] == node], "downstream"),
     }

@@ -361,7 +361,8 @@ class CircuitEdge(BaseModel):
         description="The edge's other end, as MIB names nodes (input, a{layer}.h{head}, m{layer}, logits)."
     )
     kind: Literal["q", "k", "v", ""] = Field(
-        description="An edge in: the head's input it reaches (query, key, value); an edge out: ''."
+        description="The input of the edge's downstream head it reaches (query, key, value); '' for an MLP "
+        "or the logits."
     )
     score: float
     rank: int = Field(

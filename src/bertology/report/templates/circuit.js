@@ -10,7 +10,7 @@
   const TOP = 40;  // room for the layers' labels
   const SHOWN_EDGES = 5;
   const KIND_OFFSET = { q: -4, k: 0, v: 4, ".": 0 };
-  const KIND_NAME = { q: "query", k: "key", v: "value", ".": "input" };
+  const KIND_NAME = { q: "query", k: "key", v: "value", ".": "" };
   const total = graph.scores.length;
   const largest = total ? Math.abs(graph.scores[0]) || 1 : 1;
   // Columns as wide as the box allows (22 to 80 px): input, then per layer its heads and its MLP, logits.
@@ -124,14 +124,13 @@
     for (const i of edges) {
       const row = el("tr");
       const other = nodes[into ? graph.upstream[i] : graph.downstream[i]].name;
-      row.append(el("td", other));
-      if (into) row.append(el("td", KIND_NAME[graph.kinds[i]]));
+      row.append(el("td", other), el("td", KIND_NAME[graph.kinds[i]]));
       row.append(el("td", number(graph.scores[i], 4), "num"), el("td", String(i + 1), "num"));
       body.append(row);
     }
     if (!edges.length) {
       const cell = el("td", "none in the circuit at this size");
-      cell.colSpan = into ? 4 : 3;
+      cell.colSpan = 4;
       const row = el("tr");
       row.append(cell);
       body.append(row);
