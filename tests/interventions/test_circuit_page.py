@@ -19,7 +19,7 @@ from bertology.errors import BertologyError
 from bertology.interventions.circuit_attention import PairAttention, circuit_attention
 from bertology.interventions.circuit_edges import head_edges, read_edges
 from bertology.models.loading import LoadedModel
-from bertology.report.circuit import write_circuit_page
+from bertology.report.circuit import graph_data, write_circuit_page
 from bertology.views.bertviz import prettify
 
 WAIT_MS = 30_000
@@ -69,6 +69,12 @@ def test_head_edges_are_the_strongest_into_and_out_of_the_head(tmp_path: Path) -
         :3
     ]
     assert [e["score"] for e in listed["out"]] == [ranked[rank - 1][2] for rank, _ in out[:3]]
+
+
+def test_the_page_keeps_tiny_scores(tmp_path: Path) -> None:
+    path = tmp_path / "edges.csv"
+    path.write_text("upstream,downstream,score\ninput,m0,3.25e-9\nm0,logits,-1.5e-12\n")
+    assert graph_data(read_edges(str(path)))["scores"] == [3.25e-9, -1.5e-12]  # EAP's can be this small
 
 
 def test_circuit_attention_is_each_text_captured_alone(loaded_types: Callable[[str], LoadedModel]) -> None:
@@ -153,24 +159,33 @@ def test_the_slider_draws_the_top_edges_and_a_head_shows_its_attention(
     page.wait_for_selector("#circuit[data-percent='50']", timeout=WAIT_MS)
     page.click("#graph .node[data-node='a1.h2']")
     page.wait_for_selector("#circuit[data-selected='a1.h2'][data-attention=shown]", timeout=WAIT_MS)
-    listed = page.eval_on_selector_all(
-        "#edges-in tr", "rows => rows.map(r => [...r.cells].map(c => c.textContent))"
-    )
+    cells = "rows => rows.map(r => [...r.cells].map(c => c.textContent))"
+    listed = [[*row[:2], float(row[2]), *row[3:]] for row in page.eval_on_selector_all("#edges-in tr", cells)]
     into = [
-        [up, {"q": "query", "k": "key", "v": "value"}[down[-2]], f"{score:.4f}", str(rank + 1)]
+        [
+            up,
+            {"q": "query", "k": "key", "v": "value"}[down[-2]],
+            pytest.approx(score, rel=1e-3),
+            str(rank + 1),
+        ]
         for rank, (up, down, score) in enumerate(ranked[: sizes[2]])
         if down.startswith("a1.h2<")
     ][:5]
     assert listed == into and into
-    listed_out = page.eval_on_selector_all(
-        "#edges-out tr", "rows => rows.map(r => [...r.cells].map(c => c.textContent))"
-    )
+    listed_out = page.eval_on_selector_all("#edges-out tr", cells)
     out = [
-        [down, "", f"{score:.4f}", str(rank + 1)]  # a head of the last layer sends only to m1 and logits
+        [
+            down,
+            "",
+            pytest.approx(score, rel=1e-3),
+            str(rank + 1),
+        ]  # a head of the last layer sends only to m1 and logits
         for rank, (up, down, score) in enumerate(ranked[: sizes[2]])
         if up == "a1.h2"
     ][:5]
-    assert listed_out == (out or [["none in the circuit at this size"]])  # none at seed 0: that row
+    assert [row if len(row) == 1 else [*row[:2], float(row[2]), row[3]] for row in listed_out] == (
+        out or [["none in the circuit at this size"]]
+    )  # none at seed 0: that row
     for which, captured in (("clean", attention.clean), ("corrupted", attention.corrupted)):
         n = len(captured.tokens)
         reds = np.array(page.evaluate(CELL_REDS_JS, [which, n]))

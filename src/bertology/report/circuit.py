@@ -98,7 +98,7 @@ def graph_data(edges: pd.DataFrame) -> dict[str, Any]:
         "upstream": [index[name] for name in edges["upstream"]],
         "downstream": [index[name] for name in edges["downstream"]],
         "kinds": "".join(kind or "." for kind in edges["kind"]),
-        "scores": [round(float(score), 7) for score in edges["score"]],
+        "scores": [float(f"{score:.7g}") for score in edges["score"]],  # EAP's scores can be tiny
     }
 
 

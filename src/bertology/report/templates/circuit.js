@@ -125,7 +125,7 @@
       const row = el("tr");
       const other = nodes[into ? graph.upstream[i] : graph.downstream[i]].name;
       row.append(el("td", other), el("td", KIND_NAME[graph.kinds[i]]));
-      row.append(el("td", number(graph.scores[i], 4), "num"), el("td", String(i + 1), "num"));
+      row.append(el("td", graph.scores[i].toPrecision(4), "num"), el("td", String(i + 1), "num"));
       body.append(row);
     }
     if (!edges.length) {
