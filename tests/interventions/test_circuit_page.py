@@ -19,6 +19,7 @@ from bertology.errors import BertologyError
 from bertology.interventions.circuit_attention import PairAttention, circuit_attention
 from bertology.interventions.circuit_edges import head_edges, read_edges
 from bertology.models.loading import LoadedModel
+from bertology.report import circuit
 from bertology.report.circuit import graph_data, write_circuit_page
 from bertology.views.bertviz import prettify
 
@@ -195,6 +196,27 @@ def test_the_slider_draws_the_top_edges_and_a_head_shows_its_attention(
             f"#attention-box figure[data-input={which}] li", "items => items.map(i => i.textContent)"
         )
         assert tokens == [prettify(token) for token in captured.tokens]
+    assert errors == []
+    context.close()
+
+
+@pytest.mark.browser
+def test_a_circuit_larger_than_the_page_draws_shows_its_strongest_edges(
+    chromium_browser: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(circuit, "MOST_DRAWN_EDGES", 3)
+    ranked = write_run(tmp_path / "run")
+    context, page, errors = open_page(chromium_browser, write_circuit_page(tmp_path / "run"))
+    count = int(PERCENTS[1] / 100 * len(ranked))  # the 10 % the page opens on: 7 edges
+    assert page.get_attribute("#circuit", "data-drawn-edges") == "3"
+    assert page.inner_text("#size-text").endswith(
+        f"the {count} of {len(ranked)} of largest |score| (the strongest 3 drawn)"
+    )
+    # the nodes shown as in the circuit are those of all its edges, not only of the 3 drawn
+    touched = {name.split("<")[0] for up, down, _ in ranked[:count] for name in (up, down)}
+    assert touched != {name.split("<")[0] for up, down, _ in ranked[:3] for name in (up, down)}
+    shown = page.eval_on_selector_all("#graph .node:not(.out)", "nodes => nodes.map(n => n.dataset.node)")
+    assert set(shown) == touched
     assert errors == []
     context.close()
 

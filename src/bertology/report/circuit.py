@@ -2,18 +2,18 @@
 
 It reads the run's ``edges.csv``, ``faithfulness.csv`` and ``summary.json``
 (:mod:`bertology.interventions.circuit_edges`) and draws MIB's graph: ``input`` on the left, each layer's
-heads in a column (head 0 at the top) with its MLP in the next column, ``logits`` on the right. A slider
-goes over the sizes of ``faithfulness.csv`` (the method's, ``summary.json``'s ``method``); the circuit at
-a size is the first ``edges`` rows of ``edges.csv`` by ``|score|`` (MIB's top ``percent_edges`` %), drawn
-with width by ``|score|`` and red for a positive score, blue for a negative one; the page says its
-faithfulness and the random ranking's at that size. A click on a node lists its strongest edges in and out
-of the circuit, and on a head draws its attention on one clean and one corrupted input
+heads in a column (head 0 at the top) with its MLP in the next column, ``logits`` on the right. A slider goes
+over the sizes of ``faithfulness.csv`` (the method's, ``summary.json``'s ``method``); the circuit at a size is
+the first ``edges`` rows of ``edges.csv`` by ``|score|`` (MIB's top ``percent_edges`` %), drawn (its strongest
+:data:`MOST_DRAWN_EDGES`) with width by ``|score|`` and red for a positive score, blue for a negative one; the
+page says its faithfulness and the random ranking's at that size. A click on a node lists its strongest edges
+in and out of the circuit, and on a head draws its attention on one clean and one corrupted input
 (:func:`~bertology.interventions.circuit_attention.circuit_attention`, embedded as 8-bit codes).
 
 Like the view pages, the page is one file that loads nothing: its script (``templates/circuit.js``) and
 style are inline, its data travels in a ``type="application/json"`` block with ``<``, ``>`` and ``&``
 escaped (:func:`~bertology.views.payload.script_json`), and the script inserts every name and token as
-text (``textContent``, canvas ``fillText``), never as markup. Its Content-Security-Policy runs that one
+text (``textContent``), never as markup. Its Content-Security-Policy runs that one
 script, by hash (:func:`circuit_script_hash`), which the web app allows for the runs folder's files too.
 """
 
@@ -44,6 +44,9 @@ from bertology.views.payload import quantise_attention, script_json
 
 #: The method ``faithfulness.csv`` compares every method with.
 RANDOM = "random"
+#: The most edges the page draws of a circuit (its strongest): drawing more takes seconds (123,211 edges,
+#: smollm2-135m's whole graph: about 10 s in headless Chromium on a shared CPU) and adds only faint lines.
+MOST_DRAWN_EDGES = 20_000
 #: The size the page opens on: the first of the method's sizes with at least this many percent of edges.
 OPENING_PERCENT = 5.0
 
@@ -198,6 +201,7 @@ def write_circuit_page(run_dir: str | Path, attention: PairAttention | None = No
         "graph": graph_data(edges),
         "sizes": stops,
         "opening": opening,
+        "mostDrawn": MOST_DRAWN_EDGES,
         "attention": None
         if attention is None
         else {"clean": attention_data(attention.clean), "corrupted": attention_data(attention.corrupted)},

@@ -73,7 +73,8 @@
   const slider = document.getElementById("size");
   slider.max = String(data.sizes.length - 1);
   slider.value = String(data.opening);
-  let count = 0;
+  let count = 0;  // the circuit's edges: the first `count` by |score|
+  let drawnCount = 0;  // of those, the strongest data.mostDrawn are drawn
   let selected = null;
 
   function colour(score, alpha) {
@@ -84,14 +85,16 @@
     context.setTransform(ratio, 0, 0, ratio, 0, 0);
     context.clearRect(0, 0, width, height);
     const touched = new Uint8Array(nodes.length);
+    for (let i = 0; i < count; i += 1) {
+      touched[graph.upstream[i]] = 1;
+      touched[graph.downstream[i]] = 1;
+    }
     let drawn = 0;
-    for (let i = count - 1; i >= 0; i -= 1) {  // the strongest last, on top
+    for (let i = drawnCount - 1; i >= 0; i -= 1) {  // the strongest last, on top
       const up = nodes[graph.upstream[i]];
       const down = nodes[graph.downstream[i]];
       const score = graph.scores[i];
       const size = Math.abs(score) / largest;
-      touched[graph.upstream[i]] = 1;
-      touched[graph.downstream[i]] = 1;
       const end = down.y + KIND_OFFSET[graph.kinds[i]];
       const middle = (up.x + down.x) / 2;
       context.lineWidth = 0.5 + 3.5 * size;
@@ -109,8 +112,10 @@
   function setSize() {
     const stop = data.sizes[Number(slider.value)];
     count = Math.min(stop.edges, total);
+    drawnCount = Math.min(count, data.mostDrawn);
     document.getElementById("size-text").textContent =
-      `${stop.percent}% of the edges: the ${count} of ${total} of largest |score|`;
+      `${stop.percent}% of the edges: the ${count} of ${total} of largest |score|` +
+      (drawnCount < count ? ` (the strongest ${drawnCount} drawn)` : "");
     document.getElementById("faithfulness").textContent =
       `Faithfulness at this size: ${number(stop.faithfulness)} (${data.method}); ` +
       `a random ranking's: ${number(stop.random)}.`;
