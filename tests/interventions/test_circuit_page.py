@@ -18,9 +18,10 @@ from bertology.attention.capturing import Attention, capture
 from bertology.errors import BertologyError
 from bertology.interventions.circuit_attention import PairAttention, circuit_attention
 from bertology.interventions.circuit_edges import head_edges, read_edges
+from bertology.interventions.patching_pairs import PatchPair
 from bertology.models.loading import LoadedModel
 from bertology.report import circuit
-from bertology.report.circuit import graph_data, write_circuit_page
+from bertology.report.circuit import finish_circuit_run, graph_data, write_circuit_page
 from bertology.views.bertviz import prettify
 
 WAIT_MS = 30_000
@@ -87,6 +88,21 @@ def test_circuit_attention_is_each_text_captured_alone(loaded_types: Callable[[s
         np.testing.assert_allclose(attention.probs, alone.probs, atol=1e-5)
 
 
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ("eap-ig,10,1.5,0.2", "row 1 has edges 1.5, which is not a whole number."),
+        ("eap-ig,10,1,", "row 1 has faithfulness 'nan', which is not a finite number."),
+    ],
+)
+def test_a_bad_size_is_named_in_one_sentence(tmp_path: Path, row: str, message: str) -> None:
+    write_run(tmp_path / "run")
+    (tmp_path / "run" / "faithfulness.csv").write_text(f"method,percent_edges,edges,faithfulness\n{row}\n")
+    with pytest.raises(BertologyError) as caught:
+        write_circuit_page(tmp_path / "run")
+    assert str(caught.value) == f"{tmp_path / 'run' / 'faithfulness.csv'} {message}"
+
+
 def test_a_run_without_the_methods_sizes_is_one_sentence(tmp_path: Path) -> None:
     write_run(tmp_path / "run")
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
@@ -134,8 +150,8 @@ def test_the_slider_draws_the_top_edges_and_a_head_shows_its_attention(
     model = loaded_types("llama")
     folder = tmp_path / "run"
     ranked = write_run(folder)
-    attention = circuit_attention(model, "the cat sat on the mat", "a dog sat")
-    page_path = write_circuit_page(folder, attention)
+    pair = PatchPair("the cat sat on the mat", "a dog sat", None, None, None, None, line=1)
+    page_path = finish_circuit_run(folder, model, pair)  # the command line's last step
     context, page, errors = open_page(chromium_browser, page_path)
     root = page.locator("#circuit")
     sizes = [int(percent / 100 * len(ranked)) for percent in PERCENTS]
@@ -187,7 +203,8 @@ def test_the_slider_draws_the_top_edges_and_a_head_shows_its_attention(
     assert [row if len(row) == 1 else [*row[:2], float(row[2]), row[3]] for row in listed_out] == (
         out or [["none in the circuit at this size"]]
     )  # none at seed 0: that row
-    for which, captured in (("clean", attention.clean), ("corrupted", attention.corrupted)):
+    for which, text in (("clean", pair.clean), ("corrupted", pair.corrupted)):
+        captured = capture(text, model=model)
         n = len(captured.tokens)
         reds = np.array(page.evaluate(CELL_REDS_JS, [which, n]))
         codes = np.rint(captured.probs[1, 2] * 255) / 255

@@ -128,7 +128,7 @@ def read_faithfulness(source: str | IO[bytes], name: str = "faithfulness.csv") -
     bad = np.flatnonzero((edges < 0) | (edges != np.round(edges)))
     if bad.size:
         row = int(bad[0])
-        raise BertologyError(f"{name} row {row + 1} has edges {edges[row]!r}, which is not a whole number.")
+        raise BertologyError(f"{name} row {row + 1} has edges {edges[row]:g}, which is not a whole number.")
     frame["edges"] = edges.astype(np.int64)
     frame["method"] = frame["method"].astype(str)
     return frame
