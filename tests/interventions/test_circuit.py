@@ -389,6 +389,8 @@ def test_the_command_writes_the_files_and_marks_a_circuit_run(
     assert graph["cfg"]["n_layers"] == 2 and graph["nodes"]["logits"]["in_graph"]
     assert (output / "curves.png").read_bytes()[:4] == b"\x89PNG"
     assert json.loads((output / "bertology-run.json").read_text())["kind"] == "circuit"
+    page = (output / "circuit.html").read_text(encoding="utf-8")  # the page of the run's own edges
+    assert page.lstrip().lower().startswith("<!doctype html") and "a1.h3" in page
     code, text = _invoke(
         str(tiny_model_dirs["llama"]), str(tmp_path / "missing.jsonl"), "-o", str(tmp_path / "x")
     )

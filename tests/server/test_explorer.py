@@ -217,6 +217,7 @@ def test_the_analysis_overview(client: TestClient, analysed: tuple[CorpusAnalysi
         "ablation_model": None,  # its folder has no summary.json: not taken for the analysis's model
         "ablation_same_model": False,
         "patching": None,  # no patching run in the runs folder
+        "circuit": None,  # nor a circuit run
     }
     # the labels' colours are the report's map's (matplotlib's tab10 order, grey for none)
     tab10 = [matplotlib.colors.to_hex(colour) for colour in matplotlib.colormaps["tab10"].colors]
@@ -320,6 +321,53 @@ def test_a_patching_run_of_the_same_model_gives_each_head_its_effect(
         }
         first = client.post("/api/explore/head", json={"run": "analysis", "layer": 0, "head": 0}).json()
         assert first["patching"]["rank"] == 1
+
+
+CIRCUIT_EDGES = """upstream,downstream,score
+input,a5.h10<q>,0.2
+a5.h10,logits,-0.9
+a0.h1,a5.h10<v>,0.5
+a5.h10,m5,0.1
+m4,a5.h10<k>,-0.3
+a0.h0,m0,0.05
+"""
+
+
+def test_a_circuit_run_of_the_same_model_gives_each_head_its_edges(
+    default_model: LoadedModel, analysed: tuple[CorpusAnalysis, Path], tmp_path: Path
+) -> None:
+    _, folder = analysed
+    shutil.copytree(folder, tmp_path / "analysis")
+    runs = {
+        "a_other": ("another-model", CIRCUIT_EDGES),
+        "a_wider": ("all-MiniLM-L6-v2", CIRCUIT_EDGES + "a6.h0,logits,1.0\n"),  # a layer beyond the 6
+        "b_circuit": ("all-MiniLM-L6-v2", CIRCUIT_EDGES),
+    }
+    for name, (model, edges) in runs.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "edges.csv").write_text(edges, encoding="utf-8")
+        summary = {"model": model, "method": "eap-ig"}
+        (tmp_path / name / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    with TestClient(create_app([default_model], runs=tmp_path)) as client:
+        related = client.post("/api/explore/analysis", json={"run": "analysis"}).json()["related"]
+        assert related["circuit"] == "b_circuit"
+        head = client.post("/api/explore/head", json={"run": "analysis", "layer": 5, "head": 10}).json()
+        # ranked by |score|: -0.9, 0.5, -0.3, 0.2, 0.1, 0.05
+        assert head["circuit"] == {
+            "method": "eap-ig",
+            "edges": 6,
+            "into": [
+                {"node": "a0.h1", "kind": "v", "score": 0.5, "rank": 2},
+                {"node": "m4", "kind": "k", "score": -0.3, "rank": 3},
+                {"node": "input", "kind": "q", "score": 0.2, "rank": 4},
+            ],
+            "out": [
+                {"node": "logits", "kind": "", "score": -0.9, "rank": 1},
+                {"node": "m5", "kind": "", "score": 0.1, "rank": 5},
+            ],
+        }
+        other = client.post("/api/explore/head", json={"run": "analysis", "layer": 0, "head": 3}).json()
+        assert other["circuit"] == {"method": "eap-ig", "edges": 6, "into": [], "out": []}
 
 
 def test_an_example_is_a_head_view_of_the_stored_attention(client: TestClient) -> None:

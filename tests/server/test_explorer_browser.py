@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 from support.browser import ViewPage, serving
+from support.circuit_runs import write_run
 from support.run_folders import PER_HEAD, write_analysis
 
 from bertology.analysis.examples import EXAMPLES_FILE, HeadExamples
@@ -31,6 +32,7 @@ def live(
 ) -> Iterator[tuple[str, Path]]:
     runs = tmp_path_factory.mktemp("explorer_browser")
     write_analysis(sample_corpus_head(12), default_model, runs / "my analysis")
+    write_run(runs / "my circuit", model="all-MiniLM-L6-v2", layers=6, heads=12)  # the analysis's model
     index = build_index(sample_corpus_head(4), runs / "index", model=default_model, layers=[5], threads=1)
     with serving(create_app([default_model], runs=runs, index=index.folder)) as url:
         yield url, runs / "my analysis"
@@ -56,6 +58,16 @@ def test_clicking_a_head_on_the_map_draws_its_examples(chromium_browser: Any, li
     page.click("#map circle[data-layer='4'][data-head='7']")
     page.wait_for_selector("body[data-state=ready]", timeout=WAIT_MS)
     assert page.inner_text("#head-title").startswith("Head 4-7")
+    # beside its statistics, the head's strongest edges in and out of the circuit run of the same model
+    ranked = write_run(folder.parent / "my circuit", model="all-MiniLM-L6-v2", layers=6, heads=12)
+    rows = "rows => rows.map(r => [...r.cells].map(c => c.textContent))"
+    shown_in = page.eval_on_selector_all("#circuit-box:not([hidden]) #circuit-in tbody tr", rows)
+    shown_out = page.eval_on_selector_all("#circuit-out tbody tr", rows)
+    into = [(rank + 1, up) for rank, (up, down, _) in enumerate(ranked) if down.startswith("a4.h7<")][:5]
+    out = [(rank + 1, down) for rank, (up, down, _) in enumerate(ranked) if up == "a4.h7"][:5]
+    kinds = {"query": "<q>", "key": "<k>", "value": "<v>", "": ""}
+    assert [(int(row[3]), row[0]) for row in shown_in] == into
+    assert [(int(row[3]), row[0] + kinds[row[1]]) for row in shown_out] == out
     assert page.locator("#grid td.selected").get_attribute("data-layer") == "4"
     assert page.evaluate("document.querySelectorAll('#map circle.near').length") == 5
     frames = page.locator("#examples iframe")

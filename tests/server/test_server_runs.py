@@ -107,6 +107,7 @@ def test_runs_are_listed_by_kind(client: TestClient, runs_root: Path) -> None:
             "model": "default",
             "url": "/runs/analysis/report.html",
             "explore": "/explore?run=analysis",
+            "links": {},
         },
         {
             "path": "probes/deps",
@@ -114,6 +115,7 @@ def test_runs_are_listed_by_kind(client: TestClient, runs_root: Path) -> None:
             "model": "default",
             "url": "/runs/probes/deps/report.html",
             "explore": None,
+            "links": {},
         },
         {
             "path": "training/run 1",
@@ -121,6 +123,7 @@ def test_runs_are_listed_by_kind(client: TestClient, runs_root: Path) -> None:
             "model": "runs/sst2",
             "url": "/runs/training/run%201/",
             "explore": None,
+            "links": {},
         },
     ]  # not the hidden folder, not what is inside a run, no symlinked folders
 

@@ -86,6 +86,7 @@ def circuit(
     from bertology.interventions.circuit import circuit as find_circuit
     from bertology.interventions.patching_pairs import check_pairs_fit, read_pairs
     from bertology.models.loading import load_model, model_kind
+    from bertology.report.circuit import finish_circuit_run
     from bertology.report.circuit_files import write_circuit_files
 
     chosen = read_pairs(pairs)
@@ -109,11 +110,12 @@ def circuit(
                 on_progress=on_progress,
             )
         write_circuit_files(result, folder)
+        finish_circuit_run(folder, loaded, chosen[0])
     found = result.areas()
     out.print(
         f"{result.graph.edge_count} edges scored by {method} on {result.pairs} pairs. "
         f"CPR {found['cpr'][method]:.3f} "
         f"(random {found['cpr']['random']:.3f}), CMD {found['cmd'][method]:.3f} (random "
-        f"{found['cmd']['random']:.3f}). Wrote the edges, curves and summary to {output}.",
+        f"{found['cmd']['random']:.3f}). Wrote the edges, curves, summary and circuit.html to {output}.",
         highlight=False,
     )

@@ -1,7 +1,8 @@
 """The output folders' shared file names and the kind of run each folder holds, in one place.
 
 Every writer of a run folder (an analysis, a comparison, a probe, an ablation, a patching study, the
-decoder head scores of ``bertology heads``, the composition scores of ``bertology composition``) marks it
+decoder head scores of ``bertology heads``, the composition scores of ``bertology composition``, a
+circuit of ``bertology circuit``) marks it
 with :data:`KIND_FILE`, ``bertology-run.json``: ``{"written_by": "bertology", "kind": KIND, "model":
 NAME, ...}`` with the model it ran (a comparison's two, ``"A vs B"``) and the details of its kind (a
 probe's ``probe``: ``"dependency"``, ``"parser"``, ``"coreference"`` or ``"gap"``).
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 RunKind = Literal[
-    "analysis", "comparison", "probe", "ablation", "patching", "heads", "composition", "training", "circuit"
+    "analysis", "comparison", "probe", "ablation", "patching", "heads", "composition", "circuit", "training"
 ]
 #: Every kind of :data:`RunKind`.
 RUN_KINDS: tuple[RunKind, ...] = get_args(RunKind)
@@ -45,6 +46,14 @@ ATTRIBUTION_IMPORTANCE_FILE = "attribution_importance.csv"
 #: JSON beside its page (the same name, ``.json``).
 EXPLANATION_FILE = "explanation.html"
 ATTACK_FILE = "attack.html"
+#: A circuit run's edges (``upstream``, ``downstream``, ``score``; MIB's node names), its faithfulness at
+#: each size (``method``, ``percent_edges``, ``edges``, ``faithfulness``), its graph in MIB's format, its
+#: curves and its page (which a circuit run has instead of :data:`REPORT_FILE`).
+EDGES_FILE = "edges.csv"
+FAITHFULNESS_FILE = "faithfulness.csv"
+GRAPH_FILE = "graph.json"
+CURVES_FILE = "curves.png"
+CIRCUIT_PAGE_FILE = "circuit.html"
 #: A GAP probe's folder of per-example answers, a file per system of its table (:func:`gap_predictions_file`).
 GAP_PREDICTIONS_FOLDER = "predictions"
 #: A coreference probe's per-mention choices of the best head and the baselines.
@@ -55,6 +64,12 @@ def gap_predictions_file(system: str) -> str:
     """The path, in a GAP probe's folder, of one system's answers as GAP's scorer reads system output
     (``predictions/head_5-3.tsv`` for the system ``"head 5-3"``, ``predictions/always_a.tsv``)."""
     return f"{GAP_PREDICTIONS_FOLDER}/{system.replace(' ', '_')}.tsv"
+
+
+def page_file(kind: str) -> str:
+    """The page a run of ``kind`` opens on: a circuit's :data:`CIRCUIT_PAGE_FILE`, any other's
+    :data:`REPORT_FILE` (a training run has neither; the web app builds its page)."""
+    return CIRCUIT_PAGE_FILE if kind == "circuit" else REPORT_FILE
 
 
 def mark_run(folder: str | Path, kind: RunKind, *, model: str, **details: str) -> Path:

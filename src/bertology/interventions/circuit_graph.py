@@ -35,6 +35,16 @@ import numpy as np
 QKV = ("q", "k", "v")
 
 
+def head_node(layer: int, head: int) -> str:
+    """MIB's name of the head ``head`` of layer ``layer`` (0-based): ``"a5.h2"``."""
+    return f"a{layer}.h{head}"
+
+
+def mlp_node(layer: int) -> str:
+    """MIB's name of the MLP of layer ``layer`` (0-based): ``"m5"``."""
+    return f"m{layer}"
+
+
 @dataclass(frozen=True)
 class CircuitGraph:
     """The graph of a model with ``layers`` layers of ``heads`` query heads and ``key_value_heads``
@@ -61,7 +71,7 @@ class CircuitGraph:
         """MIB names of the forward nodes, in index order."""
         names = ["input"]
         for layer in range(self.layers):
-            names += [f"a{layer}.h{head}" for head in range(self.heads)] + [f"m{layer}"]
+            names += [head_node(layer, head) for head in range(self.heads)] + [mlp_node(layer)]
         return names
 
     @cached_property
@@ -70,8 +80,8 @@ class CircuitGraph:
         names = []
         for layer in range(self.layers):
             for letter, count in zip(QKV, self.input_heads, strict=True):
-                names += [f"a{layer}.h{head}<{letter}>" for head in range(count)]
-            names.append(f"m{layer}")
+                names += [f"{head_node(layer, head)}<{letter}>" for head in range(count)]
+            names.append(mlp_node(layer))
         return [*names, "logits"]
 
     @property

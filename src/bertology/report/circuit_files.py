@@ -18,15 +18,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bertology.files.run_files import SUMMARY_FILE, mark_run
+from bertology.files.run_files import (
+    CURVES_FILE,
+    EDGES_FILE,
+    FAITHFULNESS_FILE,
+    GRAPH_FILE,
+    SUMMARY_FILE,
+    mark_run,
+)
 from bertology.interventions.circuit import RANDOM, CircuitResult
 from bertology.interventions.patching_metrics import METRICS
 from bertology.report import plots
-
-EDGES_FILE = "edges.csv"
-FAITHFULNESS_FILE = "faithfulness.csv"
-GRAPH_FILE = "graph.json"
-CURVES_FILE = "curves.png"
 
 
 def curves_png(result: CircuitResult, *, dpi: int = 110) -> bytes:

@@ -12,7 +12,9 @@ column) and an ablation (``ablation.csv``, and ``importance.csv`` when there). A
 model it removed heads from (its ``summary.json``): one of the analysis's own model is preferred, and one
 of another model (say, the classifier fine-tuned from it) is joined with that model's name, so the page
 can say whose heads it measured. A patching run (``bertology patch``, ``head_effects.csv``) of the analysis's
-own model is joined in too: each head's patching effect and its rank.
+own model is joined in too: each head's patching effect and its rank; and so is a circuit run
+(``bertology circuit``, ``edges.csv``) of that model, or ``edges.csv`` in the analysis's own folder: each
+head's strongest edges in and out (:func:`~bertology.interventions.circuit_edges.head_edges`).
 
 Every file is opened below the analysis folder's descriptor without following links
 (:mod:`bertology.files.beneath`; a symbolic link is refused, 403) and read from that descriptor, so no file
@@ -38,7 +40,8 @@ from bertology.analysis.patterns import LABEL_DESCRIPTIONS, OTHER_PATTERN_COLOUR
 from bertology.attention.capturing import Attention
 from bertology.errors import BertologyError
 from bertology.files.beneath import OpenFolder, path_parts
-from bertology.files.run_files import HEADS_FILE, JS_DIVERGENCE_FILE, SUMMARY_FILE
+from bertology.files.run_files import EDGES_FILE, HEADS_FILE, JS_DIVERGENCE_FILE, SUMMARY_FILE
+from bertology.interventions.circuit_edges import graph_shape, head_edges, read_edges
 from bertology.server.errors import RequestError, shown
 from bertology.server.runs import RunsFolder
 from bertology.views import View
@@ -106,6 +109,16 @@ class Patching:
     method: str
 
 
+@dataclass(frozen=True)
+class Circuit:
+    """A circuit folder's edges (:func:`~bertology.interventions.circuit_edges.read_edges`: by ``|score|``,
+    largest first) and the method that scored them (its ``summary.json``)."""
+
+    path: str  # relative to the runs folder
+    method: str
+    edges: pd.DataFrame
+
+
 @dataclass
 class Related:
     """Results of other commands for the analysis's heads (module docstring); paths relative to the runs
@@ -115,6 +128,7 @@ class Related:
     coreference: tuple[str, pd.DataFrame] | None = None  # path, accuracies
     ablation: Ablation | None = None
     patching: Patching | None = None
+    circuit: Circuit | None = None
 
 
 @dataclass
@@ -172,6 +186,7 @@ class AnalysisRun:
                 "ablation_model": None if ablation is None else ablation.model,
                 "ablation_same_model": ablation is not None and ablation.model == self.summary.get("model"),
                 "patching": None if self.related.patching is None else self.related.patching.path,
+                "circuit": None if self.related.circuit is None else self.related.circuit.path,
             },
         }
 
@@ -215,6 +230,7 @@ class AnalysisRun:
             "coreference": self._coreference(layer, head),
             "ablation": self._ablation(layer, head),
             "patching": self._patching(layer, head),
+            "circuit": self._circuit(layer, head),
         }
 
     def _relations(self, layer: int, head: int) -> list[dict[str, Any]]:
@@ -301,6 +317,17 @@ class AnalysisRun:
             "method": patching.method,
         }
 
+    def _circuit(self, layer: int, head: int) -> dict[str, Any] | None:
+        """This head's strongest edges in and out of the circuit run's ranking, and its method."""
+        circuit = self.related.circuit
+        if circuit is None:
+            return None
+        return {
+            "method": circuit.method,
+            "edges": len(circuit.edges),
+            **head_edges(circuit.edges, layer, head),
+        }
+
     def example_page(self, layer: int, head: int, rank: int, theme: str) -> str:
         """The head view of ``(layer, head)`` on its example ``rank``, drawn from the stored 8-bit codes."""
         self.check_head(layer, head)
@@ -374,10 +401,25 @@ def _patching(here: OpenFolder, layers: int, heads: int, model: object) -> Patch
     return Patching(here.label, effect, str(summary.get("direction")), str(methods[0]))
 
 
+def _circuit(here: OpenFolder, layers: int, heads: int, model: object) -> Circuit | None:
+    """A circuit folder's edges when its ``summary.json`` names ``model`` (or it is the analysis's own
+    folder, whose summary is the analysis's) and its heads fit the ``layers x heads`` grid."""
+    summary = json.loads(here.read_bytes(SUMMARY_FILE).decode("utf-8"))
+    if not isinstance(summary, dict) or summary.get("model") != model:
+        return None
+    with here.file(EDGES_FILE) as handle:
+        edges = read_edges(handle, f"{here.label}/{EDGES_FILE}")
+    spanned = graph_shape(edges)
+    if spanned[0] > layers or spanned[1] > heads:
+        return None
+    return Circuit(here.label, str(summary.get("method", "")), edges)
+
+
 def _find_related(
     folder: RunsFolder, analysis: OpenFolder, layers: int, heads: int, model: object
 ) -> Related:
-    """The first dependency probe, coreference probe and ablation next to ``analysis`` whose heads are a
+    """The first dependency probe, coreference probe, ablation, patching run and circuit run next to
+    ``analysis`` whose heads are a
     ``layers x heads`` grid (module docstring); an ablation of ``model`` (the analysis's) before one of
     another model."""
     related = Related()
@@ -407,6 +449,8 @@ def _find_related(
                     related.ablation = Ablation(here.label, ablation_model, change, accuracy, importance)
             if related.patching is None and here.is_file("head_effects.csv") and here.is_file(SUMMARY_FILE):
                 related.patching = _patching(here, layers, heads, model)
+            if related.circuit is None and here.is_file(EDGES_FILE) and here.is_file(SUMMARY_FILE):
+                related.circuit = _circuit(here, layers, heads, model)
         except (BertologyError, KeyError, ValueError, TypeError, UnicodeDecodeError):
             continue  # a damaged or foreign file (or a link) beside the analysis is left out, not an error
     return related

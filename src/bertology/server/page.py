@@ -16,6 +16,7 @@ from __future__ import annotations
 from functools import cache
 from importlib.resources import files
 
+from bertology.report.circuit import circuit_script_hash
 from bertology.views.page import CONTENT_SECURITY_POLICY, inline_code_hashes
 
 #: Answers without a policy of their own (JSON, static files, errors): nothing may load or run.
@@ -30,10 +31,12 @@ def run_file_policy() -> str:
     sandboxed without popups, downloads or top navigation, in an opaque origin (so a page found there
     cannot call this server's API as the page does); the only scripts that run are bertology's own view
     pages' inline code (by hash, as :func:`page_policy`), so a planted page runs no script of its own (no
-    WebRTC, which no policy directive stops in Chromium); they may show inline styles and data: images,
+    WebRTC, which no policy directive stops in Chromium) and a circuit's page its own
+    (:func:`~bertology.report.circuit.circuit_script_hash`); they may show inline styles and data: images,
     and load or send nothing."""
+    scripts = f"{inline_code_hashes()['script']} {circuit_script_hash()}"
     return (
-        f"sandbox allow-scripts; default-src 'none'; script-src {inline_code_hashes()['script']}; "
+        f"sandbox allow-scripts; default-src 'none'; script-src {scripts}; "
         "style-src 'unsafe-inline'; img-src data: blob:; font-src data:; media-src data: blob:; "
         "base-uri 'none'; form-action 'none'; frame-ancestors 'self'"
     )

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 
 from bertology.files.beneath import OpenFolder
-from bertology.files.run_files import REPORT_FILE, TRAINING_FILE
+from bertology.files.run_files import CIRCUIT_PAGE_FILE, REPORT_FILE, TRAINING_FILE
 from bertology.server.answers import error_answers
 from bertology.server.errors import RequestError, shown
 from bertology.server.opened_file import OpenedFileResponse
@@ -21,7 +21,7 @@ from bertology.server.watch_pages import WatchPages
 
 _FILE_ANSWERS = {
     200: {"description": "The file, with its own content type.", "content": {"*/*": {}}},
-    307: {"description": "A report's folder: to its report.html."},
+    307: {"description": "A report's folder: to its report.html (a circuit's: to its circuit.html)."},
     **error_answers(
         {
             403: "A path that could reach outside the runs folder, or a page asked for as something other "
@@ -47,7 +47,14 @@ def run_routes(folder: RunsFolder | None, watch_pages: WatchPages | None) -> API
         return RunList(
             root=str(folder.root),
             runs=[
-                RunEntry(path=run.path, kind=run.kind, model=run.model, url=run.url, explore=run.explore_url)
+                RunEntry(
+                    path=run.path,
+                    kind=run.kind,
+                    model=run.model,
+                    url=run.url,
+                    explore=run.explore_url,
+                    links=run.links,
+                )
                 for run in folder.runs()
             ],
         )
@@ -65,13 +72,14 @@ def run_routes(folder: RunsFolder | None, watch_pages: WatchPages | None) -> API
                 return frame_page(request)
             return OpenedFileResponse(opened, headers=headers)
         with opened:  # a run.json that is a link is a training run's, refused when its page reads it
-            training, report = opened.stat(TRAINING_FILE) is not None, opened.is_file(REPORT_FILE)
+            training = opened.stat(TRAINING_FILE) is not None
+            report = next((name for name in (REPORT_FILE, CIRCUIT_PAGE_FILE) if opened.is_file(name)), None)
         if training:
             if needs_frame(request):
                 return frame_page(request)
             return HTMLResponse(await watch_pages.page(path, request), headers=headers)
         if report:  # to the one address of its report, however the folder's was spelled
-            return RedirectResponse(folder_url(opened.label) + REPORT_FILE)
+            return RedirectResponse(folder_url(opened.label) + report)
         raise RequestError(404, f"There is no report or training run at '{shown(path)}' in the runs folder.")
 
     return router

@@ -10,10 +10,11 @@ What a page built by the server reads (a training run's files, an analysis's fil
 way; a link met there is refused (403, :class:`bertology.files.beneath.LinkRefused`).
 
 A folder is listed with the kind of run its writer marked it with (:mod:`bertology.files.run_files`: an
-analysis, a comparison, a probe, an ablation, a patching study, ``heads``, ``composition``; a training run
-is the folder with ``run.json``, shown by its watch page with the step slider) and the model the mark (or
-``run.json``) names; a folder with a ``report.html`` and no mark (written by an older bertology, or by
-hand) is listed as a ``"report"``, without a model. Only analyses get the explorer.
+analysis, a comparison, a probe, an ablation, a patching study, ``heads``, ``composition``, a circuit, which
+opens on its ``circuit.html`` and links its curves; a training run is the folder with ``run.json``, shown by
+its watch page with the step slider) and the model the mark (or ``run.json``) names; a folder with a
+``report.html`` and no mark (written by an older bertology, or by hand) is listed as a ``"report"``,
+without a model. Only analyses get the explorer.
 """
 
 from __future__ import annotations
@@ -26,7 +27,16 @@ from urllib.parse import quote
 
 from bertology.errors import BertologyError
 from bertology.files.beneath import LinkRefused, OpenFolder
-from bertology.files.run_files import KIND_FILE, REPORT_FILE, TRAINING_FILE, RunKind, read_kind, read_model
+from bertology.files.run_files import (
+    CURVES_FILE,
+    KIND_FILE,
+    REPORT_FILE,
+    TRAINING_FILE,
+    RunKind,
+    page_file,
+    read_kind,
+    read_model,
+)
 from bertology.models.loading import RUN_MODEL_FOLDER
 from bertology.server.errors import RequestError, shown
 
@@ -49,7 +59,14 @@ class Run:
 
     @property
     def url(self) -> str:
-        return folder_url(self.path) + ("" if self.kind == "training" else REPORT_FILE)
+        """The run's page: a training run's folder (its watch page), a circuit's ``circuit.html``, any other
+        run's ``report.html``."""
+        return folder_url(self.path) + ("" if self.kind == "training" else page_file(self.kind))
+
+    @property
+    def links(self) -> dict[str, str]:
+        """The run's other files worth a link, by name: a circuit's faithfulness curves."""
+        return {"curves": folder_url(self.path) + CURVES_FILE} if self.kind == "circuit" else {}
 
     @property
     def explore_url(self) -> str | None:

@@ -206,8 +206,8 @@ class RunEntry(BaseModel):
         "patching",
         "heads",
         "composition",
-        "training",
         "circuit",
+        "training",
         "report",
     ] = Field(
         description="What the folder holds, as its writer marked it; 'report': a report without a mark."
@@ -218,6 +218,9 @@ class RunEntry(BaseModel):
     )
     url: str
     explore: str | None = Field(None, description="An analysis's explorer page (/explore?run=PATH), or null.")
+    links: dict[str, str] = Field(
+        default_factory=dict, description="The run's other files by name: a circuit's 'curves' (its PNG)."
+    )
 
 
 class RunList(BaseModel):
@@ -271,6 +274,9 @@ class RelatedResults(BaseModel):
     )
     patching: str | None = Field(
         default=None, description="The patching run of the analysis's model joined in (its folder), or null."
+    )
+    circuit: str | None = Field(
+        default=None, description="The circuit run of the analysis's model joined in (its folder), or null."
     )
 
 
@@ -350,6 +356,28 @@ class PatchingEntry(BaseModel):
     method: str = Field(description="exact, or attribution (the first-order estimate).")
 
 
+class CircuitEdge(BaseModel):
+    node: str = Field(
+        description="The edge's other end, as MIB names nodes (input, a{layer}.h{head}, m{layer}, logits)."
+    )
+    kind: Literal["q", "k", "v", ""] = Field(
+        description="The input of the edge's downstream head it reaches (query, key, value); '' for an MLP "
+        "or the logits."
+    )
+    score: float
+    rank: int = Field(
+        description="Its place in the run's ranking by |score| (1: the largest); a circuit of n "
+        "edges holds ranks 1 to n."
+    )
+
+
+class CircuitEntry(BaseModel):
+    method: str = Field(description="The method that scored the edges (eap, eap-ig, exact).")
+    edges: int = Field(description="How many edges the run ranked.")
+    into: list[CircuitEdge] = Field(description="The head's strongest edges in, by |score|.")
+    out: list[CircuitEdge] = Field(description="The head's strongest edges out, by |score|.")
+
+
 class ExploreHead(BaseModel):
     layer: int
     head: int
@@ -362,6 +390,7 @@ class ExploreHead(BaseModel):
     coreference: list[CoreferenceEntry]
     ablation: AblationEntry | None
     patching: PatchingEntry | None = None
+    circuit: CircuitEntry | None = None
 
 
 class SearchInfo(BaseModel):

@@ -193,6 +193,15 @@ function listRuns(answer) {
       explore.textContent = "explore";
       item.append(" · ", explore);
     }
+    for (const [name, url] of Object.entries(run.links || {})) {
+      const other = document.createElement("a");
+      other.href = url;
+      other.target = "_blank";
+      other.rel = "noopener noreferrer";
+      other.className = "run-link";
+      other.textContent = name;
+      item.append(" · ", other);
+    }
     list.append(item);
   }
   if (answer.root && answer.runs.length === 0) $("runs-root").textContent += " none yet.";

@@ -311,6 +311,18 @@ function showDetail(detail) {
       `${number(entry.effect, 3)} (1: restores all of the clean behaviour; rank ${entry.rank} of ` +
       `${analysis.layers * analysis.heads}, 1 = largest by size, either sign) (${related.patching}).`;
   }
+  $("circuit-box").hidden = detail.circuit === null;
+  if (detail.circuit !== null) {
+    const entry = detail.circuit;
+    const kinds = { q: "query", k: "key", v: "value", "": "" };
+    $("circuit-source").textContent = `The head's strongest edges of the ${entry.edges} the circuit run in ` +
+      `${related.circuit} ranked by |score| (${entry.method}); rank 1 = largest, a circuit of n edges holds ` +
+      "ranks 1 to n.";
+    fillTable($("circuit-in"), ["from", "into", "score", "rank"],
+      entry.into.map((edge) => [edge.node, kinds[edge.kind], signed(edge.score), String(edge.rank)]));
+    fillTable($("circuit-out"), ["to", "its input", "score", "rank"],
+      entry.out.map((edge) => [edge.node, kinds[edge.kind], signed(edge.score), String(edge.rank)]));
+  }
 }
 
 /** The head view of a head's example `rank` in a new sandboxed frame appended to `box`; resolves once
