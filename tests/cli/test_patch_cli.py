@@ -94,7 +94,14 @@ def test_patch_residual_writes_the_per_position_table(
     pairs = write_pairs(tmp_path / "pairs.jsonl", PAIRS[:1])
     output = tmp_path / "residual"
     code, text = invoke(
-        str(tiny_model_dirs["llama"]), str(pairs), "-o", str(output), "--granularity", "residual"
+        str(tiny_model_dirs["llama"]),
+        str(pairs),
+        "-o",
+        str(output),
+        "--site",
+        "resid_pre",
+        "--granularity",
+        "position",
     )
     assert code == 0, text
     positions = pd.read_csv(output / "position_effects.csv")
