@@ -469,7 +469,9 @@ def largest(effect: np.ndarray, count: int) -> np.ndarray:
 @dataclass
 class PatchingStudy:
     """What :func:`patch` found: ``exact`` and/or ``attribution`` results of the same patches, the pairs
-    and their tokens (per pair, clean and corrupted), and the answer or label names."""
+    and their tokens (per pair, clean and corrupted), the answer or label names, and ``attention``: the
+    first pair's attention weights, ``{"clean": ..., "corrupted": ...}`` each [layers, heads, tokens,
+    tokens] (rows the queries) on the texts' tokens."""
 
     model_name: str
     pairs: list[PatchPair]
@@ -478,6 +480,7 @@ class PatchingStudy:
     exact: PatchingResult | None = None
     attribution: PatchingResult | None = None
     labels: list[tuple[str, str]] = field(default_factory=list)
+    attention: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def results(self) -> list[PatchingResult]:
@@ -634,7 +637,12 @@ def patch(
         "site": site,
     }
     study = PatchingStudy(
-        loaded.name, chosen, encoded.tokens, encoded.language_model, labels=_label_names(loaded, encoded)
+        loaded.name,
+        chosen,
+        encoded.tokens,
+        encoded.language_model,
+        labels=_label_names(loaded, encoded),
+        attention=_first_pair_attention(loaded, encoded),
     )
     if exact is not None:
         study.exact = PatchingResult("exact", ld_patched=exact.reshape(*grid, count), **base)  # type: ignore[arg-type]
@@ -645,6 +653,23 @@ def patch(
             **base,  # type: ignore[arg-type]
         )
     return study
+
+
+def _first_pair_attention(loaded: LoadedModel, encoded: EncodedPairs) -> dict[str, np.ndarray]:
+    """The first pair's attention weights on its clean and its corrupted texts, [layers, heads, tokens,
+    tokens] each (one pass of each, the answer's tokens left out)."""
+    group = next(group for group in encoded.groups if 0 in group.rows)
+    row = int(np.flatnonzero(group.rows == 0)[0])
+    found = {}
+    for run in ("clean", "corrupted"):
+        inputs = {
+            name: value[row : row + 1, : group.prompt_tokens] if value.dim() == 2 else value[row : row + 1]
+            for name, value in getattr(group, run).items()
+        }
+        with torch.no_grad(), eval_mode(loaded), recording(loaded.model, ["pattern"]) as cache:
+            loaded.model(**inputs)
+        found[run] = cache.stack("pattern")[:, 0].float().cpu().numpy()
+    return found
 
 
 def _label_names(loaded: LoadedModel, encoded: EncodedPairs) -> list[tuple[str, str]]:

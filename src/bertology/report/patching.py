@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from markupsafe import Markup
 from matplotlib.figure import Figure
 
 from bertology.files.run_files import REPORT_FILE, SUMMARY_FILE, mark_run
@@ -43,6 +44,7 @@ from bertology.interventions.path_patching import PathPatching
 from bertology.models.heads import head_name
 from bertology.models.sites import SITES
 from bertology.report import page, plots
+from bertology.report.head_grid import head_grid
 from bertology.views.bertviz import prettify
 
 EFFECTS_FILE = "effects.csv"
@@ -247,6 +249,22 @@ def _top_table(study: PatchingStudy, result: PatchingResult) -> pd.DataFrame:
     return top
 
 
+def _interactive_grid(study: PatchingStudy, result: PatchingResult, with_panels: bool) -> list[Markup]:
+    """For a layer x head grid, :func:`~bertology.report.head_grid.head_grid` of its effects, the heads'
+    attention on the first pair a click away where the grid's heads are the attention's (not a
+    grouped-query model's key/value heads); nothing for other grids."""
+    if result.grid.axes != ("layer", "head"):
+        return []
+    effect = result.effect
+    fits = bool(study.attention) and study.attention["clean"].shape[:2] == effect.shape
+    clean, corrupted = ([prettify(token) for token in run] for run in study.tokens[0])
+    return [
+        head_grid(
+            effect, "head", study.attention if fits else {}, (clean, corrupted), with_panels=with_panels
+        )
+    ]
+
+
 def _pairs_table(study: PatchingStudy) -> pd.DataFrame:
     main = study.exact or study.attribution
     assert main is not None
@@ -316,9 +334,10 @@ def write_patching_report(study: PatchingStudy, outdir: str | Path, *, dpi: int 
     mark_run(target, "patching", model=study.model_name)
     symbol = METRICS[main.metric].symbol
     sections = []
-    for result in study.results:
+    for index, result in enumerate(study.results):
         png = _effects_png(study, result, target, dpi)
         top = _top_table(study, result)
+        grid = _interactive_grid(study, result, with_panels=index == 0)
         sections.append(
             page.Section(
                 f"{result.method.capitalize()} patching",
@@ -330,6 +349,7 @@ def write_patching_report(study: PatchingStudy, outdir: str | Path, *, dpi: int 
                         alt=f"{result.method} patching effects",
                         caption=f"Layers and heads 0-based. {colour_caption(result.direction)}",
                     ),
+                    *grid,
                     page.paragraph(
                         f"The {len(top)} largest effects by size, with their sign"
                         + (
