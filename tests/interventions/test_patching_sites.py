@@ -312,6 +312,12 @@ def test_the_default_site_and_granularity_are_each_heads_output(models: Callable
     assert default.exact is not None and explicit.exact is not None
     assert (default.exact.site, default.exact.granularity) == ("z", "head")
     np.testing.assert_array_equal(default.exact.ld_patched, explicit.exact.ld_patched)
+    # the report's attention panels: the first pair's weights, as the model returns them (the same pass: 1e-6)
+    for run, text in (("clean", CLEAN), ("corrupted", CORRUPTED)):
+        with torch.no_grad():
+            returned = loaded.model(**loaded.tokenizer([text], return_tensors="pt"), output_attentions=True)
+        expected = torch.cat(returned.attentions).numpy()
+        np.testing.assert_allclose(default.attention[run], expected, atol=1e-6)
 
 
 @pytest.mark.parametrize(

@@ -663,7 +663,7 @@ def _first_pair_attention(loaded: LoadedModel, encoded: EncodedPairs) -> dict[st
     found = {}
     for run in ("clean", "corrupted"):
         inputs = {
-            name: value[row : row + 1, : group.prompt_tokens] if value.dim() == 2 else value[row : row + 1]
+            name: value[row : row + 1, : group.prompt_tokens] if isinstance(value, torch.Tensor) else value
             for name, value in getattr(group, run).items()
         }
         with torch.no_grad(), eval_mode(loaded), recording(loaded.model, ["pattern"]) as cache:
