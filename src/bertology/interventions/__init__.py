@@ -23,7 +23,7 @@ independent of :mod:`bertology.analysis` and :mod:`bertology.probes`.
 - :func:`run_ablation`: all of the above for a classifier on a task's dev set (``bertology ablate``).
 - For decoders, by the language-model loss: :func:`language_model_loss`, :func:`prune_decoder` and
   :func:`run_language_model_ablation`, the same study (``bertology ablate MODEL --lm-corpus FILE``).
-- :func:`patch`: activation patching (exact) and attribution patching at any site (each head, head and position,
+- :func:`patch`: activation (exact) and attribution patching at any site (each head, head and position,
   layer or position) on clean/corrupted pairs (:func:`read_pairs`, :func:`ioi_pairs`, :func:`sst2_pairs`);
   :func:`path_patch`: path patching from sender heads through receivers' queries, keys or values
   (``bertology patch``).
