@@ -210,8 +210,8 @@ def patch(
     out.print(
         f"Mean {METRICS[main.metric].symbol} clean {main.ld_clean.mean():.3f}, corrupted "
         f"{main.ld_corrupted.mean():.3f} on "
-        f"{len(chosen)} pairs. Largest effects by size ({main.site}, {main.method}, {main.direction}; heads "
-        "layer-head, "
-        f"0-based): {largest_effects_text(main)}. Wrote {report} and the CSV, JSON and plots beside it.",
+        f"{len(chosen)} pairs. Largest effects by size ({main.site}, {main.method}, {main.direction}; "
+        f"{'heads layer-head, ' if main.grid.per_head else 'layers and positions '}0-based): "
+        f"{largest_effects_text(main)}. Wrote {report} and the CSV, JSON and plots beside it.",
         highlight=False,
     )
