@@ -38,7 +38,7 @@ import torch
 from bertology.interventions import patching
 from bertology.interventions.patching import (
     PatchingResult,
-    head_patches,
+    grid_patches,
     patch,
 )
 from bertology.interventions.patching_metrics import logit_difference
@@ -116,7 +116,7 @@ def main() -> None:
             args.repeats,
             lambda: plain_loop(loaded, plain, plain_corrupted, group.answer, group.wrong, layers),
         )
-    all_patches, _ = head_patches(loaded.num_layers, loaded.num_heads, group.tokens, "head")
+    all_patches, _ = grid_patches(loaded.num_layers, loaded.num_heads, group.tokens, "head")
     chosen = [p for p in all_patches if p.layer in layers]
 
     def ours(skip_shared_prefix: bool) -> np.ndarray:

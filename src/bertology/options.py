@@ -43,7 +43,7 @@ INTERPRET_CONVENTIONS: tuple[InterpretConvention, ...] = get_args(InterpretConve
 #: patch covers, exact patching or its first-order estimate, and the metric read from the logits.
 PatchDirection = Literal["denoising", "noising"]
 PATCH_DIRECTIONS: tuple[PatchDirection, ...] = get_args(PatchDirection)
-PatchGranularity = Literal["head", "head-position", "residual"]
+PatchGranularity = Literal["head", "head-position", "layer", "position"]
 PATCH_GRANULARITIES: tuple[PatchGranularity, ...] = get_args(PatchGranularity)
 PatchMethod = Literal["exact", "attribution", "both"]
 PATCH_METHODS: tuple[PatchMethod, ...] = get_args(PatchMethod)

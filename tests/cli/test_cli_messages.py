@@ -73,7 +73,7 @@ def test_help_of_the_groups_shows_flags_as_flags(words: tuple[str, ...]) -> None
     ("words", "option", "choices"),
     [
         (("patch",), "--direction", "<denoising|noising>"),
-        (("patch",), "--granularity", "<head|head-position|residual>"),
+        (("patch",), "--granularity", "<head|head-position|layer|position>"),
         (("patch",), "--method", "<exact|attribution|both>"),
         (("relevance",), "--method", "<rollout|flow|both>"),
     ],

@@ -89,6 +89,47 @@ def test_patch_writes_head_effects_both_methods_and_is_listed_as_a_patching_run(
     assert PAIRS[1]["corrupted"] in report and "Agreement" in report
     assert f"<td>{name}</td>" in report
     assert [(run.path, run.kind) for run in RunsFolder(runs).runs()] == [("patching", "patching")]
+    # effects.csv: the grid's axes and the same effects
+    grid = pd.read_csv(output / "effects.csv")
+    pd.testing.assert_frame_equal(grid, effects)
+
+
+def test_patch_a_whole_site_per_layer_writes_effects_csv(
+    tiny_model_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    pairs = write_pairs(tmp_path / "pairs.jsonl", PAIRS[:1])
+    output = tmp_path / "mlp"
+    arguments = ["--site", "mlp_out", "--granularity", "layer", "--direction", "noising"]
+    code, text = invoke(str(tiny_model_dirs["llama"]), str(pairs), "-o", str(output), *arguments)
+    assert code == 0, text
+    effects = pd.read_csv(output / "effects.csv")
+    assert list(effects.columns) == ["layer", "effect"] and effects["layer"].tolist() == [0, 1]
+    assert not (output / "head_effects.csv").exists() and not (output / "position_effects.csv").exists()
+    summary = json.loads((output / "summary.json").read_text())
+    assert (summary["site"], summary["granularity"]) == ("mlp_out", "layer")
+    # noising: the effect is (LD_patched - LD_clean) / (LD_clean - LD_corrupted), from the per-pair LDs
+    per_pair = pd.read_csv(output / "pair_effects.csv")
+    clean, corrupted = summary["ld_clean"], summary["ld_corrupted"]
+    expected = (per_pair["ld_patched"] - clean) / (clean - corrupted)
+    # the same float64 numbers written with all their digits: 1e-9
+    np.testing.assert_allclose(effects["effect"], expected, atol=1e-9)
+    assert summary["top"]["exact"][0]["layer"] == int(effects["effect"].abs().idxmax())
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--site", "mlp"], "There is no site 'mlp' to patch"),
+        (["--site", "attn_out", "--granularity", "head"], "The site 'attn_out' has no head axis"),
+        (["--site", "pattern"], "The 'pattern' site can be recorded but not patched"),
+    ],
+)
+def test_a_site_the_granularity_does_not_fit_is_refused_before_the_model_loads(
+    arguments: list[str], message: str, tmp_path: Path
+) -> None:
+    pairs = write_pairs(tmp_path / "pairs.jsonl", PAIRS[:1])
+    code, text = invoke("no-such-model-is-loaded", str(pairs), "-o", str(tmp_path / "out"), *arguments)
+    assert code == 1 and text.startswith(message) and text.count(".") <= 3, text
 
 
 def test_patch_residual_writes_the_per_position_table(
@@ -97,7 +138,14 @@ def test_patch_residual_writes_the_per_position_table(
     pairs = write_pairs(tmp_path / "pairs.jsonl", PAIRS[:1])
     output = tmp_path / "residual"
     code, text = invoke(
-        str(tiny_model_dirs["llama"]), str(pairs), "-o", str(output), "--granularity", "residual"
+        str(tiny_model_dirs["llama"]),
+        str(pairs),
+        "-o",
+        str(output),
+        "--site",
+        "resid_pre",
+        "--granularity",
+        "position",
     )
     assert code == 0, text
     positions = pd.read_csv(output / "position_effects.csv")

@@ -147,8 +147,8 @@ def test_all_heads_of_a_layer_at_once_equal_patching_the_attention_output(
 def test_clean_into_clean_changes_nothing(models: Callable[[str], LoadedModel]) -> None:
     loaded = models("qwen2")
     same = [(clean, clean) for clean, _ in TEXTS]
-    for granularity in ("head", "residual"):
-        study = patch(loaded, pairs_for("qwen2", same[:1]), granularity=granularity)
+    for site, granularity in (("z", "head"), ("resid_pre", "position")):
+        study = patch(loaded, pairs_for("qwen2", same[:1]), site=site, granularity=granularity)
         assert study.exact is not None
         np.testing.assert_allclose(
             study.exact.ld_patched,
@@ -163,7 +163,7 @@ def test_the_residual_stream_at_the_differing_token_before_layer_0_restores_the_
 ) -> None:
     loaded = models(model_type)
     pairs = pairs_for(model_type, TEXTS[:1])
-    study = patch(loaded, pairs, granularity="residual")
+    study = patch(loaded, pairs, site="resid_pre", granularity="position")
     tokens = study.tokens[0]
     differing = [i for i, (a, b) in enumerate(zip(*tokens, strict=True)) if a != b]
     assert len(differing) == 1
@@ -260,8 +260,9 @@ def exact_and_lengths(
         for layer, head, position in cases
     ]
     lengths: set[int] = set()
+    site = "resid_pre" if cases[0][1] is None else "z"  # a case without a head: the residual stream
     with torch.no_grad():
-        runs = run_group(loaded, group)
+        runs = run_group(loaded, group, site=site)
         last = decoder_layer(loaded, loaded.num_layers - 1)
         with pre_hook(last, lambda _, args: lengths.add(args[0].shape[1])):
             found = exact_patching(loaded, group, runs, patches, patches_per_pass=2, **options)  # type: ignore[arg-type]
@@ -412,7 +413,7 @@ def test_pairs_the_model_cannot_read_are_refused(models: Callable[[str], LoadedM
     ):
         encode_pairs(bert, pairs_for("llama"))
     with pytest.raises(BertologyError, match="needs the same token count"):
-        patch(llama, pairs_for("llama"), granularity="residual")
+        patch(llama, pairs_for("llama"), site="resid_pre", granularity="position")
     unknown = PatchPair(*TEXTS[0], None, None, "great", None, 1)
     with pytest.raises(BertologyError, match="'label' 'great' is not one of the labels"):
         encode_pairs(bert, [unknown])

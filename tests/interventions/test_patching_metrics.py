@@ -257,7 +257,7 @@ def test_an_answer_of_several_tokens_keeps_the_grid_on_the_texts_positions(
     loaded = models("llama")
     pairs = pairs_for("llama", (" week", " dog"))[:1]
     tokens = len(ids_of(loaded, pairs[0].clean))
-    study = patch(loaded, pairs, granularity="residual", method="both")
+    study = patch(loaded, pairs, site="resid_pre", granularity="position", method="both")
     assert study.exact is not None and study.attribution is not None
     assert (
         study.exact.ld_patched.shape == study.attribution.ld_patched.shape == (loaded.num_layers, tokens, 1)

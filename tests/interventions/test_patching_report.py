@@ -5,6 +5,7 @@ position axes labelled with their tokens."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -101,3 +102,28 @@ def test_position_axes_carry_the_clean_tokens() -> None:
     axes = figure.axes[0]
     assert [label.get_text() for label in axes.get_xticklabels()] == ["0 <s>", "1 Mary", "2 John"]
     assert "clean input" in axes.get_xlabel()
+
+
+def test_the_head_heatmap_shows_each_value_on_hover_and_opens_the_heads_attention(tmp_path: Path) -> None:
+    """The report's layer x head grid: each cell's hover title is the head's name and effect, its link
+    opens the head's panel, whose two matrices shade the constructed attention weights by tenths; tokens
+    are inserted as text, and the page has no script."""
+    constructed = study("noising")
+    layers, heads = EFFECTS.shape
+    rng = np.random.default_rng(0)
+    weights = {run: rng.dirichlet(np.ones(3), size=(layers, heads, 3)) for run in ("clean", "corrupted")}
+    constructed.attention = weights
+    constructed.tokens = [(["<a>", "b", "c"], ["<a>", "d", "c"])]
+    html = write_patching_report(constructed, tmp_path / "grid").read_text()
+    assert "<script" not in html
+    for layer, head in np.ndindex(*EFFECTS.shape):
+        name = f"{layer}-{head}"
+        assert f'<a href="#head-{name}" title="{name}: {EFFECTS[layer, head]:+.3f}">' in html
+        assert html.count(f'id="head-{name}"') == 1
+    panel = html.split('id="head-3-0"')[1].split('<div class="head-attention"')[0]
+    assert "&lt;a&gt;" in panel and "<a>" not in panel  # a token is text, not markup
+    for run in ("clean", "corrupted"):
+        matrix = panel.split(f"<caption>{run}</caption>")[1].split("</table>")[0]
+        shades = [int(shade) for shade in re.findall(r'<td class="w(\d)">', matrix)]
+        expected = [min(9, int(w * 10)) for w in weights[run][3, 0].ravel()]  # tenths, 1.0 in the last
+        assert shades == expected

@@ -110,7 +110,7 @@ def test_patching_tables_show_tokens_without_marks_and_a_quantised_models_note(
     llama = load_model(tiny_model_dirs["llama"], language_model=True)
     clean, corrupted = "The quick brown fox jumps over the lazy", "The quick brown dog jumps over the lazy"
     pair = PatchPair(clean, corrupted, " the", " dog", None, None, 1)
-    study = patch(llama, [pair], granularity="residual")
+    study = patch(llama, [pair], site="resid_pre", granularity="position")
     write_patching_report(study, tmp_path / "tiny")
     tokens = pd.read_csv(tmp_path / "tiny" / "position_effects.csv", keep_default_na=False)["clean_token"]
     assert " fox" in set(tokens) and not any("▁" in token for token in tokens)

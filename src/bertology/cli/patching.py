@@ -137,12 +137,21 @@ def patch(
             "--direction", help="denoising: clean activations into the corrupted run; noising: the reverse."
         ),
     ] = "denoising",
+    site: Annotated[
+        str,
+        typer.Option(
+            "--site",
+            help="What is patched in each layer: resid_pre, q, k, v, z (each head's output), attn_out, "
+            "resid_mid, mlp_out or resid_post (the README's table of sites).",
+        ),
+    ] = "z",
     granularity: Annotated[
         PatchGranularity,
         typer.Option(
             "--granularity",
-            help="head: each head at every position; head-position: each head at each position; residual: "
-            "the residual stream before each layer at each position.",
+            help="head: each head at every position; head-position: each head at each position (heads: "
+            "q, k, v, z only); layer: the whole site of each layer; position: the whole site at each "
+            "position.",
         ),
     ] = "head",
     method: Annotated[
@@ -197,7 +206,8 @@ def patch(
 ) -> None:
     """Patch activations between clean and corrupted inputs: how much of the behaviour (by default the logit
     difference of the answer and the wrong token, or of two labels; --metric) each head, head and position,
-    or residual position restores. With --senders and --receivers: path patching (Wang et al. 2022)."""
+    layer or position of a site (--site, --granularity) restores. With --senders and --receivers: path
+    patching (Wang et al. 2022)."""
     if (senders is None) != (receivers is None):
         raise typer.BadParameter("path patching needs both --senders and --receivers.")
     if sweep and senders is None:
@@ -206,7 +216,11 @@ def patch(
         )
     path_heads = None if senders is None else (parse_senders(senders), parse_receivers(receivers or ""))
     require_inputs({"PAIRS": pairs})
-    if path_heads is not None and path_heads[0] is not None:
+    if path_heads is None:
+        from bertology.interventions.patching import check_options
+
+        check_options(None, direction, granularity, method, metric, site)
+    elif path_heads[0] is not None:
         from bertology.interventions.path_patching import check_receivers_after_senders
 
         check_receivers_after_senders(*path_heads)  # type: ignore[arg-type]
@@ -234,6 +248,7 @@ def patch(
                 loaded,
                 chosen,
                 direction=direction,
+                site=site,
                 granularity=granularity,
                 method=method,
                 metric=metric,
@@ -249,7 +264,8 @@ def patch(
     out.print(
         f"Mean {METRICS[main.metric].symbol} clean {main.ld_clean.mean():.3f}, corrupted "
         f"{main.ld_corrupted.mean():.3f} on "
-        f"{len(chosen)} pairs. Largest effects by size ({main.method}, {main.direction}; heads layer-head, "
-        f"0-based): {largest_effects_text(main)}. Wrote {report} and the CSV, JSON and plots beside it.",
+        f"{len(chosen)} pairs. Largest effects by size ({main.site}, {main.method}, {main.direction}; "
+        f"{'heads layer-head, ' if main.grid.per_head else 'layers and positions '}0-based): "
+        f"{largest_effects_text(main)}. Wrote {report} and the CSV, JSON and plots beside it.",
         highlight=False,
     )

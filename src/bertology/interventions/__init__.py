@@ -26,8 +26,8 @@ independent of :mod:`bertology.analysis` and :mod:`bertology.probes`.
 - For encoder-decoders (BART, T5), by the target's loss, on the heads of all three stacks (encoder,
   decoder, cross; :func:`stack_row` finds a gate row): :class:`TargetLossTask` on :class:`SourceTargets`
   (the same study, ``bertology ablate MODEL --lm-corpus PAIRS.jsonl``) and :func:`patch_target_loss`.
-- :func:`patch`: activation patching (exact) and attribution patching of every head, head and position or
-  residual position on clean/corrupted pairs (:func:`read_pairs`, :func:`ioi_pairs`, :func:`sst2_pairs`);
+- :func:`patch`: activation (exact) and attribution patching at any site (each head, head and position,
+  layer or position) on clean/corrupted pairs (:func:`read_pairs`, :func:`ioi_pairs`, :func:`sst2_pairs`);
   :func:`path_patch`: path patching from sender heads through receivers' queries, keys or values (at
   every position or one), :func:`path_patch_each` with each sender alone, a layer x head grid
   (``bertology patch``).

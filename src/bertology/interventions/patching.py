@@ -1,4 +1,4 @@
-"""Activation patching and attribution patching of heads and of the residual stream.
+"""Activation patching and attribution patching at any site of :data:`~bertology.models.sites.SITES`.
 
 Two inputs of the same token count: a clean one, on which the model does the task, and a corrupted one,
 on which it does not. The metric is, per pair, the logit difference ``LD`` by default, or the probability
@@ -7,10 +7,13 @@ difference or the KL divergence from the clean run's distribution
 activations of one run (the source) into the other (the target) and reads ``LD``:
 
 - denoising (the default): clean activations into the corrupted run; noising: corrupted into clean.
-- granularity ``head``: one head's output (its slice of the input of the layer's output projection, where
-  :mod:`bertology.interventions.gates` acts) at every position; ``head-position``: one head at one
-  position; ``residual``: the hidden states entering a layer at one position. Answers of several tokens
-  are run appended to the texts: a patch acts at the texts' positions only, never at the answer's.
+- site: which tensor of each layer is patched (:mod:`bertology.models.sites`); by default ``z``, each
+  head's output (its slice of the input of the layer's output projection, where
+  :mod:`bertology.interventions.gates` acts).
+- granularity (:data:`~bertology.interventions.patch_grid.GRIDS`): ``head``, one head of a per-head site
+  at every position; ``head-position``, one head at one position; ``layer``, the whole site at every
+  position; ``position``, the whole site at one position. Answers of several tokens are run appended to
+  the texts: a patch acts at the texts' positions only, never at the answer's.
 
 The effect of a patch, ``LD`` averaged over the pairs first (Heimersheim and Nanda 2024):
 
@@ -57,6 +60,7 @@ from bertology.interventions.partial import (
     run_prefix,
     tiled,
 )
+from bertology.interventions.patch_grid import GRIDS, PatchGrid, patch_grid
 from bertology.interventions.patching_metrics import Scorer, patching_metric
 from bertology.interventions.patching_pairs import (
     EncodedPairs,
@@ -70,7 +74,6 @@ from bertology.models.loading import LoadedModel
 from bertology.models.sites import recording, replacing
 from bertology.options import (
     PATCH_DIRECTIONS,
-    PATCH_GRANULARITIES,
     PATCH_METHODS,
     PatchDirection,
     PatchGranularity,
@@ -82,9 +85,9 @@ from bertology.progress import Progress
 
 @dataclass(frozen=True)
 class Patch:
-    """What one patch replaces at ``layer``: ``heads`` [heads] bool and ``positions`` [tokens] bool
-    (the heads' outputs at those positions; ``[True]``: at every position of inputs of any length), or for
-    the residual stream ``heads`` ``None``."""
+    """What one patch replaces of its site at ``layer``: ``heads`` [heads] bool (the site's heads) and
+    ``positions`` [tokens] bool (those heads at those positions; ``[True]``: at every position of inputs of
+    any length), or for the whole site ``heads`` ``None``."""
 
     layer: int
     heads: torch.Tensor | None
@@ -100,22 +103,28 @@ class Patch:
         return torch.nn.functional.pad(self.at(group.prompt_tokens), (0, group.tokens - group.prompt_tokens))
 
 
-def head_patches(
+def grid_patches(
     layers: int, heads: int, tokens: int, granularity: PatchGranularity
 ) -> tuple[list[Patch], tuple[int, ...]]:
-    """Every patch of ``granularity`` and the shape of their grid: ``[layers, heads]``,
-    ``[layers, heads, tokens]`` or ``[layers, tokens]`` (patches in that grid's row-major order)."""
-    every = torch.ones(tokens, dtype=torch.bool)
-    cells = {"head": (layers, heads), "head-position": (layers, heads, tokens), "residual": (layers, tokens)}
-    grid = cells[granularity]
+    """Every patch of ``granularity`` (``heads``: the site's) and the shape of their grid, the sizes of its
+    axes (:data:`~bertology.interventions.patch_grid.GRIDS`: ``[layers, heads]``, ``[layers, heads,
+    tokens]``, ``[layers]`` or ``[layers, tokens]``), patches in that grid's row-major order."""
+    axes = GRIDS[granularity].axes
+    grid = grid_shape(layers, heads, tokens, granularity)
+    every = torch.ones(1, dtype=torch.bool)
     patches = []
     for cell in np.ndindex(*grid):
-        if granularity == "residual":
-            patches.append(Patch(cell[0], None, _one_hot(cell[1], tokens)))
-        else:
-            where = every if granularity == "head" else _one_hot(cell[2], tokens)
-            patches.append(Patch(cell[0], _one_hot(cell[1], heads), where))
+        at = dict(zip(axes, cell, strict=True))
+        heads_of = _one_hot(at["head"], heads) if "head" in at else None
+        where = _one_hot(at["position"], tokens) if "position" in at else every
+        patches.append(Patch(at["layer"], heads_of, where))
     return patches, grid
+
+
+def grid_shape(layers: int, heads: int, tokens: int, granularity: PatchGranularity) -> tuple[int, ...]:
+    """The sizes of ``granularity``'s axes (``heads``: the site's)."""
+    sizes = {"layer": layers, "head": heads, "position": tokens}
+    return tuple(sizes[axis] for axis in GRIDS[granularity].axes)
 
 
 def _one_hot(index: int, size: int) -> torch.Tensor:
@@ -131,21 +140,27 @@ class GroupRuns:
     heads: per run (``"clean"``, ``"corrupted"``), per layer [rows, t, heads * head_dim] the input of the
     output projection (``rows``: the group's input rows). layers: per run, what entered each layer
     (:class:`LayerInputs`). ld: per run, [b] the metric. score: the metric bound to the group.
+    site: the site patched; activations: per run, per layer [rows, t, features] its tensor, the axes
+    after the position flattened (for ``z``, ``heads`` itself).
     """
 
     heads: dict[str, list[torch.Tensor]]
     layers: dict[str, LayerInputs]
     ld: dict[str, torch.Tensor]
     score: Scorer
+    site: str = "z"
+    activations: dict[str, list[torch.Tensor]] = field(default_factory=dict)
 
 
 @contextmanager
-def _recording_head_outputs(loaded: LoadedModel, into: list[torch.Tensor]) -> Iterator[None]:
-    """Inside the block a forward pass's output-projection inputs, [b, t, heads * head_dim] per layer, are
-    appended to ``into`` when the block ends."""
-    with recording(loaded.model, ["z"]) as cache:
+def _recording_sites(loaded: LoadedModel, into: dict[str, list[torch.Tensor]]) -> Iterator[None]:
+    """Inside the block a forward pass's tensors of the sites named by ``into``'s keys, per layer
+    [b, t, features] (the axes after the position flattened), are appended to ``into`` when the block
+    ends."""
+    with recording(loaded.model, list(into)) as cache:
         yield
-    into.extend(cache["z", layer].flatten(-2) for layer in range(len(layer_modules(loaded.model))))
+    for name, tensors in into.items():
+        tensors.extend(cache[name, layer].flatten(2) for layer in range(len(layer_modules(loaded.model))))
 
 
 def _resolve_labels(group: PairGroup, clean: torch.Tensor, corrupted: torch.Tensor) -> None:
@@ -160,16 +175,19 @@ def run_group(
     group: PairGroup,
     runs: Sequence[str] = ("clean", "corrupted"),
     metric: PatchMetric = "logit-diff",
+    site: str = "z",
 ) -> GroupRuns:
-    """The passes ``runs`` (``"clean"``, ``"corrupted"``) of ``group``: head outputs, layer inputs and, once
-    the labels are known (a language model's, a classifier's given or, with both runs, predicted) and, for
-    ``kl``, the clean run's distribution, the ``metric``."""
+    """The passes ``runs`` (``"clean"``, ``"corrupted"``) of ``group``: head outputs, the tensors of
+    ``site``, layer inputs and, once the labels are known (a language model's, a classifier's given or,
+    with both runs, predicted) and, for ``kl``, the clean run's distribution, the ``metric``."""
     heads: dict[str, list[torch.Tensor]] = {}
+    activations: dict[str, list[torch.Tensor]] = {}
     layers: dict[str, LayerInputs] = {}
     for run in runs:
-        heads[run] = []
-        with _recording_head_outputs(loaded, heads[run]):
+        recorded: dict[str, list[torch.Tensor]] = {"z": [], site: []}
+        with _recording_sites(loaded, recorded):
             layers[run] = record_layer_inputs(loaded, getattr(group, run))
+        heads[run], activations[run] = recorded["z"], recorded[site]
     if not group.language_model and len(layers) == 2:
         _resolve_labels(group, layers["clean"].logits, layers["corrupted"].logits)
     score = Scorer(patching_metric(metric), group)
@@ -178,7 +196,7 @@ def run_group(
     labelled = bool((group.answer >= 0).all() and (group.wrong >= 0).all())
     known = labelled and (score.clean is not None or score.metric.name != "kl")
     ld = {run: score(layers[run].logits) for run in layers} if known else {}
-    return GroupRuns(heads, layers, ld, score)
+    return GroupRuns(heads, layers, ld, score, site, activations)
 
 
 def _replacing(target: torch.Tensor, source: torch.Tensor, mask: torch.Tensor, copies: int) -> torch.Tensor:
@@ -190,7 +208,7 @@ def _replacing(target: torch.Tensor, source: torch.Tensor, mask: torch.Tensor, c
 
 def _masks(patches: Sequence[Patch], head_dim: int, group: PairGroup) -> torch.Tensor:
     """[patches, tokens, features] bool: per patch, the features it replaces in ``group``'s inputs (a
-    head's ``head_dim`` features at its positions; for the residual stream every feature, as a
+    head's ``head_dim`` features at its positions; for the whole site every feature, as a
     [patches, tokens, 1] mask)."""
     rows = []
     for patch in patches:
@@ -268,24 +286,18 @@ def _exact_layer(
     """[patches, b] ``LD`` with each of ``patches`` (all at one layer) in the target run, side by side, at
     the positions ``begin.start..`` (what a patch puts in at an earlier position is already there)."""
     layer, copies = patches[0].layer, len(patches)
-    if patches[0].heads is None:
-        mask = _masks(patches, 1, group)
-        replacement = runs.layers[source].hidden[layer]
-        site = "resid_pre"
-    else:
-        mask = _masks(patches, attention_parts(loaded.model)[layer].head_dim, group)
-        replacement = runs.heads[source][layer]
-        site = "z"
-    mask, replacement = mask[:, begin.start :].to(loaded.device), replacement[:, begin.start :]
+    head_dim = 1 if patches[0].heads is None else attention_parts(loaded.model)[layer].head_dim
+    mask = _masks(patches, head_dim, group)[:, begin.start :].to(loaded.device)
+    replacement = runs.activations[source][layer][:, begin.start :]
 
     def patched(tensor: torch.Tensor, _layer: int | None) -> torch.Tensor:
-        # z is [b, t, heads, head_dim]; the masks and replacements are [.., t, heads * head_dim]
+        # a per-head site is [b, t, heads, head_dim]; the masks and replacements are [.., t, features]
         flat = tensor.flatten(2)
         return _replacing(flat, replacement, mask, copies).view(tensor.shape)
 
     inputs, recorded = begin.tiled(layer, copies)
     gates = torch.ones(loaded.num_layers, loaded.num_heads)
-    with replacing(loaded.model, {(site, layer): patched}):
+    with replacing(loaded.model, {(runs.site, layer): patched}):
         logits = logits_from_layer(loaded, inputs, recorded, layer, gates)
     return runs.score(logits, copies).unflatten(0, (copies, len(group.rows)))
 
@@ -344,13 +356,13 @@ def attribution_patching(
     direction: PatchDirection,
 ) -> torch.Tensor:
     """[b, *grid] the first-order estimate of ``LD_patched - LD_target`` for every patch of
-    ``granularity`` (module docstring): ``grid`` is [layers, heads], [layers, heads, tokens] or
-    [layers, tokens] (tokens: the texts'). One forward and one backward pass of the target input (``runs``
-    needs only the source's pass); the target's ``LD`` (and the source's, once a classifier's labels are
-    known from both) are put into ``runs.ld``."""
+    ``granularity`` at ``runs.site`` (module docstring): ``grid`` is the sizes of the granularity's axes
+    (:func:`grid_patches`; tokens: the texts'). One forward and one backward pass of the target input
+    (``runs`` needs only the source's pass); the target's ``LD`` (and the source's, once a classifier's
+    labels are known from both) are put into ``runs.ld``."""
     source, target = roles(direction)
-    residual = granularity == "residual"
-    site = "resid_pre" if residual else "z"
+    site = runs.site
+    axes = GRIDS[granularity].axes
     kept: dict[int | None, torch.Tensor] = {}
 
     def keep(tensor: torch.Tensor, layer: int | None) -> torch.Tensor:
@@ -360,7 +372,7 @@ def attribution_patching(
     def leaf(tensor: torch.Tensor, layer: int | None) -> torch.Tensor:
         """Layer 0's input, cut from the embeddings' graph (and kept: residual patching)."""
         tensor = tensor.detach().requires_grad_(True)
-        return keep(tensor, layer) if residual else tensor
+        return keep(tensor, layer) if site == "resid_pre" else tensor
 
     with torch.enable_grad(), replacing(loaded.model, {site: keep, ("resid_pre", 0): leaf}):
         logits = loaded.model(**getattr(group, target)).logits
@@ -374,29 +386,46 @@ def attribution_patching(
     activations = [activation.flatten(2) for activation in activations]
     runs.ld[target] = ld.detach()
     runs.ld[source] = runs.score(runs.layers[source].logits)
-    sources = runs.layers[source].hidden if residual else runs.heads[source]
     pairs, prompt = len(group.rows), group.prompt_tokens
     estimates = []
-    for activation, gradient, replacement in zip(activations, gradients, sources, strict=True):
+    for activation, gradient, replacement in zip(
+        activations, gradients, runs.activations[source], strict=True
+    ):
         change = (replacement.float() - activation.detach().float()) * gradient.float()  # [rows, t, features]
         # [b, prompt, features]: a pair's rows summed (its answer's and its wrong answer's, where there
         # are two), at the texts' positions only
         change = change[:, :prompt].unflatten(0, (-1, pairs)).sum(0)
-        if residual:
-            estimates.append(change.sum(-1))  # [b, t]
-        else:
-            per_head = change.unflatten(-1, (loaded.num_heads, -1)).sum(-1)  # [b, t, heads]
-            estimates.append(per_head.sum(1) if granularity == "head" else per_head.transpose(1, 2))
-    return torch.stack(estimates, dim=1).cpu()
+        # [b, prompt, cells]: summed over each head's features, or over all of them
+        cells = (
+            change.unflatten(-1, (_site_heads(loaded, site), -1)) if "head" in axes else change[..., None, :]
+        )
+        cells = cells.sum(-1)
+        cells = cells if "position" in axes else cells.sum(1, keepdim=True)  # [b, positions, cells]
+        estimates.append(cells.transpose(1, 2).reshape(cells.shape[0], -1))  # [b, cells x positions]
+    estimate = torch.stack(estimates, dim=1)  # [b, layers, ...]
+    return estimate.reshape(estimate.shape[0], *_grid_shape(loaded, site, granularity, prompt)).cpu()
+
+
+def _site_heads(loaded: LoadedModel, site: str) -> int:
+    """How many heads ``site`` has: the key/value heads for ``k`` and ``v``, else the model's."""
+    return attention_parts(loaded.model)[0].key_value_heads if site in ("k", "v") else loaded.num_heads
+
+
+def _grid_shape(
+    loaded: LoadedModel, site: str, granularity: PatchGranularity, tokens: int
+) -> tuple[int, ...]:
+    """The sizes of ``granularity``'s axes at ``site`` for texts of ``tokens`` tokens."""
+    return grid_shape(loaded.num_layers, _site_heads(loaded, site), tokens, granularity)
 
 
 @dataclass
 class PatchingResult:
-    """``LD`` (the ``metric``'s value) of every pair, clean, corrupted and with each patch (exact or
-    estimated by attribution).
+    """``LD`` (the ``metric``'s value) of every pair, clean, corrupted and with each patch of ``site``
+    (exact or estimated by attribution).
 
-    ld_clean, ld_corrupted: [pairs]. ld_patched: [*grid, pairs] (``grid``: [layers, heads] for
-    ``head``, [layers, heads, tokens] for ``head-position``, [layers, tokens] for ``residual``).
+    ld_clean, ld_corrupted: [pairs]. ld_patched: [*grid, pairs] (``grid``: the sizes of the
+    granularity's axes, :attr:`axes`: [layers, heads] for ``head``, [layers, heads, tokens] for
+    ``head-position``, [layers] for ``layer``, [layers, tokens] for ``position``).
     """
 
     method: Literal["exact", "attribution"]
@@ -406,6 +435,12 @@ class PatchingResult:
     ld_corrupted: np.ndarray
     ld_patched: np.ndarray
     metric: PatchMetric = "logit-diff"
+    site: str = "z"
+
+    @property
+    def grid(self) -> PatchGrid:
+        """The record of the granularity: the names of the grid's axes."""
+        return GRIDS[self.granularity]
 
     @property
     def ld_target(self) -> np.ndarray:
@@ -434,7 +469,9 @@ def largest(effect: np.ndarray, count: int) -> np.ndarray:
 @dataclass
 class PatchingStudy:
     """What :func:`patch` found: ``exact`` and/or ``attribution`` results of the same patches, the pairs
-    and their tokens (per pair, clean and corrupted), and the answer or label names."""
+    and their tokens (per pair, clean and corrupted), the answer or label names, and ``attention``: the
+    first pair's attention weights, ``{"clean": ..., "corrupted": ...}`` each [layers, heads, tokens,
+    tokens] (rows the queries) on the texts' tokens."""
 
     model_name: str
     pairs: list[PatchPair]
@@ -443,6 +480,7 @@ class PatchingStudy:
     exact: PatchingResult | None = None
     attribution: PatchingResult | None = None
     labels: list[tuple[str, str]] = field(default_factory=list)
+    attention: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def results(self) -> list[PatchingResult]:
@@ -466,23 +504,29 @@ class PatchingStudy:
 
 
 def check_options(
-    loaded: LoadedModel, direction: str, granularity: str, method: str, metric: str = "logit-diff"
+    loaded: LoadedModel | None,
+    direction: str,
+    granularity: str,
+    method: str,
+    metric: str = "logit-diff",
+    site: str = "z",
 ) -> None:
-    """Refuse an unknown direction, granularity, method or metric, or a model whose layers share their
-    weights.
+    """Refuse an unknown direction, site, granularity (or one ``site`` has no axis for), method or metric,
+    or a model whose layers share their weights (``loaded``; ``None``: the options only, before a model
+    is loaded).
 
     Raises:
         BertologyError: as said.
     """
     patching_metric(metric)
+    patch_grid(site, granularity)
     for value, allowed, name in (
         (direction, PATCH_DIRECTIONS, "direction"),
-        (granularity, PATCH_GRANULARITIES, "granularity"),
         (method, PATCH_METHODS, "method"),
     ):
         if value not in allowed:
             raise BertologyError(f"Unknown patching {name} {value!r}; choose one of {', '.join(allowed)}.")
-    if shares_layers(loaded.model):
+    if loaded is not None and shares_layers(loaded.model):
         raise BertologyError(
             f"{loaded.name} shares one layer's weights across layers; patch a model without."
         )
@@ -504,6 +548,7 @@ def patch(
     pairs: Sequence[PatchPair] | str | Path,
     *,
     direction: PatchDirection = "denoising",
+    site: str = "z",
     granularity: PatchGranularity = "head",
     method: PatchMethod = "exact",
     metric: PatchMetric = "logit-diff",
@@ -511,8 +556,11 @@ def patch(
     patches_per_pass: int = 16,
     on_progress: Progress | None = None,
 ) -> PatchingStudy:
-    """Patch every head (or head and position, or residual position) of ``loaded`` on ``pairs``
-    (:class:`PatchPair` or a pairs file: :mod:`~bertology.interventions.patching_pairs`).
+    """Patch ``site`` (:data:`~bertology.interventions.patch_grid.PATCH_SITES`) of every layer of
+    ``loaded`` on ``pairs`` (:class:`PatchPair` or a pairs file:
+    :mod:`~bertology.interventions.patching_pairs`) by ``granularity``: each head, each head at each
+    position, the whole site, or the whole site at each position
+    (:data:`~bertology.interventions.patch_grid.GRIDS`).
 
     method: ``exact`` (one patched pass per patch, ``patches_per_pass`` side by side), ``attribution``
         (the first-order estimate) or ``both``.
@@ -523,19 +571,20 @@ def patch(
     on_progress: told the patches done (exact), out of patches x groups of pairs of one token count.
 
     Raises:
-        BertologyError: an unknown option, pairs that the model cannot read (see
-            :func:`~bertology.interventions.patching_pairs.encode_pairs`), a per-position granularity on
-            pairs of different token counts, or a model that shares its layers.
+        BertologyError: an unknown option, a granularity ``site`` has no axis for, pairs that the model
+            cannot read (see :func:`~bertology.interventions.patching_pairs.encode_pairs`), a
+            per-position granularity on pairs of different token counts, or a model that shares its
+            layers.
     """
-    check_options(loaded, direction, granularity, method, metric)
+    check_options(loaded, direction, granularity, method, metric, site)
     chosen, encoded = load_pairs(loaded, pairs, prepend_bos)
     tokens = encoded.token_count
-    if granularity != "head" and tokens is None:
+    if GRIDS[granularity].per_position and tokens is None:
         raise BertologyError(
             f"--granularity {granularity} compares positions, so every pair needs the same token count; "
             f"these pairs have {sorted({group.tokens for group in encoded.groups})}."
         )
-    patches, grid = head_patches(loaded.num_layers, loaded.num_heads, tokens or 1, granularity)
+    patches, grid = grid_patches(loaded.num_layers, _site_heads(loaded, site), tokens or 1, granularity)
     count = len(chosen)
     ld = {run: np.zeros(count) for run in ("clean", "corrupted")}
     exact = np.zeros((len(patches), count)) if method != "attribution" else None
@@ -555,6 +604,7 @@ def patch(
                 group,
                 ("clean", "corrupted") if exact is not None else roles(direction)[:1],
                 metric,
+                site,
             )
             if exact is not None:
                 exact[:, group.rows] = (
@@ -584,9 +634,15 @@ def patch(
         "ld_clean": ld["clean"],
         "ld_corrupted": ld["corrupted"],
         "metric": metric,
+        "site": site,
     }
     study = PatchingStudy(
-        loaded.name, chosen, encoded.tokens, encoded.language_model, labels=_label_names(loaded, encoded)
+        loaded.name,
+        chosen,
+        encoded.tokens,
+        encoded.language_model,
+        labels=_label_names(loaded, encoded),
+        attention=_first_pair_attention(loaded, encoded),
     )
     if exact is not None:
         study.exact = PatchingResult("exact", ld_patched=exact.reshape(*grid, count), **base)  # type: ignore[arg-type]
@@ -597,6 +653,23 @@ def patch(
             **base,  # type: ignore[arg-type]
         )
     return study
+
+
+def _first_pair_attention(loaded: LoadedModel, encoded: EncodedPairs) -> dict[str, np.ndarray]:
+    """The first pair's attention weights on its clean and its corrupted texts, [layers, heads, tokens,
+    tokens] each (one pass of each, the answer's tokens left out)."""
+    group = next(group for group in encoded.groups if 0 in group.rows)
+    row = int(np.flatnonzero(group.rows == 0)[0])
+    found = {}
+    for run in ("clean", "corrupted"):
+        inputs = {
+            name: value[row : row + 1, : group.prompt_tokens] if isinstance(value, torch.Tensor) else value
+            for name, value in getattr(group, run).items()
+        }
+        with torch.no_grad(), eval_mode(loaded), recording(loaded.model, ["pattern"]) as cache:
+            loaded.model(**inputs)
+        found[run] = cache.stack("pattern")[:, 0].float().cpu().numpy()
+    return found
 
 
 def _label_names(loaded: LoadedModel, encoded: EncodedPairs) -> list[tuple[str, str]]:

@@ -1,19 +1,26 @@
 """The folder of a patching run (``bertology patch``): tables, heatmaps, ``summary.json`` and the report.
 
-- ``head_effects.csv``: ``layer``, ``head`` (0-based), ``effect`` (granularity ``head``; with
-  ``--method both`` also ``attribution``, attribution patching's estimate of the same effect).
+- ``effects.csv`` (every run): one column per axis of the granularity's grid
+  (:data:`~bertology.interventions.patch_grid.GRIDS`: ``layer``, ``head``, ``position``, 0-based) and
+  ``effect`` (with ``--method both`` also ``attribution``, attribution patching's estimate of the same
+  effect).
+- ``head_effects.csv``: ``layer``, ``head``, ``effect`` (and ``attribution``) for a layer x head grid
+  (granularity ``head``).
 - ``position_effects.csv``: ``layer`` (and ``head``), ``position``, ``clean_token`` (the word-start marks
   Ġ and ▁ shown as spaces, as in the plots and the views), ``effect`` (granularities ``head-position`` and
-  ``residual``).
+  ``position``).
 - ``pair_effects.csv``: every patch's ``ld_patched`` and ``effect`` for each pair (``pair``: 0-based, the
   file's order), by method.
-- ``summary.json``: the settings (``metric``: ``logit-diff``, ``prob-diff`` or ``kl``, and
-  ``metric_description``), the metric's mean clean and corrupted (``ld_clean``, ``ld_corrupted``, named
-  for the default logit difference ``LD``), each pair with its texts and values,
+- ``summary.json``: the settings (``site``, ``granularity``, ``metric``: ``logit-diff``, ``prob-diff`` or
+  ``kl``, and ``metric_description``), the metric's mean clean and corrupted (``ld_clean``,
+  ``ld_corrupted``, named for the default logit difference ``LD``), each pair with its texts and values,
   the largest effects by size with their sign (``top``; heads also by ``name``, ``"layer-head"``
   0-based), and with both methods their agreement on that set.
-- ``plots/effects.png`` (diverging colours centred at 0) and ``report.html`` with the inputs (and, for a
-  model with a note such as a quantised file's, the note first).
+- ``plots/effects_<method>.png`` (diverging colours centred at 0, positions labelled with the first pair's
+  clean tokens) and ``report.html`` with the inputs (and, for a model with a note such as a quantised
+  file's, the note first); a layer x head grid is also an interactive heatmap there
+  (:mod:`bertology.report.head_grid`: the value on hover, a click opens the head's attention on the first
+  pair's clean and corrupted input).
 
 Path patching (``--senders``/``--receivers``) writes ``path_patching.json`` (with ``frozen``, the run kept
 frozen and patched, and ``metric``) and its report instead; with each sender alone (``--senders each``,
@@ -28,6 +35,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from markupsafe import Markup
 from matplotlib.figure import Figure
 
 from bertology.files.run_files import REPORT_FILE, SUMMARY_FILE, mark_run
@@ -35,9 +43,12 @@ from bertology.interventions.patching import PatchingResult, PatchingStudy, larg
 from bertology.interventions.patching_metrics import METRICS
 from bertology.interventions.path_patching import PathPatching, PathPatchingSweep
 from bertology.models.heads import head_name
+from bertology.models.sites import SITES
 from bertology.report import page, plots
+from bertology.report.head_grid import head_grid
 from bertology.views.bertviz import prettify
 
+EFFECTS_FILE = "effects.csv"
 HEAD_EFFECTS_FILE = "head_effects.csv"
 POSITION_EFFECTS_FILE = "position_effects.csv"
 PAIR_EFFECTS_FILE = "pair_effects.csv"
@@ -47,10 +58,8 @@ TOP = 10
 
 
 def _cells(result: PatchingResult) -> list[str]:
-    """The index columns of ``result``'s grid."""
-    return {"head": ["layer", "head"], "head-position": ["layer", "head", "position"]}.get(
-        result.granularity, ["layer", "position"]
-    )
+    """The index columns of ``result``'s grid: its axes."""
+    return list(result.grid.axes)
 
 
 def _grid_frame(result: PatchingResult, values: np.ndarray, name: str) -> pd.DataFrame:
@@ -59,15 +68,16 @@ def _grid_frame(result: PatchingResult, values: np.ndarray, name: str) -> pd.Dat
     return pd.DataFrame({**dict(zip(_cells(result), index, strict=True)), name: values.ravel()})
 
 
-def effects_frame(study: PatchingStudy) -> pd.DataFrame:
-    """``head_effects.csv`` or ``position_effects.csv``: each patch's effect (exact where computed, else
-    attribution's), with attribution's beside it when both ran; positions with their clean token."""
+def effects_frame(study: PatchingStudy, tokens: bool = True) -> pd.DataFrame:
+    """Each patch's effect (exact where computed, else attribution's), with attribution's beside it when
+    both ran (``effects.csv``); ``tokens``: positions with their clean token (``head_effects.csv``,
+    ``position_effects.csv``)."""
     main = study.exact or study.attribution
     assert main is not None
     frame = _grid_frame(main, main.effect, "effect")
     if study.exact is not None and study.attribution is not None:
         frame["attribution"] = study.attribution.effect.ravel()
-    if "position" in frame:
+    if tokens and "position" in frame:
         frame.insert(
             frame.columns.get_loc("position") + 1,
             "clean_token",
@@ -152,6 +162,7 @@ def summary(study: PatchingStudy) -> dict[str, Any]:
         "model": study.model_name,
         "kind": "language model" if study.language_model else "classifier",
         "direction": main.direction,
+        "site": main.site,
         "granularity": main.granularity,
         "methods": [result.method for result in study.results],
         "metric": main.metric,
@@ -170,17 +181,26 @@ def position_labels(tokens: list[str]) -> list[str]:
     return [f"{position} {token}" for position, token in enumerate(tokens)]
 
 
-def positions_figure(values: np.ndarray, rows: list[str], tokens: list[str], title: str) -> Figure:
-    """A rows x positions heatmap of effects, diverging colours centred at 0."""
-    figure = plots.new_figure(min(12.0, 2.0 + 0.45 * len(tokens)), min(40.0, 1.5 + 0.16 * len(rows)))
+def positions_figure(
+    values: np.ndarray,
+    rows: list[str],
+    tokens: list[str],
+    title: str,
+    columns: list[str] | None = None,
+    column_axis: str = "position: token of the first pair's clean input",
+) -> Figure:
+    """A rows x positions heatmap of effects, diverging colours centred at 0 (``columns``: other column
+    labels than :func:`position_labels` of ``tokens``, under ``column_axis``)."""
+    columns = position_labels(tokens) if columns is None else columns
+    figure = plots.new_figure(min(12.0, 2.5 + 0.45 * len(columns)), min(40.0, 1.5 + 0.16 * len(rows)))
     ax = figure.subplots()
     low, high = plots.value_range_of(values, symmetric=True)
     image = ax.imshow(
         values, cmap=plots.DIVERGING_COLORMAP, vmin=low, vmax=high, aspect="auto", interpolation="nearest"
     )
     figure.colorbar(image, ax=ax, fraction=0.05, pad=0.02).set_label("effect")
-    ax.set_xticks(range(len(tokens)), position_labels(tokens), rotation=90, fontsize=7)
-    ax.set_xlabel("position: token of the first pair's clean input", fontsize=8)
+    ax.set_xticks(range(len(columns)), columns, rotation=90, fontsize=7)
+    ax.set_xlabel(column_axis, fontsize=8)
     ticks = plots.index_ticks(len(rows), most=40)
     ax.set_yticks(ticks, [rows[t] for t in ticks], fontsize=7)
     ax.set_title(title, fontsize=9)
@@ -189,8 +209,9 @@ def positions_figure(values: np.ndarray, rows: list[str], tokens: list[str], tit
 
 def _effects_png(study: PatchingStudy, result: PatchingResult, target: Path, dpi: int) -> bytes:
     name = f"effects_{result.method}"
-    title = f"{result.method}, {result.direction}"
-    if result.granularity == "head":
+    title = f"{result.site}, {result.method}, {result.direction}"
+    axes = result.grid.axes
+    if axes == ("layer", "head"):
         return plots.heatmap_png(
             target,
             name,
@@ -201,13 +222,17 @@ def _effects_png(study: PatchingStudy, result: PatchingResult, target: Path, dpi
             cmap=plots.DIVERGING_COLORMAP,
         )
     effect = result.effect
-    if result.granularity == "head-position":
+    tokens = [prettify(token) for token in study.tokens[0][0]]
+    if "head" in axes:
         rows = [head_name(layer, head) for layer in range(effect.shape[0]) for head in range(effect.shape[1])]
-        effect = effect.reshape(-1, effect.shape[-1])
+        figure = positions_figure(effect.reshape(len(rows), -1), rows, tokens, title)
     else:
         rows = [f"layer {layer}" for layer in range(effect.shape[0])]
-    tokens = [prettify(token) for token in study.tokens[0][0]]
-    png = plots.to_png(positions_figure(effect, rows, tokens, title), dpi=dpi)
+        if "position" in axes:
+            figure = positions_figure(effect, rows, tokens, title)
+        else:
+            figure = positions_figure(effect[:, None], rows, tokens, title, [result.site], "every position")
+    png = plots.to_png(figure, dpi=dpi)
     (target / "plots").mkdir(parents=True, exist_ok=True)
     (target / "plots" / f"{name}.png").write_bytes(png)
     return png
@@ -223,6 +248,22 @@ def _top_table(study: PatchingStudy, result: PatchingResult) -> pd.DataFrame:
         tokens = [prettify(study.tokens[0][0][position]) for position in top["position"]]
         top.insert(top.columns.get_loc("position") + 1, "token", tokens)
     return top
+
+
+def _interactive_grid(study: PatchingStudy, result: PatchingResult, with_panels: bool) -> list[Markup]:
+    """For a layer x head grid, :func:`~bertology.report.head_grid.head_grid` of its effects, the heads'
+    attention on the first pair a click away where the grid's heads are the attention's (not a
+    grouped-query model's key/value heads); nothing for other grids."""
+    if result.grid.axes != ("layer", "head"):
+        return []
+    effect = result.effect
+    fits = bool(study.attention) and study.attention["clean"].shape[:2] == effect.shape
+    clean, corrupted = ([prettify(token) for token in run] for run in study.tokens[0])
+    return [
+        head_grid(
+            effect, "head", study.attention if fits else {}, (clean, corrupted), with_panels=with_panels
+        )
+    ]
 
 
 def _pairs_table(study: PatchingStudy) -> pd.DataFrame:
@@ -265,8 +306,9 @@ def _explanation(result: PatchingResult) -> str:
     baseline = "corrupted" if denoising else "clean"
     m = METRICS[result.metric].symbol
     text = (
-        f"Each cell: the effect of patching it ({result.direction}: {moved}), (mean {m}_patched - mean "
-        f"{m}_{baseline}) / (mean {m}_clean - mean {m}_corrupted), {m} averaged over the pairs first."
+        f"Each cell: the effect of patching site {result.site} there ({result.direction}: {moved}), "
+        f"(mean {m}_patched - mean {m}_{baseline}) / (mean {m}_clean - mean {m}_corrupted), {m} averaged "
+        "over the pairs first."
     )
     if result.method == "attribution":
         text += (
@@ -282,17 +324,21 @@ def write_patching_report(study: PatchingStudy, outdir: str | Path, *, dpi: int 
     target.mkdir(parents=True, exist_ok=True)
     main = study.exact or study.attribution
     assert main is not None
-    name = HEAD_EFFECTS_FILE if main.granularity == "head" else POSITION_EFFECTS_FILE
-    effects_frame(study).to_csv(target / name, index=False)
+    effects_frame(study, tokens=False).to_csv(target / EFFECTS_FILE, index=False)
+    if main.grid.axes == ("layer", "head"):
+        effects_frame(study).to_csv(target / HEAD_EFFECTS_FILE, index=False)
+    if main.grid.per_position:
+        effects_frame(study).to_csv(target / POSITION_EFFECTS_FILE, index=False)
     pair_frame(study).to_csv(target / PAIR_EFFECTS_FILE, index=False)
     content = summary(study)
     (target / SUMMARY_FILE).write_text(json.dumps(content, indent=2), encoding="utf-8")
     mark_run(target, "patching", model=study.model_name)
     symbol = METRICS[main.metric].symbol
     sections = []
-    for result in study.results:
+    for index, result in enumerate(study.results):
         png = _effects_png(study, result, target, dpi)
         top = _top_table(study, result)
+        grid = _interactive_grid(study, result, with_panels=index == 0)
         sections.append(
             page.Section(
                 f"{result.method.capitalize()} patching",
@@ -304,6 +350,7 @@ def write_patching_report(study: PatchingStudy, outdir: str | Path, *, dpi: int 
                         alt=f"{result.method} patching effects",
                         caption=f"Layers and heads 0-based. {colour_caption(result.direction)}",
                     ),
+                    *grid,
                     page.paragraph(
                         f"The {len(top)} largest effects by size, with their sign"
                         + (
@@ -348,7 +395,8 @@ def write_patching_report(study: PatchingStudy, outdir: str | Path, *, dpi: int 
             {
                 "model": study.model_name,
                 "direction": main.direction,
-                "granularity": main.granularity,
+                "site": f"{main.site}: {SITES[main.site].meaning}",
+                "granularity": f"{main.granularity}: {main.grid.meaning}",
                 "metric": main.metric,
                 "pairs": len(study.pairs),
                 f"mean {symbol} clean": content["ld_clean"],

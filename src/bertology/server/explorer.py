@@ -42,6 +42,7 @@ from bertology.errors import BertologyError
 from bertology.files.beneath import OpenFolder, path_parts
 from bertology.files.run_files import EDGES_FILE, HEADS_FILE, JS_DIVERGENCE_FILE, SUMMARY_FILE
 from bertology.interventions.circuit_edges import graph_shape, head_edges, read_edges
+from bertology.interventions.patch_grid import GRIDS
 from bertology.server.errors import RequestError, shown
 from bertology.server.runs import RunsFolder
 from bertology.views import View
@@ -392,7 +393,10 @@ def _ablation_model(here: OpenFolder) -> str | None:
 def _patching(here: OpenFolder, layers: int, heads: int, model: object) -> Patching | None:
     """A patching folder's head effects when its ``summary.json`` names ``model`` and they fit the grid."""
     summary = json.loads(here.read_bytes(SUMMARY_FILE).decode("utf-8"))
-    if not isinstance(summary, dict) or summary.get("model") != model or summary.get("granularity") != "head":
+    if not isinstance(summary, dict) or summary.get("model") != model:
+        return None
+    grid = GRIDS.get(str(summary.get("granularity")))
+    if grid is None or grid.axes != ("layer", "head"):
         return None
     effect = _head_grid(_read_csv(here, "head_effects.csv"), "effect", layers, heads)
     if effect is None:
