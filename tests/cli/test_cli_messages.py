@@ -41,7 +41,7 @@ def test_every_command_is_walked() -> None:
         ("cache", "list"),
     }
     assert walked <= set(COMMANDS)
-    assert len(COMMANDS) == 21
+    assert len(COMMANDS) == 22
 
 
 @pytest.mark.parametrize("words", COMMANDS, ids=" ".join)

@@ -14,11 +14,9 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from support.cli import invoke as invoke_command
 from support.tiny_models import tiny_language_model
-from typer.testing import CliRunner
 
-from bertology.cli import app
-from bertology.errors import BertologyError
 from bertology.interventions.patching_pairs import ioi_pairs, sst2_pairs
 from bertology.interventions.path_patching import Receiver, path_patch
 from bertology.server.runs import RunsFolder
@@ -45,13 +43,8 @@ def write_pairs(path: Path, records: list[dict[str, str]]) -> Path:
 
 
 def invoke(*arguments: str) -> tuple[int, str]:
-    """The exit code and the output, or the one-sentence message of a :class:`BertologyError` (which the
-    entry point prints without a traceback)."""
-    result = CliRunner().invoke(app, ["patch", *arguments])
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        assert isinstance(result.exception, BertologyError), result.exception
-        return 1, str(result.exception)
-    return result.exit_code, result.output
+    """``bertology patch ARGUMENTS``: :func:`support.cli.invoke`'s exit code and output or message."""
+    return invoke_command("patch", *arguments)
 
 
 def test_patch_writes_head_effects_both_methods_and_is_listed_as_a_patching_run(

@@ -21,11 +21,10 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from support.cli import invoke
 from support.tiny_models import tiny_classifier, tiny_language_model
-from typer.testing import CliRunner
 
 from bertology import BertologyError
-from bertology.cli import app
 from bertology.interventions.circuit import CircuitResult, circuit
 from bertology.interventions.circuit_faithfulness import FRACTIONS, areas
 from bertology.interventions.patching_pairs import PairGroup, PatchPair, encode_pairs
@@ -356,11 +355,7 @@ def test_bad_options_and_models_are_refused_in_one_sentence(
 
 
 def _invoke(*arguments: str) -> tuple[int, str]:
-    result = CliRunner().invoke(app, ["circuit", *arguments])
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        assert isinstance(result.exception, BertologyError), result.exception
-        return 1, str(result.exception)
-    return result.exit_code, result.output
+    return invoke("circuit", *arguments)
 
 
 def test_the_command_writes_the_files_and_marks_a_circuit_run(

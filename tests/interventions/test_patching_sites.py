@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from support.tiny_models import tiny_classifier, tiny_language_model
+from support.patching_reference import tiny_models_by_type
 
 from bertology import BertologyError
 from bertology.interventions.patch_grid import GRIDS, HEAD_SITES, PATCH_SITES
@@ -41,17 +41,7 @@ PAIRS = {
 
 @pytest.fixture(scope="module")
 def models(tiny_model_dirs: dict[str, Path]) -> Callable[[str], LoadedModel]:
-    cache: dict[str, LoadedModel] = {}
-
-    def load(model_type: str) -> LoadedModel:
-        if model_type not in cache:
-            directory = tiny_model_dirs[model_type]
-            cache[model_type] = (
-                tiny_classifier(directory) if model_type == "bert" else tiny_language_model(directory)
-            )
-        return cache[model_type]
-
-    return load
+    return tiny_models_by_type(tiny_model_dirs)
 
 
 # --- The reference: each site of a layer found by its Hugging Face module -------------------------------

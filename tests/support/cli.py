@@ -7,8 +7,10 @@ import subprocess
 import sys
 
 import pytest
+from typer.testing import CliRunner
 
 from bertology import cli
+from bertology.errors import BertologyError
 
 
 def run_command(args: list[str], capsys: pytest.CaptureFixture[str]) -> subprocess.CompletedProcess[str]:
@@ -33,6 +35,17 @@ def run_in_process(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple
     """:func:`run_command`'s exit code and stderr."""
     result = run_command(args, capsys)
     return result.returncode, result.stderr
+
+
+def invoke(*arguments: str) -> tuple[int, str]:
+    """``bertology ARGUMENTS`` through typer's test runner: the exit code and the output, or 1 and the
+    one-sentence message of a :class:`BertologyError` (which the entry point prints without a traceback);
+    any other exception fails the test."""
+    result = CliRunner().invoke(cli.app, list(arguments))
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        assert isinstance(result.exception, BertologyError), result.exception
+        return 1, str(result.exception)
+    return result.exit_code, result.output
 
 
 #: ``bertology ARGV[2:]`` in this child, SIGKILLed at the switch of its output folder

@@ -201,7 +201,7 @@ def _parts(layer: nn.Module, layout: Layout) -> AttentionParts:
     per_head = tuple(
         Projection(layer.get_submodule(path), 0, head_dim)
         for path in layout.per_head
-        if _has_submodule(layer, path)
+        if has_submodule(layer, path)
     )
     groups = int(getattr(attention, "num_key_value_groups", 1))
     return AttentionParts(
@@ -209,7 +209,8 @@ def _parts(layer: nn.Module, layout: Layout) -> AttentionParts:
     )
 
 
-def _has_submodule(module: nn.Module, path: str) -> bool:
+def has_submodule(module: nn.Module, path: str) -> bool:
+    """Whether ``module`` has a submodule at ``path`` (dotted, as ``get_submodule`` reads it)."""
     try:
         module.get_submodule(path)
     except AttributeError:

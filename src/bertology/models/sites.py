@@ -55,6 +55,7 @@ from bertology.models.anatomy import (
     attention_parts,
     gated_parts,
     has_stacks,
+    has_submodule,
     layer_modules,
     layout,
     linear_weight,
@@ -222,7 +223,7 @@ def _keys(model: nn.Module, requests: Iterable[SiteRequest]) -> list[SiteKey]:
     for request in requests:
         name, layer = (request, None) if isinstance(request, str) else request
         if name in MODULE_SITES:
-            if not isinstance(layer, str) or not _has_module(model, layer):
+            if not isinstance(layer, str) or not has_submodule(model, layer):
                 raise BertologyError(
                     f"Site {name!r} needs the path of one of the model's modules, not {layer!r}."
                 )
@@ -239,14 +240,6 @@ def _keys(model: nn.Module, requests: Iterable[SiteRequest]) -> list[SiteKey]:
         else:
             keys.append((name, layer))
     return keys
-
-
-def _has_module(model: nn.Module, path: str) -> bool:
-    try:
-        model.get_submodule(path)
-    except AttributeError:
-        return False
-    return True
 
 
 class Cache(dict[SiteKey, torch.Tensor]):
