@@ -305,3 +305,14 @@ def test_the_sst2_pairs_on_a_small_sst2_classifier_give_the_readme_picture(
     assert len(effects) == 6 * 12
     assert effects["effect"].max() > 0.2 and effects["effect"].min() > -0.05
     assert np.corrcoef(effects["effect"], effects["attribution"])[0, 1] > 0.9
+
+
+@pytest.mark.parametrize("command", ["patch", "circuit"])
+def test_an_encoder_decoder_is_refused_in_one_sentence_before_it_loads(
+    command: str, tiny_model_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    pairs = write_pairs(tmp_path / "pairs.jsonl", PAIRS)
+    output = tmp_path / "out"
+    code, text = invoke_command(command, str(tiny_model_dirs["bart"]), str(pairs), "-o", str(output))
+    assert code == 1 and "is an encoder-decoder" in text and "patch_target_loss" in text, text
+    assert text.count(". ") == 0 and not output.exists()

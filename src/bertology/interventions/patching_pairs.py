@@ -124,11 +124,16 @@ def pairs_for_language_model(pairs: list[PatchPair]) -> bool:
 
 def check_pairs_fit(pairs: list[PatchPair], name: str, kind: ModelKind) -> None:
     """Refuse pairs of the wrong sort for a model of ``kind``: answers (a language model's pairs) need a
-    decoder, and a decoder needs answers. name: the model as the user gave it.
+    decoder, and a decoder needs answers; an encoder-decoder takes none. name: the model as the user gave it.
 
     Raises:
         BertologyError: as said.
     """
+    if kind == "encoder-decoder":
+        raise BertologyError(
+            f"'{name}' is an encoder-decoder, whose heads are patched by its target's loss in Python "
+            "(bertology.interventions.patch_target_loss), not on pairs of clean and corrupted texts."
+        )
     language_model = pairs_for_language_model(pairs)
     if language_model and kind != "decoder":
         raise BertologyError(
