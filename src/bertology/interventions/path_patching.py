@@ -34,7 +34,7 @@ group: replacing it changes what all of them read.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, NamedTuple
 
@@ -84,9 +84,9 @@ def _normalised(
 
 
 @dataclass
-class PathPatching:
-    """``LD`` (the ``metric``'s value) of every pair, clean, corrupted and with the senders' path through
-    the receivers patched (each [pairs]), and the normalised ``effect`` of that path."""
+class _PathRuns:
+    """What every path patching run gives: ``LD`` (the ``metric``'s value) of every pair, clean and
+    corrupted ([pairs]), and with the senders' path through the receivers patched (``ld_patched``)."""
 
     senders: list[Head]
     receivers: list[Receiver]
@@ -95,33 +95,37 @@ class PathPatching:
     ld_corrupted: np.ndarray
     ld_patched: np.ndarray
     metric: PatchMetric = "logit-diff"
+
+    def _effects(self) -> np.ndarray:
+        """``(mean LD_patched - mean LD_target) / (mean LD_clean - mean LD_corrupted)``, per row of
+        ``ld_patched``."""
+        return _normalised(self.ld_patched, self.ld_clean, self.ld_corrupted, self.direction)
+
+
+@dataclass
+class PathPatching(_PathRuns):
+    """Path patching of all ``senders`` together: ``ld_patched`` [pairs], and the normalised ``effect`` of
+    that path."""
 
     @property
     def effect(self) -> float:
         """``(mean LD_patched - mean LD_target) / (mean LD_clean - mean LD_corrupted)``."""
-        return float(_normalised(self.ld_patched, self.ld_clean, self.ld_corrupted, self.direction))
+        return float(self._effects())
 
 
 @dataclass
-class PathPatchingSweep:
+class PathPatchingSweep(_PathRuns):
     """Path patching with each of ``senders`` alone: ``ld_patched`` [senders, pairs] (row ``i``: sender
     ``senders[i]``'s path through all of ``receivers``), ``ld_clean`` and ``ld_corrupted`` [pairs]; the
     model's ``layers`` and ``heads`` shape :attr:`grid`."""
 
-    senders: list[Head]
-    receivers: list[Receiver]
-    direction: PatchDirection
-    ld_clean: np.ndarray
-    ld_corrupted: np.ndarray
-    ld_patched: np.ndarray
-    layers: int
-    heads: int
-    metric: PatchMetric = "logit-diff"
+    layers: int = field(kw_only=True)
+    heads: int = field(kw_only=True)
 
     @property
     def effect(self) -> np.ndarray:
         """[senders] each sender's normalised effect (as :attr:`PathPatching.effect`)."""
-        return _normalised(self.ld_patched, self.ld_clean, self.ld_corrupted, self.direction)
+        return self._effects()
 
     @property
     def grid(self) -> np.ndarray:
@@ -358,5 +362,13 @@ def path_patch_each(
         loaded, pairs, sets, chosen, direction, metric, prepend_bos, senders_per_pass, on_progress
     )
     return PathPatchingSweep(
-        swept, chosen, direction, clean, corrupted, patched, loaded.num_layers, loaded.num_heads, metric
+        swept,
+        chosen,
+        direction,
+        clean,
+        corrupted,
+        patched,
+        metric,
+        layers=loaded.num_layers,
+        heads=loaded.num_heads,
     )
