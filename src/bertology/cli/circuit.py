@@ -7,8 +7,9 @@ from typing import Annotated
 
 import typer
 
-from bertology.cli.app import app, out, say_model_note
+from bertology.cli.app import app, out
 from bertology.cli.options import DeviceOption, DtypeOption, require_inputs
+from bertology.cli.patching import load_for_pairs
 from bertology.cli.progress import progress_bar
 from bertology.options import (
     DEFAULT_DEVICE,
@@ -82,19 +83,12 @@ def circuit(
     measure the faithfulness of the top edges at sizes from 0.1 % to 100 % beside a random ranking, with
     the areas CPR (higher is better) and CMD (lower is better)."""
     require_inputs({"PAIRS": pairs})
-    from bertology.files.outputs import check_output_folder, output_folder
+    from bertology.files.outputs import output_folder
     from bertology.interventions.circuit import circuit as find_circuit
-    from bertology.interventions.patching_pairs import check_pairs_fit, read_pairs
-    from bertology.models.loading import load_model, model_kind
     from bertology.report.circuit import finish_circuit_run
     from bertology.report.circuit_files import write_circuit_files
 
-    chosen = read_pairs(pairs)
-    kind = model_kind(model)
-    check_pairs_fit(chosen, model, kind)
-    check_output_folder(output)
-    loaded = load_model(model, language_model=kind == "decoder", device=device, dtype=dtype)
-    say_model_note(loaded.name)
+    loaded, chosen = load_for_pairs(model, pairs, output, device, dtype)
     with output_folder(output) as folder:
         with progress_bar("circuit", None) as on_progress:
             result = find_circuit(

@@ -111,6 +111,26 @@ def _path_patching(
     )
 
 
+def load_for_pairs(
+    model: str, pairs: Path, output: Path, device: str, dtype: str
+) -> tuple[LoadedModel, list[PatchPair]]:
+    """The pairs file's pairs and the model loaded with the head they need (a decoder's language-model
+    head, else a classifier's), after every check that needs no model: the pairs suit the model's kind
+    and ``output`` may be written (``patch`` and ``circuit``)."""
+    from bertology.files.outputs import check_output_folder
+    from bertology.interventions.patching_pairs import check_pairs_fit, read_pairs
+    from bertology.models.loading import load_model, model_kind
+
+    chosen = read_pairs(pairs)
+    kind = model_kind(model)
+    check_pairs_fit(chosen, model, kind)
+    decoder = kind == "decoder"
+    check_output_folder(output)
+    loaded = load_model(model, language_model=decoder, classifier=not decoder, device=device, dtype=dtype)
+    say_model_note(loaded.name)
+    return loaded, chosen
+
+
 @app.command()
 def patch(
     model: Annotated[
@@ -224,17 +244,9 @@ def patch(
         from bertology.interventions.path_patching import check_receivers_after_senders
 
         check_receivers_after_senders(*path_heads)  # type: ignore[arg-type]
-    from bertology.files.outputs import check_output_folder, output_folder
-    from bertology.interventions.patching_pairs import check_pairs_fit, read_pairs
-    from bertology.models.loading import load_model, model_kind
+    from bertology.files.outputs import output_folder
 
-    chosen = read_pairs(pairs)
-    kind = model_kind(model)
-    check_pairs_fit(chosen, model, kind)
-    decoder = kind == "decoder"
-    check_output_folder(output)
-    loaded = load_model(model, language_model=decoder, classifier=not decoder, device=device, dtype=dtype)
-    say_model_note(loaded.name)
+    loaded, chosen = load_for_pairs(model, pairs, output, device, dtype)
     with output_folder(output) as folder:
         if path_heads is not None:
             text = _path_patching(loaded, chosen, *path_heads, sweep, folder, direction, metric, prepend_bos)
