@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 import torch
 from support.patching_reference import tiny_models_by_type
+from transformers.utils import ModelOutput
 
 from bertology import BertologyError
 from bertology.interventions.patch_grid import GRIDS, HEAD_SITES, PATCH_SITES
@@ -66,9 +67,21 @@ def _layer(model: Any, model_type: str, layer: int) -> torch.nn.Module:
     }[model_type]()
 
 
+#: The sites without layers: the token embeddings, the last hidden states (after Llama's and GPT-2's final
+#: norm; BERT's encoder's output, which its pooler reads) and the model's logits.
+LAYERLESS = {
+    "llama": {"embed": "model.embed_tokens", "final": "model.norm", "logits": ""},
+    "gpt2": {"embed": "transformer.wte", "final": "transformer.ln_f", "logits": ""},
+    "bert": {"embed": "bert.embeddings.word_embeddings", "final": "bert.encoder", "logits": ""},
+}
+
+
 def _slot(loaded: LoadedModel, site: str, layer: int) -> Slot:
-    """Where ``site`` of ``layer`` is, for the sites a module call holds whole."""
+    """Where ``site`` of ``layer`` is, for the sites a module call holds whole (``layer`` unused for the
+    sites without layers)."""
     model_type = loaded.model.config.model_type
+    if site in LAYERLESS[model_type]:
+        return Slot(loaded.model.get_submodule(LAYERLESS[model_type][site]), False)
     block = _layer(loaded.model, model_type, layer)
     hidden = loaded.model.config.hidden_size
     if site == "resid_pre":
@@ -98,6 +111,9 @@ def _first(value: Any) -> torch.Tensor:
 
 
 def _with_first(value: Any, tensor: torch.Tensor) -> Any:
+    if isinstance(value, ModelOutput):  # a model's or an encoder's output: its first field
+        value[next(iter(value.keys()))] = tensor
+        return value
     return tensor if isinstance(value, torch.Tensor) else (tensor, *value[1:])
 
 
@@ -128,6 +144,8 @@ def site_replaced(
         slot = _slot(loaded, site, layer)
 
         def replaced(whole: torch.Tensor) -> torch.Tensor:
+            if whole.dim() == 2:  # a classifier's logits [batch, labels]: one position
+                return replaced(whole[:, None])[:, 0]
             end = whole.shape[-1] if slot.width is None else slot.offset + slot.width
             new = fn(whole[..., slot.offset : end])
             return torch.cat([whole[..., : slot.offset], new, whole[..., end:]], -1)
@@ -254,13 +272,22 @@ def check_site(loaded: LoadedModel, pair: PatchPair, site: str, granularity: str
     return moved
 
 
-#: Every site with each granularity it has an axis for.
+#: Every site with each granularity it has an axis for (but a classifier's logits: no position axis).
 SITE_GRIDS = [
     (site, granularity)
     for site in PATCH_SITES
     for granularity in GRIDS
     if site in HEAD_SITES or not GRIDS[granularity].per_head
 ]
+
+
+def site_grids(model_type: str) -> list[tuple[str, str]]:
+    """:data:`SITE_GRIDS` that ``model_type``'s tiny model has."""
+    return [
+        (site, granularity)
+        for site, granularity in SITE_GRIDS
+        if not (model_type == "bert" and site == "logits" and GRIDS[granularity].per_position)
+    ]
 
 
 #: The distinct ways a site is found and replaced, one each: a projection's output by head (Llama's
@@ -284,6 +311,52 @@ def test_distinct_sites_equal_a_hooked_pass_per_patch(
         assert check_site(loaded, PAIRS[model_type], site, granularity, direction == "denoising"), site
 
 
+#: The sites without layers, by whole site and by position, each once per model (a classifier's logits, one
+#: row of labels per text, have no position axis).
+LAYERLESS_GRIDS = {
+    "llama": [("embed", "position"), ("final", "layer"), ("logits", "position")],
+    "gpt2": [("embed", "layer"), ("final", "position"), ("logits", "position")],
+    "bert": [("embed", "position"), ("final", "position"), ("logits", "layer")],
+}
+
+
+@pytest.mark.parametrize("model_type", ["llama", "gpt2", "bert"])
+@pytest.mark.parametrize("direction", ["denoising", "noising"])
+def test_the_sites_without_layers_equal_a_hooked_pass_per_patch(
+    model_type: str, direction: str, models: Callable[[str], LoadedModel]
+) -> None:
+    loaded = models(model_type)
+    for site, granularity in LAYERLESS_GRIDS[model_type]:
+        assert check_site(loaded, PAIRS[model_type], site, granularity, direction == "denoising"), site
+
+
+@pytest.mark.parametrize("model_type", ["llama", "gpt2", "bert"])
+def test_patching_the_logits_the_metric_reads_restores_the_whole_answer(
+    model_type: str, models: Callable[[str], LoadedModel]
+) -> None:
+    """The source's logits where the metric reads them (a decoder's last position, a classifier's only row)
+    give the source's logit difference: effect 1 denoising, -1 noising; a decoder's logits at every other
+    position are never read: the target's. Up to float32 batching (module docstring), 1e-5 on the logit
+    difference."""
+    loaded = models(model_type)
+    granularity = "layer" if model_type == "bert" else "position"
+    for direction, whole in (("denoising", 1.0), ("noising", -1.0)):
+        study = patch(
+            loaded,
+            [PAIRS[model_type]],
+            site="logits",
+            granularity=granularity,
+            direction=direction,
+            method="both",
+        )
+        for result in study.results:
+            ld = result.ld_patched.reshape(-1)  # one row: the site has no layers
+            expected = np.full_like(ld, result.ld_target[0])
+            expected[-1] = (result.ld_clean if direction == "denoising" else result.ld_corrupted)[0]
+            np.testing.assert_allclose(ld, expected, atol=1e-5, err_msg=f"{result.method} {direction}")
+            assert result.effect.reshape(-1)[-1] == pytest.approx(whole, abs=1e-5)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("model_type", ["llama", "gpt2", "bert"])
 @pytest.mark.parametrize("direction", ["denoising", "noising"])
@@ -293,7 +366,7 @@ def test_every_site_and_granularity_equals_a_hooked_pass_per_patch(
     loaded = models(model_type)
     moved = [
         check_site(loaded, PAIRS[model_type], site, granularity, direction == "denoising")
-        for site, granularity in SITE_GRIDS
+        for site, granularity in site_grids(model_type)
     ]
     # most sites' patches change the logit difference (not all: the tiny GPT-2's queries and keys barely
     # move its near-uniform attention, 16 of its 26 move)
@@ -319,9 +392,10 @@ def test_the_default_site_and_granularity_are_each_heads_output(models: Callable
 @pytest.mark.parametrize(
     ("site", "granularity", "message"),
     [
-        ("mlp", "layer", "There is no site 'mlp' to patch; the sites are resid_pre, q, k, v, z"),
+        ("mlp", "layer", "There is no site 'mlp' to patch; the sites are embed, resid_pre, q, k, v, z"),
         ("mlp_out", "head", "The site 'mlp_out' has no head axis, so it cannot be patched by 'head'"),
         ("resid_pre", "head-position", "The site 'resid_pre' has no head axis"),
+        ("final", "head", "The site 'final' has no head axis"),
         ("pattern", "head", "The 'pattern' site can be recorded but not patched"),
         ("z", "neuron", "Unknown patching granularity 'neuron'; choose one of head, head-position, layer"),
     ],
@@ -331,6 +405,13 @@ def test_a_site_or_granularity_that_does_not_fit_is_refused_in_one_sentence(
 ) -> None:
     with pytest.raises(BertologyError, match=message):
         patch(models("llama"), [PAIRS["llama"]], site=site, granularity=granularity)  # type: ignore[arg-type]
+
+
+def test_a_classifiers_logits_by_position_are_refused_in_one_sentence(
+    models: Callable[[str], LoadedModel],
+) -> None:
+    with pytest.raises(BertologyError, match="A classifier's logits have no position axis"):
+        patch(models("bert"), [PAIRS["bert"]], site="logits", granularity="position")
 
 
 def test_answers_for_a_model_without_a_language_model_head_are_refused(

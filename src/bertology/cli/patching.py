@@ -162,7 +162,8 @@ def patch(
         typer.Option(
             "--site",
             help="What is patched in each layer: resid_pre, q, k, v, z (each head's output), attn_out, "
-            "resid_mid, mlp_out or resid_post (the README's table of sites).",
+            "resid_mid, mlp_out or resid_post; or once: embed, final or logits (the README's table of "
+            "sites).",
         ),
     ] = "z",
     granularity: Annotated[

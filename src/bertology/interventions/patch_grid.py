@@ -5,7 +5,8 @@ A granularity's ``axes`` are the axes of its grid of patches, in order: ``layer`
 (each head of a per-head site: ``q``, ``k``, ``v``, ``z``; ``k`` and ``v`` have the model's key/value heads)
 and ``position`` (each position of the texts). A patch covers the whole site along the axes its
 granularity does not have: ``layer`` is the whole site at every position, ``head`` one head at every
-position. A new granularity is one row of :data:`GRIDS`; a new site, one name in :data:`PATCH_SITES`.
+position. A site without layers (``embed``, ``final``, ``logits``) has one row on the ``layer`` axis, layer
+0. A new granularity is one row of :data:`GRIDS`; a new site, one name in :data:`PATCH_SITES`.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from dataclasses import dataclass
 from bertology.errors import BertologyError
 from bertology.options import PATCH_GRANULARITIES
 
-#: The sites a patch can replace: the per-layer sites of :data:`~bertology.models.sites.SITES` but
-#: ``pattern`` (recorded, not replaced).
+#: The sites a patch can replace: those of :data:`~bertology.models.sites.SITES` but ``pattern``
+#: (recorded, not replaced).
 PATCH_SITES: tuple[str, ...] = (
+    "embed",
     "resid_pre",
     "q",
     "k",
@@ -27,6 +29,8 @@ PATCH_SITES: tuple[str, ...] = (
     "resid_mid",
     "mlp_out",
     "resid_post",
+    "final",
+    "logits",
 )
 #: The sites with one slice per head.
 HEAD_SITES: tuple[str, ...] = ("q", "k", "v", "z")

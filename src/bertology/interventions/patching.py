@@ -13,7 +13,10 @@ activations of one run (the source) into the other (the target) and reads ``LD``
 - granularity (:data:`~bertology.interventions.patch_grid.GRIDS`): ``head``, one head of a per-head site
   at every position; ``head-position``, one head at one position; ``layer``, the whole site at every
   position; ``position``, the whole site at one position. Answers of several tokens are run appended to
-  the texts: a patch acts at the texts' positions only, never at the answer's.
+  the texts: a patch acts at the texts' positions only, never at the answer's. The sites without layers
+  (``embed``, ``final``, ``logits``) have one layer row; a classifier's ``logits`` ([batch, labels]) no
+  position axis. Patching ``logits`` at the last position (or as a whole) puts the source's metric in
+  place: effect 1 (denoising) or -1 (noising), a known answer.
 
 The effect of a patch, ``LD`` averaged over the pairs first (Heimersheim and Nanda 2024):
 
@@ -71,7 +74,7 @@ from bertology.interventions.patching_pairs import (
 )
 from bertology.models.anatomy import attention_parts, layer_modules, shares_layers
 from bertology.models.loading import LoadedModel
-from bertology.models.sites import recording, replacing
+from bertology.models.sites import SITES, recording, replacing
 from bertology.options import (
     PATCH_DIRECTIONS,
     PATCH_METHODS,
@@ -152,15 +155,26 @@ class GroupRuns:
     activations: dict[str, list[torch.Tensor]] = field(default_factory=dict)
 
 
+def _site_layers(loaded: LoadedModel, site: str) -> list[int | None]:
+    """The layers of ``site``: every layer's number, or ``[None]`` for a site without layers."""
+    return list(range(len(layer_modules(loaded.model)))) if SITES[site].per_layer else [None]
+
+
+def _by_position(tensor: torch.Tensor) -> torch.Tensor:
+    """A site's tensor as [b, t, features], the axes after the position flattened; a classifier's logits
+    [b, labels] as one position, [b, 1, labels]."""
+    return tensor[:, None] if tensor.dim() == 2 else tensor.flatten(2)
+
+
 @contextmanager
 def _recording_sites(loaded: LoadedModel, into: dict[str, list[torch.Tensor]]) -> Iterator[None]:
     """Inside the block a forward pass's tensors of the sites named by ``into``'s keys, per layer
-    [b, t, features] (the axes after the position flattened), are appended to ``into`` when the block
-    ends."""
+    (:func:`_site_layers`) [b, t, features] (:func:`_by_position`), are appended to ``into`` when the
+    block ends."""
     with recording(loaded.model, list(into)) as cache:
         yield
     for name, tensors in into.items():
-        tensors.extend(cache[name, layer].flatten(2) for layer in range(len(layer_modules(loaded.model))))
+        tensors.extend(_by_position(cache[name, layer]) for layer in _site_layers(loaded, name))
 
 
 def _resolve_labels(group: PairGroup, clean: torch.Tensor, corrupted: torch.Tensor) -> None:
@@ -287,17 +301,23 @@ def _exact_layer(
     the positions ``begin.start..`` (what a patch puts in at an earlier position is already there)."""
     layer, copies = patches[0].layer, len(patches)
     head_dim = 1 if patches[0].heads is None else attention_parts(loaded.model)[layer].head_dim
-    mask = _masks(patches, head_dim, group)[:, begin.start :].to(loaded.device)
-    replacement = runs.activations[source][layer][:, begin.start :]
+    whole = runs.activations[source][layer]
+    mask = _masks(patches, head_dim, group)
+    # from begin.start on; logits cover the last positions only (a decoder's logits_to_keep, a classifier's
+    # one row per text)
+    mask = mask[:, max(begin.start, mask.shape[1] - whole.shape[1]) :].to(loaded.device)
+    replacement = whole[:, whole.shape[1] - mask.shape[1] :]
 
     def patched(tensor: torch.Tensor, _layer: int | None) -> torch.Tensor:
         # a per-head site is [b, t, heads, head_dim]; the masks and replacements are [.., t, features]
-        flat = tensor.flatten(2)
+        flat = _by_position(tensor)
         return _replacing(flat, replacement, mask, copies).view(tensor.shape)
 
+    # a site without layers is patched in a pass of the whole model (layer 0 on)
+    at = layer if SITES[runs.site].per_layer else None
     inputs, recorded = begin.tiled(layer, copies)
     gates = torch.ones(loaded.num_layers, loaded.num_heads)
-    with replacing(loaded.model, {(runs.site, layer): patched}):
+    with replacing(loaded.model, {(runs.site, at): patched}):
         logits = logits_from_layer(loaded, inputs, recorded, layer, gates)
     return runs.score(logits, copies).unflatten(0, (copies, len(group.rows)))
 
@@ -370,11 +390,13 @@ def attribution_patching(
         return tensor
 
     def leaf(tensor: torch.Tensor, layer: int | None) -> torch.Tensor:
-        """Layer 0's input, cut from the embeddings' graph (and kept: residual patching)."""
+        """Layer 0's input (or the embeddings), cut from the graph of the weights (and kept when it is
+        the site patched)."""
         tensor = tensor.detach().requires_grad_(True)
-        return keep(tensor, layer) if site == "resid_pre" else tensor
+        return keep(tensor, layer) if site in ("resid_pre", "embed") else tensor
 
-    with torch.enable_grad(), replacing(loaded.model, {site: keep, ("resid_pre", 0): leaf}):
+    start = "embed" if site == "embed" else ("resid_pre", 0)
+    with torch.enable_grad(), replacing(loaded.model, {site: keep, start: leaf}):
         logits = loaded.model(**getattr(group, target)).logits
         found = {source: runs.layers[source].logits, target: logits.detach()}
         if not group.language_model:
@@ -382,8 +404,8 @@ def attribution_patching(
         runs.score.know_clean(found["clean"])
         ld = runs.score(logits)
         activations = [kept[layer] for layer in sorted(kept)]
-        gradients = [gradient.flatten(2) for gradient in torch.autograd.grad(ld.sum(), activations)]
-    activations = [activation.flatten(2) for activation in activations]
+        gradients = [_by_position(gradient) for gradient in torch.autograd.grad(ld.sum(), activations)]
+    activations = [_by_position(activation) for activation in activations]
     runs.ld[target] = ld.detach()
     runs.ld[source] = runs.score(runs.layers[source].logits)
     pairs, prompt = len(group.rows), group.prompt_tokens
@@ -392,6 +414,8 @@ def attribution_patching(
         activations, gradients, runs.activations[source], strict=True
     ):
         change = (replacement.float() - activation.detach().float()) * gradient.float()  # [rows, t, features]
+        # logits cover the last positions only (as in _exact_layer)
+        change = torch.nn.functional.pad(change, (0, 0, group.tokens - change.shape[1], 0))
         # [b, prompt, features]: a pair's rows summed (its answer's and its wrong answer's, where there
         # are two), at the texts' positions only
         change = change[:, :prompt].unflatten(0, (-1, pairs)).sum(0)
@@ -415,7 +439,7 @@ def _grid_shape(
     loaded: LoadedModel, site: str, granularity: PatchGranularity, tokens: int
 ) -> tuple[int, ...]:
     """The sizes of ``granularity``'s axes at ``site`` for texts of ``tokens`` tokens."""
-    return grid_shape(loaded.num_layers, _site_heads(loaded, site), tokens, granularity)
+    return grid_shape(len(_site_layers(loaded, site)), _site_heads(loaded, site), tokens, granularity)
 
 
 @dataclass
@@ -512,8 +536,8 @@ def check_options(
     site: str = "z",
 ) -> None:
     """Refuse an unknown direction, site, granularity (or one ``site`` has no axis for), method or metric,
-    or a model whose layers share their weights (``loaded``; ``None``: the options only, before a model
-    is loaded).
+    or, of a model (``loaded``; ``None``: the options only, before a model is loaded), one whose layers
+    share their weights or a classifier's logits (no position axis) by position.
 
     Raises:
         BertologyError: as said.
@@ -529,6 +553,16 @@ def check_options(
     if loaded is not None and shares_layers(loaded.model):
         raise BertologyError(
             f"{loaded.name} shares one layer's weights across layers; patch a model without."
+        )
+    if (
+        loaded is not None
+        and site == "logits"
+        and loaded.kind != "decoder"
+        and GRIDS[granularity].per_position
+    ):
+        raise BertologyError(
+            f"A classifier's logits have no position axis (one row of labels per text), so they cannot be "
+            f"patched by {granularity!r}; choose layer (every label)."
         )
 
 
@@ -584,7 +618,9 @@ def patch(
             f"--granularity {granularity} compares positions, so every pair needs the same token count; "
             f"these pairs have {sorted({group.tokens for group in encoded.groups})}."
         )
-    patches, grid = grid_patches(loaded.num_layers, _site_heads(loaded, site), tokens or 1, granularity)
+    patches, grid = grid_patches(
+        len(_site_layers(loaded, site)), _site_heads(loaded, site), tokens or 1, granularity
+    )
     count = len(chosen)
     ld = {run: np.zeros(count) for run in ("clean", "corrupted")}
     exact = np.zeros((len(patches), count)) if method != "attribution" else None

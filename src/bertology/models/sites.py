@@ -365,7 +365,11 @@ def _model_spot(model: PreTrainedModel, name: str, path: str | None) -> _Spot:
     if name == "embed":
         return _Spot(model.get_input_embeddings(), False)
     if name == "final":
-        return _Spot(model.base_model, False, "last_hidden_state")
+        # the layers' own module where the base model has one (BERT's encoder, whose output its pooler
+        # reads, not the base model's), else the base model (its output after a final norm)
+        stack, within, _ = layout(model).layers.partition(".")
+        module = model.base_model.get_submodule(stack) if within else model.base_model
+        return _Spot(module, False, "last_hidden_state")
     if model.base_model is model:
         raise BertologyError(
             f"A {type(model).__name__} has no logits: load the model with a head (a language model or a "

@@ -227,7 +227,8 @@ def _effects_png(study: PatchingStudy, result: PatchingResult, target: Path, dpi
         rows = [head_name(layer, head) for layer in range(effect.shape[0]) for head in range(effect.shape[1])]
         figure = positions_figure(effect.reshape(len(rows), -1), rows, tokens, title)
     else:
-        rows = [f"layer {layer}" for layer in range(effect.shape[0])]
+        per_layer = SITES[result.site].per_layer
+        rows = [f"layer {layer}" if per_layer else result.site for layer in range(effect.shape[0])]
         if "position" in axes:
             figure = positions_figure(effect, rows, tokens, title)
         else:
