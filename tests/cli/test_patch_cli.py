@@ -109,10 +109,29 @@ def test_patch_a_whole_site_per_layer_writes_effects_csv(
     assert summary["top"]["exact"][0]["layer"] == int(effects["effect"].abs().idxmax())
 
 
+def test_patch_the_logits_per_position_restores_the_answer_at_the_last_position_only(
+    tiny_model_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    """The logits are read at the texts' last position: patched there they are the clean run's, effect 1;
+    elsewhere never read, 0 (up to float32 batching: 1e-4 in effect on this pair's gap)."""
+    pairs = write_pairs(tmp_path / "pairs.jsonl", PAIRS[:1])
+    output = tmp_path / "logits"
+    arguments = ["--site", "logits", "--granularity", "position"]
+    code, text = invoke(str(tiny_model_dirs["llama"]), str(pairs), "-o", str(output), *arguments)
+    assert code == 0, text
+    effects = pd.read_csv(output / "effects.csv")
+    assert list(effects.columns) == ["layer", "position", "effect"] and set(effects["layer"]) == {0}
+    expected = np.zeros(len(effects))
+    expected[-1] = 1.0
+    np.testing.assert_allclose(effects["effect"], expected, atol=1e-4)
+    assert "logits" in (output / "report.html").read_text()
+
+
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
         (["--site", "mlp"], "There is no site 'mlp' to patch"),
+        (["--site", "logits", "--granularity", "head"], "The site 'logits' has no head axis"),
         (["--site", "attn_out", "--granularity", "head"], "The site 'attn_out' has no head axis"),
         (["--site", "pattern"], "The 'pattern' site can be recorded but not patched"),
     ],
