@@ -311,6 +311,27 @@ def test_distinct_sites_equal_a_hooked_pass_per_patch(
         assert check_site(loaded, PAIRS[model_type], site, granularity, direction == "denoising"), site
 
 
+#: The tiny Llama's grouped-query sites: keys and values by key/value head (2), queries and head outputs by
+#: query head (4), each by head and by head and position.
+GROUPED_QUERY = [("k", "head"), ("v", "head-position"), ("q", "head-position"), ("z", "head")]
+
+
+@pytest.mark.parametrize("direction", ["denoising", "noising"])
+def test_grouped_query_keys_and_values_are_patched_per_key_value_head(
+    direction: str, models: Callable[[str], LoadedModel]
+) -> None:
+    """The tiny Llama shares 2 key/value heads among 4 query heads: a ``k`` or ``v`` patch replaces one
+    key/value head's 8 rows of k_proj's or v_proj's output (every query head that reads it), equal to the
+    reference's hooked pass; ``q`` and ``z`` have the 4 query heads."""
+    loaded = models("llama")
+    config = loaded.model.config
+    assert (config.num_attention_heads, config.num_key_value_heads) == (4, 2)
+    for site, granularity in GROUPED_QUERY:
+        assert check_site(loaded, PAIRS["llama"], site, granularity, direction == "denoising"), site
+        study = patch(loaded, [PAIRS["llama"]], site=site, granularity="head", direction=direction)
+        assert study.exact is not None and study.exact.ld_patched.shape == (2, 2 if site in "kv" else 4, 1)
+
+
 #: The sites without layers, by whole site and by position, each once per model (a classifier's logits, one
 #: row of labels per text, have no position axis).
 LAYERLESS_GRIDS = {

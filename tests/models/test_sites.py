@@ -259,6 +259,32 @@ def llama(tiny_model_dirs: dict[str, Path]) -> bertology.LoadedModel:
     return tiny_language_model(tiny_model_dirs["llama"])
 
 
+def test_ungrouped_keys_and_values_equal_the_projections_repeated_per_query_head(
+    llama: bertology.LoadedModel,
+) -> None:
+    """The tiny Llama: 4 query heads of 8 dimensions share 2 key/value heads; ``ungroup`` gives query head
+    ``h`` key/value head ``h // 2`` (as transformers' ``repeat_kv``), here from plain hooks on k_proj and
+    v_proj: the same tensors, exactly."""
+    config = llama.model.config
+    assert (config.num_attention_heads, config.num_key_value_heads, config.head_dim) == (4, 2, 8)
+    inputs = _inputs(llama)
+    kept: dict[str, torch.Tensor] = {}
+    attention = llama.model.model.layers[1].self_attn
+    handles = [
+        module.register_forward_hook(lambda _m, _a, output, name=name: kept.__setitem__(name, output))
+        for name, module in (("k", attention.k_proj), ("v", attention.v_proj))
+    ]
+    try:
+        cache = bertology.trace(llama.model, inputs, sites=[("k", 1), ("v", 1)], ungroup=True)
+    finally:
+        for handle in handles:
+            handle.remove()
+    for name in ("k", "v"):
+        per_key_value_head = kept[name].unflatten(-1, (2, 8))
+        expected = per_key_value_head[:, :, [0, 0, 1, 1]]
+        torch.testing.assert_close(cache[name, 1], expected, rtol=0, atol=0)
+
+
 def test_replacing_every_site_with_itself_changes_no_logit(llama: bertology.LoadedModel) -> None:
     inputs = _inputs(llama)
     with torch.no_grad():
