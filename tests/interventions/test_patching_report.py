@@ -105,7 +105,7 @@ def test_position_axes_carry_the_clean_tokens() -> None:
 
 
 def test_the_head_heatmap_shows_each_value_on_hover_and_opens_the_heads_attention(tmp_path: Path) -> None:
-    """The report's layer x head grid: each cell's hover title is the head's name and effect, its link
+    """The report's layer x head grid: each cell's hover tip is the head's name and effect, its link
     opens the head's panel, whose two matrices shade the constructed attention weights by tenths; tokens
     are inserted as text, and the page has no script."""
     constructed = study("noising")
@@ -118,7 +118,10 @@ def test_the_head_heatmap_shows_each_value_on_hover_and_opens_the_heads_attentio
     assert "<script" not in html
     for layer, head in np.ndindex(*EFFECTS.shape):
         name = f"{layer}-{head}"
-        assert f'<a href="#head-{name}" title="{name}: {EFFECTS[layer, head]:+.3f}">' in html
+        value = f"{EFFECTS[layer, head]:+.3f}"
+        assert (
+            f'<a href="#head-{name}">{value}<span class="tip" role="tooltip">{name}: {value}</span>' in html
+        )
         assert html.count(f'id="head-{name}"') == 1
     panel = html.split('id="head-3-0"')[1].split('<div class="head-attention"')[0]
     assert "&lt;a&gt;" in panel and "<a>" not in panel  # a token is text, not markup

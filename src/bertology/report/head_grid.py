@@ -1,5 +1,6 @@
 """An interactive layer x head heatmap for a report, without a script (the reports' Content-Security-Policy
-allows none): each cell is a link whose ``title`` shows the head's name and value on hover, and a click
+allows none): each cell is a link whose tip shows the head's name and value on hover (or keyboard focus;
+CSS ``:hover``, not a ``title``, so that it shows at once and in every browser), and a click
 opens (CSS ``:target``) that head's attention on the first pair's clean and corrupted input, two small
 query x key matrices with their tokens, inserted as text.
 """
@@ -19,9 +20,12 @@ SHADES = 10
 
 
 def _colour(value: float, limit: float) -> str:
-    """The CSS colour of ``value`` on the reports' diverging colour map, centred at 0, ``±limit`` its ends."""
+    """The CSS colours of ``value``'s cell: its background on the reports' diverging colour map, centred at
+    0, ``±limit`` its ends, and its text black, or white on the dark ends (relative luminance below 0.4)."""
     red, green, blue, _ = plots.DIVERGING_COLORMAP(0.5 + 0.5 * value / limit if limit > 0 else 0.5)
-    return f"background: rgb({round(red * 255)}, {round(green * 255)}, {round(blue * 255)})"
+    luminance = 0.2126 * red + 0.7152 * green + 0.0722 * blue
+    text = "#fff" if luminance < 0.4 else "#000"
+    return f"background: rgb({round(red * 255)}, {round(green * 255)}, {round(blue * 255)}); color: {text}"
 
 
 def _shades(weights: np.ndarray) -> list[list[int]]:
