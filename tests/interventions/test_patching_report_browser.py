@@ -15,10 +15,8 @@ from bertology.interventions.patching_pairs import PatchPair
 from bertology.report.patching import write_patching_report
 from bertology.views.bertviz import prettify
 
-PAIR = PatchPair(
-    "The quick brown fox jumps over the lazy", "The quick brown dog jumps over the lazy", " the", " dog", None,
-    None, 1,
-)  # fmt: skip
+CLEAN, CORRUPTED = "The quick brown fox jumps over the lazy", "The quick brown dog jumps over the lazy"
+PAIR = PatchPair(CLEAN, CORRUPTED, " the", " dog", None, None, 1)
 
 
 @pytest.fixture(scope="module")
