@@ -271,3 +271,58 @@ def test_hostile_names_and_tokens_stay_text(chromium_browser: Any, tmp_path: Pat
     assert page.locator("img").count() == 0 and page.title() != "pwned"
     assert errors == []
     context.close()
+
+
+# Pixels of the edges' canvas with any ink.
+INKED_PIXELS_JS = """() => {
+  const canvas = document.getElementById("edges");
+  const alpha = canvas.getContext("2d").getImageData(0, 0, canvas.width, canvas.height).data;
+  let inked = 0;
+  for (let i = 3; i < alpha.length; i += 4) if (alpha[i] > 0) inked += 1;
+  return inked;
+}"""
+
+
+@pytest.mark.browser
+def test_what_the_page_shows_follows_the_slider_and_a_clicked_head(
+    chromium_browser: Any, loaded_types: Callable[[str], LoadedModel], tmp_path: Path
+) -> None:
+    """As a reader sees it: the slider's text and the drawn edges grow with the size (none at 1 %, 0 of 75
+    edges), and a click on a head shows a panel named after it with its attention on the clean and the
+    corrupted input, the tokens listed as text."""
+    from playwright.sync_api import expect
+
+    folder = tmp_path / "run"
+    ranked = write_run(folder)
+    pair = PatchPair("the cat sat on the mat", "a dog sat", None, None, None, None, line=1)
+    model = loaded_types("llama")
+    context, page, errors = open_page(chromium_browser, finish_circuit_run(folder, model, pair))
+    text = page.locator("#size-text")
+    page.focus("#size")
+    inked, tops = [], set()
+    for key, percent in zip(("Home", "ArrowRight", "ArrowRight", "End"), PERCENTS, strict=True):
+        page.keyboard.press(key)
+        count = int(percent / 100 * len(ranked))
+        expect(text).to_have_text(
+            f"{percent:g}% of the edges: the {count} of {len(ranked)} of largest |score|"
+        )
+        inked.append(page.evaluate(INKED_PIXELS_JS))
+        tops.add(text.bounding_box()["y"])  # type: ignore[index]
+    assert inked[0] == 0 and inked[1] < inked[2] < inked[3], inked
+    assert len(tops) == 1  # the text stays beside the slider: the page does not jump as it moves
+    box = page.locator("#node-box")
+    assert not box.is_visible()
+    page.locator("#graph .node[data-node='a1.h2']").click()
+    expect(box.locator("h2")).to_have_text("a1.h2")
+    # every row as tall as its text in both lists, however many each has (at 100 %: 5 in, 2 out)
+    rows = box.locator("tbody tr").all()
+    heights = {round(row.bounding_box()["height"]) for row in rows}  # type: ignore[index]
+    assert len(box.locator("#edges-out tr").all()) == 2 and len(heights) == 1, heights
+    for which, words in (("clean", pair.clean), ("corrupted", pair.corrupted)):
+        figure = box.locator(f"figure[data-input={which}]")
+        assert figure.is_visible() and figure.locator("canvas").is_visible()
+        assert figure.inner_text().startswith(f"{which.capitalize()} input, head 1-2")
+        tokens = [prettify(token) for token in capture(words, model=model).tokens]
+        assert figure.locator("li").all_text_contents() == tokens
+    assert errors == []
+    context.close()
