@@ -248,7 +248,9 @@ def _effects_png(study: PatchingStudy, result: PatchingResult, target: Path, dpi
             name,
             {title: result.effect},
             dpi,
-            unit="effect (1: restores all)",
+            unit="effect (1: restores all)"
+            if result.direction == "denoising"
+            else "effect (-1: removes all)",
             value_range=plots.value_range_of(result.effect, symmetric=True),
             cmap=plots.DIVERGING_COLORMAP,
         )
