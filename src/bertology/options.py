@@ -49,6 +49,10 @@ PatchMethod = Literal["exact", "attribution", "both"]
 PATCH_METHODS: tuple[PatchMethod, ...] = get_args(PatchMethod)
 PatchMetric = Literal["logit-diff", "prob-diff", "kl"]
 PATCH_METRICS: tuple[PatchMetric, ...] = get_args(PatchMetric)
+#: What a patch writes: the source run's activation (``counterfactual``), or a constant, 0 or the source
+#: run's mean (:mod:`bertology.interventions.pair_mean`): ablation as a patch.
+PatchAblation = Literal["counterfactual", "zero", "mean"]
+PATCH_ABLATIONS: tuple[PatchAblation, ...] = get_args(PatchAblation)
 #: Circuits (:mod:`bertology.interventions.circuit`): how edges are scored and what an edge outside the
 #: circuit carries.
 CircuitMethod = Literal["eap", "eap-ig", "exact"]

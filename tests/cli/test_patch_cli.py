@@ -172,6 +172,51 @@ def test_patch_residual_writes_the_per_position_table(
     assert patched == pytest.approx(ld_clean, abs=1e-5)
 
 
+def test_mean_ablation_ablates_the_clean_run_and_says_so(
+    tiny_model_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    """``--ablation mean``: noising by default (the clean run loses each head's information), and the
+    summary, the report's caption and the command's output say which ablation ran."""
+    pairs = write_pairs(tmp_path / "pairs.jsonl", PAIRS)
+    output = tmp_path / "mean"
+    code, text = invoke(str(tiny_model_dirs["llama"]), str(pairs), "-o", str(output), "--ablation", "mean")
+    assert code == 0, text
+    assert "(z, exact, noising, mean ablation;" in text
+    summary = json.loads((output / "summary.json").read_text())
+    assert (summary["ablation"], summary["direction"]) == ("mean", "noising")
+    assert summary["ablation_description"] == (
+        "mean: the site's activation in the corrupted run averaged over every pair and every position of "
+        "its texts, in place of the site's activation in the clean run"
+    )
+    html = " ".join((output / "report.html").read_text().split())
+    assert "Blue: mean-ablating the site in the clean run removes the answer (-1: all of it)" in html
+    assert "putting the corrupted activation" not in html
+    # the effect is noising's, from the per-pair LDs (the numbers: test_patching.py's hooked reference)
+    per_pair = pd.read_csv(output / "pair_effects.csv")
+    clean, corrupted = summary["ld_clean"], summary["ld_corrupted"]
+    mean_patched = per_pair.groupby(["layer", "head"])["ld_patched"].mean().to_numpy()
+    effects = pd.read_csv(output / "head_effects.csv")
+    np.testing.assert_allclose(effects["effect"], (mean_patched - clean) / (clean - corrupted), atol=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (
+            ["--ablation", "zero", "--senders", "0-1", "--receivers", "1-0:q"],
+            "path patching takes its senders' outputs from the other run; --ablation is for activation",
+        ),
+        (["--ablation", "resample"], "'resample' is not one of 'counterfactual', 'zero', 'mean'"),
+    ],
+)
+def test_an_ablation_that_does_not_fit_is_refused_before_the_model_loads(
+    arguments: list[str], message: str, tmp_path: Path
+) -> None:
+    pairs = write_pairs(tmp_path / "pairs.jsonl", PAIRS[:1])
+    code, text = invoke("no-such-model-is-loaded", str(pairs), "-o", str(tmp_path / "out"), *arguments)
+    assert code != 0 and message in " ".join(text.replace("│", " ").split()), text
+
+
 def test_path_patching_from_the_command_line(tiny_model_dirs: dict[str, Path], tmp_path: Path) -> None:
     pairs = write_pairs(tmp_path / "pairs.jsonl", PAIRS)
     output = tmp_path / "path"

@@ -113,6 +113,25 @@ def test_noising_patches_corrupted_heads_into_the_clean_run(models: Callable[[st
     np.testing.assert_allclose(study.exact.effect, expected)
 
 
+@pytest.mark.parametrize(("model_type", "ablation"), [("bert", "zero"), ("qwen2", "mean")])
+def test_ablating_each_head_equals_one_hooked_pass_per_head(
+    model_type: str, ablation: str, models: Callable[[str], LoadedModel]
+) -> None:
+    """Each head zero- or mean-ablated in the clean run (noising, an ablation's default): the classifier,
+    and a grouped-query decoder whose mean spans the pairs' two token counts."""
+    loaded = models(model_type)
+    pairs = pairs_for(model_type)
+    study = patch(loaded, pairs, ablation=ablation)  # type: ignore[arg-type]
+    assert study.exact is not None and study.exact.direction == "noising"
+    expected = reference_head_patching(loaded, pairs, denoising=False, ablation=ablation)
+    np.testing.assert_allclose(study.exact.ld_patched, expected, atol=LD_REORDERED)
+    assert np.ptp(expected) > 1e-3  # the heads' ablations do change LD
+    gap = study.exact.ld_clean.mean() - study.exact.ld_corrupted.mean()
+    np.testing.assert_allclose(
+        study.exact.effect * gap, expected.mean(-1) - study.exact.ld_clean.mean(), atol=LD_REORDERED
+    )
+
+
 def test_all_heads_of_a_layer_at_once_equal_patching_the_attention_output(
     models: Callable[[str], LoadedModel],
 ) -> None:

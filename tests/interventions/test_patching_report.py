@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from bertology.interventions.patching import PatchingResult, PatchingStudy
 from bertology.interventions.patching_pairs import PatchPair
@@ -95,6 +97,28 @@ def test_the_caption_is_written_from_the_direction(tmp_path: Path) -> None:
     assert "Blue: putting the corrupted activation into the clean run removes the answer" in noising
     assert "Red: putting the clean activation into the corrupted run restores the answer" in denoising
     assert "removes the answer" not in denoising and "restores the answer" not in noising
+
+
+@pytest.mark.parametrize(
+    ("direction", "caption"),
+    [
+        ("noising", "Blue: zero-ablating the site in the clean run removes the answer (-1: all of it)"),
+        ("denoising", "Red: zero-ablating the site in the corrupted run raises the answer"),
+    ],
+)
+def test_an_ablation_is_stated_and_its_caption_reads_as_removing_the_site(
+    direction: str, caption: str, tmp_path: Path
+) -> None:
+    constructed = study(direction)
+    constructed.exact = replace(constructed.exact, ablation="zero")  # type: ignore[arg-type]
+    html = " ".join(write_patching_report(constructed, tmp_path).read_text().split())
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    target = "clean" if direction == "noising" else "corrupted"
+    assert summary["ablation"] == "zero"
+    assert summary["ablation_description"] == f"zero: 0 in place of the site's activation in the {target} run"
+    assert caption in html
+    assert "the effect of zero-ablating site z there, removing its information (zero: 0 in place" in html
+    assert "putting the" not in html and "restores the answer" not in html
 
 
 def test_position_axes_carry_the_clean_tokens() -> None:

@@ -440,3 +440,144 @@ def test_answers_for_a_model_without_a_language_model_head_are_refused(
 ) -> None:
     with pytest.raises(BertologyError, match="only a decoder language model predicts"):
         patch(models("bert"), [PAIRS["llama"]], site="mlp_out", granularity="layer")
+
+
+# --- Ablation: a patch whose source is a constant -----------------------------------------------------
+
+#: A pair of another token count than :data:`PAIRS`' (a second group of pairs: the mean spans both).
+SHORT = {
+    "llama": PatchPair("A quick fox jumps over", "A quick dog jumps over", " the", " dog", None, None, 2),
+    "gpt2": PatchPair("A quick fox jumps over", "A quick dog jumps over", " the", " next", None, None, 2),
+    "bert": PatchPair("A quick fox jumps over", "A quick dog jumps over", None, None, "pos", "neg", 2),
+}
+
+#: Per model, (site, granularity, ablation, direction) checked, the few that cover the distinct paths: both
+#: ablations on each model, every granularity once (a whole site by position in the decoders, whose
+#: shared prefix an ablation does not skip; by layer in the encoder; per head, and per head and position
+#: in GPT-2's fused value and BERT's), the mean over two groups of pairs (Llama's heads) and the default
+#: direction (``None``: noising, the clean run ablated) but once, a mean written into the corrupted run.
+ABLATED = {
+    "llama": [("z", "head", "mean", None), ("mlp_out", "position", "zero", None)],
+    "gpt2": [("v", "head-position", "zero", None), ("resid_post", "position", "mean", "denoising")],
+    "bert": [("v", "head-position", "mean", None), ("attn_out", "layer", "zero", None)],
+}
+
+
+def ablation_pairs(model_type: str, granularity: str) -> list[PatchPair]:
+    """Two pairs: with a per-position granularity the pair and its reverse (the same token count), else
+    the pair and :data:`SHORT`'s (two token counts)."""
+    pair = PAIRS[model_type]
+    if GRIDS[granularity].per_position:
+        return [
+            pair,
+            PatchPair(pair.corrupted, pair.clean, pair.answer, pair.wrong, pair.label, pair.wrong_label, 2),
+        ]
+    return [pair, SHORT[model_type]]
+
+
+def check_ablation(
+    loaded: LoadedModel,
+    pairs: list[PatchPair],
+    site: str,
+    granularity: str,
+    ablation: str,
+    direction: str | None,
+) -> bool:
+    """Exact and attribution patching with ``ablation`` equal a hooked pass per patch and pair that writes
+    the constant, written here: 0, or the site's activation in each pair's source text recorded here and
+    averaged over every position of every one of them; whether some checked patch moves the logit
+    difference by 10x the tolerance."""
+    study = patch(
+        loaded,
+        pairs,
+        site=site,
+        granularity=granularity,
+        ablation=ablation,
+        direction=direction,  # type: ignore[arg-type]
+        method="both",
+    )
+    assert study.exact is not None and study.attribution is not None
+    denoising = direction == "denoising"
+    assert study.exact.direction == ("denoising" if denoising else "noising")
+    assert study.exact.ablation == ablation
+    axes = GRIDS[granularity].axes
+    head_dim = loaded.model.config.hidden_size // loaded.num_heads
+    grid = study.exact.ld_patched.shape[:-1]
+    sources = [pair.clean if denoising else pair.corrupted for pair in pairs]
+    moved = False
+    for index, pair in enumerate(pairs):
+        target = pair.corrupted if denoising else pair.clean
+        with torch.no_grad():
+            ld_target = float(score(loaded, pair, target))
+        swapped = next(i for i, (a, b) in enumerate(zip(*study.tokens[index], strict=True)) if a != b)
+        checked = cells(grid, axes, swapped)
+        for layer in sorted({cell["layer"] for cell in checked}):
+            present = recorded(loaded, pair, site, layer, target)
+            if ablation == "zero":
+                constant = torch.zeros(present.shape[-1])
+            else:
+                every = [
+                    recorded(loaded, other, site, layer, text)
+                    for other, text in zip(pairs, sources, strict=True)
+                ]
+                constant = torch.cat(every).double().mean(0).float()  # [features]: every position of each
+            leaf: list[torch.Tensor] = []
+            with (
+                torch.enable_grad(),
+                site_replaced(
+                    loaded,
+                    site,
+                    layer,
+                    lambda x, leaf=leaf: leaf.append(x.detach().requires_grad_(True)) or leaf[-1],
+                ),
+            ):
+                (gradient,) = torch.autograd.grad(score(loaded, pair, target), leaf[0])
+            for cell in (cell for cell in checked if cell["layer"] == layer):
+                mask = cell_mask(cell, *present.shape, head_dim)
+                with (
+                    torch.no_grad(),
+                    site_replaced(
+                        loaded,
+                        site,
+                        layer,
+                        lambda x, mask=mask, constant=constant: torch.where(mask, constant, x),
+                    ),
+                ):
+                    expected = float(score(loaded, pair, target))
+                at = (*(cell[axis] for axis in axes), index)
+                assert study.exact.ld_patched[at] == pytest.approx(expected, abs=1e-5), (site, cell, index)
+                estimate = ld_target + float(((constant - present) * gradient[0])[mask].sum())
+                assert study.attribution.ld_patched[at] == pytest.approx(estimate, abs=1e-4, rel=1e-4)
+                moved |= abs(expected - ld_target) > 1e-4
+    return moved
+
+
+@pytest.mark.parametrize("model_type", ["llama", "gpt2", "bert"])
+def test_zero_and_mean_ablation_equal_a_hook_that_writes_the_constant(
+    model_type: str, models: Callable[[str], LoadedModel]
+) -> None:
+    loaded = models(model_type)
+    for site, granularity, ablation, direction in ABLATED[model_type]:
+        pairs = ablation_pairs(model_type, granularity)
+        assert check_ablation(loaded, pairs, site, granularity, ablation, direction), (site, ablation)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (
+            {"ablation": "resample"},
+            "Unknown patching ablation 'resample'; choose one of counterfactual, zero, mean.",
+        ),
+        (
+            {"ablation": "mean", "site": "mlp_out", "granularity": "head-position"},
+            "The site 'mlp_out' has no head axis, so it cannot be patched by 'head-position'",
+        ),
+        ({"ablation": "zero", "site": "pattern"}, "The 'pattern' site can be recorded but not patched"),
+    ],
+)
+def test_a_bad_ablation_is_refused_in_one_sentence(
+    options: dict[str, str], message: str, models: Callable[[str], LoadedModel]
+) -> None:
+    with pytest.raises(BertologyError, match=message):
+        patch(models("llama"), [PAIRS["llama"]], **options)  # type: ignore[arg-type]

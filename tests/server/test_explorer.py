@@ -318,6 +318,7 @@ def test_a_patching_run_of_the_same_model_gives_each_head_its_effect(
             "rank": 3,
             "direction": "denoising",
             "method": "exact",
+            "ablation": "counterfactual",
         }
         first = client.post("/api/explore/head", json={"run": "analysis", "layer": 0, "head": 0}).json()
         assert first["patching"]["rank"] == 1

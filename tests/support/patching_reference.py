@@ -1,6 +1,6 @@
 """The patching tests' references, written apart from bertology.interventions.patching: the tiny models by
 type, plain forward passes with forward pre-hooks on a layer's head-output projection, and head patching
-computed one forward pass per head and pair."""
+(or zero and mean ablation) computed one forward pass per head and pair."""
 
 from __future__ import annotations
 
@@ -93,37 +93,54 @@ def metric_of(name: str, logits: torch.Tensor, clean: torch.Tensor, answer: int,
     return float((p_clean * (torch.log(p_clean) - torch.log_softmax(logits, -1))).sum())
 
 
+def head_outputs(loaded: LoadedModel, layer: int, text: str) -> torch.Tensor:
+    """[tokens, heads * head_dim] what enters ``layer``'s output projection in a plain pass of ``text``."""
+    saved: list[torch.Tensor] = []
+    with pre_hook(output_projection(loaded, layer), lambda _, args: saved.append(args[0].clone())):
+        final_logits(loaded, text)
+    return saved[0][0]
+
+
 def reference_head_patching(
-    loaded: LoadedModel, pairs: list[PatchPair], *, denoising: bool = True, metric: str = "logit-diff"
+    loaded: LoadedModel,
+    pairs: list[PatchPair],
+    *,
+    denoising: bool = True,
+    metric: str = "logit-diff",
+    ablation: str = "counterfactual",
 ) -> np.ndarray:
     """[layers, heads, pairs] the metric with each head's output at every position taken from the other run
-    (denoising: the clean run's into the corrupted one; else the reverse): one plain forward pass per head
-    and pair, with a forward pre-hook on the output projection."""
+    (denoising: the clean run's into the corrupted one; else the reverse) or, with ``ablation`` ``zero`` or
+    ``mean``, replaced by 0 or by the head's output averaged over every position of every pair's source
+    text: one plain forward pass per head and pair, with a forward pre-hook on the output projection."""
     layers, heads = loaded.num_layers, loaded.num_heads
     d = loaded.model.config.hidden_size // heads
     result = np.zeros((layers, heads, len(pairs)))
+    sources = [pair.clean if denoising else pair.corrupted for pair in pairs]
     with torch.no_grad():
+        means = [
+            torch.cat([head_outputs(loaded, layer, text) for text in sources]).double().mean(0).float()
+            for layer in range(layers if ablation == "mean" else 0)
+        ]
         for index, pair in enumerate(pairs):
-            source, target = (pair.clean, pair.corrupted) if denoising else (pair.corrupted, pair.clean)
+            target = pair.corrupted if denoising else pair.clean
             answer, wrong = answer_ids(loaded, pair)
             clean = final_logits(loaded, pair.clean)
             for layer in range(layers):
-                saved: list[torch.Tensor] = []
-                with pre_hook(
-                    output_projection(loaded, layer),
-                    lambda _, args, saved=saved: saved.append(args[0].clone()),
-                ):
-                    final_logits(loaded, source)
+                if ablation == "counterfactual":
+                    written = head_outputs(loaded, layer, sources[index])
+                else:
+                    written = means[layer] if ablation == "mean" else torch.zeros(heads * d)
                 for head in range(heads):
 
                     def swap(
                         _: torch.nn.Module,
                         args: tuple[torch.Tensor, ...],
                         head: int = head,
-                        saved: list[torch.Tensor] = saved,
+                        written: torch.Tensor = written,
                     ) -> tuple[torch.Tensor]:
                         patched = args[0].clone()
-                        patched[..., head * d : (head + 1) * d] = saved[0][..., head * d : (head + 1) * d]
+                        patched[..., head * d : (head + 1) * d] = written[..., head * d : (head + 1) * d]
                         return (patched,)
 
                     with pre_hook(output_projection(loaded, layer), swap):

@@ -19,6 +19,7 @@ from bertology.files.run_files import REPORT_FILE
 from bertology.options import (
     DEFAULT_DEVICE,
     DEFAULT_DTYPE,
+    PatchAblation,
     PatchDirection,
     PatchGranularity,
     PatchMethod,
@@ -152,11 +153,13 @@ def patch(
         Path, typer.Option("-o", "--output", help="Folder for report.html, CSV, JSON and plots.")
     ],
     direction: Annotated[
-        PatchDirection,
+        PatchDirection | None,
         typer.Option(
-            "--direction", help="denoising: clean activations into the corrupted run; noising: the reverse."
+            "--direction",
+            help="denoising (the default): clean activations into the corrupted run; noising: the reverse "
+            "(the default with --ablation zero or mean).",
         ),
-    ] = "denoising",
+    ] = None,
     site: Annotated[
         str,
         typer.Option(
@@ -191,6 +194,14 @@ def patch(
             "divergence KL(clean || patched) of the next-token (or label) distribution from the clean run's.",
         ),
     ] = "logit-diff",
+    ablation: Annotated[
+        PatchAblation,
+        typer.Option(
+            "--ablation",
+            help="What a patch writes: counterfactual (the other run's activation), zero, or mean (the other "
+            "run's activation averaged over every pair and position of its texts, as circuit's mean).",
+        ),
+    ] = "counterfactual",
     prepend_bos: Annotated[
         bool,
         typer.Option(
@@ -227,20 +238,28 @@ def patch(
 ) -> None:
     """Patch activations between clean and corrupted inputs: how much of the behaviour (by default the logit
     difference of the answer and the wrong token, or of two labels; --metric) each head, head and position,
-    layer or position of a site (--site, --granularity) restores. With --senders and --receivers: path
-    patching (Wang et al. 2022)."""
+    layer or position of a site (--site, --granularity) restores, or with --ablation zero or mean how much
+    removing it takes away. With --senders and --receivers: path patching (Wang et al. 2022)."""
     if (senders is None) != (receivers is None):
         raise typer.BadParameter("path patching needs both --senders and --receivers.")
     if sweep and senders is None:
         raise typer.BadParameter(
             "--sweep sweeps the --senders of path patching: give --senders and --receivers."
         )
+    if senders is not None and ablation != "counterfactual":
+        raise typer.BadParameter(
+            "path patching takes its senders' outputs from the other run; --ablation is for activation "
+            "patching (without --senders and --receivers)."
+        )
     path_heads = None if senders is None else (parse_senders(senders), parse_receivers(receivers or ""))
     require_inputs({"PAIRS": pairs})
+    from bertology.interventions.patching import default_direction
+
+    direction = default_direction(ablation, direction)
     if path_heads is None:
         from bertology.interventions.patching import check_options
 
-        check_options(None, direction, granularity, method, metric, site)
+        check_options(None, direction, granularity, method, metric, site, ablation)
     elif path_heads[0] is not None:
         from bertology.interventions.path_patching import check_receivers_after_senders
 
@@ -265,6 +284,7 @@ def patch(
                 granularity=granularity,
                 method=method,
                 metric=metric,
+                ablation=ablation,
                 prepend_bos=prepend_bos,
                 patches_per_pass=patches_per_pass,
                 on_progress=on_progress,
@@ -277,7 +297,8 @@ def patch(
     out.print(
         f"Mean {METRICS[main.metric].symbol} clean {main.ld_clean.mean():.3f}, corrupted "
         f"{main.ld_corrupted.mean():.3f} on "
-        f"{len(chosen)} pairs. Largest effects by size ({main.site}, {main.method}, {main.direction}; "
+        f"{len(chosen)} pairs. Largest effects by size ({main.site}, {main.method}, {main.direction}"
+        f"{'' if main.ablation == 'counterfactual' else ', ' + main.ablation + ' ablation'}; "
         f"{'heads layer-head, ' if main.grid.per_head else 'layers and positions '}0-based): "
         f"{largest_effects_text(main)}. Wrote {report} and the CSV, JSON and plots beside it.",
         highlight=False,

@@ -27,7 +27,8 @@ independent of :mod:`bertology.analysis` and :mod:`bertology.probes`.
   decoder, cross; :func:`stack_row` finds a gate row): :class:`TargetLossTask` on :class:`SourceTargets`
   (the same study, ``bertology ablate MODEL --lm-corpus PAIRS.jsonl``) and :func:`patch_target_loss`.
 - :func:`patch`: activation (exact) and attribution patching at any site (each head, head and position,
-  layer or position) on clean/corrupted pairs (:func:`read_pairs`, :func:`ioi_pairs`, :func:`sst2_pairs`);
+  layer or position) on clean/corrupted pairs (:func:`read_pairs`, :func:`ioi_pairs`, :func:`sst2_pairs`),
+  and zero or mean ablation there as a patch of a constant (``patch(..., ablation="mean")``);
   :func:`path_patch`: path patching from sender heads through receivers' queries, keys or values (at
   every position or one), :func:`path_patch_each` with each sender alone, a layer x head grid
   (``bertology patch``).

@@ -4,8 +4,10 @@
 A circuit of ``n`` edges is the ``n`` edges of largest absolute score (``apply_topn(n, absolute=True)``, MIB's
 ``--absolute``; ties in the edges' order). Every edge outside it carries the source run's value
 (counterfactual patching, MIB's ``intervention='patching'``) or, with ``mean`` ablation, its upstream
-node's output averaged over every position of every pair's source input (MIB's ``'mean'`` takes the mean over
-a separate intervention dataset, bertology over the pairs' source inputs). Its faithfulness is
+node's output averaged over every position of the texts of every pair's source input
+(:mod:`~bertology.interventions.pair_mean`, the same mean as ``bertology patch --ablation mean``; MIB's
+``'mean'`` takes the mean over a separate intervention dataset, bertology over the pairs' source inputs).
+Its faithfulness is
 
     f(C) = (m(C) - m(empty)) / (m(full) - m(empty)),
 
@@ -30,6 +32,7 @@ import torch
 
 from bertology.interventions.circuit_pass import masked_pass
 from bertology.interventions.circuit_scores import CircuitRuns
+from bertology.interventions.pair_mean import mean_over_texts
 from bertology.models.loading import LoadedModel
 
 #: MIB's circuit sizes, as fractions of the graph's edges.
@@ -62,12 +65,12 @@ def top_edges(order: np.ndarray, count: int, shape: tuple[int, int]) -> np.ndarr
 
 def replacements(runs: Sequence[CircuitRuns], ablation: str) -> list[torch.Tensor]:
     """Per group, what an absent edge carries: the source run's outputs (``counterfactual``) or, ``mean``,
-    [1, 1, forward nodes, d_model] every group's source outputs averaged over rows and positions."""
+    [1, 1, forward nodes, d_model] every group's source outputs averaged over rows and the texts' positions
+    (:func:`~bertology.interventions.pair_mean.mean_over_texts`)."""
     if ablation == "counterfactual":
         return [run.outputs[run.source] for run in runs]
-    total = sum(run.outputs[run.source].sum((0, 1)) for run in runs)
-    count = sum(run.outputs[run.source].shape[0] * run.outputs[run.source].shape[1] for run in runs)
-    mean = (total / count)[None, None]
+    sources = [run.outputs[run.source] for run in runs]
+    mean = mean_over_texts(sources, [run.group.prompt_tokens for run in runs])[None, None]
     return [mean for _ in runs]
 
 

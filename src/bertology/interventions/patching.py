@@ -25,6 +25,15 @@ The effect of a patch, ``LD`` averaged over the pairs first (Heimersheim and Nan
 
 so 1 (denoising) is a patch that restores the whole clean behaviour and -1 (noising) one that removes it.
 
+Ablation is a patch whose source is a constant (as in TransformerLens, where an ablation is a hook that
+writes a fixed value): ``ablation="zero"`` writes 0, ``"mean"`` the source run's activation averaged
+over every position of every pair's texts (:mod:`bertology.interventions.pair_mean`, the same mean as
+``bertology circuit --ablation mean``), in place of the site in the target run, at every site and
+granularity; ``"counterfactual"`` (the default) is patching as above. An ablation's default direction is
+``noising``: the clean run loses the site's information, and the effect (-1: all of the clean behaviour
+lost) is that of removing it. Its exact passes run every position (the constant differs from the target
+run's activations in the shared prefix too).
+
 Exact patching runs, for each layer ``l``, the target's layers ``l..L-1`` only (the layers below a patch
 are those of the target run, computed once: :mod:`bertology.interventions.partial`), with many patches
 side by side in one batch (copy ``k`` of the pairs carries patch ``k``), and in a causal decoder only at
@@ -39,7 +48,8 @@ approximation: (clean_act - corrupted_act) · d metric / d corrupted_act" for de
     LD_patched ≈ LD_target + (a_source - a_target) · ∂LD/∂a |_(target run)
 
 summed over the patched activation's features (and positions). One forward pass of each input and one
-backward pass.
+backward pass. With an ablation ``a_source`` is its constant (0 or the mean): the same first-order
+estimate of the ablation, as rough as the constant is far from ``a_target``.
 """
 
 from __future__ import annotations
@@ -55,6 +65,7 @@ import torch
 
 from bertology.errors import BertologyError
 from bertology.interventions.data import eval_mode
+from bertology.interventions.pair_mean import mean_over_texts
 from bertology.interventions.partial import (
     LayerInputs,
     Prefix,
@@ -76,8 +87,10 @@ from bertology.models.anatomy import attention_parts, layer_modules, shares_laye
 from bertology.models.loading import LoadedModel
 from bertology.models.sites import SITES, recording, replacing
 from bertology.options import (
+    PATCH_ABLATIONS,
     PATCH_DIRECTIONS,
     PATCH_METHODS,
+    PatchAblation,
     PatchDirection,
     PatchGranularity,
     PatchMethod,
@@ -144,7 +157,9 @@ class GroupRuns:
     output projection (``rows``: the group's input rows). layers: per run, what entered each layer
     (:class:`LayerInputs`). ld: per run, [b] the metric. score: the metric bound to the group.
     site: the site patched; activations: per run, per layer [rows, t, features] its tensor, the axes
-    after the position flattened (for ``z``, ``heads`` itself).
+    after the position flattened (for ``z``, ``heads`` itself). constant: an ablation's value, per layer
+    [1, 1, features] (0 or the mean), written in place of the source run's activations; ``None``:
+    counterfactual patching.
     """
 
     heads: dict[str, list[torch.Tensor]]
@@ -153,6 +168,14 @@ class GroupRuns:
     score: Scorer
     site: str = "z"
     activations: dict[str, list[torch.Tensor]] = field(default_factory=dict)
+    constant: list[torch.Tensor] | None = None
+
+    def carried(self, source: str, layer: int, start: int = 0) -> torch.Tensor:
+        """What a patch at ``layer`` writes: [rows, t - start, features] the ``source`` run's activations
+        at positions ``start..``, or the ablation's constant [1, 1, features]."""
+        if self.constant is not None:
+            return self.constant[layer]
+        return self.activations[source][layer][:, start:]
 
 
 def _site_layers(loaded: LoadedModel, site: str) -> list[int | None]:
@@ -301,12 +324,12 @@ def _exact_layer(
     the positions ``begin.start..`` (what a patch puts in at an earlier position is already there)."""
     layer, copies = patches[0].layer, len(patches)
     head_dim = 1 if patches[0].heads is None else attention_parts(loaded.model)[layer].head_dim
-    whole = runs.activations[source][layer]
+    positions = runs.activations[source][layer].shape[1]
     mask = _masks(patches, head_dim, group)
     # from begin.start on; logits cover the last positions only (a decoder's logits_to_keep, a classifier's
     # one row per text)
-    mask = mask[:, max(begin.start, mask.shape[1] - whole.shape[1]) :].to(loaded.device)
-    replacement = whole[:, whole.shape[1] - mask.shape[1] :]
+    mask = mask[:, max(begin.start, mask.shape[1] - positions) :].to(loaded.device)
+    replacement = runs.carried(source, layer, positions - mask.shape[1])
 
     def patched(tensor: torch.Tensor, _layer: int | None) -> torch.Tensor:
         # a per-head site is [b, t, heads, head_dim]; the masks and replacements are [.., t, features]
@@ -410,9 +433,8 @@ def attribution_patching(
     runs.ld[source] = runs.score(runs.layers[source].logits)
     pairs, prompt = len(group.rows), group.prompt_tokens
     estimates = []
-    for activation, gradient, replacement in zip(
-        activations, gradients, runs.activations[source], strict=True
-    ):
+    carried = [runs.carried(source, layer) for layer in range(len(activations))]
+    for activation, gradient, replacement in zip(activations, gradients, carried, strict=True):
         change = (replacement.float() - activation.detach().float()) * gradient.float()  # [rows, t, features]
         # logits cover the last positions only (as in _exact_layer)
         change = torch.nn.functional.pad(change, (0, 0, group.tokens - change.shape[1], 0))
@@ -445,7 +467,7 @@ def _grid_shape(
 @dataclass
 class PatchingResult:
     """``LD`` (the ``metric``'s value) of every pair, clean, corrupted and with each patch of ``site``
-    (exact or estimated by attribution).
+    (exact or estimated by attribution; ``ablation``: what the patches wrote, module docstring).
 
     ld_clean, ld_corrupted: [pairs]. ld_patched: [*grid, pairs] (``grid``: the sizes of the
     granularity's axes, :attr:`axes`: [layers, heads] for ``head``, [layers, heads, tokens] for
@@ -460,6 +482,7 @@ class PatchingResult:
     ld_patched: np.ndarray
     metric: PatchMetric = "logit-diff"
     site: str = "z"
+    ablation: PatchAblation = "counterfactual"
 
     @property
     def grid(self) -> PatchGrid:
@@ -534,10 +557,17 @@ def check_options(
     method: str,
     metric: str = "logit-diff",
     site: str = "z",
+    ablation: str = "counterfactual",
 ) -> None:
+<<<<<<< HEAD
     """Refuse an unknown direction, site, granularity (or one ``site`` has no axis for), method or metric,
     or, of a model (``loaded``; ``None``: the options only, before a model is loaded), one whose layers
     share their weights or a classifier's logits (no position axis) by position.
+=======
+    """Refuse an unknown direction, site, granularity (or one ``site`` has no axis for), method, metric or
+    ablation, or a model whose layers share their weights (``loaded``; ``None``: the options only, before a
+    model is loaded).
+>>>>>>> abl
 
     Raises:
         BertologyError: as said.
@@ -547,6 +577,7 @@ def check_options(
     for value, allowed, name in (
         (direction, PATCH_DIRECTIONS, "direction"),
         (method, PATCH_METHODS, "method"),
+        (ablation, PATCH_ABLATIONS, "ablation"),
     ):
         if value not in allowed:
             raise BertologyError(f"Unknown patching {name} {value!r}; choose one of {', '.join(allowed)}.")
@@ -577,15 +608,40 @@ def load_pairs(
     return chosen, encode_pairs(loaded, chosen, prepend_bos)
 
 
+def default_direction(ablation: str, direction: PatchDirection | None = None) -> PatchDirection:
+    """``direction``, or where ``None`` the default: ``noising`` for an ablation (the clean run loses the
+    site's information), ``denoising`` for counterfactual patching."""
+    if direction is not None:
+        return direction
+    return "denoising" if ablation == "counterfactual" else "noising"
+
+
+def mean_constant(
+    loaded: LoadedModel, groups: Sequence[PairGroup], site: str, source: str
+) -> list[torch.Tensor]:
+    """Per layer [1, 1, features]: ``site``'s activation in the ``source`` run averaged over every pair
+    and every position of its texts (:func:`~bertology.interventions.pair_mean.mean_over_texts`), one
+    pass of each group's source input."""
+    per_group = []
+    for group in groups:
+        recorded: dict[str, list[torch.Tensor]] = {site: []}
+        with _recording_sites(loaded, recorded):
+            loaded.model(**getattr(group, source))
+        per_group.append(recorded[site])
+    tokens = [group.prompt_tokens for group in groups]
+    return [mean_over_texts(layer, tokens)[None, None] for layer in zip(*per_group, strict=True)]
+
+
 def patch(
     loaded: LoadedModel,
     pairs: Sequence[PatchPair] | str | Path,
     *,
-    direction: PatchDirection = "denoising",
+    direction: PatchDirection | None = None,
     site: str = "z",
     granularity: PatchGranularity = "head",
     method: PatchMethod = "exact",
     metric: PatchMetric = "logit-diff",
+    ablation: PatchAblation = "counterfactual",
     prepend_bos: bool = False,
     patches_per_pass: int = 16,
     on_progress: Progress | None = None,
@@ -600,6 +656,11 @@ def patch(
         (the first-order estimate) or ``both``.
     metric: ``logit-diff``, ``prob-diff`` or ``kl``
         (:mod:`~bertology.interventions.patching_metrics`).
+    ablation: what a patch writes in the target run: the source run's activations (``counterfactual``,
+        the default), 0 (``zero``) or the source run's mean over every pair and position of its texts
+        (``mean``, :mod:`~bertology.interventions.pair_mean`).
+    direction: ``denoising`` (clean into the corrupted run) or ``noising``; by default ``denoising``, and
+        ``noising`` with an ablation (the clean run ablated).
     prepend_bos: a language model's texts with the tokenizer's BOS token first (TransformerLens's
         default; off, the texts as the tokenizer writes them).
     on_progress: told the patches done (exact), out of patches x groups of pairs of one token count.
@@ -610,7 +671,8 @@ def patch(
             per-position granularity on pairs of different token counts, or a model that shares its
             layers.
     """
-    check_options(loaded, direction, granularity, method, metric, site)
+    direction = default_direction(ablation, direction)
+    check_options(loaded, direction, granularity, method, metric, site, ablation)
     chosen, encoded = load_pairs(loaded, pairs, prepend_bos)
     tokens = encoded.token_count
     if GRIDS[granularity].per_position and tokens is None:
@@ -633,15 +695,21 @@ def patch(
         if on_progress is not None:
             on_progress(done, total)
 
+    source = roles(direction)[0]
     with torch.inference_mode(False), torch.no_grad(), eval_mode(loaded):
+        mean = mean_constant(loaded, encoded.groups, site, source) if ablation == "mean" else None
         for group in encoded.groups:
             runs = run_group(
                 loaded,
                 group,
-                ("clean", "corrupted") if exact is not None else roles(direction)[:1],
+                ("clean", "corrupted") if exact is not None else (source,),
                 metric,
                 site,
             )
+            if ablation == "zero":
+                runs.constant = [torch.zeros_like(tensor[:1, :1]) for tensor in runs.activations[source]]
+            elif ablation == "mean":
+                runs.constant = mean
             if exact is not None:
                 exact[:, group.rows] = (
                     exact_patching(
@@ -651,6 +719,7 @@ def patch(
                         patches,
                         direction=direction,
                         patches_per_pass=patches_per_pass,
+                        skip_shared_prefix=ablation == "counterfactual",
                         on_patches_done=advance,
                     )
                     .double()
@@ -671,6 +740,7 @@ def patch(
         "ld_corrupted": ld["corrupted"],
         "metric": metric,
         "site": site,
+        "ablation": ablation,
     }
     study = PatchingStudy(
         loaded.name,

@@ -11,8 +11,9 @@
   ``position``).
 - ``pair_effects.csv``: every patch's ``ld_patched`` and ``effect`` for each pair (``pair``: 0-based, the
   file's order), by method.
-- ``summary.json``: the settings (``site``, ``granularity``, ``metric``: ``logit-diff``, ``prob-diff`` or
-  ``kl``, and ``metric_description``), the metric's mean clean and corrupted (``ld_clean``,
+- ``summary.json``: the settings (``site``, ``granularity``, ``ablation``: ``counterfactual``, ``zero`` or
+  ``mean``, and ``ablation_description``, ``metric``: ``logit-diff``, ``prob-diff`` or ``kl``, and
+  ``metric_description``), the metric's mean clean and corrupted (``ld_clean``,
   ``ld_corrupted``, named for the default logit difference ``LD``), each pair with its texts and values,
   the largest effects by size with their sign (``top``; heads also by ``name``, ``"layer-head"``
   0-based), and with both methods their agreement on that set.
@@ -44,6 +45,7 @@ from bertology.interventions.patching_metrics import METRICS
 from bertology.interventions.path_patching import PathPatching, PathPatchingSweep
 from bertology.models.heads import head_name
 from bertology.models.sites import SITES
+from bertology.options import PatchDirection
 from bertology.report import page, plots
 from bertology.report.head_grid import head_grid
 from bertology.views.bertviz import prettify
@@ -130,8 +132,34 @@ def largest_effects_text(result: PatchingResult, count: int = 5) -> str:
     )
 
 
-def colour_caption(direction: str) -> str:
-    """What the heatmap's colours mean under ``direction``."""
+def ablation_text(ablation: str, direction: PatchDirection) -> str:
+    """What a patch writes, in words (``summary.json``'s ``ablation_description`` and the report)."""
+    source, target = roles(direction)
+    if ablation == "zero":
+        return f"zero: 0 in place of the site's activation in the {target} run"
+    if ablation == "mean":
+        return (
+            f"mean: the site's activation in the {source} run averaged over every pair and every position of "
+            f"its texts, in place of the site's activation in the {target} run"
+        )
+    return f"counterfactual: the {source} run's activation in place of the {target} run's"
+
+
+def colour_caption(direction: PatchDirection, ablation: str = "counterfactual") -> str:
+    """What the heatmap's colours mean under ``direction`` and ``ablation``."""
+    if ablation != "counterfactual":
+        run = roles(direction)[1]
+        if direction == "noising":
+            return (
+                f"Blue: {ablation}-ablating the site in the clean run removes the answer (-1: all of it), so "
+                "the answer needs the site's information; red: ablating it raises the answer's lead above "
+                "the clean run's."
+            )
+        return (
+            f"Red: {ablation}-ablating the site in the {run} run raises the answer's lead toward the clean "
+            "run's (1: all the way), so the site's information there works against the answer; blue: "
+            "ablating it lowers the lead further."
+        )
     if direction == "denoising":
         return (
             "Red: putting the clean activation into the corrupted run restores the answer (1: all of it); "
@@ -164,6 +192,8 @@ def summary(study: PatchingStudy) -> dict[str, Any]:
         "direction": main.direction,
         "site": main.site,
         "granularity": main.granularity,
+        "ablation": main.ablation,
+        "ablation_description": ablation_text(main.ablation, main.direction),
         "methods": [result.method for result in study.results],
         "metric": main.metric,
         "metric_description": _metric_text(main.metric, study.language_model),
@@ -209,7 +239,8 @@ def positions_figure(
 
 def _effects_png(study: PatchingStudy, result: PatchingResult, target: Path, dpi: int) -> bytes:
     name = f"effects_{result.method}"
-    title = f"{result.site}, {result.method}, {result.direction}"
+    ablated = "" if result.ablation == "counterfactual" else f", {result.ablation} ablation"
+    title = f"{result.site}, {result.method}, {result.direction}{ablated}"
     axes = result.grid.axes
     if axes == ("layer", "head"):
         return plots.heatmap_png(
@@ -217,7 +248,9 @@ def _effects_png(study: PatchingStudy, result: PatchingResult, target: Path, dpi
             name,
             {title: result.effect},
             dpi,
-            unit="effect (1: restores all)",
+            unit="effect (1: restores all)"
+            if result.direction == "denoising"
+            else "effect (-1: removes all)",
             value_range=plots.value_range_of(result.effect, symmetric=True),
             cmap=plots.DIVERGING_COLORMAP,
         )
@@ -306,15 +339,21 @@ def _explanation(result: PatchingResult) -> str:
     )
     baseline = "corrupted" if denoising else "clean"
     m = METRICS[result.metric].symbol
+    done = f"patching site {result.site} there ({result.direction}: {moved})"
+    if result.ablation != "counterfactual":
+        done = (
+            f"{result.ablation}-ablating site {result.site} there, removing its information "
+            f"({ablation_text(result.ablation, result.direction)})"
+        )
     text = (
-        f"Each cell: the effect of patching site {result.site} there ({result.direction}: {moved}), "
-        f"(mean {m}_patched - mean {m}_{baseline}) / (mean {m}_clean - mean {m}_corrupted), {m} averaged "
-        "over the pairs first."
+        f"Each cell: the effect of {done}, (mean {m}_patched - mean {m}_{baseline}) / (mean {m}_clean - "
+        f"mean {m}_corrupted), {m} averaged over the pairs first."
     )
     if result.method == "attribution":
+        source = "source" if result.ablation == "counterfactual" else "ablated"
         text += (
-            f" Estimated to first order: (source - target activation) · d{m}/d activation at the target run "
-            "(Nanda 2023; Kramar et al. 2024)."
+            f" Estimated to first order: ({source} - target activation) · d{m}/d activation at the target "
+            "run (Nanda 2023; Kramar et al. 2024)."
         )
     return text
 
@@ -349,7 +388,9 @@ def write_patching_report(study: PatchingStudy, outdir: str | Path, *, dpi: int 
                     page.figure(
                         png,
                         alt=f"{result.method} patching effects",
-                        caption=f"Layers and heads 0-based. {colour_caption(result.direction)}",
+                        caption=(
+                            f"Layers and heads 0-based. {colour_caption(result.direction, result.ablation)}"
+                        ),
                     ),
                     *grid,
                     page.paragraph(
@@ -396,6 +437,7 @@ def write_patching_report(study: PatchingStudy, outdir: str | Path, *, dpi: int 
             {
                 "model": study.model_name,
                 "direction": main.direction,
+                "ablation": ablation_text(main.ablation, main.direction),
                 "site": f"{main.site}: {SITES[main.site].meaning}",
                 "granularity": f"{main.granularity}: {main.grid.meaning}",
                 "metric": main.metric,

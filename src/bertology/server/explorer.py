@@ -102,12 +102,14 @@ class Ablation:
 @dataclass(frozen=True)
 class Patching:
     """A patching folder's per-head effects, ``[layers, heads]`` (1: the head restores all of the clean
-    behaviour), and its direction and method (its ``summary.json``)."""
+    behaviour), and its direction, method and ablation (its ``summary.json``; ``counterfactual``:
+    patching, ``zero`` or ``mean``: ablation)."""
 
     path: str  # relative to the runs folder
     effect: np.ndarray
     direction: str
     method: str
+    ablation: str = "counterfactual"
 
 
 @dataclass(frozen=True)
@@ -304,8 +306,9 @@ class AnalysisRun:
         }
 
     def _patching(self, layer: int, head: int) -> dict[str, Any] | None:
-        """This head's patching effect, the run's direction and method, and its rank by the effect's size
-        whatever its sign (1: largest; under noising the heads that matter are the most negative)."""
+        """This head's patching effect, the run's direction, method and ablation, and its rank by the
+        effect's size whatever its sign (1: largest; under noising the heads that matter are the most
+        negative)."""
         patching = self.related.patching
         if patching is None:
             return None
@@ -316,6 +319,7 @@ class AnalysisRun:
             "rank": int((size > size[layer, head]).sum()) + 1,
             "direction": patching.direction,
             "method": patching.method,
+            "ablation": patching.ablation,
         }
 
     def _circuit(self, layer: int, head: int) -> dict[str, Any] | None:
@@ -402,7 +406,8 @@ def _patching(here: OpenFolder, layers: int, heads: int, model: object) -> Patch
     if effect is None:
         return None
     methods = summary.get("methods") or ["exact"]
-    return Patching(here.label, effect, str(summary.get("direction")), str(methods[0]))
+    ablation = str(summary.get("ablation", "counterfactual"))
+    return Patching(here.label, effect, str(summary.get("direction")), str(methods[0]), ablation)
 
 
 def _circuit(here: OpenFolder, layers: int, heads: int, model: object) -> Circuit | None:

@@ -354,6 +354,10 @@ class PatchingEntry(BaseModel):
     rank: int = Field(description="1: the head with the largest effect.")
     direction: str
     method: str = Field(description="exact, or attribution (the first-order estimate).")
+    ablation: str = Field(
+        default="counterfactual",
+        description="What the patches wrote: counterfactual (the other run's activation), zero or mean.",
+    )
 
 
 class CircuitEdge(BaseModel):

@@ -307,7 +307,8 @@ function showDetail(detail) {
   $("patching-box").hidden = detail.patching === null;
   if (detail.patching !== null) {
     const entry = detail.patching;
-    $("patching").textContent = `Patching this head (${entry.direction}, ${entry.method}) has effect ` +
+    const ablated = entry.ablation === "counterfactual" ? "" : `, ${entry.ablation} ablation`;
+    $("patching").textContent = `Patching this head (${entry.direction}, ${entry.method}${ablated}) has effect ` +
       `${number(entry.effect, 3)} (1: restores all of the clean behaviour; rank ${entry.rank} of ` +
       `${analysis.layers * analysis.heads}, 1 = largest by size, either sign) (${related.patching}).`;
   }

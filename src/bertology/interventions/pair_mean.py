@@ -1,0 +1,36 @@
+"""Mean ablation's one definition, shared by ``bertology patch --ablation mean`` and ``bertology circuit
+--ablation mean``: an activation averaged over every position of the texts of every pair's source input.
+
+- Over which inputs: the source run's (what a counterfactual patch would carry: the corrupted inputs
+  under noising, the clean ones under denoising), so ``mean`` differs from ``counterfactual`` only by
+  dropping what varies from pair to pair and position to position. Under noising, the default of an
+  ablation and of a circuit, that is the mean over the corrupted inputs, as Wang et al. (2022) mean-ablate
+  over their pABC distribution.
+- Over which positions: every position of the texts (an answer's tokens appended to score it left out),
+  one vector per site and layer written at every position, as MIB's ``mean`` (EAP-IG's
+  ``compute_mean_activations(per_position=False)``). It is defined for pairs of any token counts; a
+  per-position mean (EAP-IG's ``mean-positional``) is not offered. In a decoder the first position (the
+  attention sink, often of far larger norm) is averaged in with the others.
+- Weights: each pair and position counts once (a pair's two rows, for answers of several tokens, hold
+  the same texts and count the same), summed in float64.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+
+def mean_over_texts(tensors: Sequence[torch.Tensor], text_tokens: Sequence[int]) -> torch.Tensor:
+    """[*features] the mean of ``tensors`` (one per group of pairs, [rows, tokens, *features]) over every
+    row and the group's first ``text_tokens`` positions (its texts'), in the tensors' dtype."""
+    total = sum(
+        (
+            tensor[:, :tokens].double().sum((0, 1))
+            for tensor, tokens in zip(tensors, text_tokens, strict=True)
+        ),
+        torch.zeros((), dtype=torch.float64, device=tensors[0].device),
+    )
+    count = sum(tensor.shape[0] * tokens for tensor, tokens in zip(tensors, text_tokens, strict=True))
+    return (total / count).to(tensors[0].dtype)
