@@ -559,15 +559,9 @@ def check_options(
     site: str = "z",
     ablation: str = "counterfactual",
 ) -> None:
-<<<<<<< HEAD
-    """Refuse an unknown direction, site, granularity (or one ``site`` has no axis for), method or metric,
-    or, of a model (``loaded``; ``None``: the options only, before a model is loaded), one whose layers
-    share their weights or a classifier's logits (no position axis) by position.
-=======
     """Refuse an unknown direction, site, granularity (or one ``site`` has no axis for), method, metric or
-    ablation, or a model whose layers share their weights (``loaded``; ``None``: the options only, before a
-    model is loaded).
->>>>>>> abl
+    ablation, or, of a model (``loaded``; ``None``: the options only, before a model is loaded), one whose
+    layers share their weights or a classifier's logits (no position axis) by position.
 
     Raises:
         BertologyError: as said.
