@@ -27,8 +27,9 @@ from support.tiny_models import tiny_classifier
 
 from bertology import BertologyError
 from bertology.interventions.circuit import CircuitResult, circuit
+from bertology.interventions.circuit_faithfulness import replacements
 from bertology.interventions.circuit_pass import circuit_graph, masked_pass
-from bertology.interventions.circuit_scores import circuit_runs
+from bertology.interventions.circuit_scores import attribution_scores, circuit_runs
 from bertology.interventions.patching_pairs import PairGroup, PatchPair, encode_pairs
 from bertology.models.loading import LoadedModel
 
@@ -219,11 +220,6 @@ def _masked_metric(loaded: LoadedModel, absent: set[tuple[str, str]]) -> float:
     return total
 
 
-def _score(result: CircuitResult, upstream: str, downstream: str) -> float:
-    graph = result.graph
-    return float(result.scores[graph.upstream.index(upstream), graph.downstream.index(downstream)])
-
-
 # --- Tests --------------------------------------------------------------------------------------------------
 
 
@@ -251,14 +247,20 @@ def test_every_edge_gives_faithfulness_1_and_none_the_corrupted_metric(
 ) -> None:
     """f = 1 and f = 0 exactly: with every edge the masked pass is the clean run, with none every node gets
     the corrupted run's input (its contributions carried with the corrupted run's scales), so the logits are
-    the corrupted run's. Under mean ablation the full graph is the clean run too."""
+    the corrupted run's. Under mean ablation the full graph is the clean run too, the empty one not the
+    corrupted run."""
     assert abs(eap.clean_metric - eap.corrupted_metric) > 0.1
     assert eap.faithfulness["eap"][-1] == pytest.approx(1.0, abs=1e-5)
     assert eap.faithfulness["random"][-1] == pytest.approx(1.0, abs=1e-5)
     assert eap.empty_metric == pytest.approx(eap.corrupted_metric, abs=1e-5)
-    mean = circuit(bert, PAIRS, method="eap", ablation="mean")
-    assert mean.faithfulness["eap"][-1] == pytest.approx(1.0, abs=1e-5)
-    assert abs(mean.empty_metric - mean.corrupted_metric) > 1e-3
+    runs = [circuit_runs(bert, group, "noising", "logit-diff") for group in _groups(bert)]
+    graph = circuit_graph(bert)
+    none = torch.zeros(len(graph.upstream), len(graph.downstream))
+    for run, mean in zip(runs, replacements(runs, "mean"), strict=True):
+        full = masked_pass(bert, run.target_inputs, mean, none)
+        torch.testing.assert_close(full, run.logits["clean"], rtol=0, atol=1e-5)
+        empty = masked_pass(bert, run.target_inputs, mean, 1 - none)
+        assert (empty - run.logits["corrupted"]).abs().max() > 1e-3
 
 
 def test_exact_edge_scores_equal_the_reference_masked_pass(bert: LoadedModel) -> None:
@@ -302,7 +304,12 @@ def test_a_circuits_faithfulness_equals_the_reference_masked_pass(
 def test_eap_and_eap_ig_equal_gradients_taken_at_the_reference_inputs(
     bert: LoadedModel, steps: int | None
 ) -> None:
-    result = circuit(bert, PAIRS, method="eap" if steps is None else "eap-ig", ig_steps=steps or 5)
+    """The scores ``circuit`` ranks by (its sum over the groups, over the pairs), without its curves."""
+    graph = circuit_graph(bert)
+    scores = sum(
+        attribution_scores(bert, circuit_runs(bert, group, "noising", "logit-diff"), steps)
+        for group in _groups(bert)
+    )
     layers = bert.model.config.num_hidden_layers
     downstream = sorted({down for _, down in EDGES})
     expected: dict[tuple[str, str], float] = {}
@@ -326,8 +333,9 @@ def test_eap_and_eap_ig_equal_gradients_taken_at_the_reference_inputs(
             point = _point(down.split("<")[0], layers)
             change = (corrupted[point][up] - clean[point][up]) * gradients[down]
             expected[up, down] = expected.get((up, down), 0.0) + float(change.sum()) / len(PAIRS)
-    for edge, value in expected.items():
-        assert _score(result, *edge) == pytest.approx(value, rel=1e-4, abs=1e-5), edge
+    for (up, down), value in expected.items():
+        score = float(scores[graph.upstream.index(up), graph.downstream.index(down)]) / len(PAIRS)
+        assert score == pytest.approx(value, rel=1e-4, abs=1e-5), (up, down)
     assert max(abs(value) for value in expected.values()) > 1e-3
 
 
@@ -370,7 +378,7 @@ def test_the_command_finds_a_classifiers_circuit_and_writes_its_files(
 ) -> None:
     pairs = tmp_path / "pairs.jsonl"
     labels = {"label": "1", "wrong_label": "0"}  # the run's label names
-    records = [{"clean": p.clean, "corrupted": p.corrupted, **labels} for p in PAIRS]
+    records = [{"clean": p.clean, "corrupted": p.corrupted, **labels} for p in PAIRS[:1]]  # one group
     pairs.write_text("".join(json.dumps(record) + "\n" for record in records), encoding="utf-8")
     output = tmp_path / "circuit"
     code, text = invoke("circuit", str(tiny_classifier_run), str(pairs), "-o", str(output), "--method", "eap")
@@ -380,7 +388,7 @@ def test_the_command_finds_a_classifiers_circuit_and_writes_its_files(
         edges["downstream"]
     )
     summary = json.loads((output / "summary.json").read_text())
-    assert summary["edges"] == len(edges) and summary["pairs"] == 2 and summary["layers"] == 3
+    assert summary["edges"] == len(edges) and summary["pairs"] == 1 and summary["layers"] == 3
     faithfulness = pd.read_csv(output / "faithfulness.csv")
     assert set(faithfulness["method"]) == {"eap", "random"} and len(faithfulness) == 20
     assert (output / "curves.png").read_bytes()[:4] == b"\x89PNG"
