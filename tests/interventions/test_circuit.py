@@ -22,13 +22,13 @@ import pandas as pd
 import pytest
 import torch
 from support.cli import invoke
-from support.tiny_models import tiny_classifier, tiny_language_model
+from support.tiny_models import tiny_language_model
 
 from bertology import BertologyError
 from bertology.interventions.circuit import CircuitResult, circuit
 from bertology.interventions.circuit_faithfulness import FRACTIONS, areas
 from bertology.interventions.patching_pairs import PairGroup, PatchPair, encode_pairs
-from bertology.models.loading import LoadedModel
+from bertology.models.loading import LoadedModel, load_model
 from bertology.models.sites import recording, replacing
 
 PAIRS = [
@@ -349,9 +349,9 @@ def test_bad_options_and_models_are_refused_in_one_sentence(
             circuit(llama, PAIRS, **options)  # type: ignore[arg-type]
     with pytest.raises(BertologyError, match="There are no pairs"):
         circuit(llama, [])
-    bert = tiny_classifier(tiny_model_dirs["bert"])
-    with pytest.raises(BertologyError, match="decoder language models so far"):
-        circuit(bert, [PatchPair("a good film", "a bad film", None, None, "pos", "neg", 1)])
+    bare = load_model(tiny_model_dirs["llama"])  # no language-model head: no logits to end at
+    with pytest.raises(BertologyError, match="has no head: circuits end at logits"):
+        circuit(bare, PAIRS)
 
 
 def _invoke(*arguments: str) -> tuple[int, str]:

@@ -23,12 +23,18 @@ from bertology.options import (
 
 @app.command()
 def circuit(
-    model: Annotated[str, typer.Argument(help="A decoder language model (a name or folder).")],
+    model: Annotated[
+        str,
+        typer.Argument(
+            help="A decoder language model (a name or folder) or a fine-tuned post-norm encoder classifier "
+            "(BERT, RoBERTa, ELECTRA, MPNet and their kin: a run folder of 'bertology finetune')."
+        ),
+    ],
     pairs: Annotated[
         Path,
         typer.Argument(
             help="JSONL, one pair a line, as for 'bertology patch': 'clean' and 'corrupted' texts of equal "
-            "token count with 'answer' and 'wrong'."
+            "token count with 'answer' and 'wrong' (a classifier: optional 'label' and 'wrong_label')."
         ),
     ],
     output: Annotated[

@@ -12,8 +12,11 @@ faithfulness of the top edges at MIB's sizes against a seeded random ranking.
 - faithfulness, CPR and CMD: :mod:`~bertology.interventions.circuit_faithfulness`.
 
 The default direction is MIB's, ``noising``: the model runs on the clean input and an edge outside the
-circuit carries the corrupted run's value. Decoders only so far: the graph needs a residual stream that is the
-sum of its nodes' outputs (pre-norm), which a post-norm encoder such as BERT does not have.
+circuit carries the corrupted run's value. Decoder language models and post-norm encoder classifiers (BERT,
+RoBERTa, XLM-RoBERTa, ELECTRA, CamemBERT, ERNIE, Data2Vec-Text, MPNet): a post-norm encoder's stream is no
+sum of its nodes' outputs, so its nodes' contributions are carried through each LayerNorm
+(:mod:`~bertology.interventions.circuit_norms`, bertology's *norm-carried contributions*); its graph ends
+at the classifier's logits, which read the last layer's output.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from bertology.interventions.circuit_faithfulness import (
     replacements,
 )
 from bertology.interventions.circuit_graph import CircuitGraph
+from bertology.interventions.circuit_norms import circuit_stages
 from bertology.interventions.circuit_pass import circuit_graph
 from bertology.interventions.circuit_scores import attribution_scores, circuit_runs, exact_scores
 from bertology.interventions.data import eval_mode
@@ -156,7 +160,8 @@ def check_circuit_options(
     loaded: LoadedModel, method: str, ablation: str, direction: str, metric: str, ig_steps: int
 ) -> None:
     """Refuse an unknown method, ablation, direction or metric, fewer than one IG step, or a model the graph
-    does not fit (not a decoder language model, or one whose layers share their weights).
+    does not fit (no head, layers that share their weights, a post-norm encoder whose norms bertology does
+    not know).
 
     Raises:
         BertologyError: as said.
@@ -171,13 +176,13 @@ def check_circuit_options(
             raise BertologyError(f"Unknown circuit {name} {value!r}; choose one of {', '.join(allowed)}.")
     if ig_steps < 1:
         raise BertologyError(f"--ig-steps must be at least 1; {ig_steps} was given.")
-    if loaded.kind != "decoder" or loaded.model.base_model is loaded.model:
+    if loaded.model.base_model is loaded.model:
         raise BertologyError(
-            f"Circuits are found in decoder language models so far; {loaded.name} is not one (a post-norm "
-            "encoder's residual stream is not the sum of its heads' and MLPs' outputs)."
+            f"{loaded.name} has no head: circuits end at logits, so load a language model or a classifier."
         )
     if shares_layers(loaded.model):
         raise BertologyError(f"{loaded.name} shares one layer's weights across layers; use a model without.")
+    circuit_stages(loaded, circuit_graph(loaded))
 
 
 def circuit(

@@ -30,9 +30,9 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
+from bertology.interventions.circuit_norms import SourceStacks, mean_stacks
 from bertology.interventions.circuit_pass import masked_pass
 from bertology.interventions.circuit_scores import CircuitRuns
-from bertology.interventions.pair_mean import mean_over_texts
 from bertology.models.loading import LoadedModel
 
 #: MIB's circuit sizes, as fractions of the graph's edges.
@@ -63,25 +63,26 @@ def top_edges(order: np.ndarray, count: int, shape: tuple[int, int]) -> np.ndarr
     return kept.reshape(shape)
 
 
-def replacements(runs: Sequence[CircuitRuns], ablation: str) -> list[torch.Tensor]:
+def replacements(runs: Sequence[CircuitRuns], ablation: str) -> list[SourceStacks]:
     """Per group, what an absent edge carries: the source run's outputs (``counterfactual``) or, ``mean``,
     [1, 1, forward nodes, d_model] every group's source outputs averaged over rows and the texts' positions
-    (:func:`~bertology.interventions.pair_mean.mean_over_texts`)."""
+    (:func:`~bertology.interventions.pair_mean.mean_over_texts`; in a post-norm encoder: contributions,
+    carried to each stage, then averaged)."""
     if ablation == "counterfactual":
-        return [run.outputs[run.source] for run in runs]
-    sources = [run.outputs[run.source] for run in runs]
-    mean = mean_over_texts(sources, [run.group.prompt_tokens for run in runs])[None, None]
+        return [run.source_stacks() for run in runs]
+    sources = [run.run(run.source) for run in runs]
+    mean = mean_stacks(sources, [run.group.prompt_tokens for run in runs], runs[0].stages)
     return [mean for _ in runs]
 
 
 def circuit_metric(
-    loaded: LoadedModel, runs: Sequence[CircuitRuns], carried: Sequence[torch.Tensor], kept: np.ndarray
+    loaded: LoadedModel, runs: Sequence[CircuitRuns], carried: Sequence[SourceStacks], kept: np.ndarray
 ) -> float:
     """The metric averaged over every pair of ``runs`` with only the edges ``kept`` (bool [forward nodes,
     backward nodes]) from the target run, the others carrying ``carried`` (one per group)."""
     total, pairs = 0.0, 0
     for run, replacement in zip(runs, carried, strict=True):
-        absent = torch.as_tensor(~kept, device=replacement.device).float()
+        absent = torch.as_tensor(~kept, device=run.outputs[run.target].device).float()
         logits = masked_pass(loaded, run.target_inputs, replacement, absent)
         values = run.score(logits)
         total += float(values.sum())
@@ -97,7 +98,7 @@ def faithfulness(value: float, full: float, empty: float) -> float:
 def curve(
     loaded: LoadedModel,
     runs: Sequence[CircuitRuns],
-    carried: Sequence[torch.Tensor],
+    carried: Sequence[SourceStacks],
     order: np.ndarray,
     real: np.ndarray,
     full: float,

@@ -13,7 +13,9 @@ layers, an MLP also the heads of its own layer, ``logits`` every node. MIB names
 In a pre-norm model the residual stream at a node's input is exactly the sum of the upstream nodes'
 outputs (plus the output projections' biases, which no node owns and no patch changes), so a node's input
 can be rebuilt from its in-edges: that is what makes the graph's edges patchable one by one
-(:mod:`bertology.interventions.circuit_pass`).
+(:mod:`bertology.interventions.circuit_pass`). A post-norm encoder's stream is a sum of the nodes'
+contributions carried through its LayerNorms instead (:mod:`bertology.interventions.circuit_norms`); its
+graph is the same, ``logits`` its classifier's.
 
 Where this differs from MIB: with grouped-query attention (Llama 3, SmolLM2, Qwen) MIB's TransformerLens
 models ungroup the keys and values (each query head gets its own copy of the key and value projections);

@@ -14,20 +14,33 @@ mean (``'mean'``). A head's query, key and value inputs are rebuilt separately (
 ``k_input``, ``v_input``), an MLP's through ``mlp_in``, ``logits``' through the last layer's output
 (``resid_post``, before the final norm). With no edge absent the pass is the plain target run; with every
 edge absent, under patching, every node sees the source run's inputs, so the logits are the source run's.
+
+In a post-norm encoder the outputs are carried through each LayerNorm between the nodes, ``current_u`` with
+this pass's scales and ``replacement_u`` with the source run's (:mod:`~bertology.interventions.circuit_norms`,
+whose stages the pass steps through at each norm); an MLP's input is then site ``mlp_in``, the feed-forward
+block's own input.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 
 from bertology.interventions.circuit_graph import CircuitGraph
+from bertology.interventions.circuit_norms import (
+    NormPoint,
+    NormRecord,
+    SourceStacks,
+    carry,
+    circuit_stages,
+    norm_scale,
+)
 from bertology.models.anatomy import attention_parts
 from bertology.models.loading import LoadedModel
-from bertology.models.sites import Replacement, SiteRequest, replacing
+from bertology.models.sites import Replacement, SiteRequest, hooking, replacing
 
 
 def circuit_graph(loaded: LoadedModel) -> CircuitGraph:
@@ -48,20 +61,28 @@ def head_outputs(loaded: LoadedModel, layer: int, z: torch.Tensor) -> torch.Tens
 
 @dataclass
 class _Pass:
-    """What one masked pass knows: the graph, the replacement outputs ``[batch or 1, pos or 1, forward
-    nodes, d_model]``, ``absent`` [forward nodes, backward nodes] float (1: the edge takes the replacement),
-    whether to keep the nodes' outputs (``outputs``: [batch, pos, forward nodes, d_model], the first
-    ``done`` of them known) and, when kept, each backward node's rebuilt input by its first backward
-    index (``inputs``)."""
+    """What one masked pass knows: the graph, what absent edges carry (``sources``, one stack per stage,
+    the current one ``replacement`` ``[batch or 1, pos or 1, forward nodes, d_model]``), ``absent``
+    [forward nodes, backward nodes] float (1: the edge takes the replacement), whether to keep the nodes'
+    outputs (``outputs``: [batch, pos, forward nodes, d_model], the first ``done`` of them known; in a
+    masked pass carried through the norms passed, as contributions) and, when kept, each backward node's
+    rebuilt input by its first backward index (``inputs``). A plain pass keeps its norms' scales and
+    outputs (``norms``)."""
 
     graph: CircuitGraph
-    replacement: torch.Tensor | None
+    sources: Iterator[torch.Tensor] | None
     absent: torch.Tensor | None
     record: bool = True
     outputs: torch.Tensor | None = None
     done: int = 0
     differences: torch.Tensor | None = None
     inputs: dict[int, torch.Tensor] | None = None
+    norms: NormRecord | None = None
+    replacement: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if self.sources is not None:
+            self.replacement = next(self.sources)
 
     def add(self, output: torch.Tensor) -> None:
         """Keep the next forward nodes' outputs ``output`` [batch, pos, nodes, d_model] (and, in a masked
@@ -78,6 +99,20 @@ class _Pass:
             difference = (self.replacement[:, :, nodes] - output).sum(2)
             self.differences = difference if self.differences is None else self.differences + difference
         self.done = nodes.stop
+
+    def normalised(self, point: NormPoint, stream: torch.Tensor, output: torch.Tensor) -> None:
+        """The norm of ``point`` took ``stream`` to ``output`` ([batch, pos, d_model]): keep its scale and
+        output (a plain pass), or carry this pass's contributions through it with its scale, step the
+        replacement to the next stage and sum the differences again (a masked pass)."""
+        scale = norm_scale(point.norm, stream)
+        if self.norms is not None:
+            self.norms.append((scale, output.detach().float()))
+        if self.sources is None or self.outputs is None:
+            return
+        carry(self.outputs, point, scale, output.detach())
+        self.replacement = next(self.sources)
+        done = slice(0, self.done)
+        self.differences = (self.replacement[:, :, done] - self.outputs[:, :, done]).sum(2)
 
     def rebuilt(self, tensor: torch.Tensor, backward: slice) -> torch.Tensor:
         """``tensor`` [batch, pos, nodes, d_model], the inputs of backward nodes ``backward`` as the model
@@ -166,32 +201,45 @@ def _masked(
     embedding: torch.Tensor | None = None,
     leaf: bool = False,
 ) -> Iterator[_Pass]:
-    with replacing(loaded.model, _replacements(loaded, state, embedding, leaf)):
+    points = circuit_stages(loaded, state.graph).points if state.record else ()
+
+    def on_norm(point: NormPoint) -> Callable[..., None]:
+        def hook(_module: torch.nn.Module, args: tuple, kwargs: dict, output: torch.Tensor) -> None:
+            state.normalised(point, args[0] if args else next(iter(kwargs.values())), output)
+
+        return hook
+
+    with (
+        hooking(after=[(point.norm, on_norm(point)) for point in points]),
+        replacing(loaded.model, _replacements(loaded, state, embedding, leaf)),
+    ):
         yield state
 
 
-def node_outputs(loaded: LoadedModel, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+def node_outputs(
+    loaded: LoadedModel, inputs: dict[str, torch.Tensor]
+) -> tuple[torch.Tensor, torch.Tensor, NormRecord]:
     """One plain pass on ``inputs``: ([batch, pos, forward nodes, d_model] float the forward nodes'
-    outputs, the logits)."""
-    state = _Pass(circuit_graph(loaded), None, None)
+    outputs, the logits, the norms between the nodes: their scales and outputs)."""
+    state = _Pass(circuit_graph(loaded), None, None, norms=[])
     with torch.no_grad(), _masked(loaded, state):
         logits = loaded.model(**inputs).logits
-    assert state.outputs is not None
-    return state.outputs, logits
+    assert state.outputs is not None and state.norms is not None
+    return state.outputs, logits, state.norms
 
 
 def masked_pass(
     loaded: LoadedModel,
     inputs: dict[str, torch.Tensor],
-    replacement: torch.Tensor,
+    replacement: SourceStacks,
     absent: torch.Tensor,
 ) -> torch.Tensor:
-    """The logits of the masked pass (module docstring) on ``inputs``: ``replacement`` [batch or 1, pos or 1,
-    forward nodes, d_model] the outputs absent edges carry, ``absent`` [forward nodes, backward nodes]
-    (1 where the edge takes the replacement; only real edges are read)."""
+    """The logits of the masked pass (module docstring) on ``inputs``: ``replacement`` what absent edges
+    carry, stage by stage ([batch or 1, pos or 1, forward nodes, d_model] each), ``absent`` [forward nodes,
+    backward nodes] (1 where the edge takes the replacement; only real edges are read)."""
     graph = circuit_graph(loaded)
     real = torch.as_tensor(graph.real, device=absent.device)
-    state = _Pass(graph, replacement, absent.float() * real)
+    state = _Pass(graph, iter(replacement), absent.float() * real)
     with torch.no_grad(), _masked(loaded, state):
         return loaded.model(**inputs).logits
 

@@ -16,6 +16,8 @@ these are MIB's definitions:
   corrupted end included, the clean end not).
 
 Every score is the mean over the pairs (MIB divides the sum over its batches by the number of examples).
+In a post-norm encoder both outputs are the upstream node's contributions carried to the downstream node's
+input point, each with its own run's LayerNorm scales (:mod:`~bertology.interventions.circuit_norms`).
 ``denoising`` swaps the runs (target corrupted, source clean).
 """
 
@@ -27,6 +29,13 @@ from dataclasses import dataclass
 import torch
 
 from bertology.interventions.circuit_graph import CircuitGraph
+from bertology.interventions.circuit_norms import (
+    NormRecord,
+    SourceStacks,
+    Stages,
+    circuit_stages,
+    stage_differences,
+)
 from bertology.interventions.circuit_pass import circuit_graph, gradient_pass, masked_pass, node_outputs
 from bertology.interventions.patching_metrics import Scorer, patching_metric
 from bertology.interventions.patching_pairs import PairGroup
@@ -39,7 +48,8 @@ class CircuitRuns:
     """The plain runs of one group of pairs: ``outputs`` and ``logits`` per run (``"clean"``,
     ``"corrupted"``; outputs [rows, pos, forward nodes, d_model]), which run is the ``target`` (the one
     the model runs, its edges kept in a circuit) and which the ``source`` (what an absent edge carries), and
-    the metric bound to the group."""
+    the metric bound to the group; ``norms`` each run's norms between the nodes and ``stages`` where the
+    nodes read the stream (:mod:`~bertology.interventions.circuit_norms`)."""
 
     group: PairGroup
     outputs: dict[str, torch.Tensor]
@@ -47,6 +57,16 @@ class CircuitRuns:
     target: str
     source: str
     score: Scorer
+    norms: dict[str, NormRecord]
+    stages: Stages
+
+    def run(self, name: str) -> tuple[torch.Tensor, NormRecord]:
+        """Run ``name``'s node outputs and norms."""
+        return self.outputs[name], self.norms[name]
+
+    def source_stacks(self) -> SourceStacks:
+        """What absent edges carry under counterfactual patching: the source run's contributions."""
+        return SourceStacks(self.stages, *self.run(self.source))
 
     @property
     def target_inputs(self) -> dict[str, torch.Tensor]:
@@ -63,13 +83,14 @@ def circuit_runs(
 ) -> CircuitRuns:
     """The clean and the corrupted run of ``group`` (``direction``: ``noising`` runs the clean input with
     corrupted edges, MIB's setting; ``denoising`` the reverse)."""
-    outputs, logits = {}, {}
+    outputs, logits, norms = {}, {}, {}
     for run in ("clean", "corrupted"):
-        outputs[run], logits[run] = node_outputs(loaded, getattr(group, run))
+        outputs[run], logits[run], norms[run] = node_outputs(loaded, getattr(group, run))
     score = Scorer(patching_metric(metric), group)
     score.know_clean(logits["clean"])
     source, target = ("clean", "corrupted") if direction == "denoising" else ("corrupted", "clean")
-    return CircuitRuns(group, outputs, logits, target, source, score)
+    stages = circuit_stages(loaded, circuit_graph(loaded))
+    return CircuitRuns(group, outputs, logits, target, source, score, norms, stages)
 
 
 def attribution_scores(loaded: LoadedModel, runs: CircuitRuns, steps: int | None = None) -> torch.Tensor:
@@ -88,7 +109,9 @@ def attribution_scores(loaded: LoadedModel, runs: CircuitRuns, steps: int | None
         found = torch.autograd.grad(runs.score(logits).sum(), [inputs[index] for index in order])
         gradient += torch.cat([part.float() for part in found], dim=2)
     gradient /= len(points)
-    scores = torch.einsum("bpud,bpvd->uv", source - target, gradient)
+    scores = torch.zeros(len(graph.upstream), len(graph.downstream), device=gradient.device)
+    for reads, difference in stage_differences(runs.run(runs.source), runs.run(runs.target), runs.stages):
+        scores[:, reads] = torch.einsum("bpud,bpvd->uv", difference, gradient[:, :, reads])
     return scores * torch.as_tensor(graph.real, device=scores.device)
 
 
@@ -105,7 +128,7 @@ def exact_scores(
     absent = torch.zeros_like(scores)
     for upstream, downstream in zip(*graph.real.nonzero(), strict=True):
         absent[upstream, downstream] = 1
-        logits = masked_pass(loaded, runs.target_inputs, runs.outputs[runs.source], absent)
+        logits = masked_pass(loaded, runs.target_inputs, runs.source_stacks(), absent)
         scores[upstream, downstream] = runs.score(logits).sum() - baseline
         absent[upstream, downstream] = 0
         if on_edge_done is not None:

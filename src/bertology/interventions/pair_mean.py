@@ -22,15 +22,17 @@ from collections.abc import Sequence
 import torch
 
 
+def text_sum(tensor: torch.Tensor, tokens: int) -> tuple[torch.Tensor, int]:
+    """(float64 [*features] the sum of ``tensor`` [rows, positions, *features] over its rows and first
+    ``tokens`` positions (the texts'), how many vectors were summed): one group's share of the mean."""
+    return tensor[:, :tokens].double().sum((0, 1)), tensor.shape[0] * tokens
+
+
 def mean_over_texts(tensors: Sequence[torch.Tensor], text_tokens: Sequence[int]) -> torch.Tensor:
     """[*features] the mean of ``tensors`` (one per group of pairs, [rows, tokens, *features]) over every
     row and the group's first ``text_tokens`` positions (its texts'), in the tensors' dtype."""
+    shares = [text_sum(tensor, tokens) for tensor, tokens in zip(tensors, text_tokens, strict=True)]
     total = sum(
-        (
-            tensor[:, :tokens].double().sum((0, 1))
-            for tensor, tokens in zip(tensors, text_tokens, strict=True)
-        ),
-        torch.zeros((), dtype=torch.float64, device=tensors[0].device),
+        (share for share, _ in shares), torch.zeros((), dtype=torch.float64, device=tensors[0].device)
     )
-    count = sum(tensor.shape[0] * tokens for tensor, tokens in zip(tensors, text_tokens, strict=True))
-    return (total / count).to(tensors[0].dtype)
+    return (total / sum(count for _, count in shares)).to(tensors[0].dtype)

@@ -24,7 +24,7 @@ stacks q, k and v like ModernBERT's ``Wqkv``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from bertology.errors import BertologyError
@@ -104,6 +104,11 @@ class Layout:
     attn_norm: from a layer to the norm between the layer's input and the query, key and value
         projections of a pre-norm model (Llama's ``input_layernorm``, GPT-2's ``ln_1``); ``None`` where the
         layout does not name it (the per-head ``q_input`` sites of :mod:`bertology.models.sites` need it).
+    post_norms: from a layer to the two ``LayerNorm``\\ s of a post-norm layer, the one after the attention
+        block and the one after the feed-forward block (BERT's ``attention.output.LayerNorm`` and
+        ``output.LayerNorm``); ``None`` where the layout does not name them (circuits in encoders need them).
+    mlp_input: from a layer to the module whose first input is the feed-forward block's own input in a
+        post-norm layer (BERT's ``intermediate``; site ``mlp_in``); ``None`` where not named.
     """
 
     layers: str
@@ -117,6 +122,8 @@ class Layout:
     mid_is_input: bool = False
     attn_out: str | None = None
     attn_norm: str | None = None
+    post_norms: tuple[str, str] | None = None
+    mlp_input: str | None = None
 
 
 def _separate(
@@ -129,6 +136,10 @@ def _separate(
 
 #: BERT's layout: ``encoder.layer[i].attention.self.{query,key,value}`` and ``.attention.output.dense``.
 _BERT = Layout("encoder.layer", "attention.self", _separate("attention.self"), "attention.output.dense")
+#: BERT's post-norm layer as BERT, RoBERTa and their copies have it, its norms and feed-forward input named.
+_POST_NORM_BERT = replace(
+    _BERT, post_norms=("attention.output.LayerNorm", "output.LayerNorm"), mlp_input="intermediate"
+)
 
 
 def _self_attn(**fields: Any) -> Layout:
@@ -218,15 +229,18 @@ class ModelType:
         return "interface" if self.module_route is None else "module"
 
 
-def _bert_layout(**names: str) -> dict[str, ModelType]:
-    """Encoders with BERT's layout whose attention goes through the ``AttentionInterface``, by type."""
-    return {model_type.replace("_", "-"): ModelType(name, layout=_BERT) for model_type, name in names.items()}
+def _bert_layout(shape: Layout = _BERT, **names: str) -> dict[str, ModelType]:
+    """Encoders with BERT's layout (``shape``) whose attention goes through the ``AttentionInterface``, by
+    type."""
+    return {model_type.replace("_", "-"): ModelType(name, layout=shape) for model_type, name in names.items()}
 
 
 MODEL_TYPES: dict[str, ModelType] = {
     # Encoders whose attention goes through the AttentionInterface.
-    **_bert_layout(bert="BERT", roberta="RoBERTa", xlm_roberta="XLM-RoBERTa", electra="ELECTRA"),
-    **_bert_layout(camembert="CamemBERT", ernie="ERNIE", data2vec_text="Data2Vec-Text", xmod="X-MOD"),
+    **_bert_layout(_POST_NORM_BERT, bert="BERT", roberta="RoBERTa", xlm_roberta="XLM-RoBERTa"),
+    **_bert_layout(_POST_NORM_BERT, electra="ELECTRA", camembert="CamemBERT", ernie="ERNIE"),
+    **_bert_layout(_POST_NORM_BERT, data2vec_text="Data2Vec-Text"),
+    **_bert_layout(xmod="X-MOD"),
     **_bert_layout(xlm_roberta_xl="XLM-RoBERTa-XL"),
     "roc_bert": ModelType("RoCBert", layout=_BERT),
     "mobilebert": ModelType("MobileBERT", layout=_BERT),
@@ -269,7 +283,8 @@ MODEL_TYPES: dict[str, ModelType] = {
         "MPNet", module_route=ModuleRoute("MPNetSelfAttention"), no_neuron_view=_RELATIVE,
         layout=Layout(
             "encoder.layer", "attention.attn", _separate("attention.attn", ("q", "k", "v")),
-            "attention.attn.o", head_argument=2,
+            "attention.attn.o", head_argument=2, post_norms=("attention.LayerNorm", "output.LayerNorm"),
+            mlp_input="intermediate",
         ),
     ),
     "megatron-bert": ModelType(

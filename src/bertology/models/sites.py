@@ -158,7 +158,8 @@ STACK_SITES: dict[str, tuple[str, ...]] = {
 #: ``use_split_qkv_input``. Replacing ``q_input`` gives each head its own copy of the layer's input
 #: ``[batch, pos, head, d_model]`` (before the norm a pre-norm model applies), from which its queries are
 #: computed again (``k_input`` and ``v_input``: per key/value head); ``mlp_in`` is what enters the
-#: feed-forward block (before its norm), changed for that block only, not in the residual stream.
+#: feed-forward block (before its norm; in a post-norm layer, :attr:`Layout.mlp_input`'s input), changed
+#: for that block only, not in the residual stream.
 NODE_INPUTS: dict[str, Site] = {
     site.name: site
     for site in (
@@ -169,7 +170,8 @@ NODE_INPUTS: dict[str, Site] = {
         Site("v_input", ("batch", "pos", "head", "d_model"), True, "blocks.{l}.hook_v_input",  # type: ignore[arg-type]
              "each key/value head's own copy of the layer's input, for its values"),
         Site("mlp_in", ("batch", "pos", "d_model"), True, "blocks.{l}.hook_mlp_in",  # type: ignore[arg-type]
-             "the feed-forward block's own input, before its norm (pre-norm models)"),
+             "the feed-forward block's own input, before its norm (pre-norm models; in a post-norm "
+             "one the attention block's normalised output as the feed-forward block alone reads it)"),
     )
 }  # fmt: skip
 
@@ -340,12 +342,14 @@ def _spot(shape: Layout, parts: AttentionParts, layer: nn.Module, name: str) -> 
         take, put = _head_inputs(projection, heads, parts.head_dim, norm)
         return _Spot(projection.linear, False, take=take, put=put)
     if name == "mlp_in":
-        if not shape.mid_is_input:
+        if shape.mid_is_input:
+            return _Spot(layer.get_submodule(shape.mid), True)
+        if shape.mlp_input is None:
             raise BertologyError(
-                f"Site 'mlp_in' is for pre-norm models; a model with layers of type {type(layer).__name__} "
-                "normalises its residual stream after each block."
+                f"Site 'mlp_in' needs the feed-forward block's input, which bertology does not know for "
+                f"post-norm layers of type {type(layer).__name__}."
             )
-        return _Spot(layer.get_submodule(shape.mid), True)
+        return _Spot(layer.get_submodule(shape.mlp_input), True)
     if name == "z":
         take, put = _split_heads(parts.head_dim)
         return _Spot(parts.output, True, take=take, put=put)
