@@ -114,7 +114,7 @@ def test_prune_and_measure_reports_both_models(tiny_model_dirs: dict[str, Path])
     assert outcome.largest_difference < 1e-5 and outcome.value == outcome.gated
     right = [predict_logits(model, TEXTS).argmax(-1) == data.labels for model in (pruned, loaded)]
     assert (outcome.value, outcome.baseline) == (right[0].mean(), right[1].mean())
-    # Key/value heads computed: layer 0 keeps 2, layer 1 one zeroed slot (a layer keeps a head's weights), 2: 3.
+    # Key/value heads computed: layer 0 keeps 2, layer 1 a zeroed slot (a layer keeps one), layer 2 keeps 3.
     assert not outcome.grouped and (outcome.key_value_heads, outcome.total_key_value_heads) == (6, 12)
     summary = outcome.to_dict()
     assert (summary["score_name"], summary["higher_is_better"]) == ("accuracy", True)

@@ -114,6 +114,10 @@ class AblationRun(Summarised):
         ``higher_is_better``) and under the task's own key (:class:`~bertology.interventions.task.Terms`),
         e.g. ``dev accuracy, all heads``."""
         terms, score, baseline = self.terms, self.ablation.score, self.ablation.baseline
+
+        def shown(value: float) -> float:  # accuracies to 4 places, losses in full
+            return round(value, 4) if score.higher_is_better else value
+
         layers, heads = self.ablation.scores.shape
         summary: dict[str, object] = {
             "model": self.model_name,
@@ -125,7 +129,7 @@ class AblationRun(Summarised):
             "score_name": score.name,
             "higher_is_better": score.higher_is_better,
             "score": baseline,
-            terms.baseline: round(baseline, 4) if score.higher_is_better else baseline,
+            terms.baseline: shown(baseline),
             **({} if score.higher_is_better else {"perplexity": float(np.exp(baseline))}),
             "seconds": round(self.seconds, 1),
         }
@@ -142,7 +146,7 @@ class AblationRun(Summarised):
         if self.pruning is not None:
             summary |= {
                 "heads removed structurally": f"{self.pruning.removed} of {self.pruning.total_heads}",
-                f"pruned {score.name}": round(self.pruning.value, 4),
+                f"pruned {score.name}": shown(self.pruning.value),
                 "pruned speed-up": round(self.pruning.speedup, 2),
             }
         return summary

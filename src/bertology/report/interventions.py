@@ -268,6 +268,11 @@ def _write_study(run: AblationRun, target: Path, dpi: int) -> list[page.Section]
     ]
 
 
+#: Summary entries the report's header leaves out: the warning (shown apart) and the score's machine keys
+#: (the task's own key shows it).
+HIDDEN_IN_HEADER = ("warning", "score", "score_name", "higher_is_better")
+
+
 def write_ablation_report(run: AblationRun, outdir: str | Path, *, dpi: int = 110) -> Path:
     """Write the results of :func:`~bertology.interventions.run.run_ablation` into ``outdir``:
     ``ablation.csv``, ``importance.csv``, ``pruning_curve.csv``, ``summary.json`` (with ``pruning``), the
@@ -285,7 +290,8 @@ def write_ablation_report(run: AblationRun, outdir: str | Path, *, dpi: int = 11
         sections.append(_pruning_section(run))
     report = target / REPORT_FILE
     title = f"Head ablation: {run.model_name} on {run.source}{run.terms.title}"
-    header = [page.definitions({key: value for key, value in run.summary().items() if key != "warning"})]
+    shown = {key: value for key, value in run.summary().items() if key not in HIDDEN_IN_HEADER}
+    header = [page.definitions(shown)]
     if run.warning is not None:
         header.insert(0, page.paragraph(f"Warning: {run.warning}", class_="warning"))
     report.write_text(page.render_page(title, sections, header=header), encoding="utf-8")
