@@ -159,10 +159,8 @@ def classifier_task(
     ``task_dir``, and the task's name.
 
     Raises:
-        BertologyError: a model that is not an encoder, a bad task folder or labels the classifier does not
-            have.
+        BertologyError: a bad task folder or labels the classifier does not have.
     """
-    require_encoder(loaded, "Head ablation")
     task = read_glue(task_dir, max_dev=max_dev)
     return ClassifierTask(loaded, LabelledTexts.of_split(loaded, task, task.dev)), task.name
 
@@ -244,11 +242,14 @@ def run_ablation(
         ``resample_seed``); the importance stays Michel et al.'s gradient at gate 1.
 
     Raises:
-        BertologyError: a fraction outside 0..1, pruning asked of a model whose heads cannot be removed
-            (ALBERT, GPT-2's ``Conv1D``, an encoder-decoder), an unknown ablation, or mean or resample
-            ablation with a sweep elsewhere.
+        BertologyError: a classifier that is not an encoder, a fraction outside 0..1, pruning asked of a
+            model whose heads cannot be removed (ALBERT, GPT-2's ``Conv1D``, an encoder-decoder), an
+            unknown ablation, or mean or resample ablation with a sweep elsewhere.
     """
     loaded = task.loaded
+    classifier = task if isinstance(task, ClassifierTask) else None
+    if classifier is not None:  # its attention gradients and attribution read an encoder's attention
+        require_encoder(loaded, "Head ablation")
     if not 0.0 <= prune_fraction < 1.0:
         raise BertologyError(
             f"The share of heads to prune must be at least 0 and below 1, not {prune_fraction}."
@@ -264,7 +265,6 @@ def run_ablation(
     replacement = task.replacement(ablation, seed=resample_seed, batch_size=batch_size)
     if sweep is not None and replacement.kind != "zero":
         raise BertologyError("Mean and resample ablation run here only, not on a cluster.")
-    classifier = task if isinstance(task, ClassifierTask) else None
     constant = None if classifier is None else constant_label(loaded, classifier.data, batch_size=batch_size)
 
     attribution = None
