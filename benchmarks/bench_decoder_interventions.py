@@ -29,7 +29,6 @@ import torch
 from bertology.analysis.head_detectors import detect_heads, repeated_random_tokens
 from bertology.corpus.segments import sample_corpus
 from bertology.interventions.ablation import ablation_sweep
-from bertology.interventions.decoder_pruning import prune_decoder
 from bertology.interventions.gates import head_gates
 from bertology.interventions.importance import head_importance
 from bertology.interventions.language_model import (
@@ -39,6 +38,7 @@ from bertology.interventions.language_model import (
     next_token_losses,
     token_batches,
 )
+from bertology.interventions.pruning import prune_and_measure
 from bertology.models.loading import LoadedModel, load_model
 
 T = TypeVar("T")
@@ -132,12 +132,14 @@ def main() -> None:
     importance, seconds = timed(lambda: head_importance(task, batch_size=8))
     print(f"importance: {seconds:.1f} s ({seconds / len(data):.2f} s per sequence)")
     removed = round(args.prune * loaded.num_layers * loaded.num_heads)
-    (_, outcome), seconds = timed(lambda: prune_decoder(loaded, importance.removal_order()[:removed], data))
+    (_, outcome), seconds = timed(
+        lambda: prune_and_measure(task, importance.removal_order()[:removed], batch_size=8)
+    )
     print(
         f"pruning {outcome.removed} heads "
         f"({outcome.total_key_value_heads - outcome.key_value_heads} key/value heads): {seconds:.1f} s with "
         f"the timings; largest logit difference to gating {outcome.largest_difference:.2e}; loss "
-        f"{outcome.loss:.4f} (gated {outcome.gated_loss:.4f}, original {outcome.baseline_loss:.4f}); "
+        f"{outcome.value:.4f} (gated {outcome.gated:.4f}, original {outcome.baseline:.4f}); "
         f"parameters {outcome.parameters:,} of {outcome.baseline_parameters:,}; "
         f"{outcome.speedup:.2f}x as fast"
     )

@@ -95,16 +95,17 @@ def sweep(loaded: LoadedModel, data: LabelledTexts, batch_size: int) -> None:
 
 
 def pruning(loaded: LoadedModel, data: LabelledTexts, batch_size: int, repeats: int) -> None:
-    order = head_importance(ClassifierTask(loaded, data)).removal_order()
+    task = ClassifierTask(loaded, data)
+    order = head_importance(task).removal_order()
     print(f"\nStructural pruning, least important heads first, {len(data)} dev examples, batch {batch_size}:")
     print("| heads removed | parameters | dev accuracy | seconds (pruned / unpruned) | speed-up |")
     print("|---|---|---|---|---|")
     for share in (0.0, 0.25, 0.5):
         count = round(share * len(order))
-        _, outcome = prune_and_measure(loaded, order[:count], data, batch_size=batch_size, repeats=repeats)
+        _, outcome = prune_and_measure(task, order[:count], batch_size=batch_size, repeats=repeats)
         print(
-            f"| {count} of {len(order)} ({share:.0%}) | {outcome.parameters:,} | {outcome.accuracy:.4f} "
-            f"(unpruned {outcome.baseline_accuracy:.4f}) | {outcome.seconds:.2f} / "
+            f"| {count} of {len(order)} ({share:.0%}) | {outcome.parameters:,} | {outcome.value:.4f} "
+            f"(unpruned {outcome.baseline:.4f}) | {outcome.seconds:.2f} / "
             f"{outcome.baseline_seconds:.2f} | {outcome.speedup:.2f} |",
             flush=True,
         )

@@ -36,7 +36,7 @@ from bertology.cluster.probes import (
 )
 from bertology.cluster.workers import ClusterOptions, WorkerPool
 from bertology.corpus.segments import sample_corpus
-from bertology.interventions.run import AblationRun, run_ablation
+from bertology.interventions.run import AblationRun, classifier_task, run_ablation
 from bertology.models.loading import LoadedModel, ModelSpec, load_model
 from bertology.probes.coreference import CorefProbe
 from bertology.probes.run import probe_coreference, probe_dependencies
@@ -140,7 +140,9 @@ def local_ablation(centred_classifier_run: Path, ablation_task: Path) -> Ablatio
     """The local run of the measurements compared (self-attention attribution, computed on the driver either
     way and checked in tests/interventions/test_attention_attribution.py, is left out)."""
     loaded = load_model(str(centred_classifier_run), classifier=True)
-    return run_ablation(loaded, ablation_task, prune_fraction=0, attribution_examples=0)
+    return run_ablation(
+        *classifier_task(loaded, ablation_task, None), prune_fraction=0, attribution_examples=0
+    )
 
 
 def stored_examples(analysis: CorpusAnalysis, loaded: LoadedModel, target: Path) -> dict[str, np.ndarray]:

@@ -35,7 +35,6 @@ from bertology.cli import app
 from bertology.corpus.segments import sample_corpus
 from bertology.interventions.ablation import ablation_sweep
 from bertology.interventions.curves import pruning_curve
-from bertology.interventions.decoder_pruning import prune_decoder
 from bertology.interventions.importance import head_importance
 from bertology.interventions.language_model import (
     LanguageModelTask,
@@ -43,7 +42,7 @@ from bertology.interventions.language_model import (
     language_model_loss,
     next_token_losses,
 )
-from bertology.interventions.pruning import save_model
+from bertology.interventions.pruning import prune_and_measure, save_model
 from bertology.models.loading import LoadedModel, load_model
 
 #: Relative tolerance of a loss (~10 nats per token here) from the same float32 forward passes batched
@@ -206,12 +205,12 @@ def test_pruned_decoder_equals_the_gated_one(
     loaded = tiny_language_model(tiny_model_dirs[model_type])
     data = TokenSequences.of_texts(loaded, ["The quick brown fox jumps over the lazy dog.", "She said that"])
     kv = loaded.model.config.num_key_value_heads
-    pruned, outcome = prune_decoder(loaded, REMOVED, data, repeats=1)
+    pruned, outcome = prune_and_measure(LanguageModelTask(loaded, data), REMOVED, batch_size=8, repeats=1)
     assert outcome.largest_difference < 1e-5
     # Smaller projections in place of zeroed heads: float32 sums reordered, ~u |loss| with |loss| <= ~20 nats
     # -> ~1e-6 (seen 7e-7); 1e-5 leaves a margin.
-    assert outcome.loss == pytest.approx(outcome.gated_loss, abs=1e-5)
-    assert abs(outcome.loss - outcome.baseline_loss) > 1e-4  # the heads removed mattered
+    assert outcome.value == pytest.approx(outcome.gated, abs=1e-5)
+    assert abs(outcome.value - outcome.baseline) > 1e-4  # the heads removed mattered
     attention = [layer.self_attn for layer in pruned.model.model.layers]
     d = loaded.model.config.head_dim
     if kv == 2:  # layer 0: 4 query slots (one zeroed filler), 2 k/v heads; layer 1: heads 2, 3 and k/v head 1
@@ -230,7 +229,7 @@ def test_pruned_decoder_equals_the_gated_one(
     save_model(pruned, tmp_path)
     reloaded = load_model(tmp_path, language_model=True)
     # Exact by construction (float32 weights saved losslessly, the same computation); 1e-6 hides nothing.
-    assert language_model_loss(reloaded, data) == pytest.approx(outcome.loss, abs=1e-6)
+    assert language_model_loss(reloaded, data) == pytest.approx(outcome.value, abs=1e-6)
 
 
 def test_an_encoder_has_no_language_model_loss(default_model: LoadedModel) -> None:

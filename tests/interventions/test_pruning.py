@@ -19,6 +19,7 @@ from bertology.errors import BertologyError
 from bertology.interventions.data import LabelledTexts
 from bertology.interventions.gates import head_gates
 from bertology.interventions.pruning import count_parameters, prune_and_measure, prune_heads, save_model
+from bertology.interventions.task import ClassifierTask
 from bertology.models.classify import predict_logits
 from bertology.models.loading import LoadedModel, load_model, wrap_model
 from bertology.models.surgery import pruned_heads
@@ -102,9 +103,19 @@ def test_prune_and_measure_reports_both_models(tiny_model_dirs: dict[str, Path])
     loaded = classifier(tiny_model_dirs["bert"])
     data = LabelledTexts(TEXTS, None, np.array([0, 1]))
     before = copy.deepcopy(loaded.model.state_dict())
-    pruned, outcome = prune_and_measure(loaded, HEADS, data, repeats=1)
+    pruned, outcome = prune_and_measure(ClassifierTask(loaded, data), HEADS, repeats=1)
     assert all(torch.equal(before[name], value) for name, value in loaded.model.state_dict().items())
     assert outcome.removed == 7 and outcome.total_heads == 12
     assert outcome.parameters == count_parameters(pruned.model) < outcome.baseline_parameters
     assert outcome.seconds > 0 and outcome.speedup == outcome.baseline_seconds / outcome.seconds
     assert outcome.to_dict()["removed"] == {"0": [1, 3], "1": [0, 1, 2, 3], "2": [2]}
+    # The pruned copy computes what gating computes (float rounding only), and the scores are the accuracies
+    # of the two models' own predictions.
+    assert outcome.largest_difference < 1e-5 and outcome.value == outcome.gated
+    right = [predict_logits(model, TEXTS).argmax(-1) == data.labels for model in (pruned, loaded)]
+    assert (outcome.value, outcome.baseline) == (right[0].mean(), right[1].mean())
+    # Key/value heads computed: layer 0 keeps 2, layer 1 a zeroed slot (a layer keeps one), layer 2 keeps 3.
+    assert not outcome.grouped and (outcome.key_value_heads, outcome.total_key_value_heads) == (6, 12)
+    summary = outcome.to_dict()
+    assert (summary["score_name"], summary["higher_is_better"]) == ("accuracy", True)
+    assert summary["baseline_accuracy"] == summary["baseline_score"] == outcome.baseline

@@ -4,7 +4,7 @@ explanations by changing the input."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -38,6 +38,9 @@ from bertology.options import (
     AttackMethod,
     Dtype,
 )
+
+if TYPE_CHECKING:
+    from bertology.cluster.workers import ClusterOptions
 
 #: ``ablate --prune``'s default: the share of heads removed structurally.
 DEFAULT_PRUNE = 0.5
@@ -151,13 +154,13 @@ def ablate(
 
         if prune is None:
             prune = 0.0 if model_kind(model) == "encoder-decoder" else DEFAULT_PRUNE
-        _ablate_language_model(
+        _ablate(
             model,
-            lm_corpus,
             output,
             device,
             dtype,
             batch_size,
+            corpus=lm_corpus,
             max_segments=max_segments or None,
             max_length=max_len,
             prune_fraction=prune,
@@ -167,122 +170,105 @@ def ablate(
         return
     assert task_dir is not None
     require_inputs({"--task": task_dir})
-    from dataclasses import replace
-
-    from bertology.cluster.ablation import AblationJob, ablate_on_pool
-    from bertology.cluster.workers import cluster_pool
-    from bertology.files.outputs import check_output_folder, output_folder
-    from bertology.interventions.run import run_ablation
-    from bertology.models.loading import ModelSpec, load_model
-    from bertology.report.interventions import write_ablation_report
-
     prune = DEFAULT_PRUNE if prune is None else prune
-    check_output_folder(output)
-    require_task("--task", task_dir)  # its files, after the output and before the model
-    loaded = load_model(model, classifier=True, device=device, dtype=dtype)
-    with output_folder(output) as folder:
-        pruned_dir = folder / "pruned" if prune else None
-        with progress_bar("", None) as on_progress:  # a bar per stage of the study
-            study = {
-                "prune_fraction": prune,
-                "pruned_dir": pruned_dir,
-                "on_progress": on_progress,
-                "attribution_examples": attribution_examples,
-            }
-            if cluster is None:
-                run = run_ablation(
-                    loaded,
-                    task_dir,
-                    max_dev=max_dev or None,
-                    batch_size=batch_size,
-                    ablation=ablation,
-                    resample_seed=seed,
-                    **study,
-                )
-            else:
-                # workers start elsewhere: folders by their absolute paths
-                classifier = str(Path(model).resolve()) if Path(model).exists() else model
-                task = str(task_dir.resolve())
-                spec = ModelSpec(classifier, device, dtype, classifier=True)
-                with cluster_pool(AblationJob(spec, task, max_dev or None, batch_size), cluster) as pool:
-                    run = ablate_on_pool(pool, loaded, **study)
-        run = replace(run, pruned_dir=None if run.pruned_dir is None else output / run.pruned_dir.name)
-        report = output / write_ablation_report(run, folder).name
-    if run.warning is not None:
-        err.print(f"[yellow]Warning:[/yellow] {run.warning}", highlight=False)
-    pruning = run.pruning
-    pruned = (
-        f" Pruned {pruning.removed} heads: accuracy {pruning.accuracy:.4f}, {pruning.speedup:.2f}x as fast; "
-        f"saved in {run.pruned_dir}."
-        if pruning is not None
-        else ""
-    )
-    out.print(
-        f"Dev accuracy {run.ablation.baseline:.4f} on {run.examples} examples ({run.seconds:.0f} s).{pruned} "
-        f"Wrote {report} and the CSV, JSON and plots beside it.",
-        highlight=False,
+    _ablate(
+        model,
+        output,
+        device,
+        dtype,
+        batch_size,
+        task_dir=task_dir,
+        max_dev=max_dev or None,
+        prune_fraction=prune,
+        ablation=ablation,
+        resample_seed=seed,
+        attribution_examples=attribution_examples,
+        cluster=cluster,
     )
 
 
-def _ablate_language_model(
+def _ablate(
     model: str,
-    corpus: Path,
     output: Path,
     device: str,
     dtype: Dtype,
     batch_size: int,
     *,
-    max_segments: int | None,
-    max_length: int,
     prune_fraction: float,
     ablation: AblationKind,
     resample_seed: int,
+    task_dir: Path | None = None,
+    max_dev: int | None = None,
+    attribution_examples: int = 0,
+    cluster: ClusterOptions | None = None,
+    corpus: Path | None = None,
+    max_segments: int | None = None,
+    max_length: int = DEFAULT_LM_LENGTH,
 ) -> None:
-    """``ablate --lm-corpus``: the study of
-    :func:`~bertology.interventions.language_model_run.run_language_model_ablation`."""
+    """``ablate``'s study (:func:`~bertology.interventions.run.run_ablation`) of a classifier on the dev set
+    of ``task_dir`` (its sweep and importance on ``cluster``'s workers where given), or of a language model on
+    ``corpus``; writes the folder and tells what it found."""
     from dataclasses import replace
 
+    from bertology.cluster.ablation import AblationJob, ablate_on_pool
+    from bertology.cluster.workers import cluster_pool
     from bertology.files.outputs import check_output_folder, output_folder
-    from bertology.interventions.language_model_run import run_language_model_ablation
-    from bertology.models.loading import load_model
-    from bertology.report.language_model import write_language_model_ablation_report
+    from bertology.interventions.run import classifier_task, corpus_task, run_ablation
+    from bertology.models.loading import ModelSpec, load_model
+    from bertology.report.interventions import write_ablation_report
 
     check_output_folder(output)
-    loaded = load_model(model, language_model=True, device=device, dtype=dtype)
+    if task_dir is not None:
+        require_task("--task", task_dir)  # its files, after the output and before the model
+    scored_by = {"language_model": True} if corpus is not None else {"classifier": True}
+    loaded = load_model(model, device=device, dtype=dtype, **scored_by)
     with output_folder(output) as folder:
         pruned_dir = folder / "pruned" if prune_fraction else None
         with progress_bar("", None) as on_progress:  # a bar per stage of the study
-            run = run_language_model_ablation(
-                loaded,
-                corpus,
-                max_length=max_length,
-                max_segments=max_segments,
-                batch_size=batch_size,
-                prune_fraction=prune_fraction,
-                pruned_dir=pruned_dir,
-                ablation=ablation,
-                resample_seed=resample_seed,
-                on_progress=on_progress,
-            )
+            study = {
+                "prune_fraction": prune_fraction,
+                "pruned_dir": pruned_dir,
+                "on_progress": on_progress,
+                "attribution_examples": attribution_examples,
+            }
+            if cluster is not None and task_dir is not None:
+                # workers start elsewhere: folders by their absolute paths
+                classifier = str(Path(model).resolve()) if Path(model).exists() else model
+                spec = ModelSpec(classifier, device, dtype, classifier=True)
+                job = AblationJob(spec, str(task_dir.resolve()), max_dev, batch_size)
+                with cluster_pool(job, cluster) as pool:
+                    run = ablate_on_pool(pool, loaded, **study)
+            else:
+                if task_dir is not None:
+                    task, source = classifier_task(loaded, task_dir, max_dev)
+                else:
+                    assert corpus is not None
+                    task = corpus_task(loaded, corpus, max_length=max_length, max_segments=max_segments)
+                    source = corpus.name
+                run = run_ablation(
+                    task,
+                    source,
+                    batch_size=batch_size,
+                    ablation=ablation,
+                    resample_seed=resample_seed,
+                    **study,
+                )
         run = replace(run, pruned_dir=None if run.pruned_dir is None else output / run.pruned_dir.name)
-        report = output / write_language_model_ablation_report(run, folder).name
+        report = output / write_ablation_report(run, folder).name
+    if run.warning is not None:
+        err.print(f"[yellow]Warning:[/yellow] {run.warning}", highlight=False)
     pruning = run.pruning
-    pruned = (
-        f" Pruned {pruning.removed} heads ({pruning.total_key_value_heads - pruning.key_value_heads} "
-        f"key/value heads with them): loss {pruning.loss:.4f}, {pruning.speedup:.2f}x as fast; saved in "
-        f"{run.pruned_dir}."
-        if pruning is not None
-        else ""
-    )
-    scored = (
-        f"Language-model loss {run.ablation.baseline:.4f} nats per token on {run.tokens} tokens of "
-        f"{run.sequences} segments"
-        if run.ablation.stacks is None
-        else f"Target loss {run.ablation.baseline:.4f} nats per token on {run.tokens} target tokens of "
-        f"{run.sequences} sources, heads of the encoder, decoder and cross stacks"
-    )
+    pruned = ""
+    if pruning is not None:
+        key_values = pruning.total_key_value_heads - pruning.key_value_heads
+        with_them = f" ({key_values} key/value heads with them)" if pruning.grouped else ""
+        pruned = (
+            f" Pruned {pruning.removed} heads{with_them}: {pruning.score.name} {pruning.value:.4f}, "
+            f"{pruning.speedup:.2f}x as fast; saved in {run.pruned_dir}."
+        )
     out.print(
-        f"{scored} ({run.seconds:.0f} s).{pruned} Wrote {report} and the CSV, JSON and plots beside it.",
+        f"{run.words('headline')} ({run.seconds:.0f} s).{pruned} Wrote {report} and the CSV, JSON and plots "
+        "beside it.",
         highlight=False,
     )
 

@@ -24,7 +24,7 @@ from bertology.cluster.workers import WorkerPool
 from bertology.interventions.ablation import AblationResult, single_head_scores
 from bertology.interventions.curves import Head
 from bertology.interventions.importance import IMPORTANCE_BATCH, HeadImportance, importance_sums
-from bertology.interventions.run import AblationRun, dev_examples, run_ablation
+from bertology.interventions.run import AblationRun, classifier_task, run_ablation
 from bertology.interventions.task import ClassifierTask, Task
 from bertology.models.loading import LoadedModel, ModelSpec
 from bertology.progress import Progress
@@ -48,8 +48,8 @@ class AblationJob:
     def start(self) -> HeadMeasurer:
         """Runs once on each worker: loads the classifier and reads the task's dev examples."""
         loaded = self.model.load()
-        _, data = dev_examples(loaded, self.task, self.max_dev)
-        return HeadMeasurer(self, ClassifierTask(loaded, data))
+        task, _ = classifier_task(loaded, self.task, self.max_dev)
+        return HeadMeasurer(self, task)
 
 
 @dataclass
@@ -198,9 +198,7 @@ def ablate_on_pool(
         return tally.result()
 
     return run_ablation(
-        loaded,
-        job.task,
-        max_dev=job.max_dev,
+        *classifier_task(loaded, job.task, job.max_dev),
         batch_size=job.batch_size,
         prune_fraction=prune_fraction,
         pruned_dir=pruned_dir,

@@ -20,9 +20,10 @@ independent of :mod:`bertology.analysis` and :mod:`bertology.probes`.
   SmoothGrad), the methods chosen by name, of a classifier's label or a decoder's next token; for a
   decoder with each head's direct contribution to the token's logit (:func:`direct_logit_attribution`).
 - :func:`attack`: explanations by changing the input (input reduction, HotFlip), chosen by name.
-- :func:`run_ablation`: all of the above for a classifier on a task's dev set (``bertology ablate``).
-- For decoders, by the language-model loss: :func:`language_model_loss`, :func:`prune_decoder` and
-  :func:`run_language_model_ablation`, the same study (``bertology ablate MODEL --lm-corpus FILE``).
+- :func:`prune_and_measure`: a task's pruned copy, its score, its agreement with gating and its speed.
+- :func:`run_ablation`: all of the above on a task (``bertology ablate``): :func:`classifier_task` (a
+  classifier on a task's dev set) or :func:`corpus_task` (a decoder's next-token loss, an encoder-decoder's
+  target loss, on a corpus: ``bertology ablate MODEL --lm-corpus FILE``); :func:`language_model_loss`.
 - For encoder-decoders (BART, T5), by the target's loss, on the heads of all three stacks (encoder,
   decoder, cross; :func:`stack_row` finds a gate row): :class:`TargetLossTask` on :class:`SourceTargets`
   (the same study, ``bertology ablate MODEL --lm-corpus PAIRS.jsonl``) and :func:`patch_target_loss`.
@@ -49,7 +50,6 @@ from bertology.interventions.attribution_tree import AttributionTree, attributio
 from bertology.interventions.circuit import CircuitResult, circuit
 from bertology.interventions.curves import pruning_curve, removal_counts
 from bertology.interventions.data import LabelledTexts
-from bertology.interventions.decoder_pruning import DecoderPruning, prune_decoder
 from bertology.interventions.direct_logit import DirectLogitAttribution, direct_logit_attribution
 from bertology.interventions.gates import head_gates, record_head_outputs, stack_row
 from bertology.interventions.importance import HeadImportance, head_importance
@@ -58,7 +58,6 @@ from bertology.interventions.language_model import (
     TokenSequences,
     language_model_loss,
 )
-from bertology.interventions.language_model_run import LanguageModelAblationRun, run_language_model_ablation
 from bertology.interventions.patching import PatchingResult, PatchingStudy, patch
 from bertology.interventions.patching_pairs import PatchPair, ioi_pairs, read_pairs, sst2_pairs
 from bertology.interventions.path_patching import (
@@ -68,9 +67,9 @@ from bertology.interventions.path_patching import (
     path_patch,
     path_patch_each,
 )
-from bertology.interventions.pruning import PruningOutcome, prune_and_measure, prune_heads, save_model
+from bertology.interventions.pruning import Pruning, prune_and_measure, prune_heads, save_model
 from bertology.interventions.replacement import HeadReplacement
-from bertology.interventions.run import AblationRun, run_ablation
+from bertology.interventions.run import AblationRun, classifier_task, corpus_task, run_ablation
 from bertology.interventions.saliency import Explanation, explain
 from bertology.interventions.target_loss import SourceTargets, TargetLossTask
 from bertology.interventions.target_patching import TargetPatching, patch_target_loss
@@ -88,21 +87,19 @@ __all__ = [
     "AttributionTree",
     "CircuitResult",
     "ClassifierTask",
-    "DecoderPruning",
     "DirectLogitAttribution",
     "Explanation",
     "HeadImportance",
     "HeadReplacement",
     "HeadSelection",
     "LabelledTexts",
-    "LanguageModelAblationRun",
     "LanguageModelTask",
     "PatchPair",
     "PatchingResult",
     "PatchingStudy",
     "PathPatching",
     "PathPatchingSweep",
-    "PruningOutcome",
+    "Pruning",
     "Receiver",
     "SourceTargets",
     "TargetLossTask",
@@ -116,6 +113,8 @@ __all__ = [
     "attribution_importance",
     "attribution_tree",
     "circuit",
+    "classifier_task",
+    "corpus_task",
     "direct_logit_attribution",
     "explain",
     "head_gates",
@@ -127,14 +126,12 @@ __all__ = [
     "path_patch",
     "path_patch_each",
     "prune_and_measure",
-    "prune_decoder",
     "prune_heads",
     "pruning_curve",
     "read_pairs",
     "record_head_outputs",
     "removal_counts",
     "run_ablation",
-    "run_language_model_ablation",
     "save_model",
     "sst2_pairs",
     "stack_row",

@@ -25,12 +25,9 @@ import torch
 from bertology.interventions.curves import Head, lowest_first
 from bertology.interventions.data import eval_mode
 from bertology.interventions.gates import head_gates, row_stacks
-from bertology.interventions.task import Task
+from bertology.interventions.task import IMPORTANCE_BATCH, Task
 from bertology.models.heads import head_columns
 from bertology.progress import Progress
-
-#: Examples per batch of the importance.
-IMPORTANCE_BATCH = 16
 
 
 @dataclass

@@ -32,7 +32,7 @@ import torch
 from bertology.corpus.segments import iter_segments
 from bertology.errors import BertologyError
 from bertology.interventions.replacement import HeadReplacement, head_replacement
-from bertology.interventions.task import LOSS, Inputs, Score, Task
+from bertology.interventions.task import LOSS, Inputs, Score, Task, Terms
 from bertology.models.devices import float64_home
 from bertology.models.heads import HeadSelection
 from bertology.models.loading import LoadedModel
@@ -173,6 +173,25 @@ def token_losses(
     return sums, valid.sum(1).to(home)
 
 
+#: A decoder's study on a corpus (``bertology ablate --lm-corpus``).
+LANGUAGE_MODEL_TERMS = Terms(
+    source="corpus",
+    examples="sequences",
+    counted="predicted tokens",
+    baseline="loss (nats per token)",
+    sentence="Language-model loss with every head: {score:.4f} nats per token (the mean next-token "
+    "cross-entropy over {count} predicted tokens of {examples} corpus segments).",
+    headline="Language-model loss {score:.4f} nats per token on {count} tokens of {examples} segments",
+    head="query head",
+    averaged="corpus segments x",
+    loss="the segment's mean next-token cross-entropy",
+    axis="next-token cross-entropy (nats)",
+    sign=": positive where the head helped",
+    pruned_as="language_model",
+    title=" (language-model loss)",
+)
+
+
 @dataclass(frozen=True)
 class LanguageModelTask(Task):
     """The decoder ``loaded`` (with its language-modelling head) scored by its mean next-token cross-entropy
@@ -186,7 +205,9 @@ class LanguageModelTask(Task):
     loaded: LoadedModel
     data: TokenSequences
     score: Score = LOSS
+    terms: Terms = LANGUAGE_MODEL_TERMS
     nothing_scored = "The sequences have no next token to predict (each needs 2 tokens or more)."
+    token_mask = "attention_mask"
 
     def __post_init__(self) -> None:
         require_language_model(self.loaded)

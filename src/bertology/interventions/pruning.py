@@ -1,5 +1,7 @@
-"""Structural pruning as an intervention: remove heads from a loaded classifier, save it, and measure the
-smaller model's accuracy, size and speed against the original.
+"""Structural pruning as an intervention: remove heads from a task's model (a classifier, a decoder; with
+grouped-query attention a key/value head goes only with the last of its query heads), save it, and measure
+the smaller model's score (:mod:`~bertology.interventions.task`), its agreement with gating the same heads,
+its size and its speed against the original.
 
 The weight surgery itself (and the rebuilding of a saved pruned model, which ``load_model`` does) is
 :mod:`bertology.models.surgery`: removing a head computes exactly what gating it to 0 computes
@@ -20,8 +22,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from bertology.interventions.data import LabelledTexts, batches, eval_mode
-from bertology.models.classify import accuracy, predict_logits
+from bertology.interventions.data import eval_mode
+from bertology.interventions.gates import head_gates
+from bertology.interventions.task import Score, Task
+from bertology.models.anatomy import attention_parts
 from bertology.models.heads import HeadSelection
 from bertology.models.loading import RUN_MODEL_FOLDER, LoadedModel, wrap_model
 from bertology.models.surgery import prune_model, pruned_heads
@@ -70,13 +74,35 @@ def inference_seconds(
     return [min(times) for times in timings]
 
 
-class PrunedHeads:
-    """What a structural pruning's outcome derives from its removed ``heads`` (``{layer: [head, ...]}``)
-    and its timings (``seconds``, ``baseline_seconds``): the outcomes of classifiers and of decoders."""
+@dataclass
+class Pruning:
+    """A pruned copy of a task's model (a classifier, a decoder) measured against the original on the
+    task's examples, in the same batches.
+
+    heads: the removed (query) heads, ``{layer: [head, ...]}`` (0-based). total_heads: (query) heads of the
+        original. key_value_heads, total_key_value_heads: key/value heads the pruned copy and the original
+        compute (with grouped-query attention, fewer only where all the query heads of one are removed).
+    score: how the task's score reads. value, gated, baseline: the score of the pruned copy, of the
+        original with the same heads gated to 0, and of the original.
+    largest_difference: the largest ``|logit|`` difference between the pruned copy and the gated original
+        over every scored position of the examples (float rounding only).
+    seconds, baseline_seconds: fastest timed forward pass over all the batches, the two models taking
+        turns (:func:`inference_seconds`). parameters, baseline_parameters: number of weights.
+    """
 
     heads: dict[int, list[int]]
+    total_heads: int
+    key_value_heads: int
+    total_key_value_heads: int
+    score: Score
+    value: float
+    gated: float
+    baseline: float
+    largest_difference: float
     seconds: float
     baseline_seconds: float
+    parameters: int
+    baseline_parameters: int
 
     @property
     def removed(self) -> int:
@@ -87,37 +113,31 @@ class PrunedHeads:
         """How many times faster the pruned model ran (original seconds / pruned seconds)."""
         return self.baseline_seconds / self.seconds
 
-    def to_dict(self) -> dict[str, object]:
-        """The outcome as JSON values (``summary.json``'s ``pruning``)."""
-        raise NotImplementedError
-
-
-@dataclass
-class PruningOutcome(PrunedHeads):
-    """A pruned copy of a classifier measured against the original on the same examples and batches.
-
-    heads: the removed heads, ``{layer: [head, ...]}`` (0-based). total_heads: heads of the original.
-    accuracy, baseline_accuracy: of the pruned and of the original model.
-    seconds, baseline_seconds: fastest timed forward pass over all the batches, the two models taking
-        turns (see :func:`inference_seconds`). parameters, baseline_parameters: number of weights.
-    """
-
-    heads: dict[int, list[int]]
-    total_heads: int
-    accuracy: float
-    baseline_accuracy: float
-    seconds: float
-    baseline_seconds: float
-    parameters: int
-    baseline_parameters: int
+    @property
+    def grouped(self) -> bool:
+        """Whether the model's query heads share key/value heads (grouped-query attention)."""
+        return self.total_key_value_heads != self.total_heads
 
     def to_dict(self) -> dict[str, object]:
+        """The outcome as JSON values (``summary.json``'s ``pruning``): the scores as ``score``,
+        ``gated_score`` and ``baseline_score`` and by the score's name too (``accuracy``,
+        ``baseline_accuracy``, ``gated_accuracy``; ``loss``, ...)."""
+        name = self.score.name
         return {
             "heads_removed": self.removed,
             "total_heads": self.total_heads,
+            "key_value_heads_removed": self.total_key_value_heads - self.key_value_heads,
+            "total_key_value_heads": self.total_key_value_heads,
             "removed": {str(layer): heads for layer, heads in self.heads.items()},
-            "accuracy": self.accuracy,
-            "baseline_accuracy": self.baseline_accuracy,
+            "score_name": name,
+            "higher_is_better": self.score.higher_is_better,
+            "score": self.value,
+            "gated_score": self.gated,
+            "baseline_score": self.baseline,
+            name: self.value,
+            f"gated_{name}": self.gated,
+            f"baseline_{name}": self.baseline,
+            "largest_logit_difference_to_gated": self.largest_difference,
             "seconds": self.seconds,
             "baseline_seconds": self.baseline_seconds,
             "speedup": self.speedup,
@@ -126,11 +146,16 @@ class PruningOutcome(PrunedHeads):
         }
 
 
+def key_value_heads(loaded: LoadedModel) -> int:
+    """Key/value heads ``loaded`` computes now, summed over its layers."""
+    return sum(parts.key_value_heads for parts in attention_parts(loaded.model))
+
+
 def pruned_copy(
     loaded: LoadedModel, heads: HeadSelection, inputs: Sequence[dict], *, repeats: int = 3
 ) -> tuple[LoadedModel, dict[str, Any]]:
-    """A pruned copy of ``loaded`` without ``heads`` (``loaded`` is left as it is) and what every pruning
-    outcome (a classifier's and a decoder's) holds of it: the removed ``heads``, ``total_heads``, the
+    """A pruned copy of ``loaded`` without ``heads`` (``loaded`` is left as it is) and what
+    :class:`Pruning` holds of it: the removed ``heads``, the (query) and key/value heads of both, the
     inference ``seconds`` of both models on the batches ``inputs`` and both models' ``parameters``."""
     pruned = wrap_model(copy.deepcopy(loaded.model), loaded.tokenizer, f"{loaded.name} (pruned)")
     prune_model(pruned.model, heads)
@@ -138,6 +163,8 @@ def pruned_copy(
     return pruned, {
         "heads": pruned_heads(pruned.model.config),
         "total_heads": loaded.num_layers * loaded.num_heads,
+        "key_value_heads": key_value_heads(pruned),
+        "total_key_value_heads": key_value_heads(loaded),
         "seconds": seconds[0],
         "baseline_seconds": seconds[1],
         "parameters": count_parameters(pruned.model),
@@ -145,20 +172,42 @@ def pruned_copy(
     }
 
 
+def largest_difference(task: Task, pruned: Task, heads: HeadSelection, *, batch_size: int = 8) -> float:
+    """The largest ``|logit|`` difference between ``pruned`` (``task`` on the pruned copy) and ``task``'s
+    model with ``heads`` gated to 0, over the positions of the examples that are scored
+    (:attr:`~bertology.interventions.task.Task.token_mask`)."""
+    largest = 0.0
+    with torch.inference_mode(), eval_mode(task.loaded), eval_mode(pruned.loaded):
+        for inputs, _ in task.batches(batch_size):
+            with head_gates(task.loaded, heads):
+                gated = task.loaded.model(**inputs).logits
+            difference = (pruned.loaded.model(**inputs).logits - gated).abs()
+            if task.token_mask is not None:
+                difference = difference[inputs[task.token_mask].bool()]
+            largest = max(largest, float(difference.max()))
+    return largest
+
+
 def prune_and_measure(
-    loaded: LoadedModel,
-    heads: HeadSelection,
-    data: LabelledTexts,
-    *,
-    batch_size: int = 32,
-    repeats: int = 3,
-) -> tuple[LoadedModel, PruningOutcome]:
-    """A pruned copy of ``loaded`` without ``heads`` (``loaded`` is left as it is), and its accuracy and
-    inference time on ``data`` against the original's (same batches, forward passes only)."""
-    encoded = [batch.inputs for batch in batches(loaded, data, batch_size=batch_size)]
-    pruned, shared = pruned_copy(loaded, heads, encoded, repeats=repeats)
-    scores = [
-        accuracy(predict_logits(model, data.texts, data.texts_b, batch_size=batch_size), data.labels)
-        for model in (pruned, loaded)
-    ]
-    return pruned, PruningOutcome(**shared, accuracy=scores[0], baseline_accuracy=scores[1])
+    task: Task, heads: HeadSelection, *, batch_size: int = 32, repeats: int = 3
+) -> tuple[LoadedModel, Pruning]:
+    """A pruned copy of ``task``'s model without ``heads`` (the model is left as it is), and its score, its
+    agreement with gating and its inference time on the task's examples against the original's (same
+    batches, forward passes only).
+
+    Raises:
+        BertologyError: a model whose heads cannot be removed (see
+            :func:`~bertology.models.surgery.check_prunable`).
+    """
+    encoded = [inputs for inputs, _ in task.batches(batch_size)]
+    pruned, shared = pruned_copy(task.loaded, heads, encoded, repeats=repeats)
+    on_pruned = task.on(pruned)
+    outcome = Pruning(
+        **shared,
+        score=task.score,
+        value=on_pruned.evaluate(batch_size=batch_size),
+        gated=task.evaluate(gates=heads, batch_size=batch_size),
+        baseline=task.evaluate(batch_size=batch_size),
+        largest_difference=largest_difference(task, on_pruned, heads, batch_size=batch_size),
+    )
+    return pruned, outcome

@@ -1,5 +1,4 @@
-"""The part of an ablation study that a classifier's (:mod:`~bertology.interventions.run`) and a language
-model's (:mod:`~bertology.interventions.language_model_run`) share, on any
+"""The head measurements of an ablation study (:mod:`~bertology.interventions.run`) on any
 :class:`~bertology.interventions.task.Task`: the single-head sweep, Michel et al.'s importance, and the
 pruning curves by both rankings (and any other) and in a seeded random order.
 """
@@ -8,19 +7,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from bertology.interventions.ablation import AblationResult, ablation_sweep
 from bertology.interventions.curves import Head, pruning_curve, removal_counts
 from bertology.interventions.importance import IMPORTANCE_BATCH, HeadImportance, head_importance
-from bertology.interventions.pruning import PrunedHeads
-from bertology.interventions.replacement import HeadReplacement, ZeroReplacement
+from bertology.interventions.replacement import HeadReplacement
 from bertology.interventions.task import Task
 from bertology.progress import Progress, part_of
-from bertology.summaries import Summarised
 
 #: Measures every head on the task's examples, reporting progress as :func:`ablation_sweep` (example
 #: passes) or :func:`head_importance` (examples) does: in this process by default, on a cluster's workers in
@@ -36,50 +31,10 @@ def random_order(layers: int, heads: int, seed: int) -> list[Head]:
     ]
 
 
-@dataclass(repr=False, kw_only=True)
-class HeadStudy(Summarised):
-    """What every ablation study measures.
-
-    model_name: the model. ablation: the score with each single head removed. importance: Michel et al.'s
-    importance. counts: heads removed at each point of the pruning curves; curves: by order (``"ablation"``,
-    ``"importance"``, others such as ``"attribution"``, and ``"random"``, seeded by ``random_seed``),
-    [len(counts)] the score with that many heads removed, least useful first. pruning: the structurally
-    pruned copy (``None`` when not asked for); pruned_dir: its run folder (``None`` when not saved).
-    ablation_kind: how the single-head sweep and the pruning curves remove a head (``"zero"``, ``"mean"``,
-    ``"resample"``); ablation_description: one sentence saying what a removed head's output becomes.
-    """
-
-    model_name: str
-    ablation: AblationResult
-    importance: HeadImportance
-    counts: list[int]
-    curves: dict[str, np.ndarray]
-    pruning: PrunedHeads | None = None
-    random_seed: int = 0
-    pruned_dir: Path | None = None
-    seconds: float = 0.0
-    ablation_kind: str = "zero"
-    ablation_description: str = ZeroReplacement.description
-
-    def curve_frame(self) -> pd.DataFrame:
-        """The pruning curves: ``heads_removed``, ``fraction_removed`` and per order the score named
-        ``<score>_by_<order>`` (``<score>_at_random``), e.g. ``accuracy_by_importance``."""
-        name = self.ablation.score.name
-        return pd.DataFrame(
-            {
-                "heads_removed": self.counts,
-                "fraction_removed": np.array(self.counts) / self.ablation.scores.size,
-                **{
-                    f"{name}_{'at' if order == 'random' else 'by'}_{order}": curve
-                    for order, curve in self.curves.items()
-                },
-            }
-        )
-
-
 @dataclass
 class HeadMeasures:
-    """:func:`measure_heads`'s results (see :class:`HeadStudy`) and the replacement they used."""
+    """:func:`measure_heads`'s results (see :class:`~bertology.interventions.run.AblationRun`) and the
+    replacement they used."""
 
     ablation: AblationResult
     importance: HeadImportance

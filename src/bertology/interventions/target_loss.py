@@ -30,7 +30,7 @@ from bertology.corpus.readers.jsonl import read_records
 from bertology.errors import BertologyError
 from bertology.interventions.language_model import token_losses
 from bertology.interventions.replacement import HeadReplacement, ZeroReplacement
-from bertology.interventions.task import LOSS, Inputs, Score, Task
+from bertology.interventions.task import LOSS, Inputs, Score, Task, Terms
 from bertology.models.loading import KIND_PHRASES, LoadedModel
 
 
@@ -141,6 +141,29 @@ def _padded(
     return ids, mask
 
 
+#: An encoder-decoder's study on sources and targets (``bertology ablate --lm-corpus``); its heads are not
+#: removed structurally.
+TARGET_LOSS_TERMS = Terms(
+    source="corpus",
+    examples="sequences",
+    counted="predicted tokens",
+    baseline="loss (nats per token)",
+    sentence="Target loss with every head: {score:.4f} nats per token (the mean cross-entropy of {count} "
+    "target tokens given their sources, {examples} pairs). The heads are those of the encoder's "
+    "self-attention, the decoder's self-attention and cross-attention, one after the other: the rows of the "
+    "plots are the encoder's layers, then the decoder's, then cross-attention's (the CSV files' stack "
+    "column).",
+    headline="Target loss {score:.4f} nats per token on {count} target tokens of {examples} sources, heads "
+    "of the encoder, decoder and cross stacks",
+    head="head",
+    averaged="pairs x",
+    loss="the target's mean cross-entropy",
+    axis="target cross-entropy (nats)",
+    sign=": positive where the head helped",
+    title=" (language-model loss)",
+)
+
+
 @dataclass(frozen=True)
 class TargetLossTask(Task):
     """The encoder-decoder ``loaded`` (loaded with ``language_model=True``) scored by the mean cross-entropy
@@ -156,7 +179,9 @@ class TargetLossTask(Task):
     loaded: LoadedModel
     data: SourceTargets
     score: Score = LOSS
+    terms: Terms = TARGET_LOSS_TERMS
     nothing_scored = "The targets have no token to predict."
+    token_mask = "decoder_attention_mask"
 
     def __post_init__(self) -> None:
         require_seq2seq_language_model(self.loaded)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -48,6 +48,55 @@ ACCURACY = Score("accuracy", True, "accuracy")
 #: A language model's mean next-token cross-entropy.
 LOSS = Score("loss", False, "nats per token")
 
+#: Examples per batch of a classifier's importance (:mod:`~bertology.interventions.importance`).
+IMPORTANCE_BATCH = 16
+
+
+@dataclass(frozen=True)
+class Terms:
+    """How an ablation study of a task (:mod:`~bertology.interventions.run`) words its files, report and
+    message: the differences of a classifier's, a decoder's and an encoder-decoder's study, as data.
+
+    source: the summary key of what the examples were read from (``"task"``, ``"corpus"``). examples: the
+    summary key of their number. counted: the summary key of the count the score averages over where it is
+    not the examples (``"predicted tokens"``), else ``None``. baseline: the summary key of the score with
+    every head. sentence, headline: the report's and the command's account of that score, formatted with
+    ``score``, ``count`` and ``examples``. head: what a removed head is called. averaged: what the
+    importance averages over. loss: the loss it differentiates. axis: the score on a plot's axis.
+    sign: what the sign of a change means (or ""). pruned_as: ``load_model``'s keyword that loads a pruned
+    copy (``"classifier"``, ``"language_model"``), ``None`` where heads are not removed structurally.
+    title: the report title's end.
+    """
+
+    source: str
+    examples: str
+    baseline: str
+    sentence: str
+    headline: str
+    head: str
+    averaged: str
+    loss: str
+    axis: str
+    counted: str | None = None
+    sign: str = ""
+    pruned_as: str | None = None
+    title: str = ""
+
+
+#: A classifier's study on a task's dev set.
+CLASSIFIER_TERMS = Terms(
+    source="task",
+    examples="dev examples",
+    baseline="dev accuracy, all heads",
+    sentence="Dev accuracy with every head: {score:.4f}.",
+    headline="Dev accuracy {score:.4f} on {examples} examples",
+    head="head",
+    averaged="dev examples",
+    loss="the example's cross-entropy",
+    axis="dev accuracy",
+    pruned_as="classifier",
+)
+
 
 class Task(ABC):
     """A model and its evaluation inputs, scored per example (see the module docstring).
@@ -58,8 +107,15 @@ class Task(ABC):
 
     loaded: LoadedModel
     score: Score
+    #: How its ablation study words its numbers.
+    terms: Terms
     #: Why a score of no weight at all cannot be given (``None``: it is NaN).
     nothing_scored: str | None = None
+    #: Examples per batch of the importance (``None``: the study's batch size).
+    importance_batch: int | None = None
+    #: The input whose 1s mark the token positions of the logits that are scored (``None``: the logits
+    #: have no token axis).
+    token_mask: str | None = None
 
     @abstractmethod
     def __len__(self) -> int:
@@ -79,6 +135,10 @@ class Task(ABC):
     def loss(self, logits: torch.Tensor, inputs: Inputs, rows: np.ndarray) -> torch.Tensor:
         """The differentiable loss summed over the examples of a batch (nats; Michel et al.'s importance
         differentiates it)."""
+
+    def on(self, loaded: LoadedModel) -> Task:
+        """The same examples and score on another model ``loaded`` (a pruned copy, say)."""
+        return replace(self, loaded=loaded)  # type: ignore[type-var]
 
     @abstractmethod
     def replacement(
@@ -133,6 +193,8 @@ class ClassifierTask(Task):
     loaded: LoadedModel
     data: LabelledTexts
     score: Score = ACCURACY
+    terms: Terms = CLASSIFIER_TERMS
+    importance_batch: int | None = IMPORTANCE_BATCH
 
     def __len__(self) -> int:
         return len(self.data)

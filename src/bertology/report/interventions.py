@@ -4,7 +4,6 @@ explanations (``bertology explain``)."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -14,12 +13,10 @@ from matplotlib.figure import Figure
 from bertology.files.outputs import write_text
 from bertology.files.run_files import ATTRIBUTION_IMPORTANCE_FILE, REPORT_FILE, SUMMARY_FILE, mark_run
 from bertology.interventions import direct_logit
-from bertology.interventions.attention_gradients import CATEGORIES
+from bertology.interventions.attention_gradients import CATEGORIES, AttentionGradients
 from bertology.interventions.direct_logit import DirectLogitAttribution
-from bertology.interventions.pruning import PrunedHeads, PruningOutcome
 from bertology.interventions.run import AblationRun
 from bertology.interventions.saliency import Explanation
-from bertology.interventions.study import HeadStudy
 from bertology.report import page, plots
 from bertology.report.analysis import docstring
 from bertology.stats.base import HeadTable
@@ -46,7 +43,7 @@ ORDER_LEGENDS = {
 }
 
 
-def _curve_figure(run: HeadStudy, frame: pd.DataFrame, axis_label: str) -> Figure:
+def _curve_figure(run: AblationRun, frame: pd.DataFrame, axis_label: str) -> Figure:
     """The score (``axis_label``) against the number of heads removed, one line per order (Michel et al.
     2019, Fig. 2)."""
     figure = plots.new_figure(6.0, 3.6)
@@ -69,10 +66,10 @@ def _curve_figure(run: HeadStudy, frame: pd.DataFrame, axis_label: str) -> Figur
     return figure
 
 
-def _gradient_figure(run: AblationRun) -> Figure:
+def _gradient_figure(run: AblationRun, gradients: AttentionGradients) -> Figure:
     """Mean |dL/dA| per layer by key category (Clark et al. 2019, Fig. 3): heads as points, layer means
     as lines."""
-    per_head = run.attention_gradients.per_head
+    per_head = gradients.per_head
     table = HeadTable(
         columns={name: per_head[:, :, index] for index, name in enumerate(CATEGORIES)},
         defined_segments={},
@@ -80,7 +77,7 @@ def _gradient_figure(run: AblationRun) -> Figure:
     )
     figure = plots.layer_summary(table, {"gradient of the loss by attended-to token": list(CATEGORIES)})
     ax = figure.axes[0]
-    ax.set_ylabel(f"mean |∂L/∂attention| ({run.attention_gradients.loss} loss)", fontsize=9)
+    ax.set_ylabel(f"mean |∂L/∂attention| ({gradients.loss} loss)", fontsize=9)
     return figure
 
 
@@ -115,65 +112,59 @@ def _attribution_section(run: AblationRun, outdir: Path, dpi: int) -> page.Secti
     )
 
 
-def pruning_section(
-    outcome: PrunedHeads, frame: pd.DataFrame, explanation: str, pruned_dir: Path | None, kind: str
-) -> page.Section:
-    """The "Structural pruning" section of a classifier's or a decoder's run: ``explanation``, the table
-    ``frame`` comparing the models, the removed heads and, where it was saved, where the pruned model is
-    and how to load it (``kind``: ``load_model``'s keyword, ``classifier`` or ``language_model``)."""
+def _pruning_section(run: AblationRun) -> page.Section:
+    """The "Structural pruning" section: the original, the original with the removed heads gated to 0 and
+    the pruned copy compared, the removed heads and, where it was saved, where the pruned model is and how to
+    load it."""
+    outcome, terms = run.pruning, run.terms
+    assert outcome is not None
+    heads = f"{terms.head}s"
+    kept = outcome.total_heads - outcome.removed
+    frame = pd.DataFrame(
+        {
+            "model": ["original", "original, heads gated to 0", "pruned"],
+            heads: [outcome.total_heads, kept, kept],
+            **(
+                {"key/value heads": [outcome.total_key_value_heads] * 2 + [outcome.key_value_heads]}
+                if outcome.grouped
+                else {}
+            ),
+            "parameters": [outcome.baseline_parameters, outcome.baseline_parameters, outcome.parameters],
+            outcome.score.name: [outcome.baseline, outcome.gated, outcome.value],
+            "inference seconds": [outcome.baseline_seconds, np.nan, outcome.seconds],
+            "speed-up": [1.0, np.nan, outcome.speedup],
+        }
+    )
+    grouped = (
+        ", and a key/value head's rows of the key and value projections once all the query heads sharing it "
+        "were removed. Where the key/value heads kept serve different numbers of query heads, some removed "
+        "query heads stay with zero output columns (every key/value head of a layer serves the same number)"
+    )
+    explanation = (
+        f"The {outcome.removed} least important {heads} (Michel et al.'s normalised importance) were removed "
+        f"from the weights: their rows of the query{'' if outcome.grouped else ', key and value'} "
+        f"projection{'' if outcome.grouped else 's'} and their columns of the output projection"
+        f"{grouped if outcome.grouped else ''}. The pruned model's logits differ from the gated original's "
+        f"by at most {outcome.largest_difference:.2g}; it ran {outcome.speedup:.2f}x as fast (the fastest of "
+        "3 passes over the same batches, forward passes only, the two models taking turns, after a warm-up "
+        "round)."
+    )
     removed = "; ".join(
         f"layer {layer}: {', '.join(map(str, heads))}" for layer, heads in outcome.heads.items()
     )
-    heads = "query heads" if kind == "language_model" else "heads"
     blocks = [
         page.paragraph(explanation),
         page.table(frame, float_format="{:.4g}"),
         page.paragraph(f"Removed {heads} (0-based): {removed}.", class_="muted"),
     ]
-    if pruned_dir is not None:
+    if run.pruned_dir is not None:
         blocks.append(
             page.paragraph(
-                f"The pruned model is saved as a run folder in {pruned_dir} "
-                f"(load it with load_model('{pruned_dir}', {kind}=True))."
+                f"The pruned model is saved as a run folder in {run.pruned_dir} "
+                f"(load it with load_model('{run.pruned_dir}', {terms.pruned_as}=True))."
             )
         )
     return page.Section("Structural pruning", "pruning", blocks)
-
-
-def _pruning_section(outcome: PruningOutcome, pruned_dir: Path | None) -> page.Section:
-    frame = pd.DataFrame(
-        {
-            "model": ["original", "pruned"],
-            "heads": [outcome.total_heads, outcome.total_heads - outcome.removed],
-            "parameters": [outcome.baseline_parameters, outcome.parameters],
-            "dev accuracy": [outcome.baseline_accuracy, outcome.accuracy],
-            "inference seconds": [outcome.baseline_seconds, outcome.seconds],
-            "speed-up": [1.0, outcome.speedup],
-        }
-    )
-    explanation = (
-        f"The {outcome.removed} least important heads (Michel et al.'s normalised importance) were "
-        "removed from the query, key, value and output weights. Inference time: the fastest of 3 passes "
-        "over the same dev batches (forward passes only, no tokenization), the two models taking turns, "
-        "after a warm-up round."
-    )
-    return pruning_section(outcome, frame, explanation, pruned_dir, "classifier")
-
-
-@dataclass(frozen=True)
-class StudyWording:
-    """How an ablation report words its study: baseline, its first sentence (the score with every head);
-    head, what a removed unit is called; examples, what the importance averages over; loss, the loss
-    differentiated; axis_label, the score on a plot's axis; sign, what the sign of a change means (or "");
-    attribution, whether the study may rank heads by self-attention attribution."""
-
-    baseline: str
-    head: str
-    examples: str
-    loss: str
-    axis_label: str
-    sign: str = ""
-    attribution: bool = False
 
 
 def how_removed(kind: str, description: str) -> str:
@@ -184,12 +175,13 @@ def how_removed(kind: str, description: str) -> str:
     return f"{description}, before the output projection"
 
 
-def write_study(run: HeadStudy, target: Path, dpi: int, wording: StudyWording) -> list[page.Section]:
+def _write_study(run: AblationRun, target: Path, dpi: int) -> list[page.Section]:
     """What every ablation folder holds, a classifier's or a language model's: ``ablation.csv``,
     ``importance.csv``, ``pruning_curve.csv``, ``summary.json`` (with the curve and ``pruning``), the
     folder's mark, and in ``plots/`` the heatmaps of the single-head change and of the importance and the
     pruning curves. Returns the report's sections on them: single-head ablation, head importance and
-    pruning curves, in ``wording``."""
+    pruning curves, in the run's terms."""
+    terms = run.terms
     target.mkdir(parents=True, exist_ok=True)
     ablation, importance = run.ablation, run.importance
     ablation.to_frame().to_csv(target / "ablation.csv", index=False)
@@ -221,13 +213,17 @@ def write_study(run: HeadStudy, target: Path, dpi: int, wording: StudyWording) -
         columns=2,
         unit="E|dL/dξ|",
     )
-    curve_png = _save_png(target, "pruning_curve", _curve_figure(run, curve, wording.axis_label), dpi)
+    curve_png = _save_png(target, "pruning_curve", _curve_figure(run, curve, terms.axis), dpi)
     removal = how_removed(run.ablation_kind, run.ablation_description)
     best = "highest" if score.higher_is_better else "lowest"
     orders = [
         f"by the {score.name} left when the head alone is removed ({best} first)",
         "by normalised importance (lowest first)",
-        *(["by self-attention attribution (lowest first, where measured)"] if wording.attribution else []),
+        *(
+            ["by self-attention attribution (lowest first, where measured)"]
+            if "attribution" in run.curves
+            else []
+        ),
         f"in a random order (seed {run.random_seed})",
     ]
     return [
@@ -236,8 +232,8 @@ def write_study(run: HeadStudy, target: Path, dpi: int, wording: StudyWording) -
             "ablation",
             [
                 page.paragraph(
-                    f"{wording.baseline} Each cell is the {score.name} with only that {wording.head} removed "
-                    f"({removal}) minus that baseline{wording.sign} (Michel et al. 2019)."
+                    f"{run.words('sentence')} Each cell is the {score.name} with only that {terms.head} "
+                    f"removed ({removal}) minus that baseline{terms.sign} (Michel et al. 2019)."
                 ),
                 page.figure(
                     ablation_png, alt=f"{score.name} change per head", caption="Layer x head, 0-based."
@@ -250,7 +246,7 @@ def write_study(run: HeadStudy, target: Path, dpi: int, wording: StudyWording) -
             [
                 page.paragraph(
                     "Michel et al.'s importance I_h = E_x |∂L(x)/∂ξ_h|: the mean over "
-                    f"{wording.examples} of the magnitude of the gradient of {wording.loss} with respect to "
+                    f"{terms.averaged} of the magnitude of the gradient of {terms.loss} with respect to "
                     "the head's gate ξ_h (1 = unchanged). Left: normalised by the L2 norm of its layer's "
                     "scores, as in the paper; right: raw."
                 ),
@@ -262,7 +258,7 @@ def write_study(run: HeadStudy, target: Path, dpi: int, wording: StudyWording) -
             "curves",
             [
                 page.paragraph(
-                    f"{wording.axis_label.capitalize()} after removing ({run.ablation_kind} ablation) more "
+                    f"{terms.axis.capitalize()} after removing ({run.ablation_kind} ablation) more "
                     f"and more heads, least useful first: {', '.join(orders[:-1])} and {orders[-1]}."
                 ),
                 page.table(curve, float_format="{:.4f}"),
@@ -272,55 +268,58 @@ def write_study(run: HeadStudy, target: Path, dpi: int, wording: StudyWording) -
     ]
 
 
+#: Summary entries the report's header leaves out: the warning (shown apart) and the score's machine keys
+#: (the task's own key shows it).
+HIDDEN_IN_HEADER = ("warning", "score", "score_name", "higher_is_better")
+
+
 def write_ablation_report(run: AblationRun, outdir: str | Path, *, dpi: int = 110) -> Path:
     """Write the results of :func:`~bertology.interventions.run.run_ablation` into ``outdir``:
-    ``ablation.csv``, ``importance.csv``, ``pruning_curve.csv``, ``attention_gradients.csv`` (per head) and
-    ``attention_gradients_by_layer.csv``, ``summary.json`` (with ``pruning``), the PNGs in ``plots/`` and
-    ``report.html``; return the report."""
+    ``ablation.csv``, ``importance.csv``, ``pruning_curve.csv``, ``summary.json`` (with ``pruning``), the
+    PNGs in ``plots/`` and ``report.html``, and for a classifier ``attention_gradients.csv`` (per head),
+    ``attention_gradients_by_layer.csv`` and, where measured, ``attribution_importance.csv``; return the
+    report."""
     target = Path(outdir)
-    gradients = run.attention_gradients
-    wording = StudyWording(
-        baseline=f"Dev accuracy with every head: {run.ablation.baseline:.4f}.",
-        head="head",
-        examples="dev examples",
-        loss="the example's cross-entropy",
-        axis_label="dev accuracy",
-        attribution=True,
-    )
-    sections = write_study(run, target, dpi, wording)
-    gradients.to_frame().to_csv(target / "attention_gradients.csv", index=False)
+    sections = _write_study(run, target, dpi)
     if run.attribution is not None:
         run.attribution.to_frame().to_csv(target / ATTRIBUTION_IMPORTANCE_FILE, index=False)
-    by_layer = pd.DataFrame(gradients.per_layer, columns=list(CATEGORIES)).rename_axis("layer").reset_index()
-    by_layer.to_csv(target / "attention_gradients_by_layer.csv", index=False)
-    gradient_png = _save_png(target, "attention_gradients", _gradient_figure(run), dpi)
-    sections += [
-        page.Section(
-            "Attention gradients",
-            "gradients",
-            [
-                page.paragraph(
-                    "Mean magnitude of the gradient of the loss with respect to the attention weights, by "
-                    'what the weight attends to: [SEP], punctuation ("." and ",") or any other token (Clark '
-                    f"et al. 2019, Figure 3). Loss: {gradients.loss} (for a classifier, the cross-entropy of "
-                    "each example's gold label). Points: heads; lines: the mean over each layer's heads."
-                ),
-                page.table(by_layer, float_format="{:.3g}"),
-                page.figure(gradient_png, alt="attention gradients per layer"),
-            ],
-        ),
-    ]
-    if run.attribution is not None:
         sections.insert(2, _attribution_section(run, target, dpi))
+    if run.attention_gradients is not None:
+        sections.append(_gradients_section(run, run.attention_gradients, target, dpi))
     if run.pruning is not None:
-        sections.append(_pruning_section(run.pruning, run.pruned_dir))
+        sections.append(_pruning_section(run))
     report = target / REPORT_FILE
-    title = f"Head ablation: {run.model_name} on {run.task_name}"
-    header = [page.definitions({key: value for key, value in run.summary().items() if key != "warning"})]
+    title = f"Head ablation: {run.model_name} on {run.source}{run.terms.title}"
+    shown = {key: value for key, value in run.summary().items() if key not in HIDDEN_IN_HEADER}
+    header = [page.definitions(shown)]
     if run.warning is not None:
         header.insert(0, page.paragraph(f"Warning: {run.warning}", class_="warning"))
     report.write_text(page.render_page(title, sections, header=header), encoding="utf-8")
     return report
+
+
+def _gradients_section(
+    run: AblationRun, gradients: AttentionGradients, target: Path, dpi: int
+) -> page.Section:
+    """A classifier's attention gradients by key category: their CSV files, plot and section."""
+    gradients.to_frame().to_csv(target / "attention_gradients.csv", index=False)
+    by_layer = pd.DataFrame(gradients.per_layer, columns=list(CATEGORIES)).rename_axis("layer").reset_index()
+    by_layer.to_csv(target / "attention_gradients_by_layer.csv", index=False)
+    gradient_png = _save_png(target, "attention_gradients", _gradient_figure(run, gradients), dpi)
+    return page.Section(
+        "Attention gradients",
+        "gradients",
+        [
+            page.paragraph(
+                "Mean magnitude of the gradient of the loss with respect to the attention weights, by "
+                'what the weight attends to: [SEP], punctuation ("." and ",") or any other token (Clark '
+                f"et al. 2019, Figure 3). Loss: {gradients.loss} (for a classifier, the cross-entropy of "
+                "each example's gold label). Points: heads; lines: the mean over each layer's heads."
+            ),
+            page.table(by_layer, float_format="{:.3g}"),
+            page.figure(gradient_png, alt="attention gradients per layer"),
+        ],
+    )
 
 
 def _colour(value: float, scale: float) -> str:
