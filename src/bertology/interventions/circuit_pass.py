@@ -48,11 +48,18 @@ def head_outputs(loaded: LoadedModel, layer: int, z: torch.Tensor) -> torch.Tens
 
 @dataclass
 class _Pass:
-    """What one masked pass knows: the graph, the replacement outputs ``[batch or 1, pos or 1, forward
-    nodes, d_model]``, ``absent`` [forward nodes, backward nodes] float (1: the edge takes the replacement),
-    whether to keep the nodes' outputs (``outputs``: [batch, pos, forward nodes, d_model], the first
-    ``done`` of them known) and, when kept, each backward node's rebuilt input by its first backward
-    index (``inputs``)."""
+    """What one pass knows: the graph, the replacement outputs ``[batch or 1, pos or 1, forward nodes,
+    d_model]`` and ``absent`` [forward nodes, backward nodes] float (1: the edge takes the replacement) of a
+    masked pass, whether to keep the forward nodes' outputs (``outputs``: [batch, pos, forward nodes,
+    d_model], the first ``done`` of them known) and, when kept, each backward node's input by its first
+    backward index (``inputs``).
+
+    A masked pass keeps, instead of the outputs, each forward node's ``replacement - output``
+    (``differences``, [forward nodes, batch, pos, d_model], node-major so that a sum over nodes is one
+    matrix product), their running sum over the nodes so far (``total``, [batch, pos, d_model]) and the
+    change of the current layer's backward nodes (``layer_change``: the layer, the forward nodes summed and
+    [nodes, batch, pos, d_model], computed at the layer's first rebuilt input from one read of the
+    differences)."""
 
     graph: CircuitGraph
     replacement: torch.Tensor | None
@@ -61,44 +68,71 @@ class _Pass:
     outputs: torch.Tensor | None = None
     done: int = 0
     differences: torch.Tensor | None = None
+    total: torch.Tensor | None = None
+    layer_change: tuple[int, int, torch.Tensor] | None = None
     inputs: dict[int, torch.Tensor] | None = None
 
     def add(self, output: torch.Tensor) -> None:
-        """Keep the next forward nodes' outputs ``output`` [batch, pos, nodes, d_model] (and, in a masked
-        pass, the running sum of ``replacement - output`` over the nodes so far)."""
+        """Keep the next forward nodes' outputs ``output`` [batch, pos, nodes, d_model] (in a masked pass,
+        their differences ``replacement - output``)."""
         if not self.record:
             return
-        if self.outputs is None:
-            batch, pos, _, width = output.shape
-            shape = (batch, pos, len(self.graph.upstream), width)
-            self.outputs = torch.empty(shape, dtype=torch.float32, device=output.device)
         nodes = slice(self.done, self.done + output.shape[2])
-        self.outputs[:, :, nodes] = output
-        if self.replacement is not None:
-            difference = (self.replacement[:, :, nodes] - output).sum(2)
-            self.differences = difference if self.differences is None else self.differences + difference
         self.done = nodes.stop
+        if self.replacement is None:
+            if self.outputs is None:
+                batch, pos, _, width = output.shape
+                shape = (batch, pos, len(self.graph.upstream), width)
+                self.outputs = torch.empty(shape, dtype=torch.float32, device=output.device)
+            self.outputs[:, :, nodes] = output
+            return
+        difference = self.replacement[:, :, nodes] - output
+        if self.differences is None:
+            batch, pos, _, width = output.shape
+            shape = (len(self.graph.upstream), batch, pos, width)
+            self.differences = torch.empty(shape, dtype=torch.float32, device=output.device)
+        self.differences[nodes] = difference.permute(2, 0, 1, 3)
+        summed = difference.sum(2)
+        self.total = summed if self.total is None else self.total + summed
+
+    def absent_sum(self, backward: slice) -> torch.Tensor:
+        """[nodes, batch, pos, d_model] the sum of ``replacement_u - current_u`` over the absent in-edges
+        from the forward nodes done so far, for backward nodes ``backward``: per node over its absent
+        edges where they are fewer than its kept ones, else the running sum less the kept edges' (the
+        same sum; fewer products either way), one matrix product over the rows that weigh anything."""
+        assert self.absent is not None and self.differences is not None and self.total is not None
+        done = self.done
+        real = torch.as_tensor(self.graph.real[:done, backward], device=self.absent.device)
+        absent = self.absent[:done, backward]
+        kept = real.float() - absent
+        few_absent = absent.sum(0) <= kept.sum(0)
+        weights = torch.where(few_absent, absent, kept)
+        rows = weights.any(1).nonzero()[:, 0]
+        flat = self.differences[:done].flatten(1)
+        if len(rows) < done // 2:
+            weights, flat = weights[rows], flat[rows]
+        product = (weights.T @ flat).view(-1, *self.differences.shape[1:])
+        return torch.where(few_absent[:, None, None, None], product, self.total - product)
 
     def rebuilt(self, tensor: torch.Tensor, backward: slice) -> torch.Tensor:
         """``tensor`` [batch, pos, nodes, d_model], the inputs of backward nodes ``backward`` as the model
-        computed them, with the absent in-edges' differences ``replacement_u - current_u`` added: summed
-        over the absent edges where they are fewer than the kept ones, else the running sum over every
-        upstream node less the kept edges' (the same sum; fewer products either way)."""
-        feeds = int(self.graph.feeds[backward.start])
-        if self.absent is not None and self.replacement is not None and self.outputs is not None:
-            assert self.done == feeds and self.differences is not None
-            absent = self.absent[:feeds, backward]
-            kept = 1 - absent
-            few_absent = bool(absent.sum() <= kept.sum())
-            weights = absent if few_absent else kept
-            rows = weights.any(1).nonzero()[:, 0]
-            change = torch.zeros_like(tensor, dtype=torch.float32)
-            if len(rows):
-                difference = self.replacement[:, :, rows] - self.outputs[:, :, rows]
-                change = torch.einsum("bpud,un->bpnd", difference, weights[rows])
-            if not few_absent:
-                change = self.differences[:, :, None] - change
-            tensor = tensor + change.to(tensor.dtype)
+        computed them, with the absent in-edges' differences ``replacement_u - current_u`` added. A
+        layer's query, key and value inputs and its MLP's in-edges from earlier layers are summed at once
+        (at the layer's first rebuilt input); the MLP's in-edges from its own layer's heads when it runs."""
+        graph = self.graph
+        if self.absent is not None and self.differences is not None:
+            assert self.done == int(graph.feeds[backward.start])
+            layer = backward.start // graph.per_layer
+            first = layer * graph.per_layer
+            if self.layer_change is None or self.layer_change[0] != layer:
+                nodes = slice(first, min(first + graph.per_layer, len(graph.downstream)))
+                self.layer_change = (layer, self.done, self.absent_sum(nodes))
+            _, summed, changes = self.layer_change
+            change = changes[backward.start - first : backward.stop - first]
+            if summed < self.done:  # an MLP's in-edges from its own layer's heads
+                weights = self.absent[summed : self.done, backward]
+                change = change + torch.einsum("un,ubpd->nbpd", weights, self.differences[summed : self.done])
+            tensor = tensor + change.permute(1, 2, 0, 3).to(tensor.dtype)
         if self.inputs is not None:
             self.inputs[backward.start] = tensor
         return tensor
