@@ -154,7 +154,8 @@ def _replacements(
 
     def heads(z: torch.Tensor, layer: int | None) -> torch.Tensor:
         assert layer is not None
-        state.add(head_outputs(loaded, layer, z.detach()))
+        with torch.no_grad():
+            state.add(head_outputs(loaded, layer, z))
         return z
 
     def mlp(output: torch.Tensor, _layer: int | None) -> torch.Tensor:
@@ -231,13 +232,17 @@ def masked_pass(
 
 
 def gradient_pass(
-    loaded: LoadedModel, inputs: dict[str, torch.Tensor], embedding: torch.Tensor | None = None
-) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+    loaded: LoadedModel,
+    inputs: dict[str, torch.Tensor],
+    embedding: torch.Tensor | None = None,
+    record: bool = False,
+) -> tuple[torch.Tensor, dict[int, torch.Tensor], torch.Tensor | None]:
     """A pass with gradients on ``inputs`` (the ``input`` node's output replaced by ``embedding`` where
     given, EAP-IG's interpolation): (the logits, every backward node's input ``[batch, pos, nodes,
-    d_model]`` by its first backward index), to take the metric's gradient at."""
-    state = _Pass(circuit_graph(loaded), None, None, record=False, inputs={})
+    d_model]`` by its first backward index, to take the metric's gradient at, and with ``record`` the
+    forward nodes' outputs as :func:`node_outputs` gives them, else ``None``)."""
+    state = _Pass(circuit_graph(loaded), None, None, record=record, inputs={})
     with torch.enable_grad(), _masked(loaded, state, embedding, leaf=True):
         logits = loaded.model(**inputs).logits
     assert state.inputs is not None
-    return logits, state.inputs
+    return logits, state.inputs, state.outputs
