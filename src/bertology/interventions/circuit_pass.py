@@ -112,6 +112,8 @@ class _Pass:
         if len(rows) < done // 2:
             weights, flat = weights[rows], flat[rows]
         product = (weights.T @ flat).view(-1, *self.differences.shape[1:])
+        if bool(few_absent.all()):
+            return product
         return torch.where(few_absent[:, None, None, None], product, self.total - product)
 
     def rebuilt(self, tensor: torch.Tensor, backward: slice) -> torch.Tensor:
@@ -226,7 +228,8 @@ def masked_pass(
     (1 where the edge takes the replacement; only real edges are read)."""
     graph = circuit_graph(loaded)
     real = torch.as_tensor(graph.real, device=absent.device)
-    state = _Pass(graph, replacement, absent.float() * real)
+    absent = absent.float() * real
+    state = _Pass(graph, replacement, absent, record=bool(absent.any()))  # none absent: the plain run
     with torch.no_grad(), _masked(loaded, state):
         return loaded.model(**inputs).logits
 
