@@ -75,7 +75,9 @@ def main() -> None:
     print(f"plain forward pass: {one[0]:.2f} s wall, {one[1]:.2f} s CPU")
 
     def scores(steps: int | None) -> np.ndarray:
-        runs = [circuit_runs(loaded, group, "noising", "logit-diff") for group in encoded.groups]
+        runs = [
+            circuit_runs(loaded, group, "noising", "logit-diff", steps is None) for group in encoded.groups
+        ]
         total = sum(attribution_scores(loaded, run, steps) for run in runs)
         return (total / len(pairs)).numpy()  # type: ignore[union-attr]
 

@@ -307,7 +307,9 @@ def test_eap_and_eap_ig_equal_gradients_taken_at_the_reference_inputs(
     """The scores ``circuit`` ranks by (its sum over the groups, over the pairs), without its curves."""
     graph = circuit_graph(bert)
     scores = sum(
-        attribution_scores(bert, circuit_runs(bert, group, "noising", "logit-diff"), steps)
+        attribution_scores(
+            bert, circuit_runs(bert, group, "noising", "logit-diff", gradient=steps is None), steps
+        )
         for group in _groups(bert)
     )
     layers = bert.model.config.num_hidden_layers

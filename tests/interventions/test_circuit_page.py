@@ -4,6 +4,7 @@ circuit drawn at each size of the slider and a clicked head's attention, with ho
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 from collections.abc import Callable
@@ -12,7 +13,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 from support.circuit_runs import HEADS, LAYERS, PERCENTS, write_run
+from support.tiny_models import tiny_language_model
 
 from bertology.attention.capturing import Attention, capture
 from bertology.errors import BertologyError
@@ -86,6 +89,30 @@ def test_circuit_attention_is_each_text_captured_alone(loaded_types: Callable[[s
         alone = capture(text, model=model)
         assert attention.tokens == alone.tokens
         np.testing.assert_allclose(attention.probs, alone.probs, atol=1e-5)
+
+
+def test_with_prepend_bos_the_page_shows_the_attention_on_the_runs_tokens(
+    tiny_model_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    # `bertology circuit --prepend-bos` runs the texts with BOS first: the heads drawn must attend over
+    # those tokens, BOS included, as the model's own attention on the run's ids (computed here) says.
+    # GPT-2's tokenizer adds no BOS of its own (the tiny Llama's does, so the option would change nothing).
+    model = tiny_language_model(tiny_model_dirs["gpt2"])
+    tokenizer, bos = model.tokenizer, model.tokenizer.bos_token_id
+    pair = PatchPair("the cat sat on the mat", "a dog sat", None, None, None, None, line=1)
+    write_run(tmp_path / "run")
+    page = finish_circuit_run(tmp_path / "run", model, pair, prepend_bos=True).read_text(encoding="utf-8")
+    data = json.loads(page.split('id="circuit-data">')[1].split("</script>")[0])
+    for run, text in (("clean", pair.clean), ("corrupted", pair.corrupted)):
+        ids = [bos, *tokenizer(text)["input_ids"]]
+        assert ids[1] != bos  # the tokenizer adds no BOS of its own: the option changes the tokens
+        with torch.no_grad():
+            found = model.model(torch.tensor([ids]), output_attentions=True).attentions
+        expected = np.round(torch.cat(found).numpy() * 255)
+        shown = data["attention"][run]
+        assert shown["tokens"] == [prettify(token) for token in tokenizer.convert_ids_to_tokens(ids)]
+        codes = np.frombuffer(base64.b64decode(shown["codes"]), dtype=np.uint8).reshape(shown["shape"])
+        assert codes.shape == expected.shape and np.abs(codes - expected).max() <= 1
 
 
 @pytest.mark.parametrize(

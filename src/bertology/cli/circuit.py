@@ -110,7 +110,7 @@ def circuit(
                 on_progress=on_progress,
             )
         write_circuit_files(result, folder)
-        finish_circuit_run(folder, loaded, chosen[0])
+        finish_circuit_run(folder, loaded, chosen[0], prepend_bos)
     found = result.areas()
     out.print(
         f"{result.graph.edge_count} edges scored by {method} on {result.pairs} pairs. "

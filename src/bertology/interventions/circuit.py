@@ -225,7 +225,10 @@ def circuit(
 
     scores = torch.zeros(len(graph.upstream), len(graph.downstream))
     with torch.inference_mode(False), eval_mode(loaded):
-        runs = [circuit_runs(loaded, group, direction, metric) for group in encoded.groups]
+        runs = [
+            circuit_runs(loaded, group, direction, metric, gradient=method == "eap")
+            for group in encoded.groups
+        ]
         for run in runs:
             if method == "exact":
                 scores += exact_scores(loaded, run, step).cpu()

@@ -5,8 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from bertology.attention.capturing import Attention, capture_batch
-from bertology.models.loading import LoadedModel
+import numpy as np
+
+from bertology.attention.capturing import Attention, capture_encoded
+from bertology.corpus.encoding import encode_token_ids
+from bertology.interventions.patching_pairs import text_token_ids
+from bertology.models.loading import LoadedModel, resolve_model
 
 
 @dataclass(frozen=True)
@@ -19,9 +23,16 @@ class PairAttention:
 
 
 def circuit_attention(
-    model: LoadedModel | str | Path, clean: str, corrupted: str, *, max_length: int | None = None
+    model: LoadedModel | str | Path, clean: str, corrupted: str, *, prepend_bos: bool = False
 ) -> PairAttention:
-    """Every head's attention on ``clean`` and on ``corrupted`` (one pass, padding removed), for the
+    """Every head's attention on ``clean`` and on ``corrupted``, each text alone and tokenized as the
+    circuit run reads it (``prepend_bos``: the tokenizer's BOS token first, as ``--prepend-bos``), for the
     circuit page's heatmaps (:func:`bertology.report.circuit.write_circuit_page`)."""
-    batch = capture_batch([clean, corrupted], model=model, max_length=max_length)
-    return PairAttention(batch[0], batch[1])
+    loaded = resolve_model(model)
+    clean_attention, corrupted_attention = (
+        capture_encoded(
+            loaded, encode_token_ids(loaded.tokenizer, np.array([text_token_ids(loaded, text, prepend_bos)]))
+        )[0]
+        for text in (clean, corrupted)
+    )
+    return PairAttention(clean_attention, corrupted_attention)

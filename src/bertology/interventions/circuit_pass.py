@@ -61,12 +61,20 @@ def head_outputs(loaded: LoadedModel, layer: int, z: torch.Tensor) -> torch.Tens
 
 @dataclass
 class _Pass:
-    """What one masked pass knows: the graph, what absent edges carry (``sources``, one stack per stage,
-    the current one ``replacement`` ``[batch or 1, pos or 1, forward nodes, d_model]``), ``absent``
-    [forward nodes, backward nodes] float (1: the edge takes the replacement), whether to keep the nodes'
-    outputs (``outputs``: [batch, pos, forward nodes, d_model], the first ``done`` of them known; in a
-    masked pass carried through the norms passed, as contributions) and, when kept, each backward node's
-    rebuilt input by its first backward index (``inputs``). A plain pass keeps its norms' scales and
+    """What one pass knows: the graph, what absent edges carry (``sources``, one stack per stage, the
+    current one ``replacement`` ``[batch or 1, pos or 1, forward nodes, d_model]``) and ``absent``
+    [forward nodes, backward nodes] float (1: the edge takes the replacement) of a masked pass, whether to
+    keep the forward nodes' outputs (``outputs``: [batch, pos, forward nodes, d_model], the first ``done``
+    of them known) and, when kept, each backward node's input by its first
+    backward index (``inputs``).
+
+    A masked pass keeps, instead of the outputs, each forward node's ``replacement - output``
+    (``differences``, [forward nodes, batch, pos, d_model], node-major so that a sum over nodes is one
+    matrix product), their running sum over the nodes so far (``total``, [batch, pos, d_model]) and the
+    change of the current layer's backward nodes (``layer_change``: the layer, the forward nodes summed and
+    [nodes, batch, pos, d_model], computed at the layer's first rebuilt input from one read of the
+    differences). A masked pass through norms (``carries``) keeps its outputs too, carried through each
+    norm as contributions, and sums the differences again after it; a plain pass keeps its norms' scales and
     outputs (``norms``)."""
 
     graph: CircuitGraph
@@ -76,8 +84,11 @@ class _Pass:
     outputs: torch.Tensor | None = None
     done: int = 0
     differences: torch.Tensor | None = None
+    total: torch.Tensor | None = None
+    layer_change: tuple[int, int, torch.Tensor] | None = None
     inputs: dict[int, torch.Tensor] | None = None
     norms: NormRecord | None = None
+    carries: bool = False
     replacement: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
@@ -85,20 +96,49 @@ class _Pass:
             self.replacement = next(self.sources)
 
     def add(self, output: torch.Tensor) -> None:
-        """Keep the next forward nodes' outputs ``output`` [batch, pos, nodes, d_model] (and, in a masked
-        pass, the running sum of ``replacement - output`` over the nodes so far)."""
+        """Keep the next forward nodes' outputs ``output`` [batch, pos, nodes, d_model] (in a masked pass,
+        their differences ``replacement - output``)."""
         if not self.record:
             return
-        if self.outputs is None:
-            batch, pos, _, width = output.shape
-            shape = (batch, pos, len(self.graph.upstream), width)
-            self.outputs = torch.empty(shape, dtype=torch.float32, device=output.device)
         nodes = slice(self.done, self.done + output.shape[2])
-        self.outputs[:, :, nodes] = output
-        if self.replacement is not None:
-            difference = (self.replacement[:, :, nodes] - output).sum(2)
-            self.differences = difference if self.differences is None else self.differences + difference
         self.done = nodes.stop
+        if self.replacement is None or self.carries:
+            if self.outputs is None:
+                batch, pos, _, width = output.shape
+                shape = (batch, pos, len(self.graph.upstream), width)
+                self.outputs = torch.empty(shape, dtype=torch.float32, device=output.device)
+            self.outputs[:, :, nodes] = output
+            if self.replacement is None:
+                return
+        difference = self.replacement[:, :, nodes] - output
+        if self.differences is None:
+            batch, pos, _, width = output.shape
+            shape = (len(self.graph.upstream), batch, pos, width)
+            self.differences = torch.empty(shape, dtype=torch.float32, device=output.device)
+        self.differences[nodes] = difference.permute(2, 0, 1, 3)
+        summed = difference.sum(2)
+        self.total = summed if self.total is None else self.total + summed
+
+    def absent_sum(self, backward: slice) -> torch.Tensor:
+        """[nodes, batch, pos, d_model] the sum of ``replacement_u - current_u`` over the absent in-edges
+        from the forward nodes done so far, for backward nodes ``backward``: per node over its absent
+        edges where they are fewer than its kept ones, else the running sum less the kept edges' (the
+        same sum; fewer products either way), one matrix product over the rows that weigh anything."""
+        assert self.absent is not None and self.differences is not None and self.total is not None
+        done = self.done
+        real = torch.as_tensor(self.graph.real[:done, backward], device=self.absent.device)
+        absent = self.absent[:done, backward]
+        kept = real.float() - absent
+        few_absent = absent.sum(0) <= kept.sum(0)
+        weights = torch.where(few_absent, absent, kept)
+        rows = weights.any(1).nonzero()[:, 0]
+        flat = self.differences[:done].flatten(1)
+        if len(rows) < done // 2:
+            weights, flat = weights[rows], flat[rows]
+        product = (weights.T @ flat).view(-1, *self.differences.shape[1:])
+        if bool(few_absent.all()):
+            return product
+        return torch.where(few_absent[:, None, None, None], product, self.total - product)
 
     def normalised(self, point: NormPoint, stream: torch.Tensor, output: torch.Tensor) -> None:
         """The norm of ``point`` took ``stream`` to ``output`` ([batch, pos, d_model]): keep its scale and
@@ -107,33 +147,35 @@ class _Pass:
         scale = norm_scale(point.norm, stream)
         if self.norms is not None:
             self.norms.append((scale, output.detach().float()))
-        if self.sources is None or self.outputs is None:
+        if self.replacement is None or not self.carries:
             return
+        assert self.sources is not None and self.outputs is not None and self.differences is not None
         carry(self.outputs, point, scale, output.detach())
         self.replacement = next(self.sources)
-        done = slice(0, self.done)
-        self.differences = (self.replacement[:, :, done] - self.outputs[:, :, done]).sum(2)
+        difference = self.replacement[:, :, : self.done] - self.outputs[:, :, : self.done]
+        self.differences[: self.done] = difference.permute(2, 0, 1, 3)
+        self.total = difference.sum(2)
+        self.layer_change = None  # the layer's changes so far were summed before this norm
 
     def rebuilt(self, tensor: torch.Tensor, backward: slice) -> torch.Tensor:
         """``tensor`` [batch, pos, nodes, d_model], the inputs of backward nodes ``backward`` as the model
-        computed them, with the absent in-edges' differences ``replacement_u - current_u`` added: summed
-        over the absent edges where they are fewer than the kept ones, else the running sum over every
-        upstream node less the kept edges' (the same sum; fewer products either way)."""
-        feeds = int(self.graph.feeds[backward.start])
-        if self.absent is not None and self.replacement is not None and self.outputs is not None:
-            assert self.done == feeds and self.differences is not None
-            absent = self.absent[:feeds, backward]
-            kept = 1 - absent
-            few_absent = bool(absent.sum() <= kept.sum())
-            weights = absent if few_absent else kept
-            rows = weights.any(1).nonzero()[:, 0]
-            change = torch.zeros_like(tensor, dtype=torch.float32)
-            if len(rows):
-                difference = self.replacement[:, :, rows] - self.outputs[:, :, rows]
-                change = torch.einsum("bpud,un->bpnd", difference, weights[rows])
-            if not few_absent:
-                change = self.differences[:, :, None] - change
-            tensor = tensor + change.to(tensor.dtype)
+        computed them, with the absent in-edges' differences ``replacement_u - current_u`` added. A
+        layer's query, key and value inputs and its MLP's in-edges from earlier layers are summed at once
+        (at the layer's first rebuilt input); the MLP's in-edges from its own layer's heads when it runs."""
+        graph = self.graph
+        if self.absent is not None and self.differences is not None:
+            assert self.done == int(graph.feeds[backward.start])
+            layer = backward.start // graph.per_layer
+            first = layer * graph.per_layer
+            if self.layer_change is None or self.layer_change[0] != layer:
+                nodes = slice(first, min(first + graph.per_layer, len(graph.downstream)))
+                self.layer_change = (layer, self.done, self.absent_sum(nodes))
+            _, summed, changes = self.layer_change
+            change = changes[backward.start - first : backward.stop - first]
+            if summed < self.done:  # an MLP's in-edges from its own layer's heads
+                weights = self.absent[summed : self.done, backward]
+                change = change + torch.einsum("un,ubpd->nbpd", weights, self.differences[summed : self.done])
+            tensor = tensor + change.permute(1, 2, 0, 3).to(tensor.dtype)
         if self.inputs is not None:
             self.inputs[backward.start] = tensor
         return tensor
@@ -155,7 +197,8 @@ def _replacements(
 
     def heads(z: torch.Tensor, layer: int | None) -> torch.Tensor:
         assert layer is not None
-        state.add(head_outputs(loaded, layer, z.detach()))
+        with torch.no_grad():
+            state.add(head_outputs(loaded, layer, z))
         return z
 
     def mlp(output: torch.Tensor, _layer: int | None) -> torch.Tensor:
@@ -239,19 +282,28 @@ def masked_pass(
     backward nodes] (1 where the edge takes the replacement; only real edges are read)."""
     graph = circuit_graph(loaded)
     real = torch.as_tensor(graph.real, device=absent.device)
-    state = _Pass(graph, iter(replacement), absent.float() * real)
+    absent = absent.float() * real
+    carries = bool(circuit_stages(loaded, graph).points)
+    state = _Pass(graph, iter(replacement), absent, record=bool(absent.any()), carries=carries)
     with torch.no_grad(), _masked(loaded, state):
         return loaded.model(**inputs).logits
 
 
 def gradient_pass(
-    loaded: LoadedModel, inputs: dict[str, torch.Tensor], embedding: torch.Tensor | None = None
-) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+    loaded: LoadedModel,
+    inputs: dict[str, torch.Tensor],
+    embedding: torch.Tensor | None = None,
+    record: bool = False,
+) -> tuple[torch.Tensor, dict[int, torch.Tensor], tuple[torch.Tensor, NormRecord] | None]:
     """A pass with gradients on ``inputs`` (the ``input`` node's output replaced by ``embedding`` where
     given, EAP-IG's interpolation): (the logits, every backward node's input ``[batch, pos, nodes,
-    d_model]`` by its first backward index), to take the metric's gradient at."""
-    state = _Pass(circuit_graph(loaded), None, None, record=False, inputs={})
+    d_model]`` by its first backward index, to take the metric's gradient at, and with ``record`` the
+    forward nodes' outputs and the norms as :func:`node_outputs` gives them, else ``None``)."""
+    state = _Pass(circuit_graph(loaded), None, None, record=record, inputs={}, norms=[] if record else None)
     with torch.enable_grad(), _masked(loaded, state, embedding, leaf=True):
         logits = loaded.model(**inputs).logits
     assert state.inputs is not None
-    return logits, state.inputs
+    if not record:
+        return logits, state.inputs, None
+    assert state.outputs is not None and state.norms is not None
+    return logits, state.inputs, (state.outputs, state.norms)

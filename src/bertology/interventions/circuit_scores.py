@@ -47,9 +47,11 @@ from bertology.options import PatchDirection, PatchMetric
 class CircuitRuns:
     """The plain runs of one group of pairs: ``outputs`` and ``logits`` per run (``"clean"``,
     ``"corrupted"``; outputs [rows, pos, forward nodes, d_model]), which run is the ``target`` (the one
-    the model runs, its edges kept in a circuit) and which the ``source`` (what an absent edge carries), and
-    the metric bound to the group; ``norms`` each run's norms between the nodes and ``stages`` where the
-    nodes read the stream (:mod:`~bertology.interventions.circuit_norms`)."""
+    the model runs, its edges kept in a circuit) and which the ``source`` (what an absent edge carries), the
+    metric bound to the group, ``norms`` each run's norms between the nodes and ``stages`` where the nodes
+    read the stream (:mod:`~bertology.interventions.circuit_norms`) and, where asked for (EAP's),
+    ``gradient``: [backward nodes, rows, pos, d_model] the gradient of the metric summed over the rows at
+    each backward node's input in the target run."""
 
     group: PairGroup
     outputs: dict[str, torch.Tensor]
@@ -59,6 +61,7 @@ class CircuitRuns:
     score: Scorer
     norms: dict[str, NormRecord]
     stages: Stages
+    gradient: torch.Tensor | None = None
 
     def run(self, name: str) -> tuple[torch.Tensor, NormRecord]:
         """Run ``name``'s node outputs and norms."""
@@ -78,41 +81,83 @@ class CircuitRuns:
         return self.score(self.logits[run])
 
 
+def metric_gradient(score: Scorer, logits: torch.Tensor, inputs: dict[int, torch.Tensor]) -> torch.Tensor:
+    """[backward nodes, rows, pos, d_model] float the gradient of ``score(logits)`` summed over the rows at
+    the backward nodes' ``inputs`` (by first backward index, as
+    :func:`~bertology.interventions.circuit_pass.gradient_pass` gives them)."""
+    order = sorted(inputs)
+    found = torch.autograd.grad(score(logits).sum(), [inputs[index] for index in order])
+    return torch.cat([part.float().permute(2, 0, 1, 3) for part in found])
+
+
 def circuit_runs(
-    loaded: LoadedModel, group: PairGroup, direction: PatchDirection, metric: PatchMetric
+    loaded: LoadedModel,
+    group: PairGroup,
+    direction: PatchDirection,
+    metric: PatchMetric,
+    gradient: bool = False,
 ) -> CircuitRuns:
     """The clean and the corrupted run of ``group`` (``direction``: ``noising`` runs the clean input with
-    corrupted edges, MIB's setting; ``denoising`` the reverse)."""
+    corrupted edges, MIB's setting; ``denoising`` the reverse); with ``gradient`` the target run is a
+    pass with gradients, and the metric's gradient at its backward nodes' inputs is kept (what EAP
+    needs, without a run of its own)."""
+    source, target = ("clean", "corrupted") if direction == "denoising" else ("corrupted", "clean")
     outputs, logits, norms = {}, {}, {}
-    for run in ("clean", "corrupted"):
-        outputs[run], logits[run], norms[run] = node_outputs(loaded, getattr(group, run))
+    outputs[source], logits[source], norms[source] = node_outputs(loaded, getattr(group, source))
+    inputs: dict[int, torch.Tensor] = {}
+    if gradient:
+        logits[target], inputs, recorded = gradient_pass(loaded, getattr(group, target), record=True)
+        assert recorded is not None
+        outputs[target], norms[target] = recorded
+    else:
+        outputs[target], logits[target], norms[target] = node_outputs(loaded, getattr(group, target))
     score = Scorer(patching_metric(metric), group)
     score.know_clean(logits["clean"])
-    source, target = ("clean", "corrupted") if direction == "denoising" else ("corrupted", "clean")
+    found = metric_gradient(score, logits[target], inputs) if gradient else None
+    logits[target] = logits[target].detach()
     stages = circuit_stages(loaded, circuit_graph(loaded))
-    return CircuitRuns(group, outputs, logits, target, source, score, norms, stages)
+    return CircuitRuns(group, outputs, logits, target, source, score, norms, stages, found)
+
+
+def edge_products(
+    graph: CircuitGraph, difference: torch.Tensor, gradient: torch.Tensor, reads: slice | None = None
+) -> torch.Tensor:
+    """[forward nodes, backward nodes] each edge's ``difference[u] · gradient[v]`` (``difference``: [forward
+    nodes, n], ``gradient``: [backward nodes, n]) into the backward nodes ``reads`` (default: every one),
+    one matrix product per layer over the forward nodes that feed it; 0 elsewhere and where there is no
+    edge."""
+    reads = slice(0, len(graph.downstream)) if reads is None else reads
+    scores = torch.zeros(len(graph.upstream), len(graph.downstream), device=difference.device)
+    for layer in range(graph.layers + 1):
+        start = max(layer * graph.per_layer, reads.start)
+        stop = min((layer + 1) * graph.per_layer, len(graph.downstream), reads.stop)
+        if start < stop:
+            feeds = int(graph.feeds[stop - 1])
+            scores[:feeds, start:stop] = difference[:feeds] @ gradient[start:stop].T
+    return scores * torch.as_tensor(graph.real, device=scores.device)
 
 
 def attribution_scores(loaded: LoadedModel, runs: CircuitRuns, steps: int | None = None) -> torch.Tensor:
-    """[forward nodes, backward nodes] the sum over ``runs``' pairs of the EAP score (``steps`` ``None``) or
-    the EAP-IG score with ``steps`` points (module docstring); 0 where there is no edge."""
-    graph = circuit_graph(loaded)
+    """[forward nodes, backward nodes] the sum over ``runs``' pairs of the EAP score (``steps`` ``None``:
+    ``runs`` made with ``gradient``) or the EAP-IG score with ``steps`` points (module docstring); 0 where
+    there is no edge."""
     source, target = runs.outputs[runs.source], runs.outputs[runs.target]
-    points: list[float | None] = [None] if steps is None else [k / steps for k in range(steps)]
-    gradient = torch.zeros(*target.shape[:2], len(graph.downstream), target.shape[-1], device=target.device)
-    for alpha in points:
-        embedding = None
-        if alpha is not None:
-            embedding = source[:, :, 0] + alpha * (target[:, :, 0] - source[:, :, 0])
-        logits, inputs = gradient_pass(loaded, runs.target_inputs, embedding)
-        order = sorted(inputs)
-        found = torch.autograd.grad(runs.score(logits).sum(), [inputs[index] for index in order])
-        gradient += torch.cat([part.float() for part in found], dim=2)
-    gradient /= len(points)
+    if steps is None:
+        assert runs.gradient is not None, "EAP reads the gradient of circuit_runs(..., gradient=True)"
+        gradient = runs.gradient
+    else:
+        gradient = torch.zeros(())
+        for k in range(steps):
+            embedding = source[:, :, 0] + (k / steps) * (target[:, :, 0] - source[:, :, 0])
+            logits, inputs, _ = gradient_pass(loaded, runs.target_inputs, embedding)
+            gradient = gradient + metric_gradient(runs.score, logits, inputs)
+        gradient = gradient / steps
+    graph = circuit_graph(loaded)
     scores = torch.zeros(len(graph.upstream), len(graph.downstream), device=gradient.device)
     for reads, difference in stage_differences(runs.run(runs.source), runs.run(runs.target), runs.stages):
-        scores[:, reads] = torch.einsum("bpud,bpvd->uv", difference, gradient[:, :, reads])
-    return scores * torch.as_tensor(graph.real, device=scores.device)
+        flat = difference.permute(2, 0, 1, 3).flatten(1)
+        scores += edge_products(graph, flat, gradient.flatten(1), reads)
+    return scores
 
 
 def exact_scores(

@@ -292,11 +292,20 @@ def _require_logits(loaded: LoadedModel, language_model: bool) -> None:
         )
 
 
+def text_token_ids(loaded: LoadedModel, text: str, prepend_bos: bool) -> list[int]:
+    """The token ids of ``text`` as a pair's text is run (special tokens included), with the tokenizer's
+    BOS token first when ``prepend_bos`` (unless the tokenizer already puts it there)."""
+    ids = [int(token) for token in loaded.tokenizer(text)["input_ids"]]
+    bos = loaded.tokenizer.bos_token_id
+    if prepend_bos and ids[:1] != [bos]:
+        ids = [bos, *ids]
+    return ids
+
+
 def _token_ids(
     loaded: LoadedModel, text: str, key: str, line: int, most_characters: int, prepend_bos: bool
 ) -> list[int]:
-    """The token ids of ``text`` (special tokens included), the ``key`` text of the pair on ``line``, with
-    the tokenizer's BOS token first when ``prepend_bos`` (unless the tokenizer already puts it there).
+    """:func:`text_token_ids` of ``text``, the ``key`` text of the pair on ``line``.
 
     most_characters: the most characters besides whitespace that a text of ``loaded.max_length`` tokens
     can have (that many times the vocabulary's longest entry, whose word-piece marks and byte spellings
@@ -310,10 +319,7 @@ def _token_ids(
     )
     if len(text) > most_characters and len("".join(text.split())) > most_characters:
         raise BertologyError(f"{too_long} ({len(text):,} characters); shorten it.")
-    ids = [int(token) for token in loaded.tokenizer(text)["input_ids"]]
-    bos = loaded.tokenizer.bos_token_id
-    if prepend_bos and ids[:1] != [bos]:
-        ids = [bos, *ids]
+    ids = text_token_ids(loaded, text, prepend_bos)
     if len(ids) > loaded.max_length:
         raise BertologyError(f"{too_long} ({len(ids):,} tokens); shorten it.")
     return ids

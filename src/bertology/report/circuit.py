@@ -221,7 +221,11 @@ def write_circuit_page(run_dir: str | Path, attention: PairAttention | None = No
     return target
 
 
-def finish_circuit_run(run_dir: str | Path, model: LoadedModel, pair: PatchPair) -> Path:
+def finish_circuit_run(
+    run_dir: str | Path, model: LoadedModel, pair: PatchPair, prepend_bos: bool = False
+) -> Path:
     """The command line's last step of ``bertology circuit``: write the run's page with every head's
-    attention on ``pair``'s clean and corrupted text (the pairs file's first, say)."""
-    return write_circuit_page(run_dir, circuit_attention(model, pair.clean, pair.corrupted))
+    attention on ``pair``'s clean and corrupted text (the pairs file's first, say), tokenized as the run
+    read them (``prepend_bos``: the run's option)."""
+    attention = circuit_attention(model, pair.clean, pair.corrupted, prepend_bos=prepend_bos)
+    return write_circuit_page(run_dir, attention)
