@@ -6,7 +6,9 @@ A granularity's ``axes`` are the axes of its grid of patches, in order: ``layer`
 and ``position`` (each position of the texts). A patch covers the whole site along the axes its
 granularity does not have: ``layer`` is the whole site at every position, ``head`` one head at every
 position. A site without layers (``embed``, ``final``, ``logits``) has one row on the ``layer`` axis, layer
-0. A new granularity is one row of :data:`GRIDS`; a new site, one name in :data:`PATCH_SITES`.
+0. A new granularity is one row of :data:`GRIDS`; a new site, one name in :data:`PATCH_SITES`. An
+encoder-decoder's sites name their stack (:data:`~bertology.models.sites.STACK_SITES`: ``encoder:z``,
+``decoder:resid_pre``, ``cross:q``, ...), each of them but ``pattern``.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bertology.errors import BertologyError
+from bertology.models.sites import STACK_SITES
 from bertology.options import PATCH_GRANULARITIES
 
 #: The sites a patch can replace: those of :data:`~bertology.models.sites.SITES` but ``pattern``
@@ -73,18 +76,25 @@ def patch_grid(site: str, granularity: str) -> PatchGrid:
         BertologyError: an unknown site or granularity, ``pattern``, or a per-head granularity of a site
             without heads.
     """
-    if site == "pattern":
+    stack, colon, base = site.rpartition(":")
+    if base == "pattern":
         raise BertologyError(
-            "The 'pattern' site can be recorded but not patched; patch 'z' (each head's output) instead."
+            f"The {site!r} site can be recorded but not patched; patch '{stack}{colon}z' (each head's output) "
+            "instead."
         )
-    if site not in PATCH_SITES:
+    if colon and base not in STACK_SITES.get(stack, ()):
+        named = [f"{stack}:{name}" for stack, names in STACK_SITES.items() for name in names if name != "pattern"]
+        raise BertologyError(
+            f"There is no site {site!r} to patch; an encoder-decoder's sites are {', '.join(named)}."
+        )
+    if not colon and site not in PATCH_SITES:
         raise BertologyError(f"There is no site {site!r} to patch; the sites are {', '.join(PATCH_SITES)}.")
     grid = GRIDS.get(granularity)
     if grid is None:
         raise BertologyError(
             f"Unknown patching granularity {granularity!r}; choose one of {', '.join(GRIDS)}."
         )
-    if grid.per_head and site not in HEAD_SITES:
+    if grid.per_head and base not in HEAD_SITES:
         raise BertologyError(
             f"The site {site!r} has no head axis, so it cannot be patched by {granularity!r}; choose layer "
             f"or position, or a per-head site ({', '.join(HEAD_SITES)})."

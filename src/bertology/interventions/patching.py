@@ -41,6 +41,16 @@ the positions from the first one where a pair's clean and corrupted tokens diffe
 and so every patched run, have the same activations, whose keys and values come from one cached pass of
 the target run's first positions (:class:`TargetPass`).
 
+An encoder-decoder (BART, T5) is patched at its stacked sites (``encoder:z``, ``decoder:resid_pre``,
+``cross:z``, ...: :data:`~bertology.models.sites.STACK_SITES`, but ``pattern``), exact method only, on pairs
+of a clean and a corrupted *source* with one target prefix both runs' decoder reads, the answers the next
+target token(s) after it (:mod:`~bertology.interventions.patching_pairs`); an encoder site's positions are
+the source's, the others' the target prefix's (cross-attention's keys and values: the source's). Its
+patched passes run the whole model (the two stacks are not one list of layers to start part-way through;
+no shared prefix is cached: every patched run has the same target tokens but not the same encoder output)
+except at a decoder or cross-attention site, where the encoder's output is the target run's, computed once,
+and a pass runs the decoder alone (:class:`TargetPass`).
+
 Attribution patching (Nanda 2023, "Attribution Patching"; Kramar et al. 2024, AtP) estimates every
 patch at once from the gradient at the target run: "attribution patching ... uses a first-order Taylor
 approximation: (clean_act - corrupted_act) · d metric / d corrupted_act" for denoising, i.e.
@@ -83,9 +93,16 @@ from bertology.interventions.patching_pairs import (
     encode_pairs,
     read_pairs,
 )
-from bertology.models.anatomy import attention_parts, layer_modules, shares_layers
+from bertology.models.anatomy import (
+    AttentionParts,
+    attention_parts,
+    has_stacks,
+    layer_modules,
+    shares_layers,
+    stack_parts,
+)
 from bertology.models.loading import LoadedModel
-from bertology.models.sites import SITES, recording, replacing
+from bertology.models.sites import recording, replacing, site_of
 from bertology.options import (
     PATCH_ABLATIONS,
     PATCH_DIRECTIONS,
@@ -113,10 +130,11 @@ class Patch:
         """[tokens] bool: the positions patched in texts of ``tokens`` tokens."""
         return self.positions.expand(tokens)
 
-    def in_group(self, group: PairGroup) -> torch.Tensor:
-        """[group.tokens] bool: the positions patched in ``group``'s input rows (a several-token answer's
-        appended positions never)."""
-        return torch.nn.functional.pad(self.at(group.prompt_tokens), (0, group.tokens - group.prompt_tokens))
+    def in_group(self, group: PairGroup, site: str = "z") -> torch.Tensor:
+        """[rows' positions] bool: the positions of ``site`` patched in ``group``'s input rows (a
+        several-token answer's appended positions never; :meth:`PairGroup.span`)."""
+        texts, rows = group.span(site)
+        return torch.nn.functional.pad(self.at(texts), (0, rows - texts))
 
 
 def grid_patches(
@@ -178,9 +196,19 @@ class GroupRuns:
         return self.activations[source][layer][:, start:]
 
 
+def _site_parts(loaded: LoadedModel, site: str) -> list[AttentionParts]:
+    """The attention of each layer of ``site``'s stack (an encoder-decoder's) or of the model."""
+    stack = site.rpartition(":")[0]
+    return stack_parts(loaded.model, stack) if stack else attention_parts(loaded.model)
+
+
 def _site_layers(loaded: LoadedModel, site: str) -> list[int | None]:
-    """The layers of ``site``: every layer's number, or ``[None]`` for a site without layers."""
-    return list(range(len(layer_modules(loaded.model)))) if SITES[site].per_layer else [None]
+    """The layers of ``site`` (of its stack): every layer's number, or ``[None]`` for a site without
+    layers."""
+    if not site_of(site).per_layer:
+        return [None]
+    stack = site.rpartition(":")[0]
+    return list(range(len(_site_parts(loaded, site) if stack else layer_modules(loaded.model))))
 
 
 def _by_position(tensor: torch.Tensor) -> torch.Tensor:
@@ -198,6 +226,14 @@ def _recording_sites(loaded: LoadedModel, into: dict[str, list[torch.Tensor]]) -
         yield
     for name, tensors in into.items():
         tensors.extend(_by_position(cache[name, layer]) for layer in _site_layers(loaded, name))
+
+
+def _passed(loaded: LoadedModel, inputs: dict[str, Any]) -> LayerInputs:
+    """One pass of ``inputs``: what entered each layer (:func:`record_layer_inputs`), or for an
+    encoder-decoder, whose patched passes run the whole model (:class:`TargetPass`), its logits only."""
+    if not has_stacks(loaded.model):
+        return record_layer_inputs(loaded, inputs)
+    return LayerInputs([], [], [], loaded.model(**inputs).logits)
 
 
 def _resolve_labels(group: PairGroup, clean: torch.Tensor, corrupted: torch.Tensor) -> None:
@@ -220,11 +256,13 @@ def run_group(
     heads: dict[str, list[torch.Tensor]] = {}
     activations: dict[str, list[torch.Tensor]] = {}
     layers: dict[str, LayerInputs] = {}
+    stacked = has_stacks(loaded.model)
     for run in runs:
-        recorded: dict[str, list[torch.Tensor]] = {"z": [], site: []}
+        # an encoder-decoder has no unstacked z (path patching, which reads it, takes no encoder-decoder)
+        recorded: dict[str, list[torch.Tensor]] = {site: []} if stacked else {"z": [], site: []}
         with _recording_sites(loaded, recorded):
-            layers[run] = record_layer_inputs(loaded, getattr(group, run))
-        heads[run], activations[run] = recorded["z"], recorded[site]
+            layers[run] = _passed(loaded, getattr(group, run))
+        heads[run], activations[run] = recorded.get("z", []), recorded[site]
     if not group.language_model and len(layers) == 2:
         _resolve_labels(group, layers["clean"].logits, layers["corrupted"].logits)
     score = Scorer(patching_metric(metric), group)
@@ -243,13 +281,13 @@ def _replacing(target: torch.Tensor, source: torch.Tensor, mask: torch.Tensor, c
     return torch.where(mask[:, None], source[None].to(target.dtype), shaped).flatten(0, 1)
 
 
-def _masks(patches: Sequence[Patch], head_dim: int, group: PairGroup) -> torch.Tensor:
-    """[patches, tokens, features] bool: per patch, the features it replaces in ``group``'s inputs (a
-    head's ``head_dim`` features at its positions; for the whole site every feature, as a
+def _masks(patches: Sequence[Patch], head_dim: int, group: PairGroup, site: str) -> torch.Tensor:
+    """[patches, tokens, features] bool: per patch, the features of ``site`` it replaces in ``group``'s
+    inputs (a head's ``head_dim`` features at its positions; for the whole site every feature, as a
     [patches, tokens, 1] mask)."""
     rows = []
     for patch in patches:
-        positions = patch.in_group(group)[:, None]
+        positions = patch.in_group(group, site)[:, None]
         rows.append(positions if patch.heads is None else positions & patch.heads.repeat_interleave(head_dim))
     return torch.stack(rows)
 
@@ -274,12 +312,31 @@ class TargetPass:
     ``prefix`` (one pass of the target's first ``start`` positions).
     inputs: the model's inputs of positions ``start..``. layers: what entered each layer at those positions
     in the target run (hidden states [b, t - start, hidden] and the layers' other arguments).
+
+    An encoder-decoder's patched passes run the whole model (its two stacks are not one list of layers
+    to start part-way through: ``layers`` holds the logits only) but for a site in the decoder (its own
+    attention or cross-attention): the encoder's output is then the target run's, ``encoded`` [b, source
+    tokens, hidden], computed once, and a patched pass runs the decoder alone.
     """
 
     start: int
     inputs: dict[str, Any]
     layers: LayerInputs
     prefix: Prefix | None = None
+    encoded: torch.Tensor | None = None
+
+    def logits(self, loaded: LoadedModel, layer: int, copies: int) -> torch.Tensor:
+        """The logits of a pass from ``layer`` (its site patched by the caller's hooks) of ``copies``
+        copies of the batch side by side."""
+        if not has_stacks(loaded.model):
+            inputs, recorded = self.tiled(layer, copies)
+            gates = torch.ones(loaded.num_layers, loaded.num_heads)
+            return logits_from_layer(loaded, inputs, recorded, layer, gates)
+        batch = self.inputs["input_ids"].shape[0]
+        inputs = tiled(self.inputs, copies, batch)
+        if self.encoded is not None:
+            inputs["encoder_outputs"] = (tiled(self.encoded, copies, batch),)
+        return loaded.model(**inputs).logits
 
     def tiled(self, layer: int, copies: int) -> tuple[dict[str, Any], LayerInputs]:
         """The inputs and layer inputs of a pass from ``layer`` with ``copies`` copies of the batch.
@@ -301,9 +358,15 @@ def target_pass(
 ) -> TargetPass:
     """The :class:`TargetPass` of ``group``'s ``target`` run (``"clean"`` or ``"corrupted"``): from the
     first position after the pairs' shared prefix where the model is a causal decoder whose forward takes
-    a key/value cache and ``skip_shared_prefix``; from position 0 otherwise (an encoder, pairs that differ
-    at their first token)."""
+    a key/value cache and ``skip_shared_prefix``; from position 0 otherwise (an encoder, an
+    encoder-decoder, pairs that differ at their first token)."""
     inputs = getattr(group, target)
+    if has_stacks(loaded.model):
+        encoded = None
+        if not runs.site.startswith("encoder:"):
+            encoder = loaded.model.get_encoder()
+            encoded = encoder(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"])[0]
+        return TargetPass(0, inputs, runs.layers[target], encoded=encoded)
     start = shared_prefix(group) if skip_shared_prefix else 0
     prefix = run_prefix(loaded, inputs, start) if start > 0 else None
     if prefix is None:
@@ -323,9 +386,9 @@ def _exact_layer(
     """[patches, b] ``LD`` with each of ``patches`` (all at one layer) in the target run, side by side, at
     the positions ``begin.start..`` (what a patch puts in at an earlier position is already there)."""
     layer, copies = patches[0].layer, len(patches)
-    head_dim = 1 if patches[0].heads is None else attention_parts(loaded.model)[layer].head_dim
+    head_dim = 1 if patches[0].heads is None else _site_parts(loaded, runs.site)[layer].head_dim
     positions = runs.activations[source][layer].shape[1]
-    mask = _masks(patches, head_dim, group)
+    mask = _masks(patches, head_dim, group, runs.site)
     # from begin.start on; logits cover the last positions only (a decoder's logits_to_keep, a classifier's
     # one row per text)
     mask = mask[:, max(begin.start, mask.shape[1] - positions) :].to(loaded.device)
@@ -337,11 +400,9 @@ def _exact_layer(
         return _replacing(flat, replacement, mask, copies).view(tensor.shape)
 
     # a site without layers is patched in a pass of the whole model (layer 0 on)
-    at = layer if SITES[runs.site].per_layer else None
-    inputs, recorded = begin.tiled(layer, copies)
-    gates = torch.ones(loaded.num_layers, loaded.num_heads)
+    at = layer if site_of(runs.site).per_layer else None
     with replacing(loaded.model, {(runs.site, at): patched}):
-        logits = logits_from_layer(loaded, inputs, recorded, layer, gates)
+        logits = begin.logits(loaded, layer, copies)
     return runs.score(logits, copies).unflatten(0, (copies, len(group.rows)))
 
 
@@ -368,7 +429,7 @@ def exact_patching(
     by_layer: dict[int, list[int]] = {}
     unchanged = []
     for index, patch in enumerate(patches):
-        if bool(patch.in_group(group)[begin.start :].any()):
+        if bool(patch.in_group(group, runs.site)[begin.start :].any()):
             by_layer.setdefault(patch.layer, []).append(index)
         else:
             unchanged.append(index)
@@ -453,8 +514,12 @@ def attribution_patching(
 
 
 def _site_heads(loaded: LoadedModel, site: str) -> int:
-    """How many heads ``site`` has: the key/value heads for ``k`` and ``v``, else the model's."""
-    return attention_parts(loaded.model)[0].key_value_heads if site in ("k", "v") else loaded.num_heads
+    """How many heads ``site`` has: the key/value heads for ``k`` and ``v``, else the model's (an
+    encoder-decoder's: its stack's)."""
+    parts = _site_parts(loaded, site)[0]
+    if site.rpartition(":")[2] in ("k", "v"):
+        return parts.key_value_heads
+    return parts.heads if ":" in site else loaded.num_heads
 
 
 def _grid_shape(
@@ -516,9 +581,10 @@ def largest(effect: np.ndarray, count: int) -> np.ndarray:
 @dataclass
 class PatchingStudy:
     """What :func:`patch` found: ``exact`` and/or ``attribution`` results of the same patches, the pairs
-    and their tokens (per pair, clean and corrupted), the answer or label names, and ``attention``: the
+    and their tokens at the site's positions (per pair, clean and corrupted; an encoder-decoder's target
+    prefix twice at a site over the target), the answer or label names, and ``attention``: the
     first pair's attention weights, ``{"clean": ..., "corrupted": ...}`` each [layers, heads, tokens,
-    tokens] (rows the queries) on the texts' tokens."""
+    tokens] (rows the queries) on the texts' tokens (empty for an encoder-decoder)."""
 
     model_name: str
     pairs: list[PatchPair]
@@ -560,14 +626,28 @@ def check_options(
     ablation: str = "counterfactual",
 ) -> None:
     """Refuse an unknown direction, site, granularity (or one ``site`` has no axis for), method, metric or
-    ablation, or, of a model (``loaded``; ``None``: the options only, before a model is loaded), one whose
-    layers share their weights or a classifier's logits (no position axis) by position.
+    ablation, attribution patching at an encoder-decoder's site, or, of a model (``loaded``; ``None``: the
+    options only, before a model is loaded), one whose layers share their weights, a classifier's logits
+    (no position axis) by position, or a site without its stack for an encoder-decoder (or with one for
+    another model).
 
     Raises:
         BertologyError: as said.
     """
     patching_metric(metric)
     patch_grid(site, granularity)
+    stacked = ":" in site
+    if stacked and method != "exact":
+        raise BertologyError(
+            f"An encoder-decoder's site {site!r} is patched by the exact method only; give --method exact."
+        )
+    if loaded is not None and stacked != has_stacks(loaded.model):
+        raise BertologyError(
+            f"{loaded.name} is an encoder-decoder, whose sites name their stack: give e.g. 'encoder:{site}'."
+            if not stacked
+            else f"{loaded.name} has no encoder and decoder stacks; give the site without its stack, "
+            f"{site.rpartition(':')[2]!r}."
+        )
     for value, allowed, name in (
         (direction, PATCH_DIRECTIONS, "direction"),
         (method, PATCH_METHODS, "method"),
@@ -622,7 +702,7 @@ def mean_constant(
         with _recording_sites(loaded, recorded):
             loaded.model(**getattr(group, source))
         per_group.append(recorded[site])
-    tokens = [group.prompt_tokens for group in groups]
+    tokens = [group.span(site)[0] for group in groups]
     return [mean_over_texts(layer, tokens)[None, None] for layer in zip(*per_group, strict=True)]
 
 
@@ -668,11 +748,11 @@ def patch(
     direction = default_direction(ablation, direction)
     check_options(loaded, direction, granularity, method, metric, site, ablation)
     chosen, encoded = load_pairs(loaded, pairs, prepend_bos)
-    tokens = encoded.token_count
+    tokens = encoded.positions(site)
     if GRIDS[granularity].per_position and tokens is None:
         raise BertologyError(
             f"--granularity {granularity} compares positions, so every pair needs the same token count; "
-            f"these pairs have {sorted({group.tokens for group in encoded.groups})}."
+            f"these pairs have {sorted({group.span(site)[0] for group in encoded.groups})}."
         )
     patches, grid = grid_patches(
         len(_site_layers(loaded, site)), _site_heads(loaded, site), tokens or 1, granularity
@@ -739,10 +819,10 @@ def patch(
     study = PatchingStudy(
         loaded.name,
         chosen,
-        encoded.tokens,
+        encoded.tokens_at(site),
         encoded.language_model,
         labels=_label_names(loaded, encoded),
-        attention=_first_pair_attention(loaded, encoded),
+        attention={} if has_stacks(loaded.model) else _first_pair_attention(loaded, encoded),
     )
     if exact is not None:
         study.exact = PatchingResult("exact", ld_patched=exact.reshape(*grid, count), **base)  # type: ignore[arg-type]

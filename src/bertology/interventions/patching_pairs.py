@@ -7,6 +7,13 @@ token each, read at the last token, or several, scored under teacher forcing wit
 have ``label`` and ``wrong_label`` (label names); by default the clean and the corrupted input's predicted
 labels. :func:`read_pairs` checks what the file alone shows (before a model loads); :func:`encode_pairs`
 checks the rest against the model's tokenizer and labels.
+
+For an encoder-decoder (BART, T5) ``clean`` and ``corrupted`` are the two *sources* (the same token count),
+and the decoder reads one target prefix shared by both runs, ``target`` (optional; by default empty: the
+decoder start token alone, then the prefix's tokens without special tokens); ``answer`` and ``wrong`` are
+the next target token(s) after that prefix, scored as a decoder's are. An encoder site's positions are the
+source's, a decoder or cross-attention site's the target prefix's (the same in both runs), but for
+cross-attention's keys and values, computed from the source.
 """
 
 from __future__ import annotations
@@ -26,11 +33,14 @@ from bertology.corpus.readers import read_lines
 from bertology.errors import BertologyError
 from bertology.models.loading import LoadedModel
 from bertology.models.model_types import KIND_PHRASES, ModelKind
+from bertology.models.sites import over_source
 
 #: The keys a line may hold.
 TEXT_KEYS = ("clean", "corrupted")
 ANSWER_KEYS = ("answer", "wrong")
 LABEL_KEYS = ("label", "wrong_label")
+#: An encoder-decoder's target prefix, shared by the clean and the corrupted source.
+TARGET_KEY = "target"
 #: The longest line a pairs file may have: 1 MiB, room for two texts of far more tokens than a model's
 #: context holds, so a line this long is refused before it is tokenized (a file of one huge line is not
 #: even read whole); :func:`encode_pairs` then holds each text to the model's own limit.
@@ -57,7 +67,8 @@ def sst2_pairs() -> Path:
 @dataclass(frozen=True)
 class PatchPair:
     """One line of a pairs file: the two texts, and the answer tokens (a language model) or label names
-    (a classifier; ``None``: the predicted ones). line: its 1-based line number."""
+    (a classifier; ``None``: the predicted ones). line: its 1-based line number. target: an
+    encoder-decoder's target prefix (``None``: empty, the decoder start token alone)."""
 
     clean: str
     corrupted: str
@@ -66,6 +77,7 @@ class PatchPair:
     label: str | None
     wrong_label: str | None
     line: int
+    target: str | None = None
 
 
 def _field(record: dict[str, object], key: str, where: str) -> str | None:
@@ -82,8 +94,8 @@ def read_pairs(path: str | Path) -> list[PatchPair]:
         BertologyError: a path that is not a regular file (a folder, a named pipe...), a binary file, a
             line that is not UTF-8 or is over :data:`MAX_PAIR_LINE_BYTES` (the corpus readers' checks,
             :func:`~bertology.corpus.readers.read_lines`), an empty file, a line that is not a JSON
-            object, a line without both texts, ``answer`` without ``wrong`` (or the reverse), or answers
-            and labels mixed in one file.
+            object, a line without both texts, ``answer`` without ``wrong`` (or the reverse), answers
+            and labels mixed in one file, or a ``target`` without answers.
     """
     source = Path(path)
     pairs = []
@@ -106,7 +118,12 @@ def read_pairs(path: str | Path) -> list[PatchPair]:
             raise BertologyError(f"{where} needs both 'answer' and 'wrong', or neither.")
         if answer is not None and (label is not None or wrong_label is not None):
             raise BertologyError(f"{where} mixes a language model's 'answer' with a classifier's labels.")
-        pairs.append(PatchPair(clean, corrupted, answer, wrong, label, wrong_label, number))
+        target = _field(record, TARGET_KEY, where)
+        if target is not None and answer is None:
+            raise BertologyError(
+                f"{where} gives a 'target' (an encoder-decoder's target prefix) without 'answer' and 'wrong'."
+            )
+        pairs.append(PatchPair(clean, corrupted, answer, wrong, label, wrong_label, number, target))
     if not pairs:
         raise BertologyError(f"The pairs file '{source}' has no pairs (one JSON object per line).")
     if len({pair.answer is None for pair in pairs}) > 1:
@@ -124,18 +141,24 @@ def pairs_for_language_model(pairs: list[PatchPair]) -> bool:
 
 def check_pairs_fit(pairs: list[PatchPair], name: str, kind: ModelKind) -> None:
     """Refuse pairs of the wrong sort for a model of ``kind``: answers (a language model's pairs) need a
-    decoder, and a decoder needs answers; an encoder-decoder takes none. name: the model as the user gave it.
+    decoder or an encoder-decoder, and those need answers; a target prefix needs an encoder-decoder. name:
+    the model as the user gave it.
 
     Raises:
         BertologyError: as said.
     """
-    if kind == "encoder-decoder":
-        raise BertologyError(
-            f"'{name}' is an encoder-decoder, whose heads are patched by its target's loss in Python "
-            "(bertology.interventions.patch_target_loss), not on pairs of clean and corrupted texts."
-        )
     language_model = pairs_for_language_model(pairs)
-    if language_model and kind != "decoder":
+    with_target = next((pair for pair in pairs if pair.target is not None), None)
+    if with_target is not None and kind != "encoder-decoder":
+        raise BertologyError(
+            f"Line {with_target.line} gives a 'target', the target prefix of an encoder-decoder's pairs; "
+            f"'{name}' is {KIND_PHRASES[kind]} model, which reads the texts alone."
+        )
+    if not language_model and kind == "encoder-decoder":
+        raise BertologyError(
+            f"'{name}' is an encoder-decoder: give 'answer' and 'wrong' (the next target tokens) on every line."
+        )
+    if language_model and kind == "encoder":
         raise BertologyError(
             f"The pairs give 'answer' and 'wrong', which only a decoder language model predicts; '{name}' is "
             f"{KIND_PHRASES[kind]} model, patched as a classifier, whose pairs give optional 'label' and "
@@ -155,6 +178,10 @@ class PairGroup:
     classifier; -1 where the predicted label is to be taken). language_model: which. prompt_tokens: the
     token count of the texts.
 
+    An encoder-decoder's inputs hold the source (``input_ids``) and the target prefix
+    (``decoder_input_ids``, the same in both runs): ``prompt_tokens`` and :attr:`tokens` count the target's,
+    ``source_tokens`` the source's (0 for other models).
+
     Where some answer of the file has several tokens, each pair has two input rows (rows ``0..b-1``: the
     text and its answer, ``b..2b-1``: the text and its wrong answer) of ``prompt_tokens + L - 1`` tokens:
     the continuation but its last token, right-padded to the group's longest, ``L`` tokens (a causal
@@ -173,11 +200,21 @@ class PairGroup:
     prompt_tokens: int = 0
     targets: torch.Tensor | None = None
     target_mask: torch.Tensor | None = None
+    source_tokens: int = 0
 
     @property
     def tokens(self) -> int:
-        """The input rows' token count (the texts', and with several-token answers the continuation's)."""
-        return int(self.clean["input_ids"].shape[1])
+        """The input rows' token count (the texts', and with several-token answers the continuation's; an
+        encoder-decoder's: its target's)."""
+        return int(self.clean.get("decoder_input_ids", self.clean["input_ids"]).shape[1])
+
+    def span(self, site: str) -> tuple[int, int]:
+        """``(texts, rows)``: the positions of ``site``'s tensor that are the texts' and those of the input
+        rows (with a several-token answer's appended), the source's for an encoder-decoder's site over
+        the source (:func:`~bertology.models.sites.over_source`)."""
+        if over_source(site):
+            return self.source_tokens, self.source_tokens
+        return self.prompt_tokens, self.tokens
 
     def answer_tokens(self) -> list[tuple[list[int], list[int]]]:
         """Per pair, a language model's answer and wrong answer token ids."""
@@ -192,11 +229,13 @@ class PairGroup:
 @dataclass
 class EncodedPairs:
     """Every pair encoded, in groups of equal token count; tokens: per pair, the clean and the corrupted
-    input's tokens as the tokenizer writes them."""
+    input's tokens as the tokenizer writes them; prefixes: an encoder-decoder's, per pair its target
+    prefix's tokens (``None`` for other models)."""
 
     groups: list[PairGroup]
     tokens: list[tuple[list[str], list[str]]]
     language_model: bool
+    prefixes: list[list[str]] | None = None
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -205,6 +244,19 @@ class EncodedPairs:
     def token_count(self) -> int | None:
         """The pairs' common token count (of their texts); ``None`` when they differ."""
         return self.groups[0].prompt_tokens if len(self.groups) == 1 else None
+
+    def positions(self, site: str) -> int | None:
+        """The pairs' common count of ``site``'s text positions (:meth:`PairGroup.span`); ``None`` when
+        they differ."""
+        counts = {group.span(site)[0] for group in self.groups}
+        return counts.pop() if len(counts) == 1 else None
+
+    def tokens_at(self, site: str) -> list[tuple[list[str], list[str]]]:
+        """Per pair, the clean and the corrupted run's tokens at ``site``'s positions: the texts', or an
+        encoder-decoder's target prefix (twice) at a site over the target."""
+        if self.prefixes is None or over_source(site):
+            return self.tokens
+        return [(prefix, prefix) for prefix in self.prefixes]
 
 
 def _answer_tokens(loaded: LoadedModel, text: str, key: str, line: int) -> list[int]:
@@ -250,27 +302,68 @@ def _continued(
     return rows, targets, mask
 
 
+def _seq2seq_inputs(loaded: LoadedModel, sources: list[list[int]], targets: list[list[int]]) -> dict[str, Any]:
+    """An encoder-decoder's inputs: the source token ``sources`` and the target token ``targets`` (each all
+    of one length), without a key/value cache."""
+    ids = torch.as_tensor(sources, device=loaded.device)
+    return {
+        "input_ids": ids,
+        "attention_mask": torch.ones_like(ids),
+        "decoder_input_ids": torch.as_tensor(targets, device=loaded.device),
+        "use_cache": False,
+    }
+
+
 def _language_model_group(
-    loaded: LoadedModel, rows: list[int], pairs: list[PatchPair], ids: list[tuple[list[int], list[int]]]
+    loaded: LoadedModel,
+    rows: list[int],
+    pairs: list[PatchPair],
+    ids: list[tuple[list[int], list[int]]],
+    prefixes: list[list[int]] | None = None,
 ) -> PairGroup:
     """The :class:`PairGroup` of a language model's ``pairs`` (rows ``rows`` of the file, token ``ids``
-    clean and corrupted each)."""
+    clean and corrupted each; an encoder-decoder's sources, with its target ``prefixes``)."""
     answers = [_answer_tokens(loaded, p.answer or "", "answer", p.line) for p in pairs]
     wrongs = [_answer_tokens(loaded, p.wrong or "", "wrong", p.line) for p in pairs]
     first = [
         torch.as_tensor([tokens[0] for tokens in side], device=loaded.device) for side in (answers, wrongs)
     ]
-    prompt = len(ids[0][0])
-    if all(len(tokens) == 1 for tokens in (*answers, *wrongs)):
-        clean, corrupted = (_decoder_inputs(loaded, [pair[side] for pair in ids], 1) for side in (0, 1))
-        return PairGroup(np.asarray(rows), clean, corrupted, *first, True, prompt)
-    continuations = answers + wrongs
+    # per pair, the clean and the corrupted tokens that the answers follow
+    prompts = ids if prefixes is None else [(prefix, prefix) for prefix in prefixes]
+    prompt = len(prompts[0][0])
+    single = all(len(tokens) == 1 for tokens in (*answers, *wrongs))
+    targets = mask = None
     inputs = []
     for side in (0, 1):
-        texts, targets, mask = _continued([pair[side] for pair in ids] * 2, continuations)
-        inputs.append(_decoder_inputs(loaded, texts, targets.shape[1]))
+        texts = [pair[side] for pair in prompts]
+        keep = 1
+        if not single:
+            texts, targets, mask = _continued(texts * 2, answers + wrongs)
+            keep = targets.shape[1]
+        if prefixes is None:
+            inputs.append(_decoder_inputs(loaded, texts, keep))
+        else:
+            sources = [pair[side] for pair in ids] * (len(texts) // len(ids))
+            inputs.append(_seq2seq_inputs(loaded, sources, texts))
     device = loaded.device
-    return PairGroup(np.asarray(rows), *inputs, *first, True, prompt, targets.to(device), mask.to(device))
+    return PairGroup(
+        np.asarray(rows),
+        *inputs,
+        *first,
+        True,
+        prompt,
+        None if targets is None else targets.to(device),
+        None if mask is None else mask.to(device),
+        0 if prefixes is None else len(ids[0][0]),
+    )
+
+
+def _target_prefix(loaded: LoadedModel, pair: PatchPair) -> list[int]:
+    """An encoder-decoder's target prefix token ids for ``pair``: the decoder start token, then ``target``'s
+    tokens (without special tokens)."""
+    start = loaded.model.config.decoder_start_token_id
+    words = loaded.tokenizer(pair.target, add_special_tokens=False)["input_ids"] if pair.target else []
+    return [int(start), *(int(token) for token in words)]
 
 
 def _require_logits(loaded: LoadedModel, language_model: bool) -> None:
@@ -349,7 +442,7 @@ def encode_pairs(loaded: LoadedModel, pairs: list[PatchPair], prepend_bos: bool 
     Raises:
         BertologyError: a text of more tokens than the model takes (:attr:`LoadedModel.max_length`), a
             clean and corrupted text of different token counts, answers for a classifier or none for a
-            language model, a model without the head its pairs need, an answer of no token, an unknown
+            language model, a target prefix for a model without a decoder of its own, a model without the head its pairs need, an answer of no token, an unknown
             label, or ``prepend_bos`` for a classifier or a tokenizer without a BOS token.
     """
     check_pairs_fit(pairs, loaded.name, loaded.kind)
@@ -359,9 +452,11 @@ def encode_pairs(loaded: LoadedModel, pairs: list[PatchPair], prepend_bos: bool 
         _check_bos(loaded, language_model)
     tokenizer = loaded.tokenizer
     most_characters = loaded.max_length * max(map(len, tokenizer.get_vocab()))
-    counts: dict[int, list[int]] = {}
+    seq2seq = loaded.kind == "encoder-decoder"
+    counts: dict[tuple[int, int], list[int]] = {}
     tokens = []
     ids = []
+    prefixes: list[list[int]] = []
     for row, pair in enumerate(pairs):
         clean, corrupted = (
             _token_ids(loaded, text, key, pair.line, most_characters, prepend_bos)
@@ -374,12 +469,15 @@ def encode_pairs(loaded: LoadedModel, pairs: list[PatchPair], prepend_bos: bool 
             )
         ids.append((clean, corrupted))
         tokens.append((tokenizer.convert_ids_to_tokens(clean), tokenizer.convert_ids_to_tokens(corrupted)))
-        counts.setdefault(len(clean), []).append(row)
+        prefix = _target_prefix(loaded, pair) if seq2seq else []
+        prefixes.append(prefix)
+        counts.setdefault((len(clean), len(prefix)), []).append(row)
     groups = []
-    for count, rows in sorted(counts.items()):
+    for (count, _), rows in sorted(counts.items()):
         chosen = [pairs[row] for row in rows]
         if language_model:
-            groups.append(_language_model_group(loaded, rows, chosen, [ids[row] for row in rows]))
+            own = [prefixes[row] for row in rows] if seq2seq else None
+            groups.append(_language_model_group(loaded, rows, chosen, [ids[row] for row in rows], own))
             continue
         answer = [_label_id(loaded, p.label, "label", p.line) for p in chosen]
         wrong = [_label_id(loaded, p.wrong_label, "wrong_label", p.line) for p in chosen]
@@ -396,4 +494,5 @@ def encode_pairs(loaded: LoadedModel, pairs: list[PatchPair], prepend_bos: bool 
                 count,
             )
         )
-    return EncodedPairs(groups, tokens, language_model)
+    prefix_tokens = [tokenizer.convert_ids_to_tokens(prefix) for prefix in prefixes] if seq2seq else None
+    return EncodedPairs(groups, tokens, language_model, prefix_tokens)

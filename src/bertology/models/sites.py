@@ -183,6 +183,20 @@ def stacked_name(stack: str, name: str) -> str:
     return f"{stack}:{name}"
 
 
+def site_of(name: str) -> Site:
+    """The :class:`Site` a site name names (an encoder-decoder's without its stack: ``"cross:z"`` is
+    ``z``)."""
+    return SITES[name.rpartition(":")[2]]
+
+
+def over_source(name: str) -> bool:
+    """True for an encoder-decoder's site whose positions are the source's: the encoder's, and
+    cross-attention's keys and values (computed from the encoder's output); the decoder's and
+    cross-attention's other sites are over the target's positions."""
+    stack, _, base = name.rpartition(":")
+    return stack == "encoder" or (stack == "cross" and base in ("k", "v"))
+
+
 def site_names(model: PreTrainedModel) -> list[str]:
     """Every site name ``model`` has: :data:`SITES` (``logits`` only with a head), or an encoder-decoder's
     stacked names (:data:`STACK_SITES`)."""
