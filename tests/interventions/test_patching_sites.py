@@ -1,7 +1,8 @@
 """Patching and attribution patching at every patchable site and granularity, each checked against a
 reference written here: one plain forward pass per patch with torch forward hooks on the Hugging Face
 modules (named here, not through :mod:`bertology.models`), and gradients taken here, on the tiny Llama,
-GPT-2 and BERT classifier, in both directions.
+GPT-2 and BERT classifier, in both directions; and exact patching of the tiny BART's stacked sites (its
+source swapped, its target prefix shared), whose decoder reads the target prefix built here.
 
 Tolerances: exact patching and the reference run the same float32 forward passes, batched differently
 (several patches per pass, the layers below the patched one computed once, a decoder's shared prefix
@@ -22,6 +23,7 @@ import numpy as np
 import pytest
 import torch
 from support.patching_reference import tiny_models_by_type
+from support.tiny_models import tiny_language_model
 from transformers.utils import ModelOutput
 
 from bertology import BertologyError
@@ -37,6 +39,9 @@ PAIRS = {
     "llama": PatchPair(CLEAN, CORRUPTED, " the", " dog", None, None, 1),
     "gpt2": PatchPair(CLEAN, CORRUPTED, " the", " next", None, None, 1),  # one token each in its vocabulary
     "bert": PatchPair(CLEAN, CORRUPTED, None, None, "pos", "neg", 1),
+    # the sources differ at their fourth token and have 9 tokens each, the prefix "it is" 4 with the
+    # decoder start token; " the" and " in" are one token each in its vocabulary
+    "bart": PatchPair("the cat sat", "the cot sat", " the", " in", None, None, 1, "it is"),
 }
 
 
@@ -76,9 +81,27 @@ LAYERLESS = {
 }
 
 
+def _stack_slot(loaded: LoadedModel, site: str, layer: int) -> Slot:
+    """Where the tiny BART's ``site`` (``stack:name``) of ``layer`` is: a layer's input or output, a
+    projection's output (queries, keys, values) or the output projection's input (``z``) of the stack's
+    attention (cross-attention: the decoder layer's ``encoder_attn``)."""
+    stack, _, name = site.partition(":")
+    model = loaded.model.model
+    block = (model.encoder if stack == "encoder" else model.decoder).layers[layer]
+    if name in ("resid_pre", "resid_post"):
+        return Slot(block, name == "resid_pre")
+    attention = block.encoder_attn if stack == "cross" else block.self_attn
+    if name == "z":
+        return Slot(attention.out_proj, True)
+    modules = {"q": attention.q_proj, "k": attention.k_proj, "v": attention.v_proj, "attn_out": attention}
+    return Slot(modules[name], False)
+
+
 def _slot(loaded: LoadedModel, site: str, layer: int) -> Slot:
     """Where ``site`` of ``layer`` is, for the sites a module call holds whole (``layer`` unused for the
     sites without layers)."""
+    if ":" in site:
+        return _stack_slot(loaded, site, layer)
     model_type = loaded.model.config.model_type
     if site in LAYERLESS[model_type]:
         return Slot(loaded.model.get_submodule(LAYERLESS[model_type][site]), False)
@@ -169,10 +192,14 @@ def site_replaced(
 
 def score(loaded: LoadedModel, pair: PatchPair, text: str) -> torch.Tensor:
     """The logit difference of ``text`` by a plain forward pass: the answer's and the wrong token's logits
-    at the last token, or the two labels'."""
+    at the last token (an encoder-decoder's: ``text`` the source, the decoder's input its start token and
+    the pair's target), or the two labels'."""
     encoded = loaded.tokenizer([text], return_tensors="pt")
+    if loaded.kind == "encoder-decoder":
+        prefix = loaded.tokenizer(pair.target, add_special_tokens=False)["input_ids"]
+        encoded["decoder_input_ids"] = torch.tensor([[loaded.model.config.decoder_start_token_id, *prefix]])
     logits = loaded.model(**encoded).logits[0]
-    if loaded.kind == "decoder":
+    if loaded.kind != "encoder":
         ids = [
             loaded.tokenizer(word, add_special_tokens=False)["input_ids"][0]
             for word in (pair.answer, pair.wrong)
@@ -216,23 +243,40 @@ def cells(grid: tuple[int, ...], axes: tuple[str, ...], swapped: int) -> list[di
     return [dict(cell) for cell in sorted(unique)]
 
 
+def site_gradient(loaded: LoadedModel, pair: PatchPair, site: str, layer: int, text: str) -> torch.Tensor:
+    """[1, tokens, features] the gradient of the logit difference at ``site`` of ``layer`` in the pass of
+    ``text``, the graph cut at the site."""
+    leaf: list[torch.Tensor] = []
+    with (
+        torch.enable_grad(),
+        site_replaced(
+            loaded, site, layer, lambda x: leaf.append(x.detach().requires_grad_(True)) or leaf[-1]
+        ),
+    ):
+        (gradient,) = torch.autograd.grad(score(loaded, pair, text), leaf[0])
+    return gradient
+
+
 def check_site(loaded: LoadedModel, pair: PatchPair, site: str, granularity: str, denoising: bool) -> bool:
-    """Exact and attribution patching of ``site`` by ``granularity`` equal the references at :func:`cells`;
-    whether some checked patch changes the logit difference, by 10x the tolerance."""
+    """Exact and attribution patching (exact only at an encoder-decoder's site) of ``site`` by
+    ``granularity`` equal the references at :func:`cells`; whether some checked patch changes the logit
+    difference, by 10x the tolerance."""
+    attribution = ":" not in site
     study: PatchingStudy = patch(
         loaded,
         [pair],
         direction="denoising" if denoising else "noising",
         site=site,
         granularity=granularity,
-        method="both",
+        method="both" if attribution else "exact",
     )
-    assert study.exact is not None and study.attribution is not None
+    assert study.exact is not None and (study.attribution is not None or not attribution)
     source, target = (pair.clean, pair.corrupted) if denoising else (pair.corrupted, pair.clean)
     axes = GRIDS[granularity].axes
     head_dim = loaded.model.config.hidden_size // loaded.num_heads
     grid = study.exact.ld_patched.shape[:-1]
-    swapped = next(i for i, (a, b) in enumerate(zip(*study.tokens[0], strict=True)) if a != b)
+    # a site over an encoder-decoder's target prefix: the same tokens in both runs
+    swapped = next((i for i, (a, b) in enumerate(zip(*study.tokens[0], strict=True)) if a != b), 1)
     with torch.no_grad():
         ld_target = float(score(loaded, pair, target))
     assert study.exact.ld_target[0] == pytest.approx(ld_target, abs=1e-5)
@@ -241,18 +285,7 @@ def check_site(loaded: LoadedModel, pair: PatchPair, site: str, granularity: str
     for layer in sorted({cell["layer"] for cell in checked}):
         wanted = recorded(loaded, pair, site, layer, source)
         present = recorded(loaded, pair, site, layer, target)
-        # the gradient at the target run, the graph cut at the site
-        leaf: list[torch.Tensor] = []
-        with (
-            torch.enable_grad(),
-            site_replaced(
-                loaded,
-                site,
-                layer,
-                lambda x, leaf=leaf: leaf.append(x.detach().requires_grad_(True)) or leaf[-1],
-            ),
-        ):
-            (gradient,) = torch.autograd.grad(score(loaded, pair, target), leaf[0])
+        gradient = site_gradient(loaded, pair, site, layer, target) if attribution else None
         for cell in (cell for cell in checked if cell["layer"] == layer):
             mask = cell_mask(cell, *wanted.shape, head_dim)
             with (
@@ -265,10 +298,12 @@ def check_site(loaded: LoadedModel, pair: PatchPair, site: str, granularity: str
             index = tuple(cell[axis] for axis in axes)
             found = study.exact.ld_patched[(*index, 0)]
             assert found == pytest.approx(expected, abs=1e-5), (site, granularity, cell)
+            moved |= abs(expected - ld_target) > 1e-4
+            if study.attribution is None or gradient is None:  # an encoder-decoder's: exact only
+                continue
             estimate = ld_target + float(((wanted - present) * gradient[0])[mask].sum())
             found = study.attribution.ld_patched[(*index, 0)]
             assert found == pytest.approx(estimate, abs=1e-4, rel=1e-4), (site, granularity, cell)
-            moved |= abs(expected - ld_target) > 1e-4
     return moved
 
 
@@ -309,6 +344,26 @@ def test_distinct_sites_equal_a_hooked_pass_per_patch(
     loaded = models(model_type)
     for site, granularity in DISTINCT[model_type]:
         assert check_site(loaded, PAIRS[model_type], site, granularity, direction == "denoising"), site
+
+
+#: The tiny BART's stacks, one site each found and replaced differently: the encoder's head outputs by
+#: head (its output projection's input), the decoder's layer input by (target) position, cross-attention's
+#: head outputs by head and (target) position and its values by (source) position.
+STACKED = [
+    ("encoder:z", "head"),
+    ("decoder:resid_pre", "position"),
+    ("cross:z", "head-position"),
+    ("cross:v", "position"),
+]
+
+
+@pytest.mark.parametrize("direction", ["denoising", "noising"])
+def test_an_encoder_decoders_stacked_sites_equal_a_hooked_pass_per_patch(
+    direction: str, tiny_model_dirs: dict[str, Path]
+) -> None:
+    loaded = tiny_language_model(tiny_model_dirs["bart"])
+    for site, granularity in STACKED:
+        assert check_site(loaded, PAIRS["bart"], site, granularity, direction == "denoising"), site
 
 
 #: The tiny Llama's grouped-query sites: keys and values by key/value head (2), queries and head outputs by

@@ -83,7 +83,9 @@ def patch_grid(site: str, granularity: str) -> PatchGrid:
             "instead."
         )
     if colon and base not in STACK_SITES.get(stack, ()):
-        named = [f"{stack}:{name}" for stack, names in STACK_SITES.items() for name in names if name != "pattern"]
+        named = [
+            f"{stack}:{name}" for stack, names in STACK_SITES.items() for name in names if name != "pattern"
+        ]
         raise BertologyError(
             f"There is no site {site!r} to patch; an encoder-decoder's sites are {', '.join(named)}."
         )

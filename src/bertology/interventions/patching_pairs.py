@@ -302,7 +302,9 @@ def _continued(
     return rows, targets, mask
 
 
-def _seq2seq_inputs(loaded: LoadedModel, sources: list[list[int]], targets: list[list[int]]) -> dict[str, Any]:
+def _seq2seq_inputs(
+    loaded: LoadedModel, sources: list[list[int]], targets: list[list[int]]
+) -> dict[str, Any]:
     """An encoder-decoder's inputs: the source token ``sources`` and the target token ``targets`` (each all
     of one length), without a key/value cache."""
     ids = torch.as_tensor(sources, device=loaded.device)
