@@ -94,7 +94,7 @@ def circuit(
     from bertology.report.circuit import finish_circuit_run
     from bertology.report.circuit_files import write_circuit_files
 
-    loaded, chosen = load_for_pairs(model, pairs, output, device, dtype)
+    loaded, chosen = load_for_pairs(model, pairs, output, device, dtype, encoder_decoder=False)
     with output_folder(output) as folder:
         with progress_bar("circuit", None) as on_progress:
             result = find_circuit(

@@ -113,21 +113,30 @@ def _path_patching(
 
 
 def load_for_pairs(
-    model: str, pairs: Path, output: Path, device: str, dtype: str
+    model: str, pairs: Path, output: Path, device: str, dtype: str, encoder_decoder: bool = True
 ) -> tuple[LoadedModel, list[PatchPair]]:
-    """The pairs file's pairs and the model loaded with the head they need (a decoder's language-model
-    head, else a classifier's), after every check that needs no model: the pairs suit the model's kind
-    and ``output`` may be written (``patch`` and ``circuit``)."""
+    """The pairs file's pairs and the model loaded with the head they need (a decoder's or an
+    encoder-decoder's language-model head, else a classifier's), after every check that needs no model:
+    the pairs suit the model's kind (an encoder-decoder refused unless ``encoder_decoder``) and ``output``
+    may be written (``patch`` and ``circuit``)."""
+    from bertology.errors import BertologyError
     from bertology.files.outputs import check_output_folder
     from bertology.interventions.patching_pairs import check_pairs_fit, read_pairs
     from bertology.models.loading import load_model, model_kind
 
     chosen = read_pairs(pairs)
     kind = model_kind(model)
+    if kind == "encoder-decoder" and not encoder_decoder:
+        raise BertologyError(
+            f"'{model}' is an encoder-decoder; circuits are found in encoder and decoder models (bertology "
+            "patch patches an encoder-decoder's sites)."
+        )
     check_pairs_fit(chosen, model, kind)
-    decoder = kind == "decoder"
+    classifier = kind == "encoder"
     check_output_folder(output)
-    loaded = load_model(model, language_model=decoder, classifier=not decoder, device=device, dtype=dtype)
+    loaded = load_model(
+        model, language_model=not classifier, classifier=classifier, device=device, dtype=dtype
+    )
     say_model_note(loaded.name)
     return loaded, chosen
 
@@ -137,7 +146,8 @@ def patch(
     model: Annotated[
         str,
         typer.Argument(
-            help="A decoder language model (a name or folder; pairs with 'answer' and 'wrong') or a "
+            help="A decoder language model (a name or folder; pairs with 'answer' and 'wrong'), an "
+            "encoder-decoder (BART, T5: the same, sources swapped, an optional shared 'target' prefix) or a "
             "fine-tuned classifier (a run folder from 'bertology finetune' or a model folder)."
         ),
     ],
@@ -166,7 +176,7 @@ def patch(
             "--site",
             help="What is patched in each layer: resid_pre, q, k, v, z (each head's output), attn_out, "
             "resid_mid, mlp_out or resid_post; or once: embed, final or logits (the README's table of "
-            "sites).",
+            "sites); an encoder-decoder's with its stack: encoder:z, decoder:resid_pre, cross:q, ...",
         ),
     ] = "z",
     granularity: Annotated[

@@ -50,7 +50,7 @@ from bertology.interventions.patching import load_pairs
 from bertology.interventions.patching_metrics import patching_metric
 from bertology.interventions.patching_pairs import PatchPair
 from bertology.models.anatomy import shares_layers
-from bertology.models.loading import LoadedModel
+from bertology.models.loading import LoadedModel, require_single_stack
 from bertology.options import (
     CIRCUIT_ABLATIONS,
     CIRCUIT_METHODS,
@@ -209,6 +209,7 @@ def circuit(
     Raises:
         BertologyError: an unknown option, a model the graph does not fit, or pairs the model cannot read.
     """
+    require_single_stack(loaded, "Circuit discovery")
     check_circuit_options(loaded, method, ablation, direction, metric, ig_steps)
     chosen, encoded = load_pairs(loaded, pairs, prepend_bos)
     graph = circuit_graph(loaded)

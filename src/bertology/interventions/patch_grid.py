@@ -79,8 +79,8 @@ def patch_grid(site: str, granularity: str) -> PatchGrid:
     stack, colon, base = site.rpartition(":")
     if base == "pattern":
         raise BertologyError(
-            f"The {site!r} site can be recorded but not patched; patch '{stack}{colon}z' (each head's output) "
-            "instead."
+            f"The {site!r} site can be recorded but not patched; patch '{stack}{colon}z' (each head's "
+            "output) instead."
         )
     if colon and base not in STACK_SITES.get(stack, ()):
         named = [

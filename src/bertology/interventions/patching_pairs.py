@@ -156,7 +156,8 @@ def check_pairs_fit(pairs: list[PatchPair], name: str, kind: ModelKind) -> None:
         )
     if not language_model and kind == "encoder-decoder":
         raise BertologyError(
-            f"'{name}' is an encoder-decoder: give 'answer' and 'wrong' (the next target tokens) on every line."
+            f"'{name}' is an encoder-decoder: give 'answer' and 'wrong' (the next target tokens) on every "
+            "line."
         )
     if language_model and kind == "encoder":
         raise BertologyError(
@@ -444,8 +445,9 @@ def encode_pairs(loaded: LoadedModel, pairs: list[PatchPair], prepend_bos: bool 
     Raises:
         BertologyError: a text of more tokens than the model takes (:attr:`LoadedModel.max_length`), a
             clean and corrupted text of different token counts, answers for a classifier or none for a
-            language model, a target prefix for a model without a decoder of its own, a model without the head its pairs need, an answer of no token, an unknown
-            label, or ``prepend_bos`` for a classifier or a tokenizer without a BOS token.
+            language model, a target prefix for a model other than an encoder-decoder, a model without
+            the head its pairs need, an answer of no token, an unknown label, or ``prepend_bos`` for a
+            classifier or a tokenizer without a BOS token.
     """
     check_pairs_fit(pairs, loaded.name, loaded.kind)
     language_model = pairs_for_language_model(pairs)

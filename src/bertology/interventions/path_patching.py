@@ -49,7 +49,7 @@ from bertology.interventions.patching import GroupRuns, check_options, load_pair
 from bertology.interventions.patching_pairs import PairGroup, PatchPair
 from bertology.models.anatomy import attention_parts
 from bertology.models.heads import head_name
-from bertology.models.loading import LoadedModel
+from bertology.models.loading import LoadedModel, require_single_stack
 from bertology.models.sites import Replacement, recording, replacing
 from bertology.options import PatchDirection, PatchMetric
 from bertology.progress import Progress
@@ -278,6 +278,7 @@ def _sweep(
     """``LD`` clean and corrupted [pairs] and patched [sender sets, pairs] of path patching each of
     ``sender_sets`` (checked) through ``receivers``, ``sets_per_pass`` sets side by side in a pass;
     ``on_progress`` told the sets done out of sets x groups of pairs of one token count."""
+    require_single_stack(loaded, "Path patching")
     check_options(loaded, direction, "head", "exact", metric)
     _, encoded = load_pairs(loaded, pairs, prepend_bos)
     ld = {run: np.zeros(len(encoded)) for run in ("clean", "corrupted")}

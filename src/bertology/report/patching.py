@@ -3,7 +3,9 @@
 - ``effects.csv`` (every run): one column per axis of the granularity's grid
   (:data:`~bertology.interventions.patch_grid.GRIDS`: ``layer``, ``head``, ``position``, 0-based) and
   ``effect`` (with ``--method both`` also ``attribution``, attribution patching's estimate of the same
-  effect).
+  effect); an encoder-decoder's site (``encoder:z``) puts its stack first, a ``stack`` column
+  (``encoder``, ``decoder`` or ``cross``), its positions being that stack's (the source's, or the target
+  prefix's: :mod:`~bertology.interventions.patching_pairs`).
 - ``head_effects.csv``: ``layer``, ``head``, ``effect`` (and ``attribution``) for a layer x head grid
   (granularity ``head``).
 - ``position_effects.csv``: ``layer`` (and ``head``), ``position``, ``clean_token`` (the word-start marks
@@ -44,7 +46,7 @@ from bertology.interventions.patching import PatchingResult, PatchingStudy, larg
 from bertology.interventions.patching_metrics import METRICS
 from bertology.interventions.path_patching import PathPatching, PathPatchingSweep
 from bertology.models.heads import head_name
-from bertology.models.sites import SITES
+from bertology.models.sites import site_of
 from bertology.options import PatchDirection
 from bertology.report import page, plots
 from bertology.report.head_grid import head_grid
@@ -260,7 +262,7 @@ def _effects_png(study: PatchingStudy, result: PatchingResult, target: Path, dpi
         rows = [head_name(layer, head) for layer in range(effect.shape[0]) for head in range(effect.shape[1])]
         figure = positions_figure(effect.reshape(len(rows), -1), rows, tokens, title)
     else:
-        per_layer = SITES[result.site].per_layer
+        per_layer = site_of(result.site).per_layer
         rows = [f"layer {layer}" if per_layer else result.site for layer in range(effect.shape[0])]
         if "position" in axes:
             figure = positions_figure(effect, rows, tokens, title)
@@ -364,7 +366,11 @@ def write_patching_report(study: PatchingStudy, outdir: str | Path, *, dpi: int 
     target.mkdir(parents=True, exist_ok=True)
     main = study.exact or study.attribution
     assert main is not None
-    effects_frame(study, tokens=False).to_csv(target / EFFECTS_FILE, index=False)
+    effects = effects_frame(study, tokens=False)
+    stack = main.site.rpartition(":")[0]
+    if stack:
+        effects.insert(0, "stack", stack)
+    effects.to_csv(target / EFFECTS_FILE, index=False)
     if main.grid.axes == ("layer", "head"):
         effects_frame(study).to_csv(target / HEAD_EFFECTS_FILE, index=False)
     if main.grid.per_position:
@@ -438,7 +444,7 @@ def write_patching_report(study: PatchingStudy, outdir: str | Path, *, dpi: int 
                 "model": study.model_name,
                 "direction": main.direction,
                 "ablation": ablation_text(main.ablation, main.direction),
-                "site": f"{main.site}: {SITES[main.site].meaning}",
+                "site": f"{main.site}: {site_of(main.site).meaning}",
                 "granularity": f"{main.granularity}: {main.grid.meaning}",
                 "metric": main.metric,
                 "pairs": len(study.pairs),
