@@ -428,7 +428,8 @@ def test_pairs_the_model_cannot_read_are_refused(models: Callable[[str], LoadedM
     with pytest.raises(BertologyError, match="Line 3: the clean text is 5 tokens and the corrupted 6"):
         encode_pairs(llama, [unequal])
     with pytest.raises(
-        BertologyError, match=r"only a decoder language model predicts; .* is an encoder model"
+        BertologyError,
+        match=r"only a language model \(a decoder or an encoder-decoder\) predicts; .* is an encoder model",
     ):
         encode_pairs(bert, pairs_for("llama"))
     with pytest.raises(BertologyError, match="needs the same token count"):

@@ -23,7 +23,6 @@ import numpy as np
 import pytest
 import torch
 from support.patching_reference import tiny_models_by_type
-from support.tiny_models import tiny_language_model
 from transformers.utils import ModelOutput
 
 from bertology import BertologyError
@@ -359,9 +358,9 @@ STACKED = [
 
 @pytest.mark.parametrize("direction", ["denoising", "noising"])
 def test_an_encoder_decoders_stacked_sites_equal_a_hooked_pass_per_patch(
-    direction: str, tiny_model_dirs: dict[str, Path]
+    direction: str, models: Callable[[str], LoadedModel]
 ) -> None:
-    loaded = tiny_language_model(tiny_model_dirs["bart"])
+    loaded = models("bart")
     for site, granularity in STACKED:
         assert check_site(loaded, PAIRS["bart"], site, granularity, direction == "denoising"), site
 
@@ -493,8 +492,67 @@ def test_a_classifiers_logits_by_position_are_refused_in_one_sentence(
 def test_answers_for_a_model_without_a_language_model_head_are_refused(
     models: Callable[[str], LoadedModel],
 ) -> None:
-    with pytest.raises(BertologyError, match="only a decoder language model predicts"):
+    with pytest.raises(
+        BertologyError, match=r"only a language model \(a decoder or an encoder-decoder\) predicts"
+    ):
         patch(models("bert"), [PAIRS["llama"]], site="mlp_out", granularity="layer")
+
+
+#: The tiny BART's pairs, the llama's with a target prefix, a classifier's on the BART.
+WITH_TARGET = PatchPair(CLEAN, CORRUPTED, " the", " dog", None, None, 1, "it is")
+UNLABELLED = PatchPair("the cat sat", "the cot sat", None, None, None, None, 1)
+
+
+@pytest.mark.parametrize(
+    ("model_type", "pair", "options", "message"),
+    [
+        (
+            "llama",
+            WITH_TARGET,
+            {},
+            "Line 1 gives a 'target', the target prefix of an encoder-decoder's pairs",
+        ),
+        ("bart", UNLABELLED, {"site": "encoder:z"}, "is an encoder-decoder: give 'answer' and 'wrong'"),
+        (
+            "bart",
+            PAIRS["bart"],
+            {},
+            "is an encoder-decoder, whose sites name their stack: give one such as 'encoder:z'",
+        ),
+        (
+            "llama",
+            PAIRS["llama"],
+            {"site": "decoder:z"},
+            "has no encoder and decoder stacks; give the site without",
+        ),
+        ("bart", PAIRS["bart"], {"site": "cross:z", "method": "both"}, "is patched by the exact method only"),
+        (
+            "bart",
+            PAIRS["bart"],
+            {"site": "cross:pattern"},
+            "The 'cross:pattern' site can be recorded but not",
+        ),
+        (
+            "bart",
+            PAIRS["bart"],
+            {"site": "cross:resid_pre"},
+            "There is no site 'cross:resid_pre' to patch; an ",
+        ),
+        ("bart", PAIRS["bart"], {"site": "decoder:attn_out", "granularity": "head"}, "has no head axis"),
+    ],
+)
+def test_pairs_or_sites_of_the_other_kind_of_model_are_refused_in_one_sentence(
+    model_type: str,
+    pair: PatchPair,
+    options: dict[str, str],
+    message: str,
+    models: Callable[[str], LoadedModel],
+) -> None:
+    """A target prefix on a decoder, a classifier's pairs on an encoder-decoder, a site without its stack on
+    an encoder-decoder (or with one on a decoder), attribution, pattern or a site a stack lacks."""
+    with pytest.raises(BertologyError, match=message) as raised:
+        patch(models(model_type), [pair], **options)  # type: ignore[arg-type]
+    assert str(raised.value).count(". ") == 0, raised.value
 
 
 # --- Ablation: a patch whose source is a constant -----------------------------------------------------

@@ -161,9 +161,9 @@ def check_pairs_fit(pairs: list[PatchPair], name: str, kind: ModelKind) -> None:
         )
     if language_model and kind == "encoder":
         raise BertologyError(
-            f"The pairs give 'answer' and 'wrong', which only a decoder language model predicts; '{name}' is "
-            f"{KIND_PHRASES[kind]} model, patched as a classifier, whose pairs give optional 'label' and "
-            "'wrong_label' instead."
+            "The pairs give 'answer' and 'wrong', which only a language model (a decoder or an "
+            f"encoder-decoder) predicts; '{name}' is {KIND_PHRASES[kind]} model, patched as a classifier, "
+            "whose pairs give optional 'label' and 'wrong_label' instead."
         )
     if not language_model and kind == "decoder":
         raise BertologyError(f"'{name}' is a language model: give 'answer' and 'wrong' on every line.")
