@@ -643,7 +643,8 @@ def check_options(
         )
     if loaded is not None and stacked != has_stacks(loaded.model):
         raise BertologyError(
-            f"{loaded.name} is an encoder-decoder, whose sites name their stack: give one such as 'encoder:{site}'."
+            f"{loaded.name} is an encoder-decoder, whose sites name their stack: give one such as "
+            f"'encoder:{site}'."
             if not stacked
             else f"{loaded.name} has no encoder and decoder stacks; give the site without its stack, "
             f"{site.rpartition(':')[2]!r}."
