@@ -371,12 +371,74 @@ def test_the_sst2_pairs_on_a_small_sst2_classifier_give_the_readme_picture(
     assert np.corrcoef(effects["effect"], effects["attribution"])[0, 1] > 0.9
 
 
-@pytest.mark.parametrize("command", ["patch", "circuit"])
-def test_an_encoder_decoder_is_refused_in_one_sentence_before_it_loads(
-    command: str, tiny_model_dirs: dict[str, Path], tmp_path: Path
+#: The tiny BART's pairs: sources of 9 tokens that differ at the fourth, one target prefix read by both
+#: runs' decoder, one-token answers after it.
+SEQ2SEQ_PAIRS = [
+    {"clean": "the cat sat", "corrupted": "the cot sat", "target": "it is", "answer": " the", "wrong": " in"},
+    {"clean": "the cat ran", "corrupted": "the cot ran", "target": "it is", "answer": " he", "wrong": " in"},
+]
+
+
+def test_patch_on_an_encoder_decoder_writes_its_stacked_sites_effects(
+    tiny_model_dirs: dict[str, Path], tmp_path: Path
 ) -> None:
-    pairs = write_pairs(tmp_path / "pairs.jsonl", PAIRS)
+    """The tiny BART patched at cross-attention's head outputs by head and target position: effects.csv
+    starts with the stack, its positions are the target prefix's (the decoder start token and "it is", 4),
+    and the effects are the per-pair LDs' normalised means."""
+    pairs = write_pairs(tmp_path / "pairs.jsonl", SEQ2SEQ_PAIRS)
+    output = tmp_path / "bart"
+    arguments = ["--site", "cross:z", "--granularity", "head-position"]
+    code, text = invoke(str(tiny_model_dirs["bart"]), str(pairs), "-o", str(output), *arguments)
+    assert code == 0, text
+    effects = pd.read_csv(output / "effects.csv")
+    assert list(effects.columns) == ["stack", "layer", "head", "position", "effect"]
+    assert set(effects["stack"]) == {"cross"} and len(effects) == 2 * 4 * 4
+    summary = json.loads((output / "summary.json").read_text())
+    assert (summary["site"], summary["granularity"]) == ("cross:z", "head-position")
+    exact = pd.read_csv(output / "pair_effects.csv")
+    mean_patched = exact.groupby(["layer", "head", "position"])["ld_patched"].mean().to_numpy()
+    clean, corrupted = summary["ld_clean"], summary["ld_corrupted"]
+    # the same float64 numbers written with all their digits: 1e-9
+    np.testing.assert_allclose(effects["effect"], (mean_patched - corrupted) / (clean - corrupted), atol=1e-9)
+    assert (output / "report.html").exists() and (output / "plots" / "effects_exact.png").exists()
+
+
+@pytest.mark.parametrize(
+    ("command", "model", "records", "message"),
+    [
+        (
+            "circuit",
+            "bart",
+            SEQ2SEQ_PAIRS,
+            "is an encoder-decoder; circuits are found in encoder and decoder",
+        ),
+        (
+            "patch",
+            "llama",
+            SEQ2SEQ_PAIRS,
+            "Line 1 gives a 'target', the target prefix of an encoder-decoder's",
+        ),
+        (
+            "patch",
+            "bart",
+            [{"clean": "a", "corrupted": "b"}],
+            "is an encoder-decoder: give 'answer' and 'wrong'",
+        ),
+        ("patch", "bart", [{"clean": "a", "corrupted": "b", "target": "c"}], "gives a 'target' (an encoder-"),
+    ],
+)
+def test_pairs_an_encoder_decoder_cannot_take_are_refused_in_one_sentence_before_it_loads(
+    command: str,
+    model: str,
+    records: list[dict[str, str]],
+    message: str,
+    tiny_model_dirs: dict[str, Path],
+    tmp_path: Path,
+) -> None:
+    """Circuits of an encoder-decoder, a target prefix for a decoder, an encoder-decoder's pairs without
+    answers, a target without answers."""
+    pairs = write_pairs(tmp_path / "pairs.jsonl", records)
     output = tmp_path / "out"
-    code, text = invoke_command(command, str(tiny_model_dirs["bart"]), str(pairs), "-o", str(output))
-    assert code == 1 and "is an encoder-decoder" in text and "patch_target_loss" in text, text
+    code, text = invoke_command(command, str(tiny_model_dirs[model]), str(pairs), "-o", str(output))
+    assert code == 1 and message in text, text
     assert text.count(". ") == 0 and not output.exists()
