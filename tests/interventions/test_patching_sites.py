@@ -365,6 +365,58 @@ def test_an_encoder_decoders_stacked_sites_equal_a_hooked_pass_per_patch(
         assert check_site(loaded, PAIRS["bart"], site, granularity, direction == "denoising"), site
 
 
+def continued_ld(loaded: LoadedModel, pair: PatchPair, source: str) -> float:
+    """The tiny BART's logit difference of answers of several tokens by plain passes: per answer, the
+    decoder reads the start token, the pair's target and the answer but its last token, and the answer's
+    log-probability is summed over its tokens; the answer's minus the wrong answer's."""
+    encoded = loaded.tokenizer([source], return_tensors="pt")
+    prefix = [loaded.model.config.decoder_start_token_id]
+    prefix += loaded.tokenizer(pair.target, add_special_tokens=False)["input_ids"]
+    scores = []
+    for word in (pair.answer, pair.wrong):
+        tokens = loaded.tokenizer(word, add_special_tokens=False)["input_ids"]
+        decoder = torch.tensor([prefix + tokens[:-1]])
+        logits = loaded.model(**encoded, decoder_input_ids=decoder).logits[0, -len(tokens) :]
+        scores.append(float(torch.log_softmax(logits, -1)[torch.arange(len(tokens)), tokens].sum()))
+    return scores[0] - scores[1]
+
+
+@pytest.mark.parametrize("site", ["encoder:z", "decoder:z"])
+def test_an_encoder_decoders_answers_of_several_tokens_are_patched_at_the_texts_positions(
+    site: str, models: Callable[[str], LoadedModel]
+) -> None:
+    """ " a" is two tokens, " in" one: each is read after the target prefix under teacher forcing, and a
+    decoder head's patch covers the prefix's 4 positions only, never the answer's (the encoder's: the
+    source's 9). Each head of the last layer, denoising, against plain passes hooked here."""
+    loaded = models("bart")
+    pair = PatchPair("the cat sat", "the cot sat", " a", " in", None, None, 1, "it is")
+    study = patch(loaded, [pair], site=site, granularity="head")
+    assert study.exact is not None
+    with torch.no_grad():
+        assert study.exact.ld_clean[0] == pytest.approx(continued_ld(loaded, pair, pair.clean), abs=1e-5)
+        assert study.exact.ld_corrupted[0] == pytest.approx(
+            continued_ld(loaded, pair, pair.corrupted), abs=1e-5
+        )
+    layer = study.exact.ld_patched.shape[0] - 1
+    texts = 9 if site == "encoder:z" else 4
+    kept: list[torch.Tensor] = []
+    with torch.no_grad(), site_replaced(loaded, site, layer, lambda x: kept.append(x.clone()) or x):
+        continued_ld(loaded, pair, pair.clean)
+    wanted = kept[0][:, :texts]  # the texts' positions of the clean pass (the same in both answers' passes)
+    moved = False
+    for head in range(loaded.num_heads):
+        mask = cell_mask({"head": head}, texts, wanted.shape[-1], 8)
+
+        def swap(x: torch.Tensor, mask: torch.Tensor = mask) -> torch.Tensor:
+            return torch.cat([torch.where(mask, wanted, x[:, :texts]), x[:, texts:]], 1)
+
+        with torch.no_grad(), site_replaced(loaded, site, layer, swap):
+            expected = continued_ld(loaded, pair, pair.corrupted)
+        assert study.exact.ld_patched[layer, head, 0] == pytest.approx(expected, abs=1e-5), head
+        moved |= abs(expected - study.exact.ld_corrupted[0]) > 1e-4
+    assert moved
+
+
 #: The tiny Llama's grouped-query sites: keys and values by key/value head (2), queries and head outputs by
 #: query head (4), each by head and by head and position.
 GROUPED_QUERY = [("k", "head"), ("v", "head-position"), ("q", "head-position"), ("z", "head")]
