@@ -26,9 +26,11 @@ from support.patching_reference import tiny_models_by_type
 from transformers.utils import ModelOutput
 
 from bertology import BertologyError
+from bertology.interventions.circuit import circuit
 from bertology.interventions.patch_grid import GRIDS, HEAD_SITES, PATCH_SITES
 from bertology.interventions.patching import PatchingStudy, patch
 from bertology.interventions.patching_pairs import PatchPair
+from bertology.interventions.path_patching import path_patch, path_patch_each
 from bertology.models.loading import LoadedModel
 
 #: One word swapped: the clean and the corrupted text share their first three tokens (a decoder's cached
@@ -548,6 +550,19 @@ def test_answers_for_a_model_without_a_language_model_head_are_refused(
         BertologyError, match=r"only a language model \(a decoder or an encoder-decoder\) predicts"
     ):
         patch(models("bert"), [PAIRS["llama"]], site="mlp_out", granularity="layer")
+
+
+def test_path_patching_and_circuits_refuse_an_encoder_decoder_in_one_sentence(
+    models: Callable[[str], LoadedModel],
+) -> None:
+    bart = models("bart")
+    message = "works on encoder and decoder models; .* is an encoder-decoder BART model[.]$"
+    with pytest.raises(BertologyError, match="^Path patching " + message):
+        path_patch(bart, [PAIRS["bart"]], [(0, 0)], [(1, 0, "q")])
+    with pytest.raises(BertologyError, match="^Path patching " + message):
+        path_patch_each(bart, [PAIRS["bart"]], [(1, 0, "q")])
+    with pytest.raises(BertologyError, match="^Circuit discovery " + message):
+        circuit(bart, [PAIRS["bart"]])
 
 
 #: The tiny BART's pairs, the llama's with a target prefix, a classifier's on the BART.

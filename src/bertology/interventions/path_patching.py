@@ -159,6 +159,7 @@ def check_receivers_after_senders(senders: Sequence[Head], receivers: Sequence[R
 
 
 def _check_heads(loaded: LoadedModel, senders: Sequence[Head], receivers: Sequence[Receiver]) -> None:
+    require_single_stack(loaded, "Path patching")
     if not senders or not receivers:
         raise BertologyError("Path patching needs at least one sender head and one receiver.")
     for layer, head, *_ in (*senders, *receivers):
@@ -278,7 +279,6 @@ def _sweep(
     """``LD`` clean and corrupted [pairs] and patched [sender sets, pairs] of path patching each of
     ``sender_sets`` (checked) through ``receivers``, ``sets_per_pass`` sets side by side in a pass;
     ``on_progress`` told the sets done out of sets x groups of pairs of one token count."""
-    require_single_stack(loaded, "Path patching")
     check_options(loaded, direction, "head", "exact", metric)
     _, encoded = load_pairs(loaded, pairs, prepend_bos)
     ld = {run: np.zeros(len(encoded)) for run in ("clean", "corrupted")}
