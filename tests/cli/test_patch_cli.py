@@ -395,12 +395,14 @@ def test_patch_on_an_encoder_decoder_writes_its_stacked_sites_effects(
     assert set(effects["stack"]) == {"cross"} and len(effects) == 2 * 4 * 4
     summary = json.loads((output / "summary.json").read_text())
     assert (summary["site"], summary["granularity"]) == ("cross:z", "head-position")
+    assert summary["pair_details"][1]["target"] == "it is"
     exact = pd.read_csv(output / "pair_effects.csv")
     mean_patched = exact.groupby(["layer", "head", "position"])["ld_patched"].mean().to_numpy()
     clean, corrupted = summary["ld_clean"], summary["ld_corrupted"]
     # the same float64 numbers written with all their digits: 1e-9
     np.testing.assert_allclose(effects["effect"], (mean_patched - corrupted) / (clean - corrupted), atol=1e-9)
-    assert (output / "report.html").exists() and (output / "plots" / "effects_exact.png").exists()
+    assert "<th>target</th>" in (output / "report.html").read_text()
+    assert (output / "plots" / "effects_exact.png").exists()
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,8 @@
 - ``summary.json``: the settings (``site``, ``granularity``, ``ablation``: ``counterfactual``, ``zero`` or
   ``mean``, and ``ablation_description``, ``metric``: ``logit-diff``, ``prob-diff`` or ``kl``, and
   ``metric_description``), the metric's mean clean and corrupted (``ld_clean``,
-  ``ld_corrupted``, named for the default logit difference ``LD``), each pair with its texts and values,
+  ``ld_corrupted``, named for the default logit difference ``LD``), each pair with its texts (an
+  encoder-decoder's pair with its ``target`` prefix) and values,
   the largest effects by size with their sign (``top``; heads also by ``name``, ``"layer-head"``
   0-based), and with both methods their agreement on that set.
 - ``plots/effects_<method>.png`` (diverging colours centred at 0, positions labelled with the first pair's
@@ -181,6 +182,7 @@ def summary(study: PatchingStudy) -> dict[str, Any]:
         {
             "clean": pair.clean,
             "corrupted": pair.corrupted,
+            **({} if pair.target is None else {"target": pair.target}),
             "answer": answer,
             "wrong": wrong,
             "ld_clean": float(main.ld_clean[index]),
@@ -307,10 +309,12 @@ def _pairs_table(study: PatchingStudy) -> pd.DataFrame:
     assert main is not None
     answer, wrong = ("answer", "wrong") if study.language_model else ("label", "wrong label")
     symbol = METRICS[main.metric].symbol
+    targets = [pair.target for pair in study.pairs]
     return pd.DataFrame(
         {
             "clean": [pair.clean for pair in study.pairs],
             "corrupted": [pair.corrupted for pair in study.pairs],
+            **({"target": [target or "" for target in targets]} if any(targets) else {}),
             answer: [names[0] for names in study.labels],
             wrong: [names[1] for names in study.labels],
             f"{symbol} clean": main.ld_clean,
