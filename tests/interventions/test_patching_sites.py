@@ -552,6 +552,23 @@ def test_answers_for_a_model_without_a_language_model_head_are_refused(
         patch(models("bert"), [PAIRS["llama"]], site="mlp_out", granularity="layer")
 
 
+def test_a_t5s_encoder_output_patched_whole_restores_the_clean_run_and_its_decoder_input_nothing(
+    models: Callable[[str], LoadedModel],
+) -> None:
+    """Known answers on the tiny T5 (relative position biases, a final encoder norm): the clean source's
+    residual stream after any encoder layer, at every position, makes the rest of the run the clean one (LD
+    the clean run's: effect 1), and the decoder's first layer input, the same target prefix in both runs,
+    changes nothing (LD the corrupted run's)."""
+    loaded = models("t5")
+    pair = PatchPair("the cot sat", "the dog sat", " in", "a", None, None, 1, "it is")
+    encoder = patch(loaded, [pair], site="encoder:resid_post", granularity="layer").exact
+    decoder = patch(loaded, [pair], site="decoder:resid_pre", granularity="layer").exact
+    assert encoder is not None and decoder is not None
+    assert abs(encoder.ld_clean[0] - encoder.ld_corrupted[0]) > 1e-2
+    np.testing.assert_allclose(encoder.ld_patched[:, 0], encoder.ld_clean[0], atol=1e-5)
+    np.testing.assert_allclose(decoder.ld_patched[0], decoder.ld_corrupted, atol=1e-5)
+
+
 def test_path_patching_and_circuits_refuse_an_encoder_decoder_in_one_sentence(
     models: Callable[[str], LoadedModel],
 ) -> None:
