@@ -725,7 +725,9 @@ def patch(
     ``loaded`` on ``pairs`` (:class:`PatchPair` or a pairs file:
     :mod:`~bertology.interventions.patching_pairs`) by ``granularity``: each head, each head at each
     position, the whole site, or the whole site at each position
-    (:data:`~bertology.interventions.patch_grid.GRIDS`).
+    (:data:`~bertology.interventions.patch_grid.GRIDS`). An encoder-decoder's ``site`` names its stack
+    (``encoder:z``, ``cross:v``; exact method only) and its pairs are sources with a shared target prefix
+    (module docstring).
 
     method: ``exact`` (one patched pass per patch, ``patches_per_pass`` side by side), ``attribution``
         (the first-order estimate) or ``both``.
@@ -743,8 +745,8 @@ def patch(
     Raises:
         BertologyError: an unknown option, a granularity ``site`` has no axis for, pairs that the model
             cannot read (see :func:`~bertology.interventions.patching_pairs.encode_pairs`), a
-            per-position granularity on pairs of different token counts, or a model that shares its
-            layers.
+            per-position granularity on pairs of different token counts, a model that shares its
+            layers, or a site without its stack for an encoder-decoder (with one for another model).
     """
     direction = default_direction(ablation, direction)
     check_options(loaded, direction, granularity, method, metric, site, ablation)
