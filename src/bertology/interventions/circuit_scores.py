@@ -36,7 +36,13 @@ from bertology.interventions.circuit_norms import (
     circuit_stages,
     stage_differences,
 )
-from bertology.interventions.circuit_pass import circuit_graph, gradient_pass, masked_pass, node_outputs
+from bertology.interventions.circuit_pass import (
+    GradientPoint,
+    circuit_graph,
+    gradient_pass,
+    masked_pass,
+    node_outputs,
+)
 from bertology.interventions.patching_metrics import Scorer, patching_metric
 from bertology.interventions.patching_pairs import PairGroup
 from bertology.models.loading import LoadedModel
@@ -81,13 +87,15 @@ class CircuitRuns:
         return self.score(self.logits[run])
 
 
-def metric_gradient(score: Scorer, logits: torch.Tensor, inputs: dict[int, torch.Tensor]) -> torch.Tensor:
+def metric_gradient(score: Scorer, logits: torch.Tensor, inputs: dict[int, GradientPoint]) -> torch.Tensor:
     """[backward nodes, rows, pos, d_model] float the gradient of ``score(logits)`` summed over the rows at
-    the backward nodes' ``inputs`` (by first backward index, as
+    the backward nodes' inputs (``inputs``: where each is taken, by first backward index, as
     :func:`~bertology.interventions.circuit_pass.gradient_pass` gives them)."""
     order = sorted(inputs)
-    found = torch.autograd.grad(score(logits).sum(), [inputs[index] for index in order])
-    return torch.cat([part.float().permute(2, 0, 1, 3) for part in found])
+    found = torch.autograd.grad(score(logits).sum(), [inputs[index].tensor for index in order])
+    with torch.no_grad():
+        parts = [inputs[index].input_gradient(part) for index, part in zip(order, found, strict=True)]
+        return torch.cat([part.float().permute(2, 0, 1, 3) for part in parts])
 
 
 def circuit_runs(
@@ -104,7 +112,7 @@ def circuit_runs(
     source, target = ("clean", "corrupted") if direction == "denoising" else ("corrupted", "clean")
     outputs, logits, norms = {}, {}, {}
     outputs[source], logits[source], norms[source] = node_outputs(loaded, getattr(group, source))
-    inputs: dict[int, torch.Tensor] = {}
+    inputs: dict[int, GradientPoint] = {}
     if gradient:
         logits[target], inputs, recorded = gradient_pass(loaded, getattr(group, target), record=True)
         assert recorded is not None
