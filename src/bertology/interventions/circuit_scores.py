@@ -177,8 +177,7 @@ def attribution_scores(loaded: LoadedModel, runs: CircuitRuns, steps: int | None
     graph = circuit_graph(loaded)
     scores = torch.zeros(len(graph.upstream), len(graph.downstream), device=gradient.device)
     for reads, difference in stage_differences(runs.run(runs.source), runs.run(runs.target), runs.stages):
-        flat = difference.permute(2, 0, 1, 3).flatten(1)
-        scores += edge_products(graph, flat, gradient.flatten(1), reads)
+        scores += edge_products(graph, difference.flatten(1), gradient.flatten(1), reads)
     return scores
 
 
