@@ -16,7 +16,7 @@ import bertology
 from bertology.errors import BertologyError
 from bertology.models import hook
 from bertology.models.anatomy import layer_modules
-from bertology.models.sites import SITES, hook_gates, hooking, recording, replacing
+from bertology.models.sites import SITES, head_input_gradients, hook_gates, hooking, recording, replacing
 
 _BERT = {
     "q": "attention.self.query",
@@ -407,3 +407,50 @@ def test_module_paths_and_consumed_patterns_are_refused(llama: bertology.LoadedM
         recording(llama.model, ["pattern"], consume=print),
     ):
         pass
+
+
+def _gradients_at(
+    loaded: bertology.LoadedModel, inputs: dict, direction: torch.Tensor, names: list[str]
+) -> dict[tuple[str, int], torch.Tensor]:
+    """The gradient of the last position's logits along ``direction`` at sites ``names`` of every layer,
+    each site replaced by a clone of itself."""
+    kept: dict[tuple[str, int], torch.Tensor] = {}
+
+    def keep(name: str) -> Callable[[torch.Tensor, int | None], torch.Tensor]:
+        def clone(tensor: torch.Tensor, layer: int | None) -> torch.Tensor:
+            assert layer is not None
+            kept[name, layer] = tensor.clone()
+            return kept[name, layer]
+
+        return clone
+
+    with torch.enable_grad(), replacing(loaded.model, {name: keep(name) for name in names}):
+        metric = loaded.model(**inputs).logits[:, -1] @ direction
+        found = torch.autograd.grad(metric.sum(), list(kept.values()))
+    return {key: gradient.detach() for key, gradient in zip(kept, found, strict=True)}
+
+
+# llama: an RMSNorm, by the formula's route; gpt2: a LayerNorm, by torch.func's
+@pytest.mark.parametrize("model_type", ["llama", "gpt2"])
+def test_head_input_gradients_equal_back_propagation_through_the_per_head_copies(
+    tiny_model_dirs: dict[str, Path], model_type: str
+) -> None:
+    """The gradient at each head's query, key and value input copy, from the gradient at the heads'
+    features: as autograd finds it through the copies that ``replacing`` makes."""
+    loaded = tiny_language_model(tiny_model_dirs[model_type])
+    inputs = _inputs(loaded)
+    torch.manual_seed(0)
+    direction = torch.randn(loaded.model.config.vocab_size)
+    through_copies = _gradients_at(loaded, inputs, direction, ["q_input", "k_input", "v_input"])
+    at_features = _gradients_at(loaded, inputs, direction, ["q", "k", "v"])
+    streams = bertology.trace(loaded.model, inputs, sites=["resid_pre"])
+    to_inputs = head_input_gradients(loaded.model)
+    for layer in range(len(layer_modules(loaded.model))):
+        for letter in "qkv":
+            stream, gradient = streams["resid_pre", layer], at_features[letter, layer]
+            found = to_inputs(layer, f"{letter}_input", stream, gradient)
+            expected = through_copies[f"{letter}_input", layer]
+            largest = float(expected.abs().max())
+            assert largest > 1e-4, (layer, letter)
+            # float32 sums in another order: within 1e-5 of the largest gradient
+            torch.testing.assert_close(found, expected, rtol=0, atol=1e-5 * largest)

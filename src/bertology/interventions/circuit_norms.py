@@ -145,9 +145,11 @@ def stage_differences(
 ) -> Iterator[tuple[slice, torch.Tensor]]:
     """``(reads, R - C)`` at each stage: the source run's contributions less the target run's, each run
     given as its (outputs, norm record), each carried with its own ``sigma``\\ s (EAP's activation
-    difference)."""
+    difference), node-major: [forward nodes, batch, pos, d_model], written so by the subtraction."""
     for (reads, ahead), (_, behind) in zip(carried(*source, stages), carried(*target, stages), strict=True):
-        yield reads, ahead - behind
+        batch, pos, nodes, width = ahead.shape
+        difference = torch.empty(nodes, batch, pos, width, dtype=ahead.dtype, device=ahead.device)
+        yield reads, torch.sub(ahead.permute(2, 0, 1, 3), behind.permute(2, 0, 1, 3), out=difference)
 
 
 @dataclass(frozen=True)

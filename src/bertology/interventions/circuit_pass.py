@@ -38,9 +38,9 @@ from bertology.interventions.circuit_norms import (
     circuit_stages,
     norm_scale,
 )
-from bertology.models.anatomy import attention_parts
+from bertology.models.anatomy import AttentionParts, attention_parts
 from bertology.models.loading import LoadedModel
-from bertology.models.sites import Replacement, SiteRequest, hooking, replacing
+from bertology.models.sites import Replacement, SiteRequest, head_input_gradients, hooking, replacing
 
 
 def circuit_graph(loaded: LoadedModel) -> CircuitGraph:
@@ -51,12 +51,27 @@ def circuit_graph(loaded: LoadedModel) -> CircuitGraph:
     )
 
 
-def head_outputs(loaded: LoadedModel, layer: int, z: torch.Tensor) -> torch.Tensor:
+def head_outputs(parts: AttentionParts, z: torch.Tensor) -> torch.Tensor:
     """[batch, pos, heads, d_model] float: each head's output ``z_h W_O^h`` from ``z`` [batch, pos, heads,
-    head_dim] (the output projection's bias left out)."""
-    weight = attention_parts(loaded.model)[layer].output_weight()  # [d_model, heads * head_dim]
+    head_dim] of the layer of attention ``parts`` (the output projection's bias left out)."""
+    weight = parts.output_weight()  # [d_model, heads * head_dim]
     per_head = weight.unflatten(1, (z.shape[2], z.shape[3]))
     return torch.einsum("bphe,dhe->bphd", z.float(), per_head.float())
+
+
+@dataclass
+class GradientPoint:
+    """Where a pass with gradients takes the gradient of some backward nodes' inputs: at ``tensor``, the
+    inputs themselves ([batch, pos, nodes, d_model]) or, for a layer's query, key or value inputs, the
+    heads' features ([batch, pos, heads, head_dim]), whose gradient ``to_inputs`` takes to the inputs'
+    (``None``: the same)."""
+
+    tensor: torch.Tensor
+    to_inputs: Callable[[torch.Tensor], torch.Tensor] | None = None
+
+    def input_gradient(self, gradient: torch.Tensor) -> torch.Tensor:
+        """[batch, pos, nodes, d_model] the gradient at the inputs from ``gradient``, that at ``tensor``."""
+        return gradient if self.to_inputs is None else self.to_inputs(gradient)
 
 
 @dataclass
@@ -65,8 +80,8 @@ class _Pass:
     current one ``replacement`` ``[batch or 1, pos or 1, forward nodes, d_model]``) and ``absent``
     [forward nodes, backward nodes] float (1: the edge takes the replacement) of a masked pass, whether to
     keep the forward nodes' outputs (``outputs``: [batch, pos, forward nodes, d_model], the first ``done``
-    of them known) and, when kept, each backward node's input by its first
-    backward index (``inputs``).
+    of them known) and, in a pass with gradients, where the gradient of each backward node's input is
+    taken, by its first backward index (``inputs``), and each layer's input (``layer_inputs``).
 
     A masked pass keeps, instead of the outputs, each forward node's ``replacement - output``
     (``differences``, [forward nodes, batch, pos, d_model], node-major so that a sum over nodes is one
@@ -86,7 +101,8 @@ class _Pass:
     differences: torch.Tensor | None = None
     total: torch.Tensor | None = None
     layer_change: tuple[int, int, torch.Tensor] | None = None
-    inputs: dict[int, torch.Tensor] | None = None
+    inputs: dict[int, GradientPoint] | None = None
+    layer_inputs: dict[int, torch.Tensor] | None = None
     norms: NormRecord | None = None
     carries: bool = False
     replacement: torch.Tensor | None = None
@@ -177,7 +193,7 @@ class _Pass:
                 change = change + torch.einsum("un,ubpd->nbpd", weights, self.differences[summed : self.done])
             tensor = tensor + change.permute(1, 2, 0, 3).to(tensor.dtype)
         if self.inputs is not None:
-            self.inputs[backward.start] = tensor
+            self.inputs[backward.start] = GradientPoint(tensor)
         return tensor
 
 
@@ -186,19 +202,26 @@ def _replacements(
 ) -> dict[SiteRequest, Replacement]:
     """The site functions of one masked pass (see :func:`masked_pass`)."""
     graph = state.graph
+    parts = attention_parts(loaded.model)
 
-    def first(tensor: torch.Tensor, _layer: int | None) -> torch.Tensor:
+    def first(tensor: torch.Tensor, layer: int | None) -> torch.Tensor:
         if embedding is not None:
             tensor = embedding.to(tensor.dtype)
         if leaf:
             tensor = tensor.detach().requires_grad_(True)
         state.add(tensor.detach().float()[:, :, None])
+        return layer_input(tensor, layer)
+
+    def layer_input(tensor: torch.Tensor, layer: int | None) -> torch.Tensor:
+        assert layer is not None
+        if state.layer_inputs is not None:
+            state.layer_inputs[layer] = tensor.detach()
         return tensor
 
     def heads(z: torch.Tensor, layer: int | None) -> torch.Tensor:
         assert layer is not None
         with torch.no_grad():
-            state.add(head_outputs(loaded, layer, z))
+            state.add(head_outputs(parts[layer], z))
         return z
 
     def mlp(output: torch.Tensor, _layer: int | None) -> torch.Tensor:
@@ -211,6 +234,23 @@ def _replacements(
             return state.rebuilt(tensor, graph.head_inputs(layer, letter))
 
         return rebuild
+
+    to_inputs = head_input_gradients(loaded.model) if state.inputs is not None else None
+
+    def head_features(letter: str) -> Replacement:
+        # a pass with gradients takes a head input's gradient at the head's features (no per-head copies)
+        def keep(tensor: torch.Tensor, layer: int | None) -> torch.Tensor:
+            assert layer is not None and to_inputs is not None
+            assert state.inputs is not None and state.layer_inputs is not None
+            at = state.layer_inputs[layer]
+
+            def gradient_at_inputs(gradient: torch.Tensor) -> torch.Tensor:
+                return to_inputs(layer, f"{letter}_input", at, gradient)
+
+            state.inputs[graph.head_inputs(layer, letter).start] = GradientPoint(tensor, gradient_at_inputs)
+            return tensor
+
+        return keep
 
     def mlp_input(tensor: torch.Tensor, layer: int | None) -> torch.Tensor:
         assert layer is not None
@@ -226,9 +266,12 @@ def _replacements(
     # a node's input is replaced where it changes (some in-edge absent) or is kept for its gradient
     changes = None if state.absent is None else state.absent.any(0).cpu().numpy()
     for layer in range(graph.layers):
+        if state.inputs is not None:
+            functions |= {(letter, layer): head_features(letter) for letter in "qkv"}
+            if layer:
+                functions["resid_pre", layer] = layer_input
         for letter in "qkv":
-            nodes = graph.head_inputs(layer, letter)
-            if state.inputs is not None or (changes is not None and changes[nodes].any()):
+            if changes is not None and changes[graph.head_inputs(layer, letter)].any():
                 functions[f"{letter}_input", layer] = head_input(letter)
         if state.inputs is not None or (changes is not None and changes[graph.mlp_input(layer)]):
             functions["mlp_in", layer] = mlp_input
@@ -294,12 +337,13 @@ def gradient_pass(
     inputs: dict[str, torch.Tensor],
     embedding: torch.Tensor | None = None,
     record: bool = False,
-) -> tuple[torch.Tensor, dict[int, torch.Tensor], tuple[torch.Tensor, NormRecord] | None]:
+) -> tuple[torch.Tensor, dict[int, GradientPoint], tuple[torch.Tensor, NormRecord] | None]:
     """A pass with gradients on ``inputs`` (the ``input`` node's output replaced by ``embedding`` where
-    given, EAP-IG's interpolation): (the logits, every backward node's input ``[batch, pos, nodes,
-    d_model]`` by its first backward index, to take the metric's gradient at, and with ``record`` the
+    given, EAP-IG's interpolation): (the logits, where the gradient of every backward node's input is
+    taken, by its first backward index, and with ``record`` the
     forward nodes' outputs and the norms as :func:`node_outputs` gives them, else ``None``)."""
-    state = _Pass(circuit_graph(loaded), None, None, record=record, inputs={}, norms=[] if record else None)
+    norms: NormRecord | None = [] if record else None
+    state = _Pass(circuit_graph(loaded), None, None, record=record, inputs={}, layer_inputs={}, norms=norms)
     with torch.enable_grad(), _masked(loaded, state, embedding, leaf=True):
         logits = loaded.model(**inputs).logits
     assert state.inputs is not None

@@ -36,7 +36,13 @@ from bertology.interventions.circuit_norms import (
     circuit_stages,
     stage_differences,
 )
-from bertology.interventions.circuit_pass import circuit_graph, gradient_pass, masked_pass, node_outputs
+from bertology.interventions.circuit_pass import (
+    GradientPoint,
+    circuit_graph,
+    gradient_pass,
+    masked_pass,
+    node_outputs,
+)
 from bertology.interventions.patching_metrics import Scorer, patching_metric
 from bertology.interventions.patching_pairs import PairGroup
 from bertology.models.loading import LoadedModel
@@ -81,13 +87,28 @@ class CircuitRuns:
         return self.score(self.logits[run])
 
 
-def metric_gradient(score: Scorer, logits: torch.Tensor, inputs: dict[int, torch.Tensor]) -> torch.Tensor:
+def metric_gradient(
+    score: Scorer, logits: torch.Tensor, inputs: dict[int, GradientPoint], total: torch.Tensor | None = None
+) -> torch.Tensor:
     """[backward nodes, rows, pos, d_model] float the gradient of ``score(logits)`` summed over the rows at
-    the backward nodes' ``inputs`` (by first backward index, as
-    :func:`~bertology.interventions.circuit_pass.gradient_pass` gives them)."""
+    the backward nodes' inputs (``inputs``: where each is taken, by first backward index, as
+    :func:`~bertology.interventions.circuit_pass.gradient_pass` gives them), added in place to ``total``
+    where given (each node's part as it is found, without a concatenation)."""
     order = sorted(inputs)
-    found = torch.autograd.grad(score(logits).sum(), [inputs[index] for index in order])
-    return torch.cat([part.float().permute(2, 0, 1, 3) for part in found])
+    found = torch.autograd.grad(score(logits).sum(), [inputs[index].tensor for index in order])
+    fresh = total is None
+    if total is None:
+        rows, pos, _, width = inputs[order[-1]].tensor.shape
+        total = torch.empty(sum(part.shape[2] for part in found), rows, pos, width, device=logits.device)
+    with torch.no_grad():
+        for index, part in zip(order, found, strict=True):
+            gradient = inputs[index].input_gradient(part).permute(2, 0, 1, 3)
+            place = total[index : index + gradient.shape[0]]
+            if fresh:
+                place.copy_(gradient)
+            else:
+                place.add_(gradient)
+    return total
 
 
 def circuit_runs(
@@ -104,7 +125,7 @@ def circuit_runs(
     source, target = ("clean", "corrupted") if direction == "denoising" else ("corrupted", "clean")
     outputs, logits, norms = {}, {}, {}
     outputs[source], logits[source], norms[source] = node_outputs(loaded, getattr(group, source))
-    inputs: dict[int, torch.Tensor] = {}
+    inputs: dict[int, GradientPoint] = {}
     if gradient:
         logits[target], inputs, recorded = gradient_pass(loaded, getattr(group, target), record=True)
         assert recorded is not None
@@ -146,17 +167,17 @@ def attribution_scores(loaded: LoadedModel, runs: CircuitRuns, steps: int | None
         assert runs.gradient is not None, "EAP reads the gradient of circuit_runs(..., gradient=True)"
         gradient = runs.gradient
     else:
-        gradient = torch.zeros(())
+        found: torch.Tensor | None = None
         for k in range(steps):
             embedding = source[:, :, 0] + (k / steps) * (target[:, :, 0] - source[:, :, 0])
             logits, inputs, _ = gradient_pass(loaded, runs.target_inputs, embedding)
-            gradient = gradient + metric_gradient(runs.score, logits, inputs)
-        gradient = gradient / steps
+            found = metric_gradient(runs.score, logits, inputs, found)
+        assert found is not None
+        gradient = found.div_(steps)
     graph = circuit_graph(loaded)
     scores = torch.zeros(len(graph.upstream), len(graph.downstream), device=gradient.device)
     for reads, difference in stage_differences(runs.run(runs.source), runs.run(runs.target), runs.stages):
-        flat = difference.permute(2, 0, 1, 3).flatten(1)
-        scores += edge_products(graph, flat, gradient.flatten(1), reads)
+        scores += edge_products(graph, difference.flatten(1), gradient.flatten(1), reads)
     return scores
 
 

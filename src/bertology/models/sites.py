@@ -305,6 +305,16 @@ def _heads(projection: Projection, heads: int, head_dim: int, module: nn.Module)
     return take, put
 
 
+def _head_weight(projection: Projection, heads: int, head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the output rows of ``projection`` that hold the heads' features, in head order, [heads * head_dim]
+    int; their weights [heads, head_dim, d_model], a view where the rows are one block)."""
+    rows = torch.tensor(projection.rows(list(range(heads)), head_dim), device=projection.linear.weight.device)
+    weight = linear_weight(projection.linear)
+    if projection.step == head_dim:
+        return rows, weight.narrow(0, projection.first, heads * head_dim).unflatten(0, (heads, head_dim))
+    return rows, weight.index_select(0, rows).unflatten(0, (heads, head_dim))
+
+
 def _head_inputs(
     projection: Projection, heads: int, head_dim: int, norm: nn.Module | None
 ) -> tuple[Callable, Callable]:
@@ -316,8 +326,7 @@ def _head_inputs(
         return layer_input.unsqueeze(-2).expand(*layer_input.shape[:-1], heads, layer_input.shape[-1])
 
     def put(whole: torch.Tensor, part: torch.Tensor) -> torch.Tensor:
-        rows = torch.tensor(projection.rows(list(range(heads)), head_dim), device=whole.device)
-        weight = linear_weight(projection.linear).index_select(0, rows).unflatten(0, (heads, head_dim))
+        rows, weight = _head_weight(projection, heads, head_dim)
         normed = part if norm is None else norm(part)
         features = torch.einsum("bphd,hed->bphe", normed.to(weight.dtype), weight)
         bias = projection.linear.bias
@@ -326,6 +335,70 @@ def _head_inputs(
         return whole.index_copy(-1, rows, features.flatten(-2).to(whole.dtype))
 
     return take, put
+
+
+def _head_input_parts(
+    shape: Layout, parts: AttentionParts, layer: nn.Module, name: str
+) -> tuple[Projection, int, nn.Module | None]:
+    """The projection, head count and norm (``None``: none) of per-head input site ``name`` of one layer."""
+    if shape.mid_is_input and shape.attn_norm is None:
+        raise BertologyError(
+            f"Site {name!r} needs the norm before attention, which bertology does not know for layers "
+            f"of type {type(layer).__name__}."
+        )
+    projection = {"q": parts.query, "k": parts.key, "v": parts.value}[name[0]]
+    heads = parts.heads if name == "q_input" else parts.key_value_heads
+    norm = None if shape.attn_norm is None else layer.get_submodule(shape.attn_norm)
+    return projection, heads, norm
+
+
+#: ``fn(layer, name, layer_input, gradient)``: see :func:`head_input_gradients`.
+HeadInputGradient = Callable[[int, str, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def head_input_gradients(model: PreTrainedModel) -> HeadInputGradient:
+    """``fn(layer, name, layer_input, gradient)``: [batch, pos, heads, d_model] float the gradient at the
+    per-head input copies of site ``name`` (``q_input``, ``k_input``, ``v_input``) of ``layer`` in a pass
+    left as the model computes it, from ``gradient`` [batch, pos, heads, head_dim] at the heads' features
+    (site ``q``, ``k``, ``v``) and the layer's input ``layer_input`` [batch, pos, d_model]: each head's
+    rows of the projection transposed, then the norm's vector-Jacobian product at the layer's input (one
+    per head), as back-propagating through the copies that :func:`replacing` makes would give, without
+    making them. An RMSNorm (``w * x / sqrt(mean(x^2) + eps)``, ``variance_epsilon``, as Llama's) by its
+    formula, any other norm by ``torch.func``."""
+    shape, parts, modules = layout(model), attention_parts(model), layer_modules(model)
+
+    def gradient_at_inputs(
+        layer: int, name: str, layer_input: torch.Tensor, gradient: torch.Tensor
+    ) -> torch.Tensor:
+        projection, heads, norm = _head_input_parts(shape, parts[layer], modules[layer], name)
+        _, weight = _head_weight(projection, heads, parts[layer].head_dim)
+        return _norm_pullback(norm, weight.detach().float(), layer_input.detach(), gradient.float())
+
+    return gradient_at_inputs
+
+
+def _norm_pullback(
+    norm: nn.Module | None, weight: torch.Tensor, layer_input: torch.Tensor, gradient: torch.Tensor
+) -> torch.Tensor:
+    """[batch, pos, heads, d_model] float ``gradient`` [batch, pos, heads, head_dim] through ``weight``
+    [heads, head_dim, d_model] transposed and ``norm``'s vector-Jacobian product at ``layer_input`` [batch,
+    pos, d_model] (:func:`head_input_gradients`)."""
+    stream = layer_input.float()
+    # [heads, batch * pos, head_dim]: each head's rows of the projection transposed as one batched product
+    rows = gradient.permute(2, 0, 1, 3).flatten(1, 2)
+    if norm is None:
+        return torch.bmm(rows, weight).view(-1, *stream.shape).permute(1, 2, 0, 3)
+    if hasattr(norm, "variance_epsilon") and "RMSNorm" in type(norm).__name__:
+        # the vector-Jacobian product of w x r, r = (mean(x^2) + eps)^-1/2, with a:
+        # r (w a) - r^3 x (x . w a) / d
+        rms = torch.rsqrt(stream.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)  # [batch, pos, 1]
+        scaled = torch.bmm(rows * rms.flatten(0, 1), weight * norm.weight.detach().float())
+        scaled = scaled.view(-1, *stream.shape)  # [heads, batch, pos, d_model]
+        along = (scaled * stream).sum(-1, keepdim=True) * rms.pow(2) / stream.shape[-1]
+        return scaled.addcmul_(along, stream, value=-1).permute(1, 2, 0, 3)
+    features = torch.bmm(rows, weight).view(-1, *stream.shape).permute(1, 2, 0, 3)
+    _, pullback = torch.func.vjp(lambda x: norm(x).float(), layer_input)
+    return torch.vmap(pullback, in_dims=2, out_dims=2)(features)[0].float()
 
 
 def _split_heads(head_dim: int) -> tuple[Callable, Callable]:
@@ -344,15 +417,8 @@ def _spot(shape: Layout, parts: AttentionParts, layer: nn.Module, name: str) -> 
         heads = parts.heads if name == "q" else parts.key_value_heads
         take, put = _heads(projection, heads, parts.head_dim, parts.module)
         return _Spot(projection.linear, False, take=take, put=put)
-    if name in ("q_input", "k_input", "v_input"):
-        if shape.mid_is_input and shape.attn_norm is None:
-            raise BertologyError(
-                f"Site {name!r} needs the norm before attention, which bertology does not know for layers "
-                f"of type {type(layer).__name__}."
-            )
-        projection = {"q": parts.query, "k": parts.key, "v": parts.value}[name[0]]
-        heads = parts.heads if name == "q_input" else parts.key_value_heads
-        norm = None if shape.attn_norm is None else layer.get_submodule(shape.attn_norm)
+    if name in _PER_HEAD_INPUTS:
+        projection, heads, norm = _head_input_parts(shape, parts, layer, name)
         take, put = _head_inputs(projection, heads, parts.head_dim, norm)
         return _Spot(projection.linear, False, take=take, put=put)
     if name == "mlp_in":
