@@ -620,7 +620,6 @@ UNLABELLED = PatchPair("the cat sat", "the cot sat", None, None, None, None, 1)
             {"site": "decoder:z"},
             "has no encoder and decoder stacks; give the site without",
         ),
-        ("bart", PAIRS["bart"], {"site": "cross:z", "method": "both"}, "is patched by the exact method only"),
         (
             "bart",
             PAIRS["bart"],
@@ -644,7 +643,7 @@ def test_pairs_or_sites_of_the_other_kind_of_model_are_refused_in_one_sentence(
     models: Callable[[str], LoadedModel],
 ) -> None:
     """A target prefix on a decoder, a classifier's pairs on an encoder-decoder, a site without its stack on
-    an encoder-decoder (or with one on a decoder), attribution, pattern or a site a stack lacks."""
+    an encoder-decoder (or with one on a decoder), pattern or a site a stack lacks."""
     with pytest.raises(BertologyError, match=message) as raised:
         patch(models(model_type), [pair], **options)  # type: ignore[arg-type]
     assert str(raised.value).count(". ") == 0, raised.value
