@@ -638,10 +638,9 @@ def check_options(
     ablation: str = "counterfactual",
 ) -> None:
     """Refuse an unknown direction, site, granularity (or one ``site`` has no axis for), method, metric or
-    ablation, or, of a model (``loaded``; ``None``: the
-    options only, before a model is loaded), one whose layers share their weights, a classifier's logits
-    (no position axis) by position, or a site without its stack for an encoder-decoder (or with one for
-    another model).
+    ablation, or, of a model (``loaded``; ``None``: the options only, before a model is loaded), one whose
+    layers share their weights, a classifier's logits (no position axis) by position, or a site without its
+    stack for an encoder-decoder (or with one for another model).
 
     Raises:
         BertologyError: as said.
@@ -734,8 +733,7 @@ def patch(
     :mod:`~bertology.interventions.patching_pairs`) by ``granularity``: each head, each head at each
     position, the whole site, or the whole site at each position
     (:data:`~bertology.interventions.patch_grid.GRIDS`). An encoder-decoder's ``site`` names its stack
-    (``encoder:z``, ``cross:v``) and its pairs are sources with a shared target prefix
-    (module docstring).
+    (``encoder:z``, ``cross:v``) and its pairs are sources with a shared target prefix (module docstring).
 
     method: ``exact`` (one patched pass per patch, ``patches_per_pass`` side by side), ``attribution``
         (the first-order estimate) or ``both``.
