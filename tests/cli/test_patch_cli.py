@@ -382,25 +382,35 @@ SEQ2SEQ_PAIRS = [
 def test_patch_on_an_encoder_decoder_writes_its_stacked_sites_effects(
     tiny_model_dirs: dict[str, Path], tmp_path: Path
 ) -> None:
-    """The tiny BART patched at cross-attention's head outputs by head and target position: effects.csv
-    starts with the stack, its positions are the target prefix's (the decoder start token and "it is", 4),
-    and the effects are the per-pair LDs' normalised means."""
+    """The tiny BART patched at cross-attention's head outputs by head and target position, by both
+    methods: effects.csv starts with the stack, its positions are the target prefix's (the decoder start
+    token and "it is", 4), the effects and estimates are the per-pair LDs' normalised means, and the
+    summary's agreement is theirs (Pearson over the 32 patches, the top 10 by size of each)."""
     pairs = write_pairs(tmp_path / "pairs.jsonl", SEQ2SEQ_PAIRS)
     output = tmp_path / "bart"
-    arguments = ["--site", "cross:z", "--granularity", "head-position"]
+    arguments = ["--site", "cross:z", "--granularity", "head-position", "--method", "both"]
     code, text = invoke(str(tiny_model_dirs["bart"]), str(pairs), "-o", str(output), *arguments)
     assert code == 0, text
     effects = pd.read_csv(output / "effects.csv")
-    assert list(effects.columns) == ["stack", "layer", "head", "position", "effect"]
+    assert list(effects.columns) == ["stack", "layer", "head", "position", "effect", "attribution"]
     assert set(effects["stack"]) == {"cross"} and len(effects) == 2 * 4 * 4
     summary = json.loads((output / "summary.json").read_text())
     assert (summary["site"], summary["granularity"]) == ("cross:z", "head-position")
+    assert summary["methods"] == ["exact", "attribution"]
     assert summary["pair_details"][1]["target"] == "it is"
-    exact = pd.read_csv(output / "pair_effects.csv")
-    mean_patched = exact.groupby(["layer", "head", "position"])["ld_patched"].mean().to_numpy()
+    per_pair = pd.read_csv(output / "pair_effects.csv")
     clean, corrupted = summary["ld_clean"], summary["ld_corrupted"]
-    # the same float64 numbers written with all their digits: 1e-9
-    np.testing.assert_allclose(effects["effect"], (mean_patched - corrupted) / (clean - corrupted), atol=1e-9)
+    for method, column in (("exact", "effect"), ("attribution", "attribution")):
+        chosen = per_pair[per_pair["method"] == method]
+        mean_patched = chosen.groupby(["layer", "head", "position"])["ld_patched"].mean().to_numpy()
+        # the same float64 numbers written with all their digits: 1e-9
+        expected = (mean_patched - corrupted) / (clean - corrupted)
+        np.testing.assert_allclose(effects[column], expected, atol=1e-9)
+    agreement = summary["agreement"]
+    exact, estimate = effects["effect"].to_numpy(), effects["attribution"].to_numpy()
+    assert agreement["pearson"] == pytest.approx(np.corrcoef(exact, estimate)[0, 1], abs=1e-9)
+    shown, found = (set(np.argsort(-np.abs(values), kind="stable")[:10]) for values in (exact, estimate))
+    assert agreement["top_k"] == 10 and agreement["top_k_agreement"] == len(shown & found) / 10
     assert "<th>target</th>" in (output / "report.html").read_text()
     assert (output / "plots" / "effects_exact.png").exists()
 

@@ -42,7 +42,7 @@ and so every patched run, have the same activations, whose keys and values come 
 the target run's first positions (:class:`TargetPass`).
 
 An encoder-decoder (BART, T5) is patched at its stacked sites (``encoder:z``, ``decoder:resid_pre``,
-``cross:z``, ...: :data:`~bertology.models.sites.STACK_SITES`, but ``pattern``), exact method only, on pairs
+``cross:z``, ...: :data:`~bertology.models.sites.STACK_SITES`, but ``pattern``), by either method, on pairs
 of a clean and a corrupted *source* with one target prefix both runs' decoder reads, the answers the next
 target token(s) after it (:mod:`~bertology.interventions.patching_pairs`); an encoder site's positions are
 the source's, the others' the target prefix's (cross-attention's keys and values: the source's). Its
@@ -59,7 +59,9 @@ approximation: (clean_act - corrupted_act) · d metric / d corrupted_act" for de
 
 summed over the patched activation's features (and positions). One forward pass of each input and one
 backward pass. With an ablation ``a_source`` is its constant (0 or the mean): the same first-order
-estimate of the ablation, as rough as the constant is far from ``a_target``.
+estimate of the ablation, as rough as the constant is far from ``a_target``. The gradient is taken at
+the site's tensors in a pass whose leaves are layer 0's input (or the embeddings), an encoder-decoder's
+of each stack (``encoder:resid_pre`` and ``decoder:resid_pre`` 0), so that no weight's gradient is built.
 """
 
 from __future__ import annotations
@@ -473,14 +475,24 @@ def attribution_patching(
         kept[layer] = tensor  # what the model goes on with: gradients are taken at it
         return tensor
 
-    def leaf(tensor: torch.Tensor, layer: int | None) -> torch.Tensor:
-        """Layer 0's input (or the embeddings), cut from the graph of the weights (and kept when it is
-        the site patched)."""
-        tensor = tensor.detach().requires_grad_(True)
-        return keep(tensor, layer) if site in ("resid_pre", "embed") else tensor
+    def leaf(name: str) -> Callable[[torch.Tensor, int | None], torch.Tensor]:
+        """What cuts layer 0's input (or the embeddings) of ``name`` from the graph of the weights (and
+        keeps it when it is the site patched)."""
 
-    start = "embed" if site == "embed" else ("resid_pre", 0)
-    with torch.enable_grad(), replacing(loaded.model, {site: keep, start: leaf}):
+        def cut(tensor: torch.Tensor, layer: int | None) -> torch.Tensor:
+            tensor = tensor.detach().requires_grad_(True)
+            return keep(tensor, layer) if name == site else tensor
+
+        return cut
+
+    # the leaves: the embeddings, or layer 0's input of the model or of each stack of an encoder-decoder
+    if site == "embed":
+        starts: list[tuple[str, int | None]] = [("embed", None)]
+    else:
+        stacks = ("encoder:", "decoder:") if has_stacks(loaded.model) else ("",)
+        starts = [(f"{stack}resid_pre", 0) for stack in stacks]
+    functions = {site: keep} | {start: leaf(start[0]) for start in starts}
+    with torch.enable_grad(), replacing(loaded.model, functions):
         logits = loaded.model(**getattr(group, target)).logits
         found = {source: runs.layers[source].logits, target: logits.detach()}
         if not group.language_model:
@@ -492,13 +504,13 @@ def attribution_patching(
     activations = [_by_position(activation) for activation in activations]
     runs.ld[target] = ld.detach()
     runs.ld[source] = runs.score(runs.layers[source].logits)
-    pairs, prompt = len(group.rows), group.prompt_tokens
+    pairs, (prompt, tokens) = len(group.rows), group.span(site)
     estimates = []
     carried = [runs.carried(source, layer) for layer in range(len(activations))]
     for activation, gradient, replacement in zip(activations, gradients, carried, strict=True):
         change = (replacement.float() - activation.detach().float()) * gradient.float()  # [rows, t, features]
         # logits cover the last positions only (as in _exact_layer)
-        change = torch.nn.functional.pad(change, (0, 0, group.tokens - change.shape[1], 0))
+        change = torch.nn.functional.pad(change, (0, 0, tokens - change.shape[1], 0))
         # [b, prompt, features]: a pair's rows summed (its answer's and its wrong answer's, where there
         # are two), at the texts' positions only
         change = change[:, :prompt].unflatten(0, (-1, pairs)).sum(0)
@@ -626,10 +638,9 @@ def check_options(
     ablation: str = "counterfactual",
 ) -> None:
     """Refuse an unknown direction, site, granularity (or one ``site`` has no axis for), method, metric or
-    ablation, attribution patching at an encoder-decoder's site, or, of a model (``loaded``; ``None``: the
-    options only, before a model is loaded), one whose layers share their weights, a classifier's logits
-    (no position axis) by position, or a site without its stack for an encoder-decoder (or with one for
-    another model).
+    ablation, or, of a model (``loaded``; ``None``: the options only, before a model is loaded), one whose
+    layers share their weights, a classifier's logits (no position axis) by position, or a site without its
+    stack for an encoder-decoder (or with one for another model).
 
     Raises:
         BertologyError: as said.
@@ -637,10 +648,6 @@ def check_options(
     patching_metric(metric)
     patch_grid(site, granularity)
     stacked = ":" in site
-    if stacked and method != "exact":
-        raise BertologyError(
-            f"An encoder-decoder's site {site!r} is patched by the exact method only; give --method exact."
-        )
     if loaded is not None and stacked != has_stacks(loaded.model):
         raise BertologyError(
             f"{loaded.name} is an encoder-decoder, whose sites name their stack: give one such as "
@@ -726,8 +733,7 @@ def patch(
     :mod:`~bertology.interventions.patching_pairs`) by ``granularity``: each head, each head at each
     position, the whole site, or the whole site at each position
     (:data:`~bertology.interventions.patch_grid.GRIDS`). An encoder-decoder's ``site`` names its stack
-    (``encoder:z``, ``cross:v``; exact method only) and its pairs are sources with a shared target prefix
-    (module docstring).
+    (``encoder:z``, ``cross:v``) and its pairs are sources with a shared target prefix (module docstring).
 
     method: ``exact`` (one patched pass per patch, ``patches_per_pass`` side by side), ``attribution``
         (the first-order estimate) or ``both``.
