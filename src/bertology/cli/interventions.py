@@ -4,7 +4,7 @@ explanations by changing the input."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -152,38 +152,32 @@ def ablate(
         require_inputs({"--lm-corpus": lm_corpus})
         from bertology.models.loading import model_kind
 
-        if prune is None:
-            prune = 0.0 if model_kind(model) == "encoder-decoder" else DEFAULT_PRUNE
-        _ablate(
-            model,
-            output,
-            device,
-            dtype,
-            batch_size,
-            corpus=lm_corpus,
-            max_segments=max_segments or None,
-            max_length=max_len,
-            prune_fraction=prune,
-            ablation=ablation,
-            resample_seed=seed,
-        )
-        return
-    assert task_dir is not None
-    require_inputs({"--task": task_dir})
-    prune = DEFAULT_PRUNE if prune is None else prune
+        default_prune = 0.0 if model_kind(model) == "encoder-decoder" else DEFAULT_PRUNE
+        inputs: dict[str, Any] = {
+            "corpus": lm_corpus,
+            "max_segments": max_segments or None,
+            "max_length": max_len,
+        }
+    else:
+        assert task_dir is not None
+        require_inputs({"--task": task_dir})
+        default_prune = DEFAULT_PRUNE
+        inputs = {
+            "task_dir": task_dir,
+            "max_dev": max_dev or None,
+            "attribution_examples": attribution_examples,
+            "cluster": cluster,
+        }
     _ablate(
         model,
         output,
         device,
         dtype,
         batch_size,
-        task_dir=task_dir,
-        max_dev=max_dev or None,
-        prune_fraction=prune,
+        prune_fraction=default_prune if prune is None else prune,
         ablation=ablation,
         resample_seed=seed,
-        attribution_examples=attribution_examples,
-        cluster=cluster,
+        **inputs,
     )
 
 
