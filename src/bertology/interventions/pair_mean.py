@@ -7,8 +7,12 @@
   ablation and of a circuit, that is the mean over the corrupted inputs, as Wang et al. (2022) mean-ablate
   over their pABC distribution.
 - Over which positions: every position of the texts (an answer's tokens appended to score it left out),
-  one vector per site and layer written at every position, as MIB's ``mean`` (EAP-IG's
-  ``compute_mean_activations(per_position=False)``). It is defined for pairs of any token counts; a
+  one vector per site and layer written at every position: what EAP-IG's (MIB's)
+  ``compute_mean_activations(per_position=False)`` says it does ("if you gave this hook input lengths, we
+  assume you want to mean over positions"), not what its code computes (``src/eap/utils.py`` at
+  hannamw/EAP-IG 795f560: the mask keeps each input's last position only, ``mask[..., input_lengths - 1]
+  = 1``, divided by the length, and the result is averaged over the graph's nodes, ``means.mean(0)``), so
+  bertology's ``mean`` is ours, not numerically MIB's. It is defined for pairs of any token counts; a
   per-position mean (EAP-IG's ``mean-positional``) is not offered. In a decoder the first position (the
   attention sink, often of far larger norm) is averaged in with the others.
 - Weights: each pair and position counts once (a pair's two rows, for answers of several tokens, hold
