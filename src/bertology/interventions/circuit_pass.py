@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -88,9 +88,9 @@ class _Pass:
     matrix product), their running sum over the nodes so far (``total``, [batch, pos, d_model]) and the
     change of the current layer's backward nodes (``layer_change``: the layer, the forward nodes summed and
     [nodes, batch, pos, d_model], computed at the layer's first rebuilt input from one read of the
-    differences). A masked pass through norms (``carries``) keeps its outputs too, carried through each
-    norm as contributions, and sums the differences again after it; a plain pass keeps its norms' scales and
-    outputs (``norms``)."""
+    differences). A masked pass through norms (``carries``, set when the pass starts) keeps its outputs
+    too, carried through each norm as contributions, and sums the differences again after it; a plain pass
+    keeps its norms' scales and outputs (``norms``)."""
 
     graph: CircuitGraph
     sources: Iterator[torch.Tensor] | None
@@ -104,7 +104,7 @@ class _Pass:
     inputs: dict[int, GradientPoint] | None = None
     layer_inputs: dict[int, torch.Tensor] | None = None
     norms: NormRecord | None = None
-    carries: bool = False
+    carries: bool = field(default=False, init=False)
     replacement: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
@@ -288,6 +288,7 @@ def _masked(
     leaf: bool = False,
 ) -> Iterator[_Pass]:
     points = circuit_stages(loaded, state.graph).points if state.record else ()
+    state.carries = state.sources is not None and bool(points)
 
     def on_norm(point: NormPoint) -> Callable[..., None]:
         def hook(_module: torch.nn.Module, args: tuple, kwargs: dict, output: torch.Tensor) -> None:
@@ -326,8 +327,7 @@ def masked_pass(
     graph = circuit_graph(loaded)
     real = torch.as_tensor(graph.real, device=absent.device)
     absent = absent.float() * real
-    carries = bool(circuit_stages(loaded, graph).points)
-    state = _Pass(graph, iter(replacement), absent, record=bool(absent.any()), carries=carries)
+    state = _Pass(graph, iter(replacement), absent, record=bool(absent.any()))
     with torch.no_grad(), _masked(loaded, state):
         return loaded.model(**inputs).logits
 
