@@ -65,7 +65,7 @@ def top_edges(order: np.ndarray, count: int, shape: tuple[int, int]) -> np.ndarr
 
 def replacements(runs: Sequence[CircuitRuns], ablation: str) -> list[SourceStacks]:
     """Per group, what an absent edge carries: the source run's outputs (``counterfactual``) or, ``mean``,
-    [1, 1, forward nodes, d_model] every group's source outputs averaged over rows and the texts' positions
+    [forward nodes, 1, 1, d_model] every group's source outputs averaged over rows and the texts' positions
     (:func:`~bertology.interventions.pair_mean.mean_over_texts`; in a post-norm encoder: contributions,
     carried to each stage, then averaged)."""
     if ablation == "counterfactual":

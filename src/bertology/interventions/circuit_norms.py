@@ -116,20 +116,20 @@ def norm_scale(norm: nn.LayerNorm, stream: torch.Tensor) -> torch.Tensor:
 
 
 def carry(stack: torch.Tensor, point: NormPoint, scale: torch.Tensor, output: torch.Tensor) -> None:
-    """In place, carry the contributions ``stack`` [batch, pos, forward nodes, d_model] through the norm of
+    """In place, carry the contributions ``stack`` [forward nodes, batch, pos, d_model] through the norm of
     ``point``: nodes ``1 .. done - 1`` by ``gamma * (c - mean(c)) / scale`` (``scale`` [batch, pos, 1]),
     ``input`` (node 0) the norm's ``output`` [batch, pos, d_model] less them; the later nodes stay."""
-    part = stack[:, :, 1 : point.done]
+    part = stack[1 : point.done]
     gamma = point.norm.weight.detach().float()
-    part = gamma * (part - part.mean(-1, keepdim=True)) / scale[:, :, None]
-    stack[:, :, 1 : point.done] = part
-    stack[:, :, 0] = output.float() - part.sum(2)
+    part = gamma * (part - part.mean(-1, keepdim=True)) / scale
+    stack[1 : point.done] = part
+    stack[0] = output.float() - part.sum(0)
 
 
 def carried(
     outputs: torch.Tensor, record: NormRecord, stages: Stages
 ) -> Iterator[tuple[slice, torch.Tensor]]:
-    """A plain run's contributions at each stage: ``(reads, stack)``, ``stack`` [batch, pos, forward nodes,
+    """A plain run's contributions at each stage: ``(reads, stack)``, ``stack`` [forward nodes, batch, pos,
     d_model] the run's node ``outputs`` carried through its norms (``record``) up to the stream the
     backward nodes ``reads`` read (nodes computed later: their outputs). The stack is one tensor changed in
     place from stage to stage (a copy of ``outputs`` where there are norms)."""
@@ -145,18 +145,16 @@ def stage_differences(
 ) -> Iterator[tuple[slice, torch.Tensor]]:
     """``(reads, R - C)`` at each stage: the source run's contributions less the target run's, each run
     given as its (outputs, norm record), each carried with its own ``sigma``\\ s (EAP's activation
-    difference), node-major: [forward nodes, batch, pos, d_model], written so by the subtraction."""
+    difference), [forward nodes, batch, pos, d_model]."""
     for (reads, ahead), (_, behind) in zip(carried(*source, stages), carried(*target, stages), strict=True):
-        batch, pos, nodes, width = ahead.shape
-        difference = torch.empty(nodes, batch, pos, width, dtype=ahead.dtype, device=ahead.device)
-        yield reads, torch.sub(ahead.permute(2, 0, 1, 3), behind.permute(2, 0, 1, 3), out=difference)
+        yield reads, ahead - behind
 
 
 @dataclass(frozen=True)
 class SourceStacks:
     """What absent edges carry at each stage of a masked pass, iterated stage by stage: the source run's
-    ``outputs`` [batch, pos, forward nodes, d_model] carried through its norms (``record``; counterfactual
-    patching), or one stack [1, 1, forward nodes, d_model] per stage (``means``: mean ablation)."""
+    ``outputs`` [forward nodes, batch, pos, d_model] carried through its norms (``record``; counterfactual
+    patching), or one stack [forward nodes, 1, 1, d_model] per stage (``means``: mean ablation)."""
 
     stages: Stages
     outputs: torch.Tensor | None = None
@@ -182,10 +180,10 @@ def mean_stacks(
     count = 0
     for (outputs, record), tokens in zip(sources, text_tokens, strict=True):
         for index, (_, stack) in enumerate(carried(outputs, record, stages)):
-            total, vectors = text_sum(stack, tokens)
+            total, vectors = text_sum(stack.permute(1, 2, 0, 3), tokens)
             if index == len(sums):
                 sums.append(total)
             else:
                 sums[index] = sums[index] + total
         count += vectors
-    return SourceStacks(stages, means=tuple((total / count).float()[None, None] for total in sums))
+    return SourceStacks(stages, means=tuple((total / count).float()[:, None, None] for total in sums))

@@ -52,7 +52,7 @@ from bertology.options import PatchDirection, PatchMetric
 @dataclass
 class CircuitRuns:
     """The plain runs of one group of pairs: ``outputs`` and ``logits`` per run (``"clean"``,
-    ``"corrupted"``; outputs [rows, pos, forward nodes, d_model]), which run is the ``target`` (the one
+    ``"corrupted"``; outputs [forward nodes, rows, pos, d_model]), which run is the ``target`` (the one
     the model runs, its edges kept in a circuit) and which the ``source`` (what an absent edge carries), the
     metric bound to the group, ``norms`` each run's norms between the nodes and ``stages`` where the nodes
     read the stream (:mod:`~bertology.interventions.circuit_norms`) and, where asked for (EAP's),
@@ -169,7 +169,7 @@ def attribution_scores(loaded: LoadedModel, runs: CircuitRuns, steps: int | None
     else:
         found: torch.Tensor | None = None
         for k in range(steps):
-            embedding = source[:, :, 0] + (k / steps) * (target[:, :, 0] - source[:, :, 0])
+            embedding = source[0] + (k / steps) * (target[0] - source[0])
             logits, inputs, _ = gradient_pass(loaded, runs.target_inputs, embedding)
             found = metric_gradient(runs.score, logits, inputs, found)
         assert found is not None

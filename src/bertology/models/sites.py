@@ -320,21 +320,51 @@ def _head_inputs(
 ) -> tuple[Callable, Callable]:
     """``take`` and ``put`` of a per-head input site (:data:`NODE_INPUTS`) computed by ``projection``:
     ``take`` copies the layer's input ``[batch, pos, d_model]`` once per head; ``put`` computes each head's
-    ``head_dim`` rows of the projection's output from its own copy (through ``norm`` first, if any)."""
+    ``head_dim`` rows of the projection's output from its own copy (through ``norm`` first, if any), or,
+    where every head's copy is one tensor broadcast over the heads (stride 0, as ``take`` gives it), from
+    that one input at once."""
 
     def take(layer_input: torch.Tensor) -> torch.Tensor:
         return layer_input.unsqueeze(-2).expand(*layer_input.shape[:-1], heads, layer_input.shape[-1])
 
     def put(whole: torch.Tensor, part: torch.Tensor) -> torch.Tensor:
         rows, weight = _head_weight(projection, heads, head_dim)
-        normed = part if norm is None else norm(part)
-        features = torch.einsum("bphd,hed->bphe", normed.to(weight.dtype), weight)
+        batch, pos = part.shape[:2]
+        if part.stride(2) == 0:
+            shared = part[:, :, 0].flatten(0, 1)[None]  # [1, batch * pos, d_model]
+            features = _projected(norm, shared, weight.flatten(0, 1)[None])[0].view(batch, pos, -1)
+        else:
+            # [heads, batch * pos, d_model]: a view where the copies were made head by head
+            per_head = part.permute(2, 0, 1, 3).flatten(1, 2)
+            features = _projected(norm, per_head, weight).view(heads, batch, pos, head_dim)
+            features = features.permute(1, 2, 0, 3).flatten(-2)
         bias = projection.linear.bias
         if bias is not None:
-            features = features + bias.index_select(0, rows).unflatten(0, (heads, head_dim))
-        return whole.index_copy(-1, rows, features.flatten(-2).to(whole.dtype))
+            features = features + bias.index_select(0, rows)
+        return whole.index_copy(-1, rows, features.to(whole.dtype))
 
     return take, put
+
+
+def _is_rms_norm(norm: nn.Module | None) -> bool:
+    """Whether ``norm`` is a Llama-style RMSNorm: ``w * x / sqrt(mean(x^2) + variance_epsilon)``."""
+    return hasattr(norm, "variance_epsilon") and "RMSNorm" in type(norm).__name__
+
+
+def _projected(norm: nn.Module | None, inputs: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """[groups, rows, out] ``inputs`` [groups, rows, d_model] through ``norm`` (if any), then each group's
+    ``weight`` [groups, out, d_model] (no bias). An RMSNorm's weight is folded into the projection and its
+    scale applied to the product (``W (w * x) r = (W diag(w)) x r``), so the normalised copies are never
+    made."""
+    if norm is None:
+        return torch.bmm(inputs.to(weight.dtype), weight.transpose(1, 2))
+    if _is_rms_norm(norm):
+        stream = inputs.float()
+        square_mean = torch.linalg.vector_norm(stream, dim=-1, keepdim=True).pow_(2).div_(stream.shape[-1])
+        folded = (weight.float() * norm.weight.float()).transpose(1, 2)
+        scale = square_mean.add_(norm.variance_epsilon).rsqrt_()  # [groups, rows, 1]
+        return torch.bmm(stream, folded).mul_(scale).to(weight.dtype)
+    return torch.bmm(norm(inputs).to(weight.dtype), weight.transpose(1, 2))
 
 
 def _head_input_parts(
@@ -388,7 +418,7 @@ def _norm_pullback(
     rows = gradient.permute(2, 0, 1, 3).flatten(1, 2)
     if norm is None:
         return torch.bmm(rows, weight).view(-1, *stream.shape).permute(1, 2, 0, 3)
-    if hasattr(norm, "variance_epsilon") and "RMSNorm" in type(norm).__name__:
+    if _is_rms_norm(norm):
         # the vector-Jacobian product of w x r, r = (mean(x^2) + eps)^-1/2, with a:
         # r (w a) - r^3 x (x . w a) / d
         rms = torch.rsqrt(stream.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)  # [batch, pos, 1]
