@@ -454,3 +454,39 @@ def test_head_input_gradients_equal_back_propagation_through_the_per_head_copies
             assert largest > 1e-4, (layer, letter)
             # float32 sums in another order: within 1e-5 of the largest gradient
             torch.testing.assert_close(found, expected, rtol=0, atol=1e-5 * largest)
+
+
+@pytest.mark.parametrize("model_type", ["llama", "gpt2"])
+def test_the_shared_head_input_is_every_heads_copy_changed_alike(
+    tiny_model_dirs: dict[str, Path], model_type: str
+) -> None:
+    """Replacing ``qkv_input`` (the norm's input before attention, read by every head's queries, keys and
+    values) by ``x + delta`` gives the logits of giving each head's own query, key and value copy
+    ``x + delta``, which are recomputed head by head through the norm; the residual stream keeps ``x``."""
+    loaded = tiny_language_model(tiny_model_dirs[model_type])
+    inputs = _inputs(loaded)
+    delta = torch.randn(int(loaded.model.config.hidden_size), generator=torch.Generator().manual_seed(0))
+
+    def moved(tensor: torch.Tensor, _layer: int | None) -> torch.Tensor:
+        return tensor + delta
+
+    with torch.no_grad():
+        plain = loaded.model(**inputs).logits
+        with replacing(loaded.model, {("qkv_input", 1): moved}):
+            shared = loaded.model(**inputs).logits
+        with replacing(loaded.model, {(f"{letter}_input", 1): moved for letter in "qkv"}):
+            per_head = loaded.model(**inputs).logits
+        with replacing(loaded.model, {("resid_pre", 1): moved}):
+            whole_stream = loaded.model(**inputs).logits
+    assert (shared - plain).abs().max() > 1e-2
+    assert (shared - whole_stream).abs().max() > 1e-2
+    torch.testing.assert_close(shared, per_head, rtol=0, atol=1e-5)
+
+
+def test_the_shared_head_input_of_a_post_norm_layer_is_refused(tiny_model_dirs: dict[str, Path]) -> None:
+    loaded = bertology.load_model(str(tiny_model_dirs["bert"]))
+    with (
+        pytest.raises(BertologyError, match=r"qkv_input.*pre-norm"),
+        replacing(loaded.model, {"qkv_input": lambda t, _l: t}),
+    ):
+        loaded.model(**_inputs(loaded))

@@ -37,7 +37,7 @@ batch x pos x d_model`` floats).
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -160,6 +160,18 @@ class SourceStacks:
     outputs: torch.Tensor | None = None
     record: NormRecord | None = None
     means: tuple[torch.Tensor, ...] | None = None
+    sums: dict[tuple[tuple[int, int], ...], torch.Tensor] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+
+    def first_stage_sums(self, blocks: Sequence[slice]) -> torch.Tensor:
+        """[blocks, batch or 1, pos or 1, d_model] the first stage's stack summed over each block of forward
+        nodes, kept for the next call with the same blocks (a curve's masked passes share them)."""
+        key = tuple((block.start, block.stop) for block in blocks)
+        if key not in self.sums:
+            stack = next(iter(self))
+            self.sums[key] = torch.stack([stack[block].sum(0) for block in blocks])
+        return self.sums[key]
 
     def __iter__(self) -> Iterator[torch.Tensor]:
         if self.means is not None:

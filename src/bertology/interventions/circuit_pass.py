@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from bertology.interventions.circuit_graph import CircuitGraph
@@ -103,6 +104,41 @@ class _LayerChange:
     which: list[int]
 
 
+@dataclass(frozen=True)
+class _EdgeWeights:
+    """How a masked pass sums one layer's absent in-edges from its first ``rows`` forward nodes: one
+    column per distinct pattern of in-edges among the layer's nodes, ``which`` the column of each node
+    (from the layer's first), ``weights`` [distinct, rows] the edges summed (its absent ones, or, where
+    they are more than its kept ones, the kept ones, ``from_total`` set: the sum is then the running
+    total less theirs)."""
+
+    rows: int
+    weights: torch.Tensor
+    from_total: list[int]
+    which: list[int]
+
+
+def _own_weights(absent: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """How a masked pass sums an MLP's in-edges from its own layer's heads, ``absent`` [heads] (1: absent):
+    (the weights of the heads' differences, whether the sum is the heads' whole difference less theirs):
+    the absent edges, or the kept ones where they are fewer."""
+    if float(absent.sum()) * 2 > len(absent):
+        return 1 - absent, True
+    return absent, False
+
+
+def _edge_weights(graph: CircuitGraph, absent: torch.Tensor, nodes: slice, rows: int) -> _EdgeWeights:
+    """The :class:`_EdgeWeights` of backward ``nodes`` over the first ``rows`` forward nodes, ``absent``
+    [forward nodes, backward nodes] (1: the edge is absent)."""
+    real = torch.as_tensor(graph.real[:rows, nodes], device=absent.device)
+    # per edge 0: none, 1: kept, 2: absent; one column per distinct pattern
+    patterns, which = torch.unique(real.float() + absent[:rows, nodes], dim=1, return_inverse=True)
+    present, kept = (patterns == 2).float(), (patterns == 1).float()
+    few_absent = present.sum(0) <= kept.sum(0)
+    weights = torch.where(few_absent, present, kept).T
+    return _EdgeWeights(rows, weights, (~few_absent).nonzero()[:, 0].tolist(), which.tolist())
+
+
 @dataclass
 class _Pass:
     """What one pass knows: the graph, what absent edges carry (``sources``, one stack per stage, the
@@ -120,7 +156,7 @@ class _Pass:
     outputs (``norms``)."""
 
     graph: CircuitGraph
-    sources: Iterator[torch.Tensor] | None
+    stacks: SourceStacks | None
     absent: torch.Tensor | None
     record: bool = True
     outputs: torch.Tensor | None = None
@@ -132,11 +168,69 @@ class _Pass:
     layer_inputs: dict[int, torch.Tensor] | None = None
     norms: NormRecord | None = None
     carries: bool = field(default=False, init=False)
-    replacement: torch.Tensor | None = None
+    sources: Iterator[torch.Tensor] | None = field(default=None, init=False)
+    replacement: torch.Tensor | None = field(default=None, init=False)
+    plans: dict[int, _EdgeWeights] = field(default_factory=dict, init=False)
+    needed: np.ndarray | None = field(default=None, init=False)
+    head_sums: torch.Tensor | None = field(default=None, init=False)
+    layer_heads: torch.Tensor | None = field(default=None, init=False)
+    shared: dict[int, int] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
-        if self.sources is not None:
+        if self.stacks is not None:
+            self.sources = iter(self.stacks)
             self.replacement = next(self.sources)
+
+    def plan(self) -> None:
+        """Before a masked pass without norms between the nodes: find each changed layer's
+        :class:`_EdgeWeights` and which forward nodes' differences any of them reads (:attr:`needed`). The
+        heads of a layer that no weight reads are not computed: the running total takes their sum from the
+        attention's output (:meth:`attended`) and each layer's heads' replacements summed
+        (:attr:`head_sums`, [layers, batch or 1, pos or 1, d_model])."""
+        assert self.absent is not None and self.stacks is not None
+        graph, absent = self.graph, self.absent
+        changes = absent.any(0).cpu().numpy()
+        needed = np.zeros(len(graph.upstream), dtype=bool)
+        for layer in range(graph.layers + 1):
+            first = layer * graph.per_layer
+            nodes = slice(first, min(first + graph.per_layer, len(graph.downstream)))
+            if not changes[nodes].any():
+                continue
+            # the layer's changes are summed at its first rebuilt input: a head's, else the MLP's
+            mlp = graph.mlp_input(layer) if layer < graph.layers else None
+            opens = first if mlp is None or changes[first:mlp].any() else mlp
+            self.plans[layer] = edges = _edge_weights(graph, absent, nodes, int(graph.feeds[opens]))
+            needed[: edges.rows] |= edges.weights.any(0).cpu().numpy()
+            if mlp is not None and edges.rows < graph.feeds[mlp]:  # the MLP's in-edges from its own heads
+                own = slice(edges.rows, int(graph.feeds[mlp]))
+                needed[own] |= _own_weights(absent[own, mlp])[0].cpu().numpy() > 0
+        self.needed = needed
+        heads = [slice(graph.head_output(layer, 0), graph.mlp_output(layer)) for layer in range(graph.layers)]
+        self.head_sums = self.stacks.first_stage_sums(heads)
+
+    def head_input_sites(self, layer: int) -> tuple[bool, list[str]]:
+        """How the query, key and value inputs of ``layer`` are rebuilt: (whether the model's own
+        projections read one changed input, site ``qkv_input``, with the change of the pattern of absent
+        in-edges most of them share, found in a planned pass; the letters of the inputs rebuilt head by
+        head, ``q``, ``k``, ``v``, where some head's input differs)."""
+        assert self.absent is not None
+        graph, first = self.graph, layer * self.graph.per_layer
+        changes = self.absent.any(0).cpu().numpy()
+        changed = [letter for letter in "qkv" if changes[graph.head_inputs(layer, letter)].any()]
+        edges = self.plans.get(layer)
+        if edges is None or edges.rows != graph.feeds[first]:  # no plan, or no head input changes
+            return False, changed
+        inputs = edges.which[: graph.per_layer - 1]
+        shared = max(set(inputs), key=inputs.count)
+        if not (bool(edges.weights[shared].any()) or shared in edges.from_total):
+            return False, changed  # most inputs do not change
+
+        def differs(letter: str) -> bool:
+            nodes = graph.head_inputs(layer, letter)
+            return any(pattern != shared for pattern in inputs[nodes.start - first : nodes.stop - first])
+
+        self.shared[layer] = shared
+        return True, [letter for letter in "qkv" if differs(letter)]
 
     def add(self, output: torch.Tensor) -> None:
         """Keep the next forward nodes' outputs ``output`` [nodes, batch, pos, d_model] (in a masked pass,
@@ -169,42 +263,67 @@ class _Pass:
             return
         nodes = slice(self.done, self.done + z.shape[2])
         self.done = nodes.stop
+        assert self.needed is not None, "a masked pass without norms is planned"
+        read = self.needed[nodes]
+        if not read.any():
+            return  # the running total takes the heads' sum from the attention output (attended)
         rows, per_head = _head_factors(parts, z)
         difference = self.differences[nodes]
-        torch.baddbmm(
-            self.replacement[nodes].flatten(1, 2), rows, per_head, alpha=-1, out=difference.flatten(1, 2)
-        )
-        assert self.total is not None
-        self.total.add_(difference.sum(0))
+        if read.all():
+            torch.baddbmm(
+                self.replacement[nodes].flatten(1, 2), rows, per_head, alpha=-1, out=difference.flatten(1, 2)
+            )
+        else:
+            index = torch.as_tensor(read.nonzero()[0], device=z.device)
+            outputs = torch.bmm(rows[index], per_head[index]).view(len(index), *difference.shape[1:])
+            difference[index] = self.replacement[nodes][index] - outputs
+
+    def attended(self, layer: int, output: torch.Tensor, bias: torch.Tensor | None) -> None:
+        """A planned masked pass: the attention of ``layer`` gave ``output`` [batch, pos, d_model] (its
+        heads' outputs summed, plus the output projection's ``bias``): the running total gains the heads'
+        ``replacement - output`` summed (kept as :attr:`layer_heads`, [batch, pos, d_model]), whether or not
+        their differences were computed."""
+        assert self.total is not None and self.head_sums is not None
+        self.layer_heads = self.head_sums[layer] - output.detach().float()
+        if bias is not None:
+            self.layer_heads += bias.detach().float()
+        self.total.add_(self.layer_heads)
 
     def absent_sum(self, backward: slice) -> tuple[torch.Tensor, list[int]]:
         """The sums of ``replacement_u - current_u`` over the absent in-edges from the forward nodes done so
-        far of backward nodes ``backward``: ([distinct, batch, pos, d_model] one per distinct pattern of
-        absent in-edges, the row of each node). Each pattern is summed over its absent edges where they
-        are fewer than its kept ones, else as the running sum less the kept edges' (the same sum; fewer
-        products either way), by one matrix product: a sparse one where under :data:`SPARSE_BELOW` of the
-        weights are not 0, else a dense one over the rows that weigh anything."""
+        far of backward nodes ``backward`` (a layer's): ([distinct, batch, pos, d_model] one per distinct
+        pattern of in-edges, the column of each node), by its :class:`_EdgeWeights` (planned, or found
+        now), one matrix product: a sparse one where under :data:`SPARSE_BELOW` of the weights are not 0,
+        else a dense one over the rows that weigh anything."""
         assert self.absent is not None and self.differences is not None and self.total is not None
-        done = self.done
-        real = torch.as_tensor(self.graph.real[:done, backward], device=self.absent.device)
-        # per edge 0: none, 1: kept, 2: absent; one column per distinct pattern
-        edges = real.float() + self.absent[:done, backward]
-        patterns, which = torch.unique(edges, dim=1, return_inverse=True)
-        absent, kept = (patterns == 2).float(), (patterns == 1).float()
-        few_absent = absent.sum(0) <= kept.sum(0)
-        weights = torch.where(few_absent, absent, kept).T  # [distinct, done]
-        flat = self.differences[:done].flatten(1)
+        layer = backward.start // self.graph.per_layer
+        edges = self.plans.get(layer) or _edge_weights(self.graph, self.absent, backward, self.done)
+        assert edges.rows == self.done
+        weights, flat = edges.weights, self.differences[: self.done].flatten(1)
         if int(weights.count_nonzero()) < SPARSE_BELOW * weights.numel():
             product = torch.sparse.mm(weights.to_sparse(), flat)
         else:
             rows = weights.any(0).nonzero()[:, 0]
-            if len(rows) < done // 2:
+            # rows of heads no weight reads were not computed
+            unread = self.needed is not None and not self.needed[: self.done].all()
+            if unread or len(rows) < self.done // 2:
                 weights, flat = weights[:, rows], flat[rows]
             product = weights @ flat
         product = product.view(-1, *self.differences.shape[1:])
-        for column in (~few_absent).nonzero()[:, 0].tolist():
+        for column in edges.from_total:
             torch.sub(self.total, product[column], out=product[column])
-        return product, which.tolist()
+        return product, edges.which
+
+    def own_heads_sum(self, summed: int, mlp: int) -> torch.Tensor:
+        """[batch, pos, d_model] the sum of ``replacement_u - current_u`` over the absent in-edges of the
+        MLP (backward node ``mlp``) from its own layer's heads (forward nodes ``summed`` on), by
+        :func:`_own_weights`."""
+        assert self.differences is not None and self.absent is not None and self.layer_heads is not None
+        weights, from_heads = _own_weights(self.absent[summed : self.done, mlp])
+        rows = weights.nonzero()[:, 0]
+        part = weights[rows] @ self.differences[rows + summed].flatten(1)
+        part = part.view(self.differences.shape[1:])
+        return self.layer_heads - part if from_heads else part
 
     def normalised(self, point: NormPoint, stream: torch.Tensor, output: torch.Tensor) -> None:
         """The norm of ``point`` took ``stream`` to ``output`` ([batch, pos, d_model]): keep its scale and
@@ -222,6 +341,21 @@ class _Pass:
         self.total = torch.sub(self.replacement[done], self.outputs[done], out=self.differences[done]).sum(0)
         self.layer_change = None  # the layer's changes so far were summed before this norm
 
+    def _layer_change(self, layer: int) -> _LayerChange:
+        """The :class:`_LayerChange` of ``layer``, summed now if this is the layer's first rebuilt input."""
+        change, first = self.layer_change, layer * self.graph.per_layer
+        if change is None or change.layer != layer:
+            nodes = slice(first, min(first + self.graph.per_layer, len(self.graph.downstream)))
+            change = self.layer_change = _LayerChange(layer, self.done, *self.absent_sum(nodes))
+        return change
+
+    def shared_input(self, tensor: torch.Tensor, layer: int) -> torch.Tensor:
+        """[batch, pos, d_model] the query, key and value input of ``layer`` as the model computed it
+        (``tensor``) plus the change of the pattern of absent in-edges most of them share
+        (:meth:`head_input_sites`)."""
+        assert self.done == int(self.graph.feeds[layer * self.graph.per_layer])
+        return tensor + self._layer_change(layer).changes[self.shared[layer]].to(tensor.dtype)
+
     def rebuilt(self, tensor: torch.Tensor, backward: slice) -> torch.Tensor:
         """``tensor`` [batch, pos, nodes, d_model], the inputs of backward nodes ``backward`` as the model
         computed them (one input for all), with the absent in-edges' differences ``replacement_u -
@@ -234,22 +368,16 @@ class _Pass:
             assert self.done == int(graph.feeds[backward.start])
             layer = backward.start // graph.per_layer
             first = layer * graph.per_layer
-            change = self.layer_change
-            if change is None or change.layer != layer:
-                nodes = slice(first, min(first + graph.per_layer, len(graph.downstream)))
-                change = self.layer_change = _LayerChange(layer, self.done, *self.absent_sum(nodes))
+            change = self._layer_change(layer)
             which = change.which[backward.start - first : backward.stop - first]
-            # an MLP's in-edges from its own layer's heads
-            own = self.absent[change.summed : self.done, backward]
             base = tensor[:, :, 0]
-            if len(set(which)) == 1 and not bool(own.any()):
+            if len(set(which)) == 1:
                 shared = base + change.changes[which[0]].to(base.dtype)
+                if change.summed < self.done:  # an MLP's in-edges from its own layer's heads
+                    shared += self.own_heads_sum(change.summed, backward.start).to(base.dtype)
                 tensor = shared[:, :, None].expand_as(tensor)
             else:
                 stacked = change.changes[which]  # [nodes, batch, pos, d_model], a copy
-                if bool(own.any()):
-                    heads = self.differences[change.summed : self.done].flatten(1)
-                    stacked += (own.T @ heads).view_as(stacked)
                 tensor = stacked.add_(base).permute(1, 2, 0, 3).to(tensor.dtype)
         if self.inputs is not None:
             self.inputs[backward.start] = GradientPoint(tensor)
@@ -311,6 +439,10 @@ def _replacements(
 
         return keep
 
+    def every_head_input(tensor: torch.Tensor, layer: int | None) -> torch.Tensor:
+        assert layer is not None
+        return state.shared_input(tensor, layer)
+
     def mlp_input(tensor: torch.Tensor, layer: int | None) -> torch.Tensor:
         assert layer is not None
         index = graph.mlp_input(layer)
@@ -329,9 +461,11 @@ def _replacements(
             functions |= {(letter, layer): head_features(letter) for letter in "qkv"}
             if layer:
                 functions["resid_pre", layer] = layer_input
-        for letter in "qkv":
-            if changes is not None and changes[graph.head_inputs(layer, letter)].any():
-                functions[f"{letter}_input", layer] = head_input(letter)
+        if state.absent is not None:
+            shared, split = state.head_input_sites(layer)
+            if shared:
+                functions["qkv_input", layer] = every_head_input
+            functions |= {(f"{letter}_input", layer): head_input(letter) for letter in split}
         if state.inputs is not None or (changes is not None and changes[graph.mlp_input(layer)]):
             functions["mlp_in", layer] = mlp_input
     if state.inputs is not None or (changes is not None and changes[graph.logits]):
@@ -349,14 +483,27 @@ def _masked(
     points = circuit_stages(loaded, state.graph).points if state.record else ()
     state.carries = state.sources is not None and bool(points)
 
+    def on_attention(layer: int, parts: AttentionParts) -> Callable[..., None]:
+        bias = getattr(parts.output, "bias", None)
+
+        def hook(_module: torch.nn.Module, _args: tuple, _kwargs: dict, output: torch.Tensor) -> None:
+            state.attended(layer, output, bias)
+
+        return hook
+
     def on_norm(point: NormPoint) -> Callable[..., None]:
         def hook(_module: torch.nn.Module, args: tuple, kwargs: dict, output: torch.Tensor) -> None:
             state.normalised(point, args[0] if args else next(iter(kwargs.values())), output)
 
         return hook
 
+    after = [(point.norm, on_norm(point)) for point in points]
+    if state.sources is not None and state.record and not state.carries:
+        state.plan()
+        parts = attention_parts(loaded.model)
+        after += [(part.output, on_attention(layer, part)) for layer, part in enumerate(parts)]
     with (
-        hooking(after=[(point.norm, on_norm(point)) for point in points]),
+        hooking(after=after),
         replacing(loaded.model, _replacements(loaded, state, embedding, leaf)),
     ):
         yield state
@@ -386,7 +533,7 @@ def masked_pass(
     graph = circuit_graph(loaded)
     real = torch.as_tensor(graph.real, device=absent.device)
     absent = absent.float() * real
-    state = _Pass(graph, iter(replacement), absent, record=bool(absent.any()))
+    state = _Pass(graph, replacement, absent, record=bool(absent.any()))
     with torch.no_grad(), _masked(loaded, state):
         return loaded.model(**inputs).logits
 

@@ -157,9 +157,10 @@ STACK_SITES: dict[str, tuple[str, ...]] = {
 #: (:mod:`bertology.interventions.circuit_graph`), as TransformerLens computes them with
 #: ``use_split_qkv_input``. Replacing ``q_input`` gives each head its own copy of the layer's input
 #: ``[batch, pos, head, d_model]`` (before the norm a pre-norm model applies), from which its queries are
-#: computed again (``k_input`` and ``v_input``: per key/value head); ``mlp_in`` is what enters the
-#: feed-forward block (before its norm; in a post-norm layer, :attr:`Layout.mlp_input`'s input), changed
-#: for that block only, not in the residual stream.
+#: computed again (``k_input`` and ``v_input``: per key/value head); ``qkv_input`` is the one input all
+#: of them are computed from (the attention block's norm's input, in pre-norm models), changed for the
+#: attention block only; ``mlp_in`` is what enters the feed-forward block (before its norm; in a post-norm
+#: layer, :attr:`Layout.mlp_input`'s input), changed for that block only, not in the residual stream.
 NODE_INPUTS: dict[str, Site] = {
     site.name: site
     for site in (
@@ -169,6 +170,9 @@ NODE_INPUTS: dict[str, Site] = {
              "each key/value head's own copy of the layer's input, for its keys"),
         Site("v_input", ("batch", "pos", "head", "d_model"), True, "blocks.{l}.hook_v_input",  # type: ignore[arg-type]
              "each key/value head's own copy of the layer's input, for its values"),
+        Site("qkv_input", ("batch", "pos", "d_model"), True, "(none: blocks.{l}.hook_attn_in is per head)",  # type: ignore[arg-type]
+             "the attention block's own input, before its norm, that every head's queries, keys and values "
+             "read (pre-norm models)"),
         Site("mlp_in", ("batch", "pos", "d_model"), True, "blocks.{l}.hook_mlp_in",  # type: ignore[arg-type]
              "the feed-forward block's own input, before its norm (pre-norm models; in a post-norm "
              "one the attention block's normalised output as the feed-forward block alone reads it)"),
@@ -451,6 +455,13 @@ def _spot(shape: Layout, parts: AttentionParts, layer: nn.Module, name: str) -> 
         projection, heads, norm = _head_input_parts(shape, parts, layer, name)
         take, put = _head_inputs(projection, heads, parts.head_dim, norm)
         return _Spot(projection.linear, False, take=take, put=put)
+    if name == "qkv_input":
+        if not shape.mid_is_input or shape.attn_norm is None:
+            raise BertologyError(
+                f"Site 'qkv_input' is the input of the norm before attention, which layers of type "
+                f"{type(layer).__name__} do not have (bertology knows it for pre-norm models)."
+            )
+        return _Spot(layer.get_submodule(shape.attn_norm), True)
     if name == "mlp_in":
         if shape.mid_is_input:
             return _Spot(layer.get_submodule(shape.mid), True)
