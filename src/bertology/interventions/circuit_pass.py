@@ -284,15 +284,22 @@ class _Pass:
         shape = (len(self.graph.upstream), *output.shape[1:])
         if self.replacement is None or self.carries:
             if self.outputs is None:
-                self.outputs = torch.empty(shape, dtype=torch.float32, device=output.device)
+                self.outputs = self._buffer("outputs", shape, output.device)
             self.outputs[nodes] = output
             if self.replacement is None:
                 return
         if self.differences is None:
-            self.differences = torch.empty(shape, dtype=torch.float32, device=output.device)
+            self.differences = self._buffer("differences", shape, output.device)
         difference = torch.sub(self.replacement[nodes], output, out=self.differences[nodes])
         summed = difference.sum(0)
         self.total = summed if self.total is None else self.total.add_(summed)
+
+    def _buffer(self, name: str, shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
+        """A new float tensor of ``shape`` (a plain run's outputs are kept), or a masked pass's
+        :meth:`~bertology.interventions.circuit_norms.SourceStacks.workspace`."""
+        if self.stacks is None:
+            return torch.empty(shape, dtype=torch.float32, device=device)
+        return self.stacks.workspace(name, shape, device)
 
     def add_heads(self, parts: AttentionParts, z: torch.Tensor) -> None:
         """Keep the next forward nodes, the heads of attention ``parts``, from their features ``z`` [batch,
