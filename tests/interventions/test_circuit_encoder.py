@@ -341,19 +341,23 @@ def test_eap_and_eap_ig_equal_gradients_taken_at_the_reference_inputs(
     assert max(abs(value) for value in expected.values()) > 1e-3
 
 
-@pytest.mark.parametrize("model_type", ["roberta", "mpnet"])
+@pytest.mark.parametrize(
+    "model_type", ["roberta", "xlm-roberta", "electra", "camembert", "ernie", "data2vec-text", "mpnet"]
+)
 def test_the_full_and_the_empty_graph_of_bert_kin_are_the_clean_and_the_corrupted_run(
     tiny_model_dirs: dict[str, Path], model_type: str
 ) -> None:
-    """RoBERTa (BERT's layout, other embeddings) and MPNet (its norms named otherwise, a relative position
-    bias): the masked pass with no edge absent gives the clean logits, with every edge absent the corrupted
-    ones (two masked passes, as ``circuit`` measures f = 1 and f = 0)."""
+    """Every post-norm encoder circuits accept besides BERT: RoBERTa, XLM-RoBERTa, CamemBERT and
+    Data2Vec-Text (BERT's layout, other embeddings), ELECTRA (narrower embeddings projected up), ERNIE
+    and MPNet (its norms named otherwise, a relative position bias): the masked pass with
+    no edge absent gives the clean logits, with every edge absent the corrupted ones (two masked passes, as
+    ``circuit`` measures f = 1 and f = 0). Two texts of one token count in every tokenizer here."""
     loaded = tiny_classifier(tiny_model_dirs[model_type])
     with torch.no_grad():
         for parameter in loaded.model.base_model.parameters():
             if parameter.dim() == 2:
                 parameter.mul_(10)
-    pair = PatchPair("The quick brown fox", "The quick brown dog", None, None, "pos", "neg", 1)
+    pair = PatchPair("a b c d", "a b c e", None, None, "pos", "neg", 1)
     (group,) = encode_pairs(loaded, [pair]).groups
     run = circuit_runs(loaded, group, "noising", "logit-diff")
     graph = circuit_graph(loaded)
