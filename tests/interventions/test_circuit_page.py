@@ -348,7 +348,7 @@ def test_what_the_page_shows_follows_the_slider_and_a_clicked_head(
     for which, words in (("clean", pair.clean), ("corrupted", pair.corrupted)):
         figure = box.locator(f"figure[data-input={which}]")
         assert figure.is_visible() and figure.locator("canvas").is_visible()
-        assert figure.inner_text().startswith(f"{which.capitalize()} input, head 1-2")
+        assert figure.inner_text().startswith(f"{which.capitalize()} input, head a1.h2")
         tokens = [prettify(token) for token in capture(words, model=model).tokens]
         assert figure.locator("li").all_text_contents() == tokens
     assert errors == []

@@ -159,7 +159,7 @@
     const figure = el("figure");
     figure.dataset.input = which;
     if (layer >= layers || head >= heads) {
-      figure.append(el("figcaption", `${label}: the embedded attention has no head ${layer}-${head}.`));
+      figure.append(el("figcaption", `${label}: the embedded attention has no head a${layer}.h${head}.`));
       return figure;
     }
     const cell = Math.max(3, Math.min(18, Math.floor(280 / n)));
@@ -191,7 +191,7 @@
     tokens.start = 0;
     for (const token of input.tokens) tokens.append(el("li", token));
     figure.append(
-      el("figcaption", `${label} input, head ${layer}-${head}: rows are queries, columns keys`),
+      el("figcaption", `${label} input, head a${layer}.h${head}: rows are queries, columns keys`),
       map,
       readout,
       tokens,
