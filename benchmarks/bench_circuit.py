@@ -8,7 +8,12 @@ Times, against one plain forward pass of the clean inputs (every group of pairs 
    circuit (21 masked passes).
 
 and prints each as a multiple of the plain pass, the curves' CPR and CMD (EAP, EAP-IG, random), and the
-largest resident memory of the process. Each timing is wall-clock and this process's CPU seconds
+largest resident memory of the process. Beside EAP and EAP-IG it times the least work their definitions
+need, with nothing of bertology in it (the floor): EAP's activation difference needs the corrupted run and
+the clean one, its gradient a backward pass through the clean one, so a plain pass of the corrupted prompts
+and one pass with gradients of the clean ones (the metric's gradient taken at the embeddings: a backward
+pass through every layer, as the gradient at every node's input needs); EAP-IG's, the clean run and
+``--ig-steps`` passes with gradients. Each timing is wall-clock and this process's CPU seconds
 (``time.process_time``) of one run; torch runs ``--threads`` threads (default 1: on a shared 2-core
 machine two OpenMP threads wait on each other).
 
@@ -82,6 +87,23 @@ def main() -> None:
         return (total / len(pairs)).numpy()  # type: ignore[union-attr]
 
     found = {}
+    scorers = [circuit_runs(loaded, group, "noising", "logit-diff").score for group in encoded.groups]
+
+    def floor(steps: int) -> None:
+        for group, score in zip(encoded.groups, scorers, strict=True):
+            with torch.no_grad():
+                loaded.model(**(group.corrupted if steps == 1 else group.clean))
+            for _ in range(steps):
+                embeddings = loaded.model.get_input_embeddings()(group.clean["input_ids"]).detach()
+                embeddings.requires_grad_(True)
+                inputs = {key: value for key, value in group.clean.items() if key != "input_ids"}
+                logits = loaded.model(inputs_embeds=embeddings, **inputs).logits
+                torch.autograd.grad(score(logits).sum(), embeddings)
+
+    for name, steps in (("eap", 1), ("eap-ig", args.ig_steps)):
+        spent, _ = timed(lambda steps=steps: floor(steps))
+        print(f"{name}'s floor: {spent[1]:.2f} s CPU ({spent[1] / one[1]:.1f} plain passes)")
+
     for name, steps in (("eap", None), ("eap-ig", args.ig_steps)):
         spent, found[name] = timed(lambda steps=steps: scores(steps))
         print(
