@@ -364,10 +364,10 @@ def _projected(norm: nn.Module | None, inputs: torch.Tensor, weight: torch.Tenso
         return torch.bmm(inputs.to(weight.dtype), weight.transpose(1, 2))
     if _is_rms_norm(norm):
         stream = inputs.float()
-        square_mean = torch.linalg.vector_norm(stream, dim=-1, keepdim=True).pow_(2).div_(stream.shape[-1])
+        square_mean = torch.linalg.vector_norm(stream, dim=-1, keepdim=True).pow(2) / stream.shape[-1]
+        scale = torch.rsqrt(square_mean + norm.variance_epsilon)  # [groups, rows, 1]
         folded = (weight.float() * norm.weight.float()).transpose(1, 2)
-        scale = square_mean.add_(norm.variance_epsilon).rsqrt_()  # [groups, rows, 1]
-        return torch.bmm(stream, folded).mul_(scale).to(weight.dtype)
+        return (torch.bmm(stream, folded) * scale).to(weight.dtype)
     return torch.bmm(norm(inputs).to(weight.dtype), weight.transpose(1, 2))
 
 
