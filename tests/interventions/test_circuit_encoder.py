@@ -308,7 +308,10 @@ def test_eap_and_eap_ig_equal_gradients_taken_at_the_reference_inputs(
     graph = circuit_graph(bert)
     scores = sum(
         attribution_scores(
-            bert, circuit_runs(bert, group, "noising", "logit-diff", gradient=steps is None), steps
+            bert,
+            circuit_runs(
+                bert, group, "noising", "logit-diff", "eap" if steps is None else "eap-ig", steps or 1
+            ),
         )
         for group in _groups(bert)
     )

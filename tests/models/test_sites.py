@@ -430,27 +430,39 @@ def _gradients_at(
     return {key: gradient.detach() for key, gradient in zip(kept, found, strict=True)}
 
 
-# llama: an RMSNorm, by the formula's route; gpt2: a LayerNorm, by torch.func's
-@pytest.mark.parametrize("model_type", ["llama", "gpt2"])
+# llama: an RMSNorm, by the formula's route; qwen2: the same with the projections' biases; gpt2: a
+# LayerNorm, by torch.func's
+@pytest.mark.parametrize("model_type", ["llama", "qwen2", "gpt2"])
 def test_head_input_gradients_equal_back_propagation_through_the_per_head_copies(
     tiny_model_dirs: dict[str, Path], model_type: str
 ) -> None:
     """The gradient at each head's query, key and value input copy, from the gradient at the heads'
-    features: as autograd finds it through the copies that ``replacing`` makes."""
+    features: as autograd finds it through the copies that ``replacing`` makes; the mean over two passes
+    (two directions of the logits) as the mean of the two."""
     loaded = tiny_language_model(tiny_model_dirs[model_type])
     inputs = _inputs(loaded)
     torch.manual_seed(0)
-    direction = torch.randn(loaded.model.config.vocab_size)
-    through_copies = _gradients_at(loaded, inputs, direction, ["q_input", "k_input", "v_input"])
-    at_features = _gradients_at(loaded, inputs, direction, ["q", "k", "v"])
-    streams = bertology.trace(loaded.model, inputs, sites=["resid_pre"])
-    to_inputs = head_input_gradients(loaded.model)
+    with torch.no_grad():  # biases that matter (qwen2's projections start with zero biases)
+        for module in loaded.model.modules():
+            if isinstance(module, torch.nn.Linear) and module.bias is not None:
+                module.bias.normal_()
+    directions = torch.randn(2, loaded.model.config.vocab_size)
+    through_copies = [_gradients_at(loaded, inputs, d, ["q_input", "k_input", "v_input"]) for d in directions]
+    at_features = [_gradients_at(loaded, inputs, d, ["q", "k", "v"]) for d in directions]
+    recorded = bertology.trace(loaded.model, inputs, sites=["resid_pre", "q", "k", "v"])
+    new_sum = head_input_gradients(loaded.model)
     for layer in range(len(layer_modules(loaded.model))):
         for letter in "qkv":
-            stream, gradient = streams["resid_pre", layer], at_features[letter, layer]
-            found = to_inputs(layer, f"{letter}_input", stream, gradient)
-            expected = through_copies[f"{letter}_input", layer]
-            largest = float(expected.abs().max())
+            stream, features = recorded["resid_pre", layer], recorded[letter, layer]
+            expected = [found[f"{letter}_input", layer] for found in through_copies]
+            largest = max(float(one.abs().max()) for one in expected)
             assert largest > 1e-4, (layer, letter)
-            # float32 sums in another order: within 1e-5 of the largest gradient
-            torch.testing.assert_close(found, expected, rtol=0, atol=1e-5 * largest)
+            for passes in (1, 2):
+                summed = new_sum(layer, f"{letter}_input")
+                for gradients in at_features[:passes]:
+                    summed.add(stream, features, gradients[letter, layer])
+                found = torch.empty(expected[0].shape[2], *expected[0].shape[:2], expected[0].shape[3])
+                summed.write(found)
+                mean = sum(expected[:passes]) / passes
+                # float32 sums in another order: within 1e-5 of the largest gradient
+                torch.testing.assert_close(found.permute(1, 2, 0, 3), mean, rtol=0, atol=1e-5 * largest)

@@ -40,7 +40,7 @@ from bertology.interventions.circuit_norms import (
 )
 from bertology.models.anatomy import AttentionParts, attention_parts
 from bertology.models.loading import LoadedModel
-from bertology.models.sites import Replacement, SiteRequest, head_input_gradients, hooking, replacing
+from bertology.models.sites import Replacement, SiteRequest, hooking, replacing
 
 
 def circuit_graph(loaded: LoadedModel) -> CircuitGraph:
@@ -62,16 +62,14 @@ def head_outputs(parts: AttentionParts, z: torch.Tensor) -> torch.Tensor:
 @dataclass
 class GradientPoint:
     """Where a pass with gradients takes the gradient of some backward nodes' inputs: at ``tensor``, the
-    inputs themselves ([batch, pos, nodes, d_model]) or, for a layer's query, key or value inputs, the
-    heads' features ([batch, pos, heads, head_dim]), whose gradient ``to_inputs`` takes to the inputs'
-    (``None``: the same)."""
+    inputs themselves ([batch, pos, nodes, d_model]) or, for a layer's query, key or value inputs (``site``:
+    the layer and ``q_input``, ``k_input`` or ``v_input``), the heads' features ([batch, pos, heads,
+    head_dim]), from whose gradient and the layer's input ``layer_input`` ([batch, pos, d_model])
+    :class:`~bertology.models.sites.HeadInputGradientSum` takes the inputs' gradient."""
 
     tensor: torch.Tensor
-    to_inputs: Callable[[torch.Tensor], torch.Tensor] | None = None
-
-    def input_gradient(self, gradient: torch.Tensor) -> torch.Tensor:
-        """[batch, pos, nodes, d_model] the gradient at the inputs from ``gradient``, that at ``tensor``."""
-        return gradient if self.to_inputs is None else self.to_inputs(gradient)
+    site: tuple[int, str] | None = None
+    layer_input: torch.Tensor | None = None
 
 
 @dataclass
@@ -235,19 +233,13 @@ def _replacements(
 
         return rebuild
 
-    to_inputs = head_input_gradients(loaded.model) if state.inputs is not None else None
-
     def head_features(letter: str) -> Replacement:
         # a pass with gradients takes a head input's gradient at the head's features (no per-head copies)
         def keep(tensor: torch.Tensor, layer: int | None) -> torch.Tensor:
-            assert layer is not None and to_inputs is not None
-            assert state.inputs is not None and state.layer_inputs is not None
-            at = state.layer_inputs[layer]
-
-            def gradient_at_inputs(gradient: torch.Tensor) -> torch.Tensor:
-                return to_inputs(layer, f"{letter}_input", at, gradient)
-
-            state.inputs[graph.head_inputs(layer, letter).start] = GradientPoint(tensor, gradient_at_inputs)
+            assert layer is not None and state.inputs is not None and state.layer_inputs is not None
+            site = (layer, f"{letter}_input")
+            point = GradientPoint(tensor, site, state.layer_inputs[layer])
+            state.inputs[graph.head_inputs(layer, letter).start] = point
             return tensor
 
         return keep

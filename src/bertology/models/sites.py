@@ -352,53 +352,98 @@ def _head_input_parts(
     return projection, heads, norm
 
 
-#: ``fn(layer, name, layer_input, gradient)``: see :func:`head_input_gradients`.
-HeadInputGradient = Callable[[int, str, torch.Tensor, torch.Tensor], torch.Tensor]
-
-
-def head_input_gradients(model: PreTrainedModel) -> HeadInputGradient:
-    """``fn(layer, name, layer_input, gradient)``: [batch, pos, heads, d_model] float the gradient at the
-    per-head input copies of site ``name`` (``q_input``, ``k_input``, ``v_input``) of ``layer`` in a pass
-    left as the model computes it, from ``gradient`` [batch, pos, heads, head_dim] at the heads' features
-    (site ``q``, ``k``, ``v``) and the layer's input ``layer_input`` [batch, pos, d_model]: each head's
-    rows of the projection transposed, then the norm's vector-Jacobian product at the layer's input (one
-    per head), as back-propagating through the copies that :func:`replacing` makes would give, without
-    making them. An RMSNorm (``w * x / sqrt(mean(x^2) + eps)``, ``variance_epsilon``, as Llama's) by its
-    formula, any other norm by ``torch.func``."""
+def head_input_gradients(model: PreTrainedModel) -> Callable[[int, str], HeadInputGradientSum]:
+    """``fn(layer, name)``: a new :class:`HeadInputGradientSum` of per-head input site ``name`` (``q_input``,
+    ``k_input``, ``v_input``) of ``layer`` of ``model``."""
     shape, parts, modules = layout(model), attention_parts(model), layer_modules(model)
 
-    def gradient_at_inputs(
-        layer: int, name: str, layer_input: torch.Tensor, gradient: torch.Tensor
-    ) -> torch.Tensor:
+    def new_sum(layer: int, name: str) -> HeadInputGradientSum:
         projection, heads, norm = _head_input_parts(shape, parts[layer], modules[layer], name)
-        _, weight = _head_weight(projection, heads, parts[layer].head_dim)
-        return _norm_pullback(norm, weight.detach().float(), layer_input.detach(), gradient.float())
+        head_dim = parts[layer].head_dim
+        rows, weight = _head_weight(projection, heads, head_dim)
+        bias = torch.zeros(len(rows), device=weight.device)
+        if projection.linear.bias is not None:
+            bias = bias + projection.linear.bias.detach().float().index_select(0, rows)
+        if projection.bias is not None:
+            bias = bias + getattr(parts[layer].module, projection.bias).detach().float()
+        return HeadInputGradientSum(norm, weight.detach().float(), bias.view(heads, head_dim))
 
-    return gradient_at_inputs
+    return new_sum
 
 
-def _norm_pullback(
-    norm: nn.Module | None, weight: torch.Tensor, layer_input: torch.Tensor, gradient: torch.Tensor
-) -> torch.Tensor:
-    """[batch, pos, heads, d_model] float ``gradient`` [batch, pos, heads, head_dim] through ``weight``
-    [heads, head_dim, d_model] transposed and ``norm``'s vector-Jacobian product at ``layer_input`` [batch,
-    pos, d_model] (:func:`head_input_gradients`)."""
-    stream = layer_input.float()
-    # [heads, batch * pos, head_dim]: each head's rows of the projection transposed as one batched product
-    rows = gradient.permute(2, 0, 1, 3).flatten(1, 2)
-    if norm is None:
-        return torch.bmm(rows, weight).view(-1, *stream.shape).permute(1, 2, 0, 3)
-    if hasattr(norm, "variance_epsilon") and "RMSNorm" in type(norm).__name__:
-        # the vector-Jacobian product of w x r, r = (mean(x^2) + eps)^-1/2, with a:
-        # r (w a) - r^3 x (x . w a) / d
-        rms = torch.rsqrt(stream.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)  # [batch, pos, 1]
-        scaled = torch.bmm(rows * rms.flatten(0, 1), weight * norm.weight.detach().float())
-        scaled = scaled.view(-1, *stream.shape)  # [heads, batch, pos, d_model]
-        along = (scaled * stream).sum(-1, keepdim=True) * rms.pow(2) / stream.shape[-1]
-        return scaled.addcmul_(along, stream, value=-1).permute(1, 2, 0, 3)
-    features = torch.bmm(rows, weight).view(-1, *stream.shape).permute(1, 2, 0, 3)
-    _, pullback = torch.func.vjp(lambda x: norm(x).float(), layer_input)
-    return torch.vmap(pullback, in_dims=2, out_dims=2)(features)[0].float()
+def _is_rms_norm(norm: nn.Module) -> bool:
+    """Whether ``norm`` is an RMSNorm ``w * x / sqrt(mean(x^2) + eps)`` (``variance_epsilon``, as Llama's)."""
+    return hasattr(norm, "variance_epsilon") and "RMSNorm" in type(norm).__name__
+
+
+class HeadInputGradientSum:
+    """The gradient at the per-head input copies of one per-head input site (``q_input``, ``k_input``,
+    ``v_input``) of one layer, averaged over passes left as the model computes them, from the gradient at
+    the heads' features (site ``q``, ``k``, ``v``) of each: each head's rows of the projection transposed,
+    then the norm's vector-Jacobian product at the layer's input (one per head), as back-propagating through
+    the copies that :func:`replacing` makes would give, without making them. :meth:`add` takes one pass,
+    :meth:`write` the mean.
+
+    ``norm``: the norm before the projection (``None``: none); ``weight`` [heads, head_dim, d_model] float
+    the heads' rows of the projection; ``bias`` [heads, head_dim] float what the features add to the
+    projection of the norm's output (the projection's bias and the attention's own, as DeBERTa's).
+
+    An RMSNorm (``y = w * x r``, ``r = (mean(x^2) + eps)^-1/2``) by its formula: the pullback of ``a =
+    W^T g`` is ``r (w a) - r^3 x (x . w a) / d``, and ``x . w a = g . W (w x) = g . (q - b) / r`` (``q`` the
+    head's features, ``b`` its bias), so per head ``r W^T g`` (with ``w`` folded into ``W``) less ``r^2 (g
+    . (q - b)) / d`` times ``x``: a product over ``head_dim``, not ``d_model``, per position; the first term
+    is linear in ``r g``, summed over the passes before the one product by ``W``. Any other norm by
+    ``torch.func`` (its vector-Jacobian product under ``vmap``), per pass; no norm: ``W^T`` of the summed
+    ``g``."""
+
+    def __init__(self, norm: nn.Module | None, weight: torch.Tensor, bias: torch.Tensor) -> None:
+        self.norm, self.bias = norm, bias
+        self.rms = norm is not None and _is_rms_norm(norm)
+        self.weight = weight * norm.weight.detach().float() if self.rms else weight  # type: ignore[union-attr]
+        self.passes = 0
+        self.summed: torch.Tensor | None = None  # [heads, batch * pos, head_dim] the sum of g (r g)
+        self.along: list[
+            tuple[torch.Tensor, torch.Tensor]
+        ] = []  # (x [batch * pos, d_model], [heads, batch * pos, 1])
+        self.general: list[
+            tuple[torch.Tensor, torch.Tensor]
+        ] = []  # (layer input, g [heads, batch * pos, head_dim])
+
+    def add(self, layer_input: torch.Tensor, features: torch.Tensor, gradient: torch.Tensor) -> None:
+        """One pass: its layer input [batch, pos, d_model], the heads' features [batch, pos, heads,
+        head_dim] and the gradient there."""
+        self.passes += 1
+        rows = gradient.detach().float().permute(2, 0, 1, 3).flatten(1, 2)  # [heads, batch * pos, head_dim]
+        if self.norm is not None and not self.rms:
+            self.general.append((layer_input.detach(), rows))
+            return
+        if self.rms:
+            stream = layer_input.detach().float().flatten(0, 1)
+            rms = torch.rsqrt(stream.pow(2).mean(-1, keepdim=True) + self.norm.variance_epsilon)  # type: ignore[union-attr]
+            if features.dtype == torch.float32:
+                projected = features.detach().permute(2, 0, 1, 3).flatten(1, 2) - self.bias[:, None]
+            else:  # the features in a lower precision: W (w x) r again in float
+                projected = torch.matmul(stream * rms, self.weight.transpose(1, 2))
+            self.along.append(
+                (stream, (rows * projected).sum(-1, keepdim=True) * rms.pow(2) / stream.shape[-1])
+            )
+            rows = rows * rms
+        self.summed = rows if self.summed is None else self.summed.add_(rows)
+
+    def write(self, out: torch.Tensor) -> None:
+        """Write the mean over the passes into ``out`` [heads, batch, pos, d_model] float (contiguous)."""
+        flat = out.view(out.shape[0], -1, out.shape[-1])
+        if self.summed is None:
+            flat.zero_()
+        else:
+            torch.bmm(self.summed / self.passes, self.weight, out=flat)
+        for stream, along in self.along:
+            flat.addcmul_(along, stream, value=-1 / self.passes)
+        for layer_input, rows in self.general:
+            features = torch.bmm(rows, self.weight).view(-1, *layer_input.shape).permute(1, 2, 0, 3)
+            _, pullback = torch.func.vjp(lambda x: self.norm(x).float(), layer_input)  # type: ignore[misc]
+            pulled = torch.vmap(pullback, in_dims=2, out_dims=2)(features)[0].float()
+            out.add_(pulled.permute(2, 0, 1, 3), alpha=1 / self.passes)
 
 
 def _split_heads(head_dim: int) -> tuple[Callable, Callable]:
