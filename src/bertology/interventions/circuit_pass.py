@@ -40,7 +40,7 @@ from bertology.interventions.circuit_norms import (
 )
 from bertology.models.anatomy import AttentionParts, attention_parts
 from bertology.models.loading import LoadedModel
-from bertology.models.sites import Replacement, SiteRequest, hooking, replacing
+from bertology.models.sites import ModuleHook, Replacement, SiteRequest, hooking, replacing
 
 
 def circuit_graph(loaded: LoadedModel) -> CircuitGraph:
@@ -63,9 +63,9 @@ def head_outputs(parts: AttentionParts, z: torch.Tensor) -> torch.Tensor:
 class GradientPoint:
     """Where a pass with gradients takes the gradient of some backward nodes' inputs: at ``tensor``, the
     inputs themselves ([batch, pos, nodes, d_model]) or, for a layer's query, key or value inputs (``site``:
-    the layer and ``q_input``, ``k_input`` or ``v_input``), the heads' features ([batch, pos, heads,
-    head_dim]), from whose gradient and the layer's input ``layer_input`` ([batch, pos, d_model])
-    :class:`~bertology.models.sites.HeadInputGradientSum` takes the inputs' gradient."""
+    the layer and ``q_input``, ``k_input`` or ``v_input``), the output of the projection that computes the
+    heads' features ([batch, pos, outputs]), from whose gradient and the layer's input ``layer_input``
+    ([batch, pos, d_model]) :class:`~bertology.models.sites.HeadInputGradientSum` takes the inputs'."""
 
     tensor: torch.Tensor
     site: tuple[int, str] | None = None
@@ -233,17 +233,6 @@ def _replacements(
 
         return rebuild
 
-    def head_features(letter: str) -> Replacement:
-        # a pass with gradients takes a head input's gradient at the head's features (no per-head copies)
-        def keep(tensor: torch.Tensor, layer: int | None) -> torch.Tensor:
-            assert layer is not None and state.inputs is not None and state.layer_inputs is not None
-            site = (layer, f"{letter}_input")
-            point = GradientPoint(tensor, site, state.layer_inputs[layer])
-            state.inputs[graph.head_inputs(layer, letter).start] = point
-            return tensor
-
-        return keep
-
     def mlp_input(tensor: torch.Tensor, layer: int | None) -> torch.Tensor:
         assert layer is not None
         index = graph.mlp_input(layer)
@@ -258,10 +247,8 @@ def _replacements(
     # a node's input is replaced where it changes (some in-edge absent) or is kept for its gradient
     changes = None if state.absent is None else state.absent.any(0).cpu().numpy()
     for layer in range(graph.layers):
-        if state.inputs is not None:
-            functions |= {(letter, layer): head_features(letter) for letter in "qkv"}
-            if layer:
-                functions["resid_pre", layer] = layer_input
+        if state.inputs is not None and layer:
+            functions["resid_pre", layer] = layer_input
         for letter in "qkv":
             if changes is not None and changes[graph.head_inputs(layer, letter)].any():
                 functions[f"{letter}_input", layer] = head_input(letter)
@@ -324,6 +311,27 @@ def masked_pass(
         return loaded.model(**inputs).logits
 
 
+def _projection_points(loaded: LoadedModel, state: _Pass) -> list[tuple[torch.nn.Module, ModuleHook]]:
+    """Hooks that keep, in a pass with gradients, each layer's query, key and value projections' outputs as
+    where the gradient of its heads' inputs is taken (no per-head copies of the layer's input: see
+    :class:`~bertology.models.sites.HeadInputGradientSum`); the outputs are left as they are."""
+    graph = state.graph
+
+    def keep(layer: int, letter: str) -> ModuleHook:
+        def hook(_module: torch.nn.Module, _args: tuple, _kwargs: dict, output: torch.Tensor) -> None:
+            assert state.inputs is not None and state.layer_inputs is not None
+            point = GradientPoint(output, (layer, f"{letter}_input"), state.layer_inputs[layer])
+            state.inputs[graph.head_inputs(layer, letter).start] = point
+
+        return hook
+
+    return [
+        (projection.linear, keep(layer, letter))
+        for layer, parts in enumerate(attention_parts(loaded.model))
+        for letter, projection in zip("qkv", (parts.query, parts.key, parts.value), strict=True)
+    ]
+
+
 def gradient_pass(
     loaded: LoadedModel,
     inputs: dict[str, torch.Tensor],
@@ -336,7 +344,11 @@ def gradient_pass(
     forward nodes' outputs and the norms as :func:`node_outputs` gives them, else ``None``)."""
     norms: NormRecord | None = [] if record else None
     state = _Pass(circuit_graph(loaded), None, None, record=record, inputs={}, layer_inputs={}, norms=norms)
-    with torch.enable_grad(), _masked(loaded, state, embedding, leaf=True):
+    with (
+        torch.enable_grad(),
+        hooking(after=_projection_points(loaded, state)),
+        _masked(loaded, state, embedding, leaf=True),
+    ):
         logits = loaded.model(**inputs).logits
     assert state.inputs is not None
     if not record:

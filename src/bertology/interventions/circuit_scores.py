@@ -58,8 +58,8 @@ class CircuitRuns:
     the model runs, its edges kept in a circuit) and which the ``source`` (what an absent edge carries), the
     metric bound to the group, ``norms`` each run's norms between the nodes and ``stages`` where the nodes
     read the stream (:mod:`~bertology.interventions.circuit_norms`) and, where asked for (EAP, EAP-IG),
-    ``gradient``: [backward nodes, rows, pos, d_model] the gradient of the metric summed over the rows at
-    each backward node's input: in the target run (EAP's) or averaged over EAP-IG's points."""
+    ``gradient``: the gradient of the metric summed over the rows at each backward node's input
+    (:class:`InputGradients`): in the target run (EAP's) or averaged over EAP-IG's points."""
 
     group: PairGroup
     outputs: dict[str, torch.Tensor]
@@ -69,7 +69,7 @@ class CircuitRuns:
     score: Scorer
     norms: dict[str, NormRecord]
     stages: Stages
-    gradient: torch.Tensor | None = None
+    gradient: InputGradients | None = None
 
     def run(self, name: str) -> tuple[torch.Tensor, NormRecord]:
         """Run ``name``'s node outputs and norms."""
@@ -91,8 +91,9 @@ class CircuitRuns:
 
 class InputGradients:
     """The gradient of a metric summed over a group's rows at every backward node's input, averaged over
-    passes with gradients (EAP: the target run; EAP-IG: its points): :meth:`add` one pass, :meth:`mean`
-    [backward nodes, rows, pos, d_model] float."""
+    passes with gradients (EAP: the target run; EAP-IG: its points): :meth:`add` one pass, :meth:`write`
+    the mean at some of the rows' positions, [backward nodes, tokens, d_model] float (never all at once:
+    :func:`attribution_scores` multiplies a few positions at a time)."""
 
     def __init__(self, loaded: LoadedModel) -> None:
         self.new_head_sum = head_input_gradients(loaded.model)
@@ -118,20 +119,22 @@ class InputGradients:
                 assert point.layer_input is not None
                 self.heads[index].add(point.layer_input, point.tensor, part)
 
-    def mean(self) -> torch.Tensor:
-        """[backward nodes, rows, pos, d_model] float the mean over the passes, each node's part written in
-        place (no concatenation)."""
-        sizes = {index: part.shape[2] for index, part in self.direct.items()}
-        sizes |= {index: part.weight.shape[0] for index, part in self.heads.items()}
-        rows, pos, _, width = next(iter(self.direct.values())).shape
-        last = max(sizes)
-        total = torch.empty(last + sizes[last], rows, pos, width, device=self.direct[last].device)
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """(backward nodes, tokens: the rows' positions, d_model)."""
+        last = max(self.direct)
+        rows, pos, nodes, width = self.direct[last].shape
+        return last + nodes, rows * pos, width
+
+    def write(self, out: torch.Tensor, tokens: slice) -> None:
+        """Write the mean over the passes at ``tokens`` (of the rows' positions taken row after row) into
+        ``out`` [backward nodes, tokens, d_model] float, node by node."""
         with torch.no_grad():
             for index, heads in self.heads.items():
-                heads.write(total[index : index + sizes[index]])
+                heads.write(out[index : index + heads.weight.shape[0]], tokens)
             for index, part in self.direct.items():
-                torch.div(part.permute(2, 0, 1, 3), self.passes, out=total[index : index + sizes[index]])
-        return total
+                here = part.flatten(0, 1)[tokens].transpose(0, 1)
+                torch.div(here, self.passes, out=out[index : index + here.shape[0]])
 
 
 def _tokens_only(group: PairGroup) -> bool:
@@ -204,10 +207,11 @@ def circuit_runs(
         for k in range(gradients.passes, ig_steps):
             step = gradient_pass(loaded, inputs[target], start + (k / ig_steps) * (end - start))
             gradients.add(score, *step[:2])
-    gradient = gradients.mean() if gradients.passes else None
     logits = {name: value.detach() for name, value in logits.items()}
     stages = circuit_stages(loaded, circuit_graph(loaded))
-    return CircuitRuns(group, outputs, logits, target, source, score, norms, stages, gradient)
+    return CircuitRuns(
+        group, outputs, logits, target, source, score, norms, stages, gradients if gradients.passes else None
+    )
 
 
 #: Backward nodes of this many layers are multiplied in one matrix product (over the forward nodes that
@@ -234,19 +238,21 @@ def _add_edge_products(
 def attribution_scores(loaded: LoadedModel, runs: CircuitRuns) -> torch.Tensor:
     """[forward nodes, backward nodes] the sum over ``runs``' pairs of the EAP or EAP-IG score (module
     docstring), from the gradient of ``runs`` (:func:`circuit_runs` with the method); 0 where there is no
-    edge. The activation difference is taken :data:`_TOKENS_PER_PRODUCT` positions at a time and multiplied
-    with the gradient there, so neither is read from memory more than once."""
+    edge. The activation difference and the gradient are taken :data:`_TOKENS_PER_PRODUCT` positions at a
+    time and multiplied there (both stay in the cache; neither is ever whole in memory)."""
     assert runs.gradient is not None, "EAP and EAP-IG read the gradient of circuit_runs(..., method)"
     graph = circuit_graph(loaded)
-    gradient = runs.gradient.flatten(1, 2)  # [backward nodes, tokens, d_model]
-    scores = torch.zeros(len(graph.upstream), len(graph.downstream), device=gradient.device)
-    for begin in range(0, gradient.shape[1], _TOKENS_PER_PRODUCT):
-        tokens = slice(begin, begin + _TOKENS_PER_PRODUCT)
-        source, target = (token_slice(runs.run(name), tokens) for name in (runs.source, runs.target))
-        part = gradient[:, tokens].flatten(1)
+    nodes, tokens, width = runs.gradient.shape
+    device = runs.outputs[runs.target].device
+    scores = torch.zeros(len(graph.upstream), len(graph.downstream), device=device)
+    for begin in range(0, tokens, _TOKENS_PER_PRODUCT):
+        chunk = slice(begin, min(begin + _TOKENS_PER_PRODUCT, tokens))
+        gradient = torch.empty(nodes, chunk.stop - begin, width, device=device)
+        runs.gradient.write(gradient, chunk)
+        source, target = (token_slice(runs.run(name), chunk) for name in (runs.source, runs.target))
         for reads, difference in stage_differences(source, target, runs.stages):
-            _add_edge_products(graph, difference.flatten(1), part, reads, scores)
-    return scores * torch.as_tensor(graph.real, device=scores.device)
+            _add_edge_products(graph, difference.flatten(1), gradient.flatten(1), reads, scores)
+    return scores * torch.as_tensor(graph.real, device=device)
 
 
 def exact_scores(

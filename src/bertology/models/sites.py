@@ -361,12 +361,11 @@ def head_input_gradients(model: PreTrainedModel) -> Callable[[int, str], HeadInp
         projection, heads, norm = _head_input_parts(shape, parts[layer], modules[layer], name)
         head_dim = parts[layer].head_dim
         rows, weight = _head_weight(projection, heads, head_dim)
-        bias = torch.zeros(len(rows), device=weight.device)
-        if projection.linear.bias is not None:
-            bias = bias + projection.linear.bias.detach().float().index_select(0, rows)
-        if projection.bias is not None:
-            bias = bias + getattr(parts[layer].module, projection.bias).detach().float()
-        return HeadInputGradientSum(norm, weight.detach().float(), bias.view(heads, head_dim))
+        bias = projection.linear.bias
+        bias = None if bias is None else bias.detach().float().index_select(0, rows).view(heads, head_dim)
+        if projection.step == head_dim:  # the heads' rows are one block
+            rows = slice(projection.first, projection.first + heads * head_dim)  # type: ignore[assignment]
+        return HeadInputGradientSum(norm, weight.detach().float(), rows, bias)
 
     return new_sum
 
@@ -379,25 +378,32 @@ def _is_rms_norm(norm: nn.Module) -> bool:
 class HeadInputGradientSum:
     """The gradient at the per-head input copies of one per-head input site (``q_input``, ``k_input``,
     ``v_input``) of one layer, averaged over passes left as the model computes them, from the gradient at
-    the heads' features (site ``q``, ``k``, ``v``) of each: each head's rows of the projection transposed,
-    then the norm's vector-Jacobian product at the layer's input (one per head), as back-propagating through
-    the copies that :func:`replacing` makes would give, without making them. :meth:`add` takes one pass,
-    :meth:`write` the mean.
+    the output of the layer's projection (the linear layer's, whose rows hold the heads' features, sites
+    ``q``, ``k``, ``v``): each head's rows of the projection transposed, then the norm's vector-Jacobian
+    product at the layer's input (one per head), as back-propagating through the copies that
+    :func:`replacing` makes would give, without making them. :meth:`add` takes one pass, :meth:`write`
+    the mean.
 
     ``norm``: the norm before the projection (``None``: none); ``weight`` [heads, head_dim, d_model] float
-    the heads' rows of the projection; ``bias`` [heads, head_dim] float what the features add to the
-    projection of the norm's output (the projection's bias and the attention's own, as DeBERTa's).
+    the heads' rows of the projection, ``rows`` where they are among its outputs (a slice where they are
+    one block), ``bias`` [heads, head_dim] float theirs of the projection's bias (``None``: none).
 
     An RMSNorm (``y = w * x r``, ``r = (mean(x^2) + eps)^-1/2``) by its formula: the pullback of ``a =
     W^T g`` is ``r (w a) - r^3 x (x . w a) / d``, and ``x . w a = g . W (w x) = g . (q - b) / r`` (``q`` the
-    head's features, ``b`` its bias), so per head ``r W^T g`` (with ``w`` folded into ``W``) less ``r^2 (g
-    . (q - b)) / d`` times ``x``: a product over ``head_dim``, not ``d_model``, per position; the first term
-    is linear in ``r g``, summed over the passes before the one product by ``W``. Any other norm by
-    ``torch.func`` (its vector-Jacobian product under ``vmap``), per pass; no norm: ``W^T`` of the summed
-    ``g``."""
+    head's rows of the projection's output, ``b`` of its bias), so per head ``r W^T g`` (``w`` folded into
+    ``W``) less ``r^2 (g . (q - b)) / d`` times ``x``: a product over ``head_dim``, not ``d_model``, per
+    position; the first term is linear in ``r g``, summed over the passes before the one product by ``W``.
+    Any other norm by ``torch.func`` (its vector-Jacobian product under ``vmap``), per pass; no norm:
+    ``W^T`` of the summed ``g``."""
 
-    def __init__(self, norm: nn.Module | None, weight: torch.Tensor, bias: torch.Tensor) -> None:
-        self.norm, self.bias = norm, bias
+    def __init__(
+        self,
+        norm: nn.Module | None,
+        weight: torch.Tensor,
+        rows: torch.Tensor | slice,
+        bias: torch.Tensor | None,
+    ) -> None:
+        self.norm, self.rows, self.bias = norm, rows, bias
         self.rms = norm is not None and _is_rms_norm(norm)
         self.weight = weight * norm.weight.detach().float() if self.rms else weight  # type: ignore[union-attr]
         self.passes = 0
@@ -409,20 +415,28 @@ class HeadInputGradientSum:
             tuple[torch.Tensor, torch.Tensor]
         ] = []  # (layer input, g [heads, batch * pos, head_dim])
 
-    def add(self, layer_input: torch.Tensor, features: torch.Tensor, gradient: torch.Tensor) -> None:
-        """One pass: its layer input [batch, pos, d_model], the heads' features [batch, pos, heads,
-        head_dim] and the gradient there."""
+    def _heads(self, whole: torch.Tensor) -> torch.Tensor:
+        """[heads, batch * pos, head_dim] float the heads' rows of ``whole`` [batch, pos, outputs]."""
+        part = whole[..., self.rows] if isinstance(self.rows, slice) else whole.index_select(-1, self.rows)
+        heads, head_dim = self.weight.shape[:2]
+        return part.detach().float().unflatten(-1, (heads, head_dim)).permute(2, 0, 1, 3).flatten(1, 2)
+
+    def add(self, layer_input: torch.Tensor, output: torch.Tensor, gradient: torch.Tensor) -> None:
+        """One pass: its layer input [batch, pos, d_model], the projection's output [batch, pos, outputs]
+        and the gradient there."""
         self.passes += 1
-        rows = gradient.detach().float().permute(2, 0, 1, 3).flatten(1, 2)  # [heads, batch * pos, head_dim]
+        rows = self._heads(gradient)
         if self.norm is not None and not self.rms:
             self.general.append((layer_input.detach(), rows))
             return
         if self.rms:
             stream = layer_input.detach().float().flatten(0, 1)
             rms = torch.rsqrt(stream.pow(2).mean(-1, keepdim=True) + self.norm.variance_epsilon)  # type: ignore[union-attr]
-            if features.dtype == torch.float32:
-                projected = features.detach().permute(2, 0, 1, 3).flatten(1, 2) - self.bias[:, None]
-            else:  # the features in a lower precision: W (w x) r again in float
+            if output.dtype == torch.float32:
+                projected = (
+                    self._heads(output) if self.bias is None else self._heads(output) - self.bias[:, None]
+                )
+            else:  # the output in a lower precision: W (w x) r again in float
                 projected = torch.matmul(stream * rms, self.weight.transpose(1, 2))
             self.along.append(
                 (stream, (rows * projected).sum(-1, keepdim=True) * rms.pow(2) / stream.shape[-1])
@@ -430,20 +444,20 @@ class HeadInputGradientSum:
             rows = rows * rms
         self.summed = rows if self.summed is None else self.summed.add_(rows)
 
-    def write(self, out: torch.Tensor) -> None:
-        """Write the mean over the passes into ``out`` [heads, batch, pos, d_model] float (contiguous)."""
-        flat = out.view(out.shape[0], -1, out.shape[-1])
+    def write(self, out: torch.Tensor, tokens: slice = slice(None)) -> None:
+        """Write the mean over the passes at ``tokens`` (of the batch's positions taken row after row) into
+        ``out`` [heads, tokens, d_model] float."""
+        scale = 1 / self.passes
         if self.summed is None:
-            flat.zero_()
+            out.zero_()
         else:
-            torch.bmm(self.summed / self.passes, self.weight, out=flat)
+            torch.bmm(self.summed[:, tokens] * scale, self.weight, out=out)
         for stream, along in self.along:
-            flat.addcmul_(along, stream, value=-1 / self.passes)
+            out.addcmul_(along[:, tokens], stream[tokens], value=-scale)
         for layer_input, rows in self.general:
-            features = torch.bmm(rows, self.weight).view(-1, *layer_input.shape).permute(1, 2, 0, 3)
-            _, pullback = torch.func.vjp(lambda x: self.norm(x).float(), layer_input)  # type: ignore[misc]
-            pulled = torch.vmap(pullback, in_dims=2, out_dims=2)(features)[0].float()
-            out.add_(pulled.permute(2, 0, 1, 3), alpha=1 / self.passes)
+            _, pullback = torch.func.vjp(lambda x: self.norm(x).float(), layer_input.flatten(0, 1)[tokens])  # type: ignore[misc]
+            features = torch.bmm(rows[:, tokens], self.weight)  # [heads, tokens, d_model]
+            out.add_(torch.vmap(pullback)(features)[0].float(), alpha=scale)
 
 
 def _split_heads(head_dim: int) -> tuple[Callable, Callable]:
