@@ -219,6 +219,8 @@ def circuit_runs(
 _LAYERS_PER_PRODUCT = 3
 #: Positions whose activation differences and gradients are multiplied at once (both stay in the cache).
 _TOKENS_PER_PRODUCT = 8
+#: Positions whose gradient is written at once (each projection's weight read once for them).
+_TOKENS_PER_GRADIENT = 64
 
 
 def _add_edge_products(
@@ -245,13 +247,17 @@ def attribution_scores(loaded: LoadedModel, runs: CircuitRuns) -> torch.Tensor:
     nodes, tokens, width = runs.gradient.shape
     device = runs.outputs[runs.target].device
     scores = torch.zeros(len(graph.upstream), len(graph.downstream), device=device)
-    for begin in range(0, tokens, _TOKENS_PER_PRODUCT):
-        chunk = slice(begin, min(begin + _TOKENS_PER_PRODUCT, tokens))
-        gradient = torch.empty(nodes, chunk.stop - begin, width, device=device)
-        runs.gradient.write(gradient, chunk)
-        source, target = (token_slice(runs.run(name), chunk) for name in (runs.source, runs.target))
-        for reads, difference in stage_differences(source, target, runs.stages):
-            _add_edge_products(graph, difference.flatten(1), gradient.flatten(1), reads, scores)
+    written = torch.empty(nodes * min(_TOKENS_PER_GRADIENT, tokens) * width, device=device)
+    for begin in range(0, tokens, _TOKENS_PER_GRADIENT):
+        count = min(_TOKENS_PER_GRADIENT, tokens - begin)
+        gradient = written[: nodes * count * width].view(nodes, count, width)
+        runs.gradient.write(gradient, slice(begin, begin + count))
+        for first in range(0, count, _TOKENS_PER_PRODUCT):
+            chunk = slice(begin + first, begin + min(first + _TOKENS_PER_PRODUCT, count))
+            part = gradient[:, first : first + _TOKENS_PER_PRODUCT].flatten(1)
+            source, target = (token_slice(runs.run(name), chunk) for name in (runs.source, runs.target))
+            for reads, difference in stage_differences(source, target, runs.stages):
+                _add_edge_products(graph, difference.flatten(1), part, reads, scores)
     return scores * torch.as_tensor(graph.real, device=device)
 
 
