@@ -8,12 +8,13 @@ these are MIB's definitions:
   masked pass (:func:`~bertology.interventions.circuit_pass.masked_pass`).
 - ``eap`` (Syed et al. 2023, ``get_scores_eap``): the first-order estimate
   ``(z_u(corrupted) - z_u(clean)) · dm/d(input_v)``, the activation difference of the upstream node's output
-  from two plain runs and the gradient of the metric at the downstream node's input in the clean run,
+  from the two runs and the gradient of the metric at the downstream node's input in the clean run,
   summed over positions.
 - ``eap-ig`` (Hanna et al. 2024, ``get_scores_eap_ig``, MIB's "EAP-IG-inputs"): the same difference times
   the gradient averaged over ``steps`` runs whose ``input`` node (the embeddings entering layer 0) is
   ``e_corrupted + (k / steps) (e_clean - e_corrupted)``, ``k = 0 .. steps - 1`` (MIB's points: the
-  corrupted end included, the clean end not).
+  corrupted end included, the clean end not; the point ``k = 0`` is the corrupted run itself where the
+  inputs differ in their tokens only, :func:`circuit_runs`).
 
 Every score is the mean over the pairs (MIB divides the sum over its batches by the number of examples).
 In a post-norm encoder both outputs are the upstream node's contributions carried to the downstream node's
@@ -240,8 +241,9 @@ def _add_edge_products(
 def attribution_scores(loaded: LoadedModel, runs: CircuitRuns) -> torch.Tensor:
     """[forward nodes, backward nodes] the sum over ``runs``' pairs of the EAP or EAP-IG score (module
     docstring), from the gradient of ``runs`` (:func:`circuit_runs` with the method); 0 where there is no
-    edge. The activation difference and the gradient are taken :data:`_TOKENS_PER_PRODUCT` positions at a
-    time and multiplied there (both stay in the cache; neither is ever whole in memory)."""
+    edge. The gradient is written :data:`_TOKENS_PER_GRADIENT` positions at a time and multiplied with the
+    activation difference :data:`_TOKENS_PER_PRODUCT` positions at a time (both then in the cache; neither
+    is ever whole in memory, whose first writes cost as much as the products)."""
     assert runs.gradient is not None, "EAP and EAP-IG read the gradient of circuit_runs(..., method)"
     graph = circuit_graph(loaded)
     nodes, tokens, width = runs.gradient.shape
