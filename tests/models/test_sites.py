@@ -494,3 +494,11 @@ def test_head_input_gradients_equal_back_propagation_through_the_per_head_copies
                 found = written.view(heads, batch, pos, width).permute(1, 2, 0, 3)
                 torch.testing.assert_close(found, mean, rtol=0, atol=1e-5 * largest)
                 torch.testing.assert_close(some, written[:, pos - 1 : pos + 1], rtol=0, atol=1e-6 * largest)
+            # the projection's output in a lower precision (a bfloat16 model's): its rows computed again
+            low = new_sum(layer, f"{letter}_input")
+            output, gradient = at_outputs[0][letter, layer]
+            low.add(streams["resid_pre", layer], output.bfloat16(), gradient)
+            found = torch.empty(heads, batch * pos, width)
+            low.write(found)
+            expected_one = expected[0].permute(2, 0, 1, 3).flatten(1, 2)
+            torch.testing.assert_close(found, expected_one, rtol=0, atol=1e-5 * largest)

@@ -363,9 +363,9 @@ def head_input_gradients(model: PreTrainedModel) -> Callable[[int, str], HeadInp
         rows, weight = _head_weight(projection, heads, head_dim)
         bias = projection.linear.bias
         bias = None if bias is None else bias.detach().float().index_select(0, rows).view(heads, head_dim)
-        if projection.step == head_dim:  # the heads' rows are one block
-            rows = slice(projection.first, projection.first + heads * head_dim)  # type: ignore[assignment]
-        return HeadInputGradientSum(norm, weight.detach().float(), rows, bias)
+        block = slice(projection.first, projection.first + heads * head_dim)  # where the rows are one block
+        where = block if projection.step == head_dim else rows
+        return HeadInputGradientSum(norm, weight.detach().float(), where, bias)
 
     return new_sum
 
@@ -407,13 +407,12 @@ class HeadInputGradientSum:
         self.rms = norm is not None and _is_rms_norm(norm)
         self.weight = weight * norm.weight.detach().float() if self.rms else weight  # type: ignore[union-attr]
         self.passes = 0
-        self.summed: torch.Tensor | None = None  # [heads, batch * pos, head_dim] the sum of g (r g)
-        self.along: list[
-            tuple[torch.Tensor, torch.Tensor]
-        ] = []  # (x [batch * pos, d_model], [heads, batch * pos, 1])
-        self.general: list[
-            tuple[torch.Tensor, torch.Tensor]
-        ] = []  # (layer input, g [heads, batch * pos, head_dim])
+        # [heads, batch * pos, head_dim] the sum of g (an RMSNorm: of r g)
+        self.summed: torch.Tensor | None = None
+        # an RMSNorm's per pass: (x [batch * pos, d_model], r^2 (g . (q - b)) / d [heads, batch * pos, 1])
+        self.along: list[tuple[torch.Tensor, torch.Tensor]] = []
+        # another norm's per pass: (the layer input, g [heads, batch * pos, head_dim])
+        self.general: list[tuple[torch.Tensor, torch.Tensor]] = []
 
     def _heads(self, whole: torch.Tensor) -> torch.Tensor:
         """[heads, batch * pos, head_dim] float the heads' rows of ``whole`` [batch, pos, outputs]."""
