@@ -44,6 +44,7 @@ from bertology.interventions.circuit_pass import circuit_graph
 from bertology.interventions.circuit_scores import attribution_scores, circuit_runs
 from bertology.interventions.patching_pairs import encode_pairs, ioi_pairs, read_pairs
 from bertology.models.loading import load_model
+from bertology.options import CircuitMethod
 
 
 def timed(work: Callable[[], object]) -> tuple[np.ndarray, object]:
@@ -79,11 +80,12 @@ def main() -> None:
     one, _ = timed(plain)
     print(f"plain forward pass: {one[0]:.2f} s wall, {one[1]:.2f} s CPU")
 
-    def scores(steps: int | None) -> np.ndarray:
+    def scores(method: CircuitMethod) -> np.ndarray:
         runs = [
-            circuit_runs(loaded, group, "noising", "logit-diff", steps is None) for group in encoded.groups
+            circuit_runs(loaded, group, "noising", "logit-diff", method, args.ig_steps)
+            for group in encoded.groups
         ]
-        total = sum(attribution_scores(loaded, run, steps) for run in runs)
+        total = sum(attribution_scores(loaded, run) for run in runs)
         return (total / len(pairs)).numpy()  # type: ignore[union-attr]
 
     found = {}
@@ -104,8 +106,8 @@ def main() -> None:
         spent, _ = timed(lambda steps=steps: floor(steps))
         print(f"{name}'s floor: {spent[1]:.2f} s CPU ({spent[1] / one[1]:.1f} plain passes)")
 
-    for name, steps in (("eap", None), ("eap-ig", args.ig_steps)):
-        spent, found[name] = timed(lambda steps=steps: scores(steps))
+    for name in ("eap", "eap-ig"):
+        spent, found[name] = timed(lambda name=name: scores(name))
         print(
             f"{name}: {spent[0]:.2f} s wall ({spent[0] / one[0]:.1f} plain passes), {spent[1]:.2f} s CPU "
             f"({spent[1] / one[1]:.1f})"

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -300,22 +301,32 @@ def test_a_circuits_faithfulness_equals_the_reference_masked_pass(
     assert eap.faithfulness["eap"][size] == pytest.approx((value - empty) / (full - empty), abs=1e-4)
 
 
-@pytest.mark.parametrize("steps", [None, 2])
+def _second_token_hidden(group: PairGroup) -> PairGroup:
+    """``group`` with its corrupted runs' second token hidden from attention (attention mask 0): its clean
+    and corrupted inputs differ in more than their tokens."""
+    mask = group.corrupted["attention_mask"].clone()
+    mask[:, 1] = 0
+    return replace(group, corrupted={**group.corrupted, "attention_mask": mask})
+
+
+# EAP-IG's first point is the corrupted run where the inputs differ in their tokens only; with masks that
+# differ too, a pass on the clean input (its mask) with the corrupted embeddings, after a plain corrupted run
+@pytest.mark.parametrize(("steps", "hidden"), [(None, False), (2, False), (2, True)])
 def test_eap_and_eap_ig_equal_gradients_taken_at_the_reference_inputs(
-    bert: LoadedModel, steps: int | None
+    bert: LoadedModel, steps: int | None, hidden: bool
 ) -> None:
     """The scores ``circuit`` ranks by (its sum over the groups, over the pairs), without its curves."""
     graph = circuit_graph(bert)
+    groups = [_second_token_hidden(group) if hidden else group for group in _groups(bert)]
+    method = "eap" if steps is None else "eap-ig"
     scores = sum(
-        attribution_scores(
-            bert, circuit_runs(bert, group, "noising", "logit-diff", gradient=steps is None), steps
-        )
-        for group in _groups(bert)
+        attribution_scores(bert, circuit_runs(bert, group, "noising", "logit-diff", method, steps or 1))
+        for group in groups
     )
     layers = bert.model.config.num_hidden_layers
     downstream = sorted({down for _, down in EDGES})
     expected: dict[tuple[str, str], float] = {}
-    for group in _groups(bert):
+    for group in groups:
         clean, corrupted = _plain(bert, group.clean), _plain(bert, group.corrupted)
         start = clean["pre", 0]["input"]
         points = [None] if steps is None else [k / steps for k in range(steps)]

@@ -15,7 +15,7 @@ from support.tiny_models import SINGLE_STACK_TYPES, tiny_language_model
 import bertology
 from bertology.errors import BertologyError
 from bertology.models import hook
-from bertology.models.anatomy import layer_modules
+from bertology.models.anatomy import attention_parts, layer_modules
 from bertology.models.sites import SITES, head_input_gradients, hook_gates, hooking, recording, replacing
 
 _BERT = {
@@ -430,30 +430,79 @@ def _gradients_at(
     return {key: gradient.detach() for key, gradient in zip(kept, found, strict=True)}
 
 
-# llama: an RMSNorm, by the formula's route; gpt2: a LayerNorm, by torch.func's
-@pytest.mark.parametrize("model_type", ["llama", "gpt2"])
+def _projection_gradients(
+    loaded: bertology.LoadedModel, inputs: dict, direction: torch.Tensor
+) -> dict[tuple[str, int], tuple[torch.Tensor, torch.Tensor]]:
+    """Each layer's query, key and value projection's output (the linear layer's) and the gradient there of
+    the last position's logits along ``direction``, by letter and layer (GPT-2's one projection under
+    each letter)."""
+    outputs: dict[tuple[str, int], torch.Tensor] = {}
+
+    def keep(letter: str, layer: int) -> Callable[..., None]:
+        def hook(_module: torch.nn.Module, _args: tuple, _kwargs: dict, output: torch.Tensor) -> None:
+            outputs[letter, layer] = output
+
+        return hook
+
+    hooks = [
+        (projection.linear, keep(letter, layer))
+        for layer, parts in enumerate(attention_parts(loaded.model))
+        for letter, projection in zip("qkv", (parts.query, parts.key, parts.value), strict=True)
+    ]
+    with torch.enable_grad(), hooking(after=hooks):
+        metric = loaded.model(**inputs).logits[:, -1] @ direction
+        found = torch.autograd.grad(metric.sum(), list(outputs.values()))
+    return {key: (outputs[key].detach(), gradient) for key, gradient in zip(outputs, found, strict=True)}
+
+
+# llama: an RMSNorm, by the formula's route; qwen2: the same with the projections' biases; gpt2: a
+# LayerNorm, by torch.func's, its three projections one layer
+@pytest.mark.parametrize("model_type", ["llama", "qwen2", "gpt2"])
 def test_head_input_gradients_equal_back_propagation_through_the_per_head_copies(
     tiny_model_dirs: dict[str, Path], model_type: str
 ) -> None:
-    """The gradient at each head's query, key and value input copy, from the gradient at the heads'
-    features: as autograd finds it through the copies that ``replacing`` makes."""
+    """The gradient at each head's query, key and value input copy, from the gradient at the projection's
+    output: as autograd finds it through the copies that ``replacing`` makes; over two passes (two
+    directions of the logits), the mean of the two."""
     loaded = tiny_language_model(tiny_model_dirs[model_type])
     inputs = _inputs(loaded)
     torch.manual_seed(0)
-    direction = torch.randn(loaded.model.config.vocab_size)
-    through_copies = _gradients_at(loaded, inputs, direction, ["q_input", "k_input", "v_input"])
-    at_features = _gradients_at(loaded, inputs, direction, ["q", "k", "v"])
+    with torch.no_grad():  # biases that matter (qwen2's projections start with zero biases)
+        for module in loaded.model.modules():
+            if isinstance(module, torch.nn.Linear) and module.bias is not None:
+                module.bias.normal_()
+    directions = torch.randn(2, loaded.model.config.vocab_size)
+    through_copies = [_gradients_at(loaded, inputs, d, ["q_input", "k_input", "v_input"]) for d in directions]
+    at_outputs = [_projection_gradients(loaded, inputs, d) for d in directions]
     streams = bertology.trace(loaded.model, inputs, sites=["resid_pre"])
-    to_inputs = head_input_gradients(loaded.model)
+    new_sum = head_input_gradients(loaded.model)
     for layer in range(len(layer_modules(loaded.model))):
         for letter in "qkv":
-            stream, gradient = streams["resid_pre", layer], at_features[letter, layer]
-            found = to_inputs(layer, f"{letter}_input", stream, gradient)
-            expected = through_copies[f"{letter}_input", layer]
-            largest = float(expected.abs().max())
+            expected = [found[f"{letter}_input", layer] for found in through_copies]
+            largest = max(float(one.abs().max()) for one in expected)
             assert largest > 1e-4, (layer, letter)
-            # float32 sums in another order: within 1e-5 of the largest gradient
-            torch.testing.assert_close(found, expected, rtol=0, atol=1e-5 * largest)
+            for passes in (1, 2):
+                summed = new_sum(layer, f"{letter}_input")
+                for found in at_outputs[:passes]:
+                    summed.add(streams["resid_pre", layer], *found[letter, layer])
+                batch, pos, heads, width = expected[0].shape
+                written, some = torch.empty(heads, batch * pos, width), torch.empty(heads, 2, width)
+                summed.write(written)
+                summed.write(some, slice(pos - 1, pos + 1))  # positions of two rows
+                mean = sum(expected[:passes]) / passes
+                # float32 sums in another order (the copies' pass folds an RMSNorm's weight into the
+                # projection and scales after it): within 3e-5 of the largest gradient
+                found = written.view(heads, batch, pos, width).permute(1, 2, 0, 3)
+                torch.testing.assert_close(found, mean, rtol=0, atol=3e-5 * largest)
+                torch.testing.assert_close(some, written[:, pos - 1 : pos + 1], rtol=0, atol=1e-6 * largest)
+            # the projection's output in a lower precision (a bfloat16 model's): its rows computed again
+            low = new_sum(layer, f"{letter}_input")
+            output, gradient = at_outputs[0][letter, layer]
+            low.add(streams["resid_pre", layer], output.bfloat16(), gradient)
+            found = torch.empty(heads, batch * pos, width)
+            low.write(found)
+            expected_one = expected[0].permute(2, 0, 1, 3).flatten(1, 2)
+            torch.testing.assert_close(found, expected_one, rtol=0, atol=3e-5 * largest)
 
 
 @pytest.mark.parametrize("model_type", ["llama", "gpt2"])

@@ -226,15 +226,14 @@ def circuit(
 
     scores = torch.zeros(len(graph.upstream), len(graph.downstream))
     with torch.inference_mode(False), eval_mode(loaded):
-        runs = [
-            circuit_runs(loaded, group, direction, metric, gradient=method == "eap")
-            for group in encoded.groups
-        ]
-        for run in runs:
+        runs = []
+        for group in encoded.groups:
+            run = circuit_runs(loaded, group, direction, metric, method, ig_steps)
+            runs.append(run)
             if method == "exact":
                 scores += exact_scores(loaded, run, step).cpu()
             else:
-                scores += attribution_scores(loaded, run, ig_steps if method == "eap-ig" else None).cpu()
+                scores += attribution_scores(loaded, run).cpu()
                 done += per_group - 1
                 step()
         pair_count = len(chosen)

@@ -140,6 +140,16 @@ def carried(
         yield point.reads, stack
 
 
+def token_slice(run: tuple[torch.Tensor, NormRecord], tokens: slice) -> tuple[torch.Tensor, NormRecord]:
+    """A plain run (its outputs [forward nodes, batch, pos, d_model] and norm record) at ``tokens`` of its
+    batch's positions taken in order, row after row, as one row (outputs [forward nodes, 1, tokens,
+    d_model], the record's [1, tokens, ...]; views where the tensors are contiguous)."""
+    outputs, record = run
+    return outputs.flatten(1, 2)[:, None, tokens], [
+        (scale.flatten(0, 1)[None, tokens], output.flatten(0, 1)[None, tokens]) for scale, output in record
+    ]
+
+
 def stage_differences(
     source: tuple[torch.Tensor, NormRecord], target: tuple[torch.Tensor, NormRecord], stages: Stages
 ) -> Iterator[tuple[slice, torch.Tensor]]:

@@ -53,7 +53,7 @@ from bertology.interventions.circuit_norms import (
 )
 from bertology.models.anatomy import AttentionParts, attention_parts
 from bertology.models.loading import LoadedModel
-from bertology.models.sites import Replacement, SiteRequest, head_input_gradients, hooking, replacing
+from bertology.models.sites import ModuleHook, Replacement, SiteRequest, hooking, replacing
 
 
 def circuit_graph(loaded: LoadedModel) -> CircuitGraph:
@@ -84,16 +84,14 @@ def _head_factors(parts: AttentionParts, z: torch.Tensor) -> tuple[torch.Tensor,
 @dataclass
 class GradientPoint:
     """Where a pass with gradients takes the gradient of some backward nodes' inputs: at ``tensor``, the
-    inputs themselves ([batch, pos, nodes, d_model]) or, for a layer's query, key or value inputs, the
-    heads' features ([batch, pos, heads, head_dim]), whose gradient ``to_inputs`` takes to the inputs'
-    (``None``: the same)."""
+    inputs themselves ([batch, pos, nodes, d_model]) or, for a layer's query, key or value inputs (``site``:
+    the layer and ``q_input``, ``k_input`` or ``v_input``), the output of the projection that computes the
+    heads' features ([batch, pos, outputs]), from whose gradient and the layer's input ``layer_input``
+    ([batch, pos, d_model]) :class:`~bertology.models.sites.HeadInputGradientSum` takes the inputs'."""
 
     tensor: torch.Tensor
-    to_inputs: Callable[[torch.Tensor], torch.Tensor] | None = None
-
-    def input_gradient(self, gradient: torch.Tensor) -> torch.Tensor:
-        """[batch, pos, nodes, d_model] the gradient at the inputs from ``gradient``, that at ``tensor``."""
-        return gradient if self.to_inputs is None else self.to_inputs(gradient)
+    site: tuple[int, str] | None = None
+    layer_input: torch.Tensor | None = None
 
 
 #: The share of non-zero weights under which a masked pass sums the differences by a sparse matrix product
@@ -492,23 +490,6 @@ def _replacements(
 
         return rebuild
 
-    to_inputs = head_input_gradients(loaded.model) if state.inputs is not None else None
-
-    def head_features(letter: str) -> Replacement:
-        # a pass with gradients takes a head input's gradient at the head's features (no per-head copies)
-        def keep(tensor: torch.Tensor, layer: int | None) -> torch.Tensor:
-            assert layer is not None and to_inputs is not None
-            assert state.inputs is not None and state.layer_inputs is not None
-            at = state.layer_inputs[layer]
-
-            def gradient_at_inputs(gradient: torch.Tensor) -> torch.Tensor:
-                return to_inputs(layer, f"{letter}_input", at, gradient)
-
-            state.inputs[graph.head_inputs(layer, letter).start] = GradientPoint(tensor, gradient_at_inputs)
-            return tensor
-
-        return keep
-
     def every_head_input(tensor: torch.Tensor, layer: int | None) -> torch.Tensor:
         assert layer is not None
         return state.shared_input(tensor, layer)
@@ -527,10 +508,8 @@ def _replacements(
     # a node's input is replaced where it changes (some in-edge absent) or is kept for its gradient
     changes = None if state.absent is None else state.absent.any(0).cpu().numpy()
     for layer in range(graph.layers):
-        if state.inputs is not None:
-            functions |= {(letter, layer): head_features(letter) for letter in "qkv"}
-            if layer:
-                functions["resid_pre", layer] = layer_input
+        if state.inputs is not None and layer:
+            functions["resid_pre", layer] = layer_input
         if state.absent is not None:
             shared, split = state.head_input_sites(layer)
             if shared:
@@ -608,6 +587,27 @@ def masked_pass(
         return loaded.model(**inputs).logits
 
 
+def _projection_points(loaded: LoadedModel, state: _Pass) -> list[tuple[torch.nn.Module, ModuleHook]]:
+    """Hooks that keep, in a pass with gradients, each layer's query, key and value projections' outputs as
+    where the gradient of its heads' inputs is taken (no per-head copies of the layer's input: see
+    :class:`~bertology.models.sites.HeadInputGradientSum`); the outputs are left as they are."""
+    graph = state.graph
+
+    def keep(layer: int, letter: str) -> ModuleHook:
+        def hook(_module: torch.nn.Module, _args: tuple, _kwargs: dict, output: torch.Tensor) -> None:
+            assert state.inputs is not None and state.layer_inputs is not None
+            point = GradientPoint(output, (layer, f"{letter}_input"), state.layer_inputs[layer])
+            state.inputs[graph.head_inputs(layer, letter).start] = point
+
+        return hook
+
+    return [
+        (projection.linear, keep(layer, letter))
+        for layer, parts in enumerate(attention_parts(loaded.model))
+        for letter, projection in zip("qkv", (parts.query, parts.key, parts.value), strict=True)
+    ]
+
+
 def gradient_pass(
     loaded: LoadedModel,
     inputs: dict[str, torch.Tensor],
@@ -620,7 +620,11 @@ def gradient_pass(
     forward nodes' outputs and the norms as :func:`node_outputs` gives them, else ``None``)."""
     norms: NormRecord | None = [] if record else None
     state = _Pass(circuit_graph(loaded), None, None, record=record, inputs={}, layer_inputs={}, norms=norms)
-    with torch.enable_grad(), _masked(loaded, state, embedding, leaf=True):
+    with (
+        torch.enable_grad(),
+        hooking(after=_projection_points(loaded, state)),
+        _masked(loaded, state, embedding, leaf=True),
+    ):
         logits = loaded.model(**inputs).logits
     assert state.inputs is not None
     if not record:

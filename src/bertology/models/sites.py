@@ -386,53 +386,106 @@ def _head_input_parts(
     return projection, heads, norm
 
 
-#: ``fn(layer, name, layer_input, gradient)``: see :func:`head_input_gradients`.
-HeadInputGradient = Callable[[int, str, torch.Tensor, torch.Tensor], torch.Tensor]
-
-
-def head_input_gradients(model: PreTrainedModel) -> HeadInputGradient:
-    """``fn(layer, name, layer_input, gradient)``: [batch, pos, heads, d_model] float the gradient at the
-    per-head input copies of site ``name`` (``q_input``, ``k_input``, ``v_input``) of ``layer`` in a pass
-    left as the model computes it, from ``gradient`` [batch, pos, heads, head_dim] at the heads' features
-    (site ``q``, ``k``, ``v``) and the layer's input ``layer_input`` [batch, pos, d_model]: each head's
-    rows of the projection transposed, then the norm's vector-Jacobian product at the layer's input (one
-    per head), as back-propagating through the copies that :func:`replacing` makes would give, without
-    making them. An RMSNorm (``w * x / sqrt(mean(x^2) + eps)``, ``variance_epsilon``, as Llama's) by its
-    formula, any other norm by ``torch.func``."""
+def head_input_gradients(model: PreTrainedModel) -> Callable[[int, str], HeadInputGradientSum]:
+    """``fn(layer, name)``: a new :class:`HeadInputGradientSum` of per-head input site ``name`` (``q_input``,
+    ``k_input``, ``v_input``) of ``layer`` of ``model``."""
     shape, parts, modules = layout(model), attention_parts(model), layer_modules(model)
 
-    def gradient_at_inputs(
-        layer: int, name: str, layer_input: torch.Tensor, gradient: torch.Tensor
-    ) -> torch.Tensor:
+    def new_sum(layer: int, name: str) -> HeadInputGradientSum:
         projection, heads, norm = _head_input_parts(shape, parts[layer], modules[layer], name)
-        _, weight = _head_weight(projection, heads, parts[layer].head_dim)
-        return _norm_pullback(norm, weight.detach().float(), layer_input.detach(), gradient.float())
+        head_dim = parts[layer].head_dim
+        rows, weight = _head_weight(projection, heads, head_dim)
+        bias = projection.linear.bias
+        bias = None if bias is None else bias.detach().float().index_select(0, rows).view(heads, head_dim)
+        block = slice(projection.first, projection.first + heads * head_dim)  # where the rows are one block
+        where = block if projection.step == head_dim else rows
+        return HeadInputGradientSum(norm, weight.detach().float(), where, bias)
 
-    return gradient_at_inputs
+    return new_sum
 
 
-def _norm_pullback(
-    norm: nn.Module | None, weight: torch.Tensor, layer_input: torch.Tensor, gradient: torch.Tensor
-) -> torch.Tensor:
-    """[batch, pos, heads, d_model] float ``gradient`` [batch, pos, heads, head_dim] through ``weight``
-    [heads, head_dim, d_model] transposed and ``norm``'s vector-Jacobian product at ``layer_input`` [batch,
-    pos, d_model] (:func:`head_input_gradients`)."""
-    stream = layer_input.float()
-    # [heads, batch * pos, head_dim]: each head's rows of the projection transposed as one batched product
-    rows = gradient.permute(2, 0, 1, 3).flatten(1, 2)
-    if norm is None:
-        return torch.bmm(rows, weight).view(-1, *stream.shape).permute(1, 2, 0, 3)
-    if _is_rms_norm(norm):
-        # the vector-Jacobian product of w x r, r = (mean(x^2) + eps)^-1/2, with a:
-        # r (w a) - r^3 x (x . w a) / d
-        rms = torch.rsqrt(stream.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)  # [batch, pos, 1]
-        scaled = torch.bmm(rows * rms.flatten(0, 1), weight * norm.weight.detach().float())
-        scaled = scaled.view(-1, *stream.shape)  # [heads, batch, pos, d_model]
-        along = (scaled * stream).sum(-1, keepdim=True) * rms.pow(2) / stream.shape[-1]
-        return scaled.addcmul_(along, stream, value=-1).permute(1, 2, 0, 3)
-    features = torch.bmm(rows, weight).view(-1, *stream.shape).permute(1, 2, 0, 3)
-    _, pullback = torch.func.vjp(lambda x: norm(x).float(), layer_input)
-    return torch.vmap(pullback, in_dims=2, out_dims=2)(features)[0].float()
+class HeadInputGradientSum:
+    """The gradient at the per-head input copies of one per-head input site (``q_input``, ``k_input``,
+    ``v_input``) of one layer, averaged over passes left as the model computes them, from the gradient at
+    the output of the layer's projection (the linear layer's, whose rows hold the heads' features, sites
+    ``q``, ``k``, ``v``): each head's rows of the projection transposed, then the norm's vector-Jacobian
+    product at the layer's input (one per head), as back-propagating through the copies that
+    :func:`replacing` makes would give, without making them. :meth:`add` takes one pass, :meth:`write`
+    the mean.
+
+    ``norm``: the norm before the projection (``None``: none); ``weight`` [heads, head_dim, d_model] float
+    the heads' rows of the projection, ``rows`` where they are among its outputs (a slice where they are
+    one block), ``bias`` [heads, head_dim] float theirs of the projection's bias (``None``: none).
+
+    An RMSNorm (``y = w * x r``, ``r = (mean(x^2) + eps)^-1/2``) by its formula: the pullback of ``a =
+    W^T g`` is ``r (w a) - r^3 x (x . w a) / d``, and ``x . w a = g . W (w x) = g . (q - b) / r`` (``q`` the
+    head's rows of the projection's output, ``b`` of its bias), so per head ``r W^T g`` (``w`` folded into
+    ``W``) less ``r^2 (g . (q - b)) / d`` times ``x``: a product over ``head_dim``, not ``d_model``, per
+    position; the first term is linear in ``r g``, summed over the passes before the one product by ``W``.
+    Any other norm by ``torch.func`` (its vector-Jacobian product under ``vmap``), per pass; no norm:
+    ``W^T`` of the summed ``g``."""
+
+    def __init__(
+        self,
+        norm: nn.Module | None,
+        weight: torch.Tensor,
+        rows: torch.Tensor | slice,
+        bias: torch.Tensor | None,
+    ) -> None:
+        self.norm, self.rows, self.bias = norm, rows, bias
+        self.rms = norm is not None and _is_rms_norm(norm)
+        self.weight = weight * norm.weight.detach().float() if self.rms else weight  # type: ignore[union-attr]
+        self.passes = 0
+        # [heads, batch * pos, head_dim] the sum of g (an RMSNorm: of r g)
+        self.summed: torch.Tensor | None = None
+        # an RMSNorm's per pass: (x [batch * pos, d_model], r^2 (g . (q - b)) / d [heads, batch * pos, 1])
+        self.along: list[tuple[torch.Tensor, torch.Tensor]] = []
+        # another norm's per pass: (the layer input, g [heads, batch * pos, head_dim])
+        self.general: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def _heads(self, whole: torch.Tensor) -> torch.Tensor:
+        """[heads, batch * pos, head_dim] float the heads' rows of ``whole`` [batch, pos, outputs]."""
+        part = whole[..., self.rows] if isinstance(self.rows, slice) else whole.index_select(-1, self.rows)
+        heads, head_dim = self.weight.shape[:2]
+        return part.detach().float().unflatten(-1, (heads, head_dim)).permute(2, 0, 1, 3).flatten(1, 2)
+
+    def add(self, layer_input: torch.Tensor, output: torch.Tensor, gradient: torch.Tensor) -> None:
+        """One pass: its layer input [batch, pos, d_model], the projection's output [batch, pos, outputs]
+        and the gradient there."""
+        self.passes += 1
+        rows = self._heads(gradient)
+        if self.norm is not None and not self.rms:
+            self.general.append((layer_input.detach(), rows))
+            return
+        if self.rms:
+            stream = layer_input.detach().float().flatten(0, 1)
+            rms = torch.rsqrt(stream.pow(2).mean(-1, keepdim=True) + self.norm.variance_epsilon)  # type: ignore[union-attr]
+            if output.dtype == torch.float32:
+                projected = (
+                    self._heads(output) if self.bias is None else self._heads(output) - self.bias[:, None]
+                )
+            else:  # the output in a lower precision: W (w x) r again in float
+                projected = torch.matmul(stream * rms, self.weight.transpose(1, 2))
+            self.along.append(
+                (stream, (rows * projected).sum(-1, keepdim=True) * rms.pow(2) / stream.shape[-1])
+            )
+            rows = rows * rms
+        self.summed = rows if self.summed is None else self.summed.add_(rows)
+
+    def write(self, out: torch.Tensor, tokens: slice = slice(None)) -> None:
+        """Write the mean over the passes at ``tokens`` (of the batch's positions taken row after row) into
+        ``out`` [heads, tokens, d_model] float."""
+        scale = 1 / self.passes
+        if self.summed is None:
+            out.zero_()
+        else:
+            torch.bmm(self.summed[:, tokens] * scale, self.weight, out=out)
+        for stream, along in self.along:
+            out.addcmul_(along[:, tokens], stream[tokens], value=-scale)
+        for layer_input, rows in self.general:
+            _, pullback = torch.func.vjp(lambda x: self.norm(x).float(), layer_input.flatten(0, 1)[tokens])  # type: ignore[misc]
+            features = torch.bmm(rows[:, tokens], self.weight)  # [heads, tokens, d_model]
+            out.add_(torch.vmap(pullback)(features)[0].float(), alpha=scale)
 
 
 def _split_heads(head_dim: int) -> tuple[Callable, Callable]:
