@@ -24,7 +24,8 @@ The same sums, computed with less work (each tested against a masked pass writte
 - a pattern with more absent in-edges than kept ones is the running total of ``replacement_u -
   current_u`` less the kept edges' (the total of a layer's heads taken from the attention's output);
 - a pass is planned before it runs, so a head whose difference no sum reads is never computed;
-- a sum with few non-zero weights is a sparse matrix product, and up to :data:`BLOCK_LAYERS` layers with
+- a sum with few non-zero weights is a sparse matrix product, and up to
+  :data:`~bertology.interventions.circuit_sums.BLOCK_LAYERS` layers with
   dense ones share one larger product.
 
 In a post-norm encoder the outputs are carried through each LayerNorm between the nodes, ``current_u`` with
@@ -50,6 +51,13 @@ from bertology.interventions.circuit_norms import (
     carry,
     circuit_stages,
     norm_scale,
+)
+from bertology.interventions.circuit_sums import (
+    EdgeWeights,
+    dense_blocks,
+    edge_weights,
+    own_weights,
+    weighted_sum,
 )
 from bertology.models.anatomy import AttentionParts, attention_parts
 from bertology.models.loading import LoadedModel
@@ -94,17 +102,6 @@ class GradientPoint:
     layer_input: torch.Tensor | None = None
 
 
-#: The share of non-zero weights under which a masked pass sums the differences by a sparse matrix product
-#: (on one CPU thread, 16 columns of 301 rows of 145,152 floats: 2 to 6 times faster than a dense one at 2 to
-#: 10 % non-zero, as fast at 20 %, slower above).
-SPARSE_BELOW = 0.15
-
-
-#: How many consecutive layers a masked pass sums together where their sums are dense products (on one
-#: CPU thread, 48 columns of 301 rows of 145,152 floats: 28 GMAC/s against 16 for 16 columns).
-BLOCK_LAYERS = 3
-
-
 @dataclass(frozen=True)
 class _LayerChange:
     """What a masked pass adds to one layer's backward nodes' inputs, from one read of the differences:
@@ -116,64 +113,6 @@ class _LayerChange:
     summed: int
     changes: torch.Tensor
     which: list[int]
-
-
-@dataclass(frozen=True)
-class _EdgeWeights:
-    """How a masked pass sums one layer's absent in-edges from its first ``rows`` forward nodes: one
-    column per distinct pattern of in-edges among the layer's nodes, ``which`` the column of each node
-    (from the layer's first), ``weights`` [distinct, rows] the edges summed (its absent ones, or, where
-    they are more than its kept ones, the kept ones, ``from_total`` set: the sum is then the running
-    total less theirs)."""
-
-    rows: int
-    weights: torch.Tensor
-    from_total: list[int]
-    which: list[int]
-
-
-def _is_sparse(weights: torch.Tensor) -> bool:
-    """Whether a masked pass sums with ``weights`` by a sparse product (:data:`SPARSE_BELOW`)."""
-    return int(weights.count_nonzero()) < SPARSE_BELOW * weights.numel()
-
-
-def _blocks(plans: dict[int, _EdgeWeights]) -> dict[int, list[int]]:
-    """The blocks of a planned masked pass: by first layer, up to :data:`BLOCK_LAYERS` consecutive layers
-    whose sums are dense products, summed together over the rows the first one reads."""
-    blocks: dict[int, list[int]] = {}
-    block: list[int] = []
-    for layer in sorted(plans):
-        dense = not _is_sparse(plans[layer].weights)
-        if block and dense and layer == block[-1] + 1 and len(block) < BLOCK_LAYERS:
-            block.append(layer)
-            continue
-        if len(block) > 1:
-            blocks[block[0]] = block
-        block = [layer] if dense else []
-    if len(block) > 1:
-        blocks[block[0]] = block
-    return blocks
-
-
-def _own_weights(absent: torch.Tensor) -> tuple[torch.Tensor, bool]:
-    """How a masked pass sums an MLP's in-edges from its own layer's heads, ``absent`` [heads] (1: absent):
-    (the weights of the heads' differences, whether the sum is the heads' whole difference less theirs):
-    the absent edges, or the kept ones where they are fewer."""
-    if float(absent.sum()) * 2 > len(absent):
-        return 1 - absent, True
-    return absent, False
-
-
-def _edge_weights(graph: CircuitGraph, absent: torch.Tensor, nodes: slice, rows: int) -> _EdgeWeights:
-    """The :class:`_EdgeWeights` of backward ``nodes`` over the first ``rows`` forward nodes, ``absent``
-    [forward nodes, backward nodes] (1: the edge is absent)."""
-    real = torch.as_tensor(graph.real[:rows, nodes], device=absent.device)
-    # per edge 0: none, 1: kept, 2: absent; one column per distinct pattern
-    patterns, which = torch.unique(real.float() + absent[:rows, nodes], dim=1, return_inverse=True)
-    present, kept = (patterns == 2).float(), (patterns == 1).float()
-    few_absent = present.sum(0) <= kept.sum(0)
-    weights = torch.where(few_absent, present, kept).T
-    return _EdgeWeights(rows, weights, (~few_absent).nonzero()[:, 0].tolist(), which.tolist())
 
 
 @dataclass
@@ -207,7 +146,7 @@ class _Pass:
     carries: bool = field(default=False, init=False)
     sources: Iterator[torch.Tensor] | None = field(default=None, init=False)
     replacement: torch.Tensor | None = field(default=None, init=False)
-    plans: dict[int, _EdgeWeights] = field(default_factory=dict, init=False)
+    plans: dict[int, EdgeWeights] = field(default_factory=dict, init=False)
     needed: np.ndarray | None = field(default=None, init=False)
     head_sums: torch.Tensor | None = field(default=None, init=False)
     layer_heads: torch.Tensor | None = field(default=None, init=False)
@@ -222,7 +161,7 @@ class _Pass:
 
     def plan(self) -> None:
         """Before a masked pass without norms between the nodes: find each changed layer's
-        :class:`_EdgeWeights` and which forward nodes' differences any of them reads (:attr:`needed`). The
+        :class:`EdgeWeights` and which forward nodes' differences any of them reads (:attr:`needed`). The
         heads of a layer that no weight reads are not computed: the running total takes their sum from the
         attention's output (:meth:`attended`) and each layer's heads' replacements summed
         (:attr:`head_sums`, [layers, batch or 1, pos or 1, d_model])."""
@@ -238,13 +177,13 @@ class _Pass:
             # the layer's changes are summed at its first rebuilt input: a head's, else the MLP's
             mlp = graph.mlp_input(layer) if layer < graph.layers else None
             opens = first if mlp is None or changes[first:mlp].any() else mlp
-            self.plans[layer] = edges = _edge_weights(graph, absent, nodes, int(graph.feeds[opens]))
+            self.plans[layer] = edges = edge_weights(graph, absent, nodes, int(graph.feeds[opens]))
             needed[: edges.rows] |= edges.weights.any(0).cpu().numpy()
             if mlp is not None and edges.rows < graph.feeds[mlp]:  # the MLP's in-edges from its own heads
                 own = slice(edges.rows, int(graph.feeds[mlp]))
-                needed[own] |= _own_weights(absent[own, mlp])[0].cpu().numpy() > 0
+                needed[own] |= own_weights(absent[own, mlp])[0].cpu().numpy() > 0
         self.needed = needed
-        self.blocks = _blocks(self.plans)
+        self.blocks = dense_blocks(self.plans)
         heads = [slice(graph.head_output(layer, 0), graph.mlp_output(layer)) for layer in range(graph.layers)]
         self.head_sums = self.stacks.first_stage_sums(heads)
 
@@ -339,13 +278,14 @@ class _Pass:
     def absent_sum(self, backward: slice) -> tuple[torch.Tensor, list[int]]:
         """The sums of ``replacement_u - current_u`` over the absent in-edges from the forward nodes done so
         far of backward nodes ``backward`` (a layer's): ([distinct, batch, pos, d_model] one per distinct
-        pattern of in-edges, the column of each node), by its :class:`_EdgeWeights` (planned, or found
-        now). A planned layer that opens a block (:data:`BLOCK_LAYERS`) sums the rows done so far for
-        every layer of the block at once, a larger and faster matrix product; the block's later layers
-        then add only the rows done since."""
+        pattern of in-edges, the column of each node), by its
+        :class:`~bertology.interventions.circuit_sums.EdgeWeights` (planned, or found now). A planned layer
+        that opens a block (:data:`~bertology.interventions.circuit_sums.BLOCK_LAYERS`) sums the rows done
+        so far for every layer of the block at once, a larger and faster matrix product; the block's later
+        layers then add only the rows done since."""
         assert self.absent is not None and self.differences is not None and self.total is not None
         layer = backward.start // self.graph.per_layer
-        edges = self.plans.get(layer) or _edge_weights(self.graph, self.absent, backward, self.done)
+        edges = self.plans.get(layer) or edge_weights(self.graph, self.absent, backward, self.done)
         assert edges.rows == self.done
         if layer in self.partial:
             start, product = self.partial.pop(layer)
@@ -367,27 +307,19 @@ class _Pass:
 
     def weighted_sum(self, weights: torch.Tensor, start: int) -> torch.Tensor:
         """[columns, batch * pos * d_model] ``weights`` [columns, rows] times the differences of forward
-        nodes ``start`` to ``start + rows``: a sparse product where under :data:`SPARSE_BELOW` of the weights
-        are not 0, else a dense one over the rows that weigh anything (all of them where most do and every
-        one was computed)."""
+        nodes ``start`` to ``start + rows`` (:func:`~bertology.interventions.circuit_sums.weighted_sum`;
+        the rows of heads no weight reads were not computed)."""
         assert self.differences is not None
         stop = start + weights.shape[1]
-        flat = self.differences[start:stop].flatten(1)
-        if _is_sparse(weights):
-            return torch.sparse.mm(weights.to_sparse(), flat)
-        rows = weights.any(0).nonzero()[:, 0]
-        # rows of heads no weight reads were not computed
-        unread = self.needed is not None and not self.needed[start:stop].all()
-        if unread or len(rows) < weights.shape[1] // 2:
-            weights, flat = weights[:, rows], flat[rows]
-        return weights @ flat
+        computed = self.needed is None or bool(self.needed[start:stop].all())
+        return weighted_sum(weights, self.differences[start:stop].flatten(1), computed)
 
     def own_heads_sum(self, summed: int, mlp: int) -> torch.Tensor:
         """[batch, pos, d_model] the sum of ``replacement_u - current_u`` over the absent in-edges of the
         MLP (backward node ``mlp``) from its own layer's heads (forward nodes ``summed`` on), by
-        :func:`_own_weights`."""
+        :func:`~bertology.interventions.circuit_sums.own_weights`."""
         assert self.differences is not None and self.absent is not None and self.layer_heads is not None
-        weights, from_heads = _own_weights(self.absent[summed : self.done, mlp])
+        weights, from_heads = own_weights(self.absent[summed : self.done, mlp])
         rows = weights.nonzero()[:, 0]
         part = weights[rows] @ self.differences[rows + summed].flatten(1)
         part = part.view(self.differences.shape[1:])

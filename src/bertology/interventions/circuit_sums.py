@@ -1,0 +1,92 @@
+"""How a masked pass (:mod:`~bertology.interventions.circuit_pass`) sums a layer's absent in-edges: the
+weights of each distinct pattern of in-edges among the layer's backward nodes, and the product that sums
+them (sparse where few weights are not 0; several layers' dense products as one)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from bertology.interventions.circuit_graph import CircuitGraph
+
+#: The share of non-zero weights under which a masked pass sums the differences by a sparse matrix product
+#: (on one CPU thread, 16 columns of 301 rows of 145,152 floats: 2 to 6 times faster than a dense one at 2 to
+#: 10 % non-zero, as fast at 20 %, slower above).
+SPARSE_BELOW = 0.15
+
+
+#: How many consecutive layers a masked pass sums together where their sums are dense products (on one
+#: CPU thread, 48 columns of 301 rows of 145,152 floats: 28 GMAC/s against 16 for 16 columns).
+BLOCK_LAYERS = 3
+
+
+@dataclass(frozen=True)
+class EdgeWeights:
+    """How a masked pass sums one layer's absent in-edges from its first ``rows`` forward nodes: one
+    column per distinct pattern of in-edges among the layer's nodes, ``which`` the column of each node
+    (from the layer's first), ``weights`` [distinct, rows] the edges summed (its absent ones, or, where
+    they are more than its kept ones, the kept ones, ``from_total`` set: the sum is then the running
+    total less theirs)."""
+
+    rows: int
+    weights: torch.Tensor
+    from_total: list[int]
+    which: list[int]
+
+
+def is_sparse(weights: torch.Tensor) -> bool:
+    """Whether a masked pass sums with ``weights`` by a sparse product (:data:`SPARSE_BELOW`)."""
+    return int(weights.count_nonzero()) < SPARSE_BELOW * weights.numel()
+
+
+def dense_blocks(plans: dict[int, EdgeWeights]) -> dict[int, list[int]]:
+    """The blocks of a planned masked pass: by first layer, up to :data:`BLOCK_LAYERS` consecutive layers
+    whose sums are dense products, summed together over the rows the first one reads."""
+    blocks: dict[int, list[int]] = {}
+    block: list[int] = []
+    for layer in sorted(plans):
+        dense = not is_sparse(plans[layer].weights)
+        if block and dense and layer == block[-1] + 1 and len(block) < BLOCK_LAYERS:
+            block.append(layer)
+            continue
+        if len(block) > 1:
+            blocks[block[0]] = block
+        block = [layer] if dense else []
+    if len(block) > 1:
+        blocks[block[0]] = block
+    return blocks
+
+
+def own_weights(absent: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """How a masked pass sums an MLP's in-edges from its own layer's heads, ``absent`` [heads] (1: absent):
+    (the weights of the heads' differences, whether the sum is the heads' whole difference less theirs):
+    the absent edges, or the kept ones where they are fewer."""
+    if float(absent.sum()) * 2 > len(absent):
+        return 1 - absent, True
+    return absent, False
+
+
+def edge_weights(graph: CircuitGraph, absent: torch.Tensor, nodes: slice, rows: int) -> EdgeWeights:
+    """The :class:`EdgeWeights` of backward ``nodes`` over the first ``rows`` forward nodes, ``absent``
+    [forward nodes, backward nodes] (1: the edge is absent)."""
+    real = torch.as_tensor(graph.real[:rows, nodes], device=absent.device)
+    # per edge 0: none, 1: kept, 2: absent; one column per distinct pattern
+    patterns, which = torch.unique(real.float() + absent[:rows, nodes], dim=1, return_inverse=True)
+    present, kept = (patterns == 2).float(), (patterns == 1).float()
+    few_absent = present.sum(0) <= kept.sum(0)
+    weights = torch.where(few_absent, present, kept).T
+    return EdgeWeights(rows, weights, (~few_absent).nonzero()[:, 0].tolist(), which.tolist())
+
+
+def weighted_sum(weights: torch.Tensor, rows: torch.Tensor, computed: bool) -> torch.Tensor:
+    """[columns, n] ``weights`` [columns, rows] times ``rows`` [rows, n] (some forward nodes' differences):
+    a sparse product where under :data:`SPARSE_BELOW` of the weights are not 0, else a dense one over the
+    rows that weigh anything, or all of them where most do and every one was ``computed`` (the others may
+    hold anything)."""
+    if is_sparse(weights):
+        return torch.sparse.mm(weights.to_sparse(), rows)
+    weighing = weights.any(0).nonzero()[:, 0]
+    if not computed or len(weighing) < weights.shape[1] // 2:
+        weights, rows = weights[:, weighing], rows[weighing]
+    return weights @ rows
