@@ -125,11 +125,13 @@ class _Pass:
     taken, by its first backward index (``inputs``), and each layer's input (``layer_inputs``).
 
     A masked pass keeps, instead of the outputs, each forward node's ``replacement - output``
-    (``differences``, [forward nodes, batch, pos, d_model]), their running sum over the nodes so far
-    (``total``, [batch, pos, d_model]) and the current layer's :class:`_LayerChange`. A masked pass
-    through norms (``carries``, set when the pass starts) keeps its outputs too, carried through each norm
-    as contributions, and sums the differences again after it; a plain pass keeps its norms' scales and
-    outputs (``norms``)."""
+    (``differences``, [forward nodes, batch, pos, d_model], in the source stacks' workspace), their running
+    sum over the nodes so far (``total``, [batch, pos, d_model]) and the current layer's
+    :class:`_LayerChange`. Without norms between the nodes it is planned (:meth:`plan`): only the
+    differences some sum reads are computed, a layer's heads entering the total through its attention's
+    output. A masked pass through norms (``carries``, set when the pass starts) keeps its outputs too,
+    carried through each norm as contributions, and sums the differences again after it; a plain pass keeps
+    its norms' scales and outputs (``norms``)."""
 
     graph: CircuitGraph
     stacks: SourceStacks | None
