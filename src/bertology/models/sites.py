@@ -345,6 +345,8 @@ def _head_inputs(
         bias = projection.linear.bias
         if bias is not None:
             features = features + bias.index_select(0, rows)
+        if projection.first == 0 and projection.step == head_dim and len(rows) == whole.shape[-1]:
+            return features.to(whole.dtype)  # the heads' rows are the whole output, in order
         return whole.index_copy(-1, rows, features.to(whole.dtype))
 
     return take, put
