@@ -119,7 +119,8 @@ class _LayerChange:
 class _Pass:
     """What one pass knows: the graph, what absent edges carry (``sources``, one stack per stage, the
     current one ``replacement`` ``[forward nodes, batch or 1, pos or 1, d_model]``) and ``absent``
-    [forward nodes, backward nodes] float (1: the edge takes the replacement) of a masked pass, whether to
+    [forward nodes, backward nodes] float (1: the edge takes the replacement) of a masked pass (``changes``
+    [backward nodes] bool: which have an absent in-edge), whether to
     keep the forward nodes' outputs (``outputs``: [forward nodes, batch, pos, d_model], the first ``done``
     of them known) and, in a pass with gradients, where the gradient of each backward node's input is
     taken, by its first backward index (``inputs``), and each layer's input (``layer_inputs``).
@@ -153,6 +154,7 @@ class _Pass:
     head_sums: torch.Tensor | None = field(default=None, init=False)
     layer_heads: torch.Tensor | None = field(default=None, init=False)
     shared: dict[int, int] = field(default_factory=dict, init=False)
+    changes: np.ndarray | None = field(default=None, init=False)
     blocks: dict[int, list[int]] = field(default_factory=dict, init=False)
     partial: dict[int, tuple[int, torch.Tensor]] = field(default_factory=dict, init=False)
 
@@ -160,6 +162,8 @@ class _Pass:
         if self.stacks is not None:
             self.sources = iter(self.stacks)
             self.replacement = next(self.sources)
+        if self.absent is not None:
+            self.changes = self.absent.any(0).cpu().numpy()
 
     def plan(self) -> None:
         """Before a masked pass without norms between the nodes: find each changed layer's
@@ -167,9 +171,8 @@ class _Pass:
         heads of a layer that no weight reads are not computed: the running total takes their sum from the
         attention's output (:meth:`attended`) and each layer's heads' replacements summed
         (:attr:`head_sums`, [layers, batch or 1, pos or 1, d_model])."""
-        assert self.absent is not None and self.stacks is not None
-        graph, absent = self.graph, self.absent
-        changes = absent.any(0).cpu().numpy()
+        assert self.absent is not None and self.stacks is not None and self.changes is not None
+        graph, absent, changes = self.graph, self.absent, self.changes
         needed = np.zeros(len(graph.upstream), dtype=bool)
         for layer in range(graph.layers + 1):
             first = layer * graph.per_layer
@@ -194,9 +197,8 @@ class _Pass:
         projections read one changed input, site ``qkv_input``, with the change of the pattern of absent
         in-edges most of them share, found in a planned pass; the letters of the inputs rebuilt head by
         head, ``q``, ``k``, ``v``, where some head's input differs)."""
-        assert self.absent is not None
-        graph, first = self.graph, layer * self.graph.per_layer
-        changes = self.absent.any(0).cpu().numpy()
+        assert self.changes is not None
+        graph, first, changes = self.graph, layer * self.graph.per_layer, self.changes
         changed = [letter for letter in "qkv" if changes[graph.head_inputs(layer, letter)].any()]
         edges = self.plans.get(layer)
         if edges is None or edges.rows != graph.feeds[first]:  # no plan, or no head input changes
@@ -440,7 +442,7 @@ def _replacements(
     if state.record:
         functions |= {"z": heads, "mlp_out": mlp}
     # a node's input is replaced where it changes (some in-edge absent) or is kept for its gradient
-    changes = None if state.absent is None else state.absent.any(0).cpu().numpy()
+    changes = state.changes
     for layer in range(graph.layers):
         if state.inputs is not None and layer:
             functions["resid_pre", layer] = layer_input

@@ -357,6 +357,20 @@ def _is_rms_norm(norm: nn.Module | None) -> bool:
     return hasattr(norm, "variance_epsilon") and "RMSNorm" in type(norm).__name__
 
 
+def _rms_scale(norm: nn.Module, stream: torch.Tensor) -> torch.Tensor:
+    """[..., 1] float an RMSNorm's scale ``r = (mean(x^2) + eps)^-1/2`` of its input ``stream`` [..., d_model]
+    (:func:`_is_rms_norm`)."""
+    stream = stream.float()
+    square_mean = torch.linalg.vector_norm(stream, dim=-1, keepdim=True).pow(2) / stream.shape[-1]
+    return torch.rsqrt(square_mean + norm.variance_epsilon)
+
+
+def _folded(norm: nn.Module, weight: torch.Tensor) -> torch.Tensor:
+    """``weight`` [..., out, d_model] float with an RMSNorm's weight folded in: ``W diag(w)``, so that
+    ``W (w * x r) = (W diag(w)) x r``."""
+    return weight.float() * norm.weight.float()
+
+
 def _projected(norm: nn.Module | None, inputs: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """[groups, rows, out] ``inputs`` [groups, rows, d_model] through ``norm`` (if any), then each group's
     ``weight`` [groups, out, d_model] (no bias). An RMSNorm's weight is folded into the projection and its
@@ -366,10 +380,8 @@ def _projected(norm: nn.Module | None, inputs: torch.Tensor, weight: torch.Tenso
         return torch.bmm(inputs.to(weight.dtype), weight.transpose(1, 2))
     if _is_rms_norm(norm):
         stream = inputs.float()
-        square_mean = torch.linalg.vector_norm(stream, dim=-1, keepdim=True).pow(2) / stream.shape[-1]
-        scale = torch.rsqrt(square_mean + norm.variance_epsilon)  # [groups, rows, 1]
-        folded = (weight.float() * norm.weight.float()).transpose(1, 2)
-        return (torch.bmm(stream, folded) * scale).to(weight.dtype)
+        folded = _folded(norm, weight).transpose(1, 2)
+        return (torch.bmm(stream, folded) * _rms_scale(norm, stream)).to(weight.dtype)
     return torch.bmm(norm(inputs).to(weight.dtype), weight.transpose(1, 2))
 
 
@@ -436,7 +448,7 @@ class HeadInputGradientSum:
     ) -> None:
         self.norm, self.rows, self.bias = norm, rows, bias
         self.rms = norm is not None and _is_rms_norm(norm)
-        self.weight = weight * norm.weight.detach().float() if self.rms else weight  # type: ignore[union-attr]
+        self.weight = _folded(norm, weight).detach() if self.rms else weight
         self.passes = 0
         # [heads, batch * pos, head_dim] the sum of g (an RMSNorm: of r g)
         self.summed: torch.Tensor | None = None
@@ -461,7 +473,7 @@ class HeadInputGradientSum:
             return
         if self.rms:
             stream = layer_input.detach().float().flatten(0, 1)
-            rms = torch.rsqrt(stream.pow(2).mean(-1, keepdim=True) + self.norm.variance_epsilon)  # type: ignore[union-attr]
+            rms = _rms_scale(self.norm, stream)
             if output.dtype == torch.float32:
                 projected = (
                     self._heads(output) if self.bias is None else self._heads(output) - self.bias[:, None]
