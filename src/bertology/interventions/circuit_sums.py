@@ -11,13 +11,14 @@ import torch
 from bertology.interventions.circuit_graph import CircuitGraph
 
 #: The share of non-zero weights under which a masked pass sums the differences by a sparse matrix product
-#: (on one CPU thread, 16 columns of 301 rows of 145,152 floats: 2 to 6 times faster than a dense one at 2 to
-#: 10 % non-zero, as fast at 20 %, slower above).
-SPARSE_BELOW = 0.15
+#: (``benchmarks/bench_circuit_sums.py``, one CPU thread, 16 columns of 301 rows of 145,152 floats: 2.5 times
+#: faster than a dense one at 2 %, 1.2 times at 10 %, slower from 15 %).
+SPARSE_BELOW = 0.12
 
 
-#: How many consecutive layers a masked pass sums together where their sums are dense products (on one
-#: CPU thread, 48 columns of 301 rows of 145,152 floats: 28 GMAC/s against 16 for 16 columns).
+#: How many consecutive layers a masked pass sums together where their sums are dense products
+#: (``benchmarks/bench_circuit_sums.py``: 3 layers' 48 columns at 27 to 29 GMAC/s, one layer's 16 at 18 to 20,
+#: 4 layers' at 23).
 BLOCK_LAYERS = 3
 
 
