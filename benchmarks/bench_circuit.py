@@ -34,8 +34,8 @@ from bertology.interventions.circuit import RANDOM
 from bertology.interventions.circuit_faithfulness import (
     FRACTIONS,
     areas,
-    circuit_metric,
     curve,
+    empty_metric,
     random_ranking,
     ranking,
     replacements,
@@ -119,9 +119,9 @@ def main() -> None:
     full = sum(float(run.metric("clean").sum()) for run in runs) / len(pairs)
 
     def whole_curve(order_of: np.ndarray) -> list[list[float]]:
-        empty = circuit_metric(loaded, runs, carried, np.zeros_like(real))
+        empty = empty_metric(loaded, runs, carried, "counterfactual")
         return [
-            curve(loaded, runs, carried, order, real, full, empty)
+            curve(loaded, runs, carried, order, graph, full, empty)
             for order in (order_of, random_ranking(real, 0))
         ]
 

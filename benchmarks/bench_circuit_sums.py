@@ -53,7 +53,7 @@ def main() -> None:
     print("layers in one dense product | ms per layer | GMAC/s")
     for layers in (1, 2, 3, 4):
         weights = (torch.rand(COLUMNS * layers, ROWS, generator=generator) < 0.5).float()
-        spent = cpu_ms(lambda weights=weights: weighted_sum(weights, rows, True), args.repeats)
+        spent = cpu_ms(lambda weights=weights: weighted_sum(weights, rows), args.repeats)
         rate = COLUMNS * layers * ROWS * WIDTH / spent / 1e6
         print(f"{layers} | {spent / layers:.1f} | {rate:.1f}")
 

@@ -25,11 +25,25 @@ from support.cli import invoke
 from support.tiny_models import tiny_language_model
 
 from bertology import BertologyError
+from bertology.interventions import circuit_pass
 from bertology.interventions.circuit import CircuitResult, circuit
-from bertology.interventions.circuit_faithfulness import FRACTIONS, areas
+from bertology.interventions.circuit_faithfulness import (
+    FRACTIONS,
+    areas,
+    circuit_metric,
+    curve,
+    edge_counts,
+    empty_metric,
+    faithfulness,
+    random_ranking,
+    replacements,
+    top_edges,
+)
+from bertology.interventions.circuit_graph import CircuitGraph
 from bertology.interventions.circuit_pass import circuit_graph, masked_pass
 from bertology.interventions.circuit_scores import circuit_runs
 from bertology.interventions.patching_pairs import PairGroup, PatchPair, encode_pairs
+from bertology.models.anatomy import attention_parts
 from bertology.models.loading import LoadedModel, load_model
 from bertology.models.sites import recording, replacing
 
@@ -288,18 +302,102 @@ def test_on_a_model_linear_in_its_edges_eap_equals_exact(linear_llama: LoadedMod
     np.testing.assert_allclose(eap.scores, exact.scores, rtol=1e-4, atol=1e-6)
 
 
-def test_all_edges_give_faithfulness_1_and_none_the_corrupted_metric(
+def test_the_full_and_the_empty_graph_are_the_clean_and_the_corrupted_run(
     tiny_model_dirs: dict[str, Path],
 ) -> None:
+    """f = 1 and f = 0: the masked pass with no edge absent gives the clean logits, with every edge absent
+    the corrupted ones, so ``circuit`` reads ``m(full)`` and ``m(empty)`` from those two runs."""
     for model_type in ("llama", "gpt2"):
         loaded = tiny_language_model(tiny_model_dirs[model_type])
+        graph = circuit_graph(loaded)
+        none = torch.zeros(len(graph.upstream), len(graph.downstream))
+        for group in _groups(loaded):
+            run = circuit_runs(loaded, group, "noising", "logit-diff")
+            full = masked_pass(loaded, run.target_inputs, run.source_stacks(), none)
+            empty = masked_pass(loaded, run.target_inputs, run.source_stacks(), 1 - none)
+            assert (run.logits["clean"] - run.logits["corrupted"]).abs().max() > 0.01
+            torch.testing.assert_close(full, run.logits["clean"], rtol=0, atol=1e-4)
+            torch.testing.assert_close(empty, run.logits["corrupted"], rtol=0, atol=1e-4)
         result = circuit(loaded, PAIRS, method="eap")
-        assert result.edges[-1] == result.graph.edge_count
-        assert result.faithfulness["eap"][-1] == pytest.approx(1.0, abs=1e-4)
-        assert result.faithfulness["random"][-1] == pytest.approx(1.0, abs=1e-4)
-        assert result.empty_metric == pytest.approx(result.corrupted_metric, abs=1e-4)
+        assert result.edges[-1] == graph.edge_count and result.faithfulness["eap"][-1] == 1.0
+        assert result.empty_metric == result.corrupted_metric
         assert result.full_metric == result.clean_metric
-        assert abs(result.clean_metric - result.corrupted_metric) > 0.01
+
+
+def _mib_prune(graph: CircuitGraph, kept: np.ndarray) -> np.ndarray:
+    """MIB's ``Graph.prune`` (hannamw/EAP-IG ``eap/graph.py``) on ``kept`` [forward, backward]: repeatedly
+    keep the nodes with an incoming and an outgoing edge (``input`` counts as having incoming ones), then the
+    edges whose parent and child are kept (``logits`` always), until nothing changes. A node's inputs are
+    found from the MIB names here: ``a{l}.h{j}<k>`` and ``<v>`` feed the query heads of key/value head
+    ``j``."""
+    groups = graph.heads // graph.key_value_heads
+    forward_to_backward = np.zeros(graph.real.shape, dtype=bool)
+    for index, name in enumerate(graph.downstream[:-1]):
+        node, _, letter = name.partition("<")
+        if letter in ("k>", "v>"):
+            layer, head = node[1:].split(".h")
+            owners = [f"a{layer}.h{h}" for h in range(int(head) * groups, (int(head) + 1) * groups)]
+        else:
+            owners = [node]
+        for owner in owners:
+            forward_to_backward[graph.upstream.index(owner), index] = True
+    in_graph = kept.copy()
+    nodes = np.ones(len(graph.upstream), dtype=bool)
+    while True:
+        outgoing = in_graph.any(1)
+        incoming = (forward_to_backward & in_graph.any(0)[None, :]).any(1)
+        incoming[0] = True
+        old_nodes, old_edges = nodes.copy(), in_graph.copy()
+        nodes = outgoing & incoming
+        backward = (nodes[:, None] & forward_to_backward).any(0)
+        backward[-1] = True
+        in_graph &= nodes[:, None] & backward[None, :]
+        if (old_nodes == nodes).all() and (old_edges == in_graph).all():
+            return in_graph
+
+
+@pytest.mark.parametrize("shape", [(3, 4, 2), (4, 3, 3), (2, 6, 1)])
+def test_pruning_keeps_what_mibs_prune_keeps(shape: tuple[int, int, int]) -> None:
+    graph = CircuitGraph(*shape, 8)
+    rng = np.random.default_rng(sum(shape))
+    for density in (0.01, 0.03, 0.1, 0.3, 0.7, 1.0):
+        for _ in range(20):
+            kept = graph.real & (rng.random(graph.real.shape) < density)
+            np.testing.assert_array_equal(graph.pruned(kept), _mib_prune(graph, kept))
+    # a path input -> a0.h1 (its query) -> m1 -> logits stays; an edge out of a head nothing feeds, and one
+    # into a head that feeds nothing, go
+    kept = np.zeros_like(graph.real)
+    path = [("input", "a0.h1<q>"), ("a0.h1", "m1"), ("m1", "logits")]
+    for up, down in [*path, ("a0.h2", "m1"), ("input", "a1.h0<q>")]:
+        kept[graph.upstream.index(up), graph.downstream.index(down)] = True
+    left = graph.pruned(kept)
+    assert sorted(graph.edge_names(*np.nonzero(left))) == sorted(path)
+
+
+def test_under_mean_ablation_a_circuit_is_pruned_before_it_runs(llama: LoadedModel) -> None:
+    """MIB prunes every circuit before it runs it; under mean ablation that changes the metric: an edge out
+    of a head no kept edge feeds carries that head's output on the means, not the mean of its output. The 5 %
+    circuit (4 edges) here: a path input -> a0.h1 -> a1.h0 -> logits and such an edge, a0.h2 -> a1.h0's
+    value."""
+    graph = circuit_graph(llama)
+    path = [("input", "a0.h1<q>"), ("a0.h1", "a1.h0<q>"), ("a1.h0", "logits")]
+    chosen = [
+        graph.upstream.index(up) * len(graph.downstream) + graph.downstream.index(down)
+        for up, down in [*path, ("a0.h2", "a1.h0<v>")]
+    ]
+    rest = [edge for edge in random_ranking(graph.real, 3) if edge not in chosen]
+    order = np.array(chosen + rest)
+    runs = [circuit_runs(llama, group, "noising", "logit-diff") for group in _groups(llama)]
+    carried = replacements(runs, "mean")
+    full = sum(float(run.metric("clean").sum()) for run in runs) / len(PAIRS)
+    empty = empty_metric(llama, runs, carried, "mean")
+    values = curve(llama, runs, carried, order, graph, full, empty)
+    size = FRACTIONS.index(0.05)
+    kept = top_edges(order, edge_counts(graph.edge_count)[size], graph.real.shape)
+    assert kept.sum() == 4 and sorted(graph.edge_names(*np.nonzero(graph.pruned(kept)))) == sorted(path)
+    as_kept, as_pruned = (circuit_metric(llama, runs, carried, edges) for edges in (kept, graph.pruned(kept)))
+    assert values[size] == pytest.approx(faithfulness(as_pruned, full, empty), abs=1e-6)
+    assert abs(faithfulness(as_kept, full, empty) - values[size]) > 1e-3
 
 
 def test_a_circuits_faithfulness_equals_the_reference_masked_pass(llama: LoadedModel) -> None:
@@ -339,6 +437,50 @@ def test_random_circuits_of_every_density_equal_the_reference_masked_pass(
         total += float(run.score(masked_pass(llama, run.target_inputs, run.source_stacks(), absent)).sum())
     assert 0 < len(names) < graph.edge_count
     assert total == pytest.approx(_masked_metric(llama, names), abs=1e-4)
+
+
+def test_a_layer_no_kept_edge_leaves_is_skipped_and_changes_nothing(
+    tiny_model_dirs: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kept edges out of ``input`` and layer 1 only: layer 0 does not run (its attention is never called),
+    and the logits equal the reference's (Llama) and, for GPT-2, whose attention output projection has a
+    bias that the skipped layer still adds, the same masked pass with every layer run."""
+    kept = [("input", "a1.h0<v>"), ("input", "m1"), ("a1.h0", "logits"), ("m1", "logits")]
+    calls: list[int] = []
+    for model_type in ("llama", "gpt2"):
+        loaded = tiny_language_model(tiny_model_dirs[model_type])
+        bias = attention_parts(loaded.model)[0].output.bias
+        if bias is not None:  # GPT-2's, zeros as initialised
+            with torch.no_grad():
+                bias.normal_(generator=torch.Generator().manual_seed(0))
+        graph = circuit_graph(loaded)
+        absent = torch.as_tensor(graph.real).float()
+        for up, down in kept:
+            absent[graph.upstream.index(up), graph.downstream.index(down)] = 0
+        attention = attention_parts(loaded.model)[0].module
+        handle = attention.register_forward_hook(lambda *_: calls.append(1))
+        logits = []
+        for group in _groups(loaded):
+            run = circuit_runs(loaded, group, "noising", "logit-diff")
+            calls.clear()
+            skipped = masked_pass(loaded, run.target_inputs, run.source_stacks(), absent)
+            assert not calls
+            with monkeypatch.context() as patch:
+                patch.setattr(circuit_pass, "returns_hidden_states", lambda _layer: False)
+                every_layer = masked_pass(loaded, run.target_inputs, run.source_stacks(), absent)
+            assert calls
+            torch.testing.assert_close(skipped, every_layer, rtol=0, atol=1e-4)
+            assert (skipped - run.logits["corrupted"]).abs().max() > 1e-3
+            logits.append(skipped)
+        handle.remove()
+        if model_type == "llama":
+            every = {(up, down) for up, down in zip(*np.nonzero(graph.real), strict=True)}
+            names = {(graph.upstream[up], graph.downstream[down]) for up, down in every} - set(kept)
+            total = sum(
+                float(_logit_difference(found, group).sum())
+                for found, group in zip(logits, _groups(loaded), strict=True)
+            )
+            assert total == pytest.approx(_masked_metric(loaded, names), abs=1e-4)
 
 
 def test_areas_follow_mibs_trapezoids() -> None:

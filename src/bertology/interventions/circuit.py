@@ -34,9 +34,9 @@ from bertology.errors import BertologyError
 from bertology.interventions.circuit_faithfulness import (
     FRACTIONS,
     areas,
-    circuit_metric,
     curve,
     edge_counts,
+    empty_metric,
     random_ranking,
     ranking,
     replacements,
@@ -244,12 +244,12 @@ def circuit(
         carried = replacements(runs, ablation)
         real = graph.real
         target = runs[0].target
-        empty = circuit_metric(loaded, runs, carried, np.zeros_like(real))
+        empty = empty_metric(loaded, runs, carried, ablation)
         step()
         table = (scores / pair_count).numpy()
         orders = {method: ranking(table, real), RANDOM: random_ranking(real, seed)}
         faithfulness = {
-            name: curve(loaded, runs, carried, order, real, mean[target], empty, step)
+            name: curve(loaded, runs, carried, order, graph, mean[target], empty, step)
             for name, order in orders.items()
         }
     return CircuitResult(

@@ -12,15 +12,26 @@ Its faithfulness is
     f(C) = (m(C) - m(empty)) / (m(full) - m(empty)),
 
 ``m`` the metric averaged over the pairs, ``m(full)`` the plain target run's (MIB's ``evaluate_baseline``) and
-``m(empty)`` the masked pass with no edge kept (MIB's ``apply_topn(0)``).
+``m(empty)`` the masked pass with no edge kept (MIB's ``apply_topn(0)``). Under counterfactual patching that
+pass gives every node the source run's input, so ``m(empty)`` is the plain source run's metric, read from that
+run (the masked pass reproduces it to rounding: tested).
+
+Every circuit is pruned before it runs, as MIB's ``evaluate_graph`` prunes it (``graph.prune()``: only the
+edges on a path of kept edges from ``input`` to ``logits`` stay,
+:meth:`~bertology.interventions.circuit_graph.CircuitGraph.pruned`). A circuit pruned to nothing is the
+empty circuit and one that keeps every edge the target run: their metrics are ``m(empty)`` and ``m(full)``,
+without another pass. Pruning leaves the metric as it is under counterfactual patching in a pre-norm model (a
+node no kept edge feeds computes the source run's output, which its kept out-edges carry as absent ones
+would); it can change it under mean ablation (such a node computes its output on the means, not the mean of
+its output) and in a post-norm encoder (its kept out-edges carry its output through the norms with the pass's
+scales, absent ones with the source run's).
 
 Sizes: MIB's fractions of the edges ``0.1 %, 0.2 %, 0.5 %, 1 %, 2 %, 5 %, 10 %, 20 %, 50 %, 100 %``, each
 ``int(fraction * edges)`` edges. Areas over the fractions (a linear axis, MIB's ``log_scale=False``), by the
 trapezoid rule between consecutive sizes: CPR = the area under the curve (higher is better), CMD = the area
-between the curve and 1, ``|1 - f|`` (lower is better). Where this differs from MIB: MIB prunes each circuit
-(``prune=True``: edges not connected to both ``input`` and ``logits`` dropped) and reports the weighted
-count of what is left; under counterfactual patching a pruned edge carries the source run's value either
-way, so the faithfulness is the same, and bertology reports the ``n`` edges asked for.
+between the curve and 1, ``|1 - f|`` (lower is better). Where this differs from MIB: MIB's curve reports,
+beside each size, the weighted count of the edges its pruning left; bertology reports the ``n`` edges asked
+for.
 """
 
 from __future__ import annotations
@@ -30,8 +41,9 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
+from bertology.interventions.circuit_graph import CircuitGraph
 from bertology.interventions.circuit_norms import SourceStacks, mean_stacks
-from bertology.interventions.circuit_pass import masked_pass
+from bertology.interventions.circuit_pass import circuit_graph, masked_pass
 from bertology.interventions.circuit_scores import CircuitRuns
 from bertology.models.loading import LoadedModel
 
@@ -78,8 +90,9 @@ def replacements(runs: Sequence[CircuitRuns], ablation: str) -> list[SourceStack
 def circuit_metric(
     loaded: LoadedModel, runs: Sequence[CircuitRuns], carried: Sequence[SourceStacks], kept: np.ndarray
 ) -> float:
-    """The metric averaged over every pair of ``runs`` with only the edges ``kept`` (bool [forward nodes,
-    backward nodes]) from the target run, the others carrying ``carried`` (one per group)."""
+    """The metric averaged over every pair of ``runs`` by one masked pass per group with only the edges
+    ``kept`` (bool [forward nodes, backward nodes], as they are: not pruned) from the target run, the others
+    carrying ``carried`` (one per group)."""
     total, pairs = 0.0, 0
     for run, replacement in zip(runs, carried, strict=True):
         absent = torch.as_tensor(~kept, device=run.outputs[run.target].device).float()
@@ -88,6 +101,17 @@ def circuit_metric(
         total += float(values.sum())
         pairs += len(values)
     return total / pairs
+
+
+def empty_metric(
+    loaded: LoadedModel, runs: Sequence[CircuitRuns], carried: Sequence[SourceStacks], ablation: str
+) -> float:
+    """``m(empty)``: the source run's metric averaged over the pairs under counterfactual patching (module
+    docstring), else the masked pass with no edge kept."""
+    if ablation == "counterfactual":
+        values = [run.metric(run.source) for run in runs]
+        return sum(float(value.sum()) for value in values) / sum(len(value) for value in values)
+    return circuit_metric(loaded, runs, carried, np.zeros_like(circuit_graph(loaded).real))
 
 
 def faithfulness(value: float, full: float, empty: float) -> float:
@@ -100,15 +124,22 @@ def curve(
     runs: Sequence[CircuitRuns],
     carried: Sequence[SourceStacks],
     order: np.ndarray,
-    real: np.ndarray,
+    graph: CircuitGraph,
     full: float,
     empty: float,
     on_size_done: Callable[[], None] | None = None,
 ) -> list[float]:
-    """The faithfulness of the circuit of each of MIB's sizes taken from ``order`` (flat edge indices)."""
+    """The faithfulness of the circuit of each of MIB's sizes taken from ``order`` (flat edge indices of
+    ``graph``'s edges), each pruned before it runs (module docstring)."""
     values = []
-    for count in edge_counts(int(real.sum())):
-        value = circuit_metric(loaded, runs, carried, top_edges(order, count, real.shape))
+    for count in edge_counts(graph.edge_count):
+        kept = graph.pruned(top_edges(order, count, graph.real.shape))
+        if not kept.any():
+            value = empty
+        elif kept.sum() == graph.edge_count:
+            value = full
+        else:
+            value = circuit_metric(loaded, runs, carried, kept)
         values.append(faithfulness(value, full, empty))
         if on_size_done is not None:
             on_size_done()

@@ -131,6 +131,43 @@ class CircuitGraph:
         """[forward nodes, backward nodes] bool: which pairs are edges (MIB's ``real_edge_mask``)."""
         return np.arange(len(self.upstream))[:, None] < self.feeds[None, :]
 
+    @cached_property
+    def forward_to_backward(self) -> np.ndarray:
+        """[forward nodes, backward nodes] bool: which backward nodes are a forward node's own inputs (MIB's
+        ``forward_to_backward``): a head's query input and its key/value head's key and value inputs, an
+        MLP's input; ``input`` has none."""
+        owns = np.zeros((len(self.upstream), len(self.downstream)), dtype=bool)
+        groups = self.heads // self.key_value_heads
+        for layer in range(self.layers):
+            for head in range(self.heads):
+                node = self.head_output(layer, head)
+                owns[node, self.head_inputs(layer, "q").start + head] = True
+                for letter in "kv":
+                    owns[node, self.head_inputs(layer, letter).start + head // groups] = True
+            owns[self.mlp_output(layer), self.mlp_input(layer)] = True
+        return owns
+
+    def pruned(self, kept: np.ndarray) -> np.ndarray:
+        """[forward nodes, backward nodes] bool: the edges of ``kept`` (same shape) that lie on a path of
+        kept edges from ``input`` to ``logits``, what MIB's ``Graph.prune`` leaves ("repeatedly removes
+        nodes that lack incoming or outgoing edges (or both), and then edges missing a parent or child";
+        ``evaluate_graph`` prunes every circuit before it runs it). Found here in one pass each way
+        instead of MIB's repetition to a fixed point: the forward nodes reached from ``input``, then the
+        backward nodes from which ``logits`` is reached."""
+        kept = kept & self.real
+        owns = self.forward_to_backward
+        reached = np.zeros(len(self.upstream), dtype=bool)
+        reached[0] = True
+        for node in range(1, len(self.upstream)):
+            inputs = owns[node]
+            reached[node] = bool((kept[:node, inputs] & reached[:node, None]).any())
+        reaching = np.zeros(len(self.downstream), dtype=bool)  # backward nodes from which logits is reached
+        reaching[self.logits] = True
+        for node in range(len(self.upstream) - 1, 0, -1):
+            if (kept[node] & reaching).any():
+                reaching |= owns[node]
+        return kept & reached[:, None] & reaching[None, :]
+
     @property
     def edge_count(self) -> int:
         """The number of edges."""

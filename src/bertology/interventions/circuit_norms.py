@@ -176,12 +176,13 @@ class SourceStacks:
     buffers: dict[str, torch.Tensor] = field(default_factory=dict, compare=False, repr=False)
 
     def workspace(self, name: str, shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
-        """An uninitialised float tensor of ``shape`` kept under ``name`` for the next masked pass over
-        these stacks (one pass at a time): a curve's passes write their differences into one buffer, not
-        into fresh memory that the system must first map (some 0.1 plain passes for SmolLM2's 175 MB)."""
+        """A float tensor of ``shape`` kept under ``name`` for the next masked pass over these stacks (one
+        pass at a time), zeros when made, then what the last pass wrote: a curve's passes write their
+        differences into one buffer, not into fresh memory that the system must first map (some 0.1 plain
+        passes for SmolLM2's 175 MB), and a row a pass does not write holds finite numbers."""
         buffer = self.buffers.get(name)
         if buffer is None or buffer.shape != shape or buffer.device != device:
-            buffer = self.buffers[name] = torch.empty(shape, dtype=torch.float32, device=device)
+            buffer = self.buffers[name] = torch.zeros(shape, dtype=torch.float32, device=device)
         return buffer
 
     def first_stage_sums(self, blocks: Sequence[slice]) -> torch.Tensor:

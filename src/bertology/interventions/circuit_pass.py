@@ -39,6 +39,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 import torch
@@ -59,9 +60,17 @@ from bertology.interventions.circuit_sums import (
     own_weights,
     weighted_sum,
 )
-from bertology.models.anatomy import AttentionParts, attention_parts
+from bertology.models.anatomy import AttentionParts, attention_parts, layer_modules
 from bertology.models.loading import LoadedModel
-from bertology.models.sites import ModuleHook, Replacement, SiteRequest, hooking, replacing
+from bertology.models.sites import (
+    ModuleHook,
+    Replacement,
+    SiteRequest,
+    hooking,
+    replacing,
+    returns_hidden_states,
+    skipping,
+)
 
 
 def circuit_graph(loaded: LoadedModel) -> CircuitGraph:
@@ -157,6 +166,7 @@ class _Pass:
     changes: np.ndarray | None = field(default=None, init=False)
     blocks: dict[int, list[int]] = field(default_factory=dict, init=False)
     partial: dict[int, tuple[int, torch.Tensor]] = field(default_factory=dict, init=False)
+    skipped: list[int] = field(default_factory=list, init=False)
 
     def __post_init__(self) -> None:
         if self.stacks is not None:
@@ -165,19 +175,28 @@ class _Pass:
         if self.absent is not None:
             self.changes = self.absent.any(0).cpu().numpy()
 
-    def plan(self) -> None:
+    def plan(self, can_skip: bool) -> None:
         """Before a masked pass without norms between the nodes: find each changed layer's
         :class:`EdgeWeights` and which forward nodes' differences any of them reads (:attr:`needed`). The
         heads of a layer that no weight reads are not computed: the running total takes their sum from the
         attention's output (:meth:`attended`) and each layer's heads' replacements summed
-        (:attr:`head_sums`, [layers, batch or 1, pos or 1, d_model])."""
+        (:attr:`head_sums`, [layers, batch or 1, pos or 1, d_model]). With ``can_skip``, the layers none of
+        whose nodes has a kept out-edge (:attr:`skipped`) will not run at all (:meth:`skip`)."""
         assert self.absent is not None and self.stacks is not None and self.changes is not None
         graph, absent, changes = self.graph, self.absent, self.changes
+        if can_skip:
+            real = torch.as_tensor(graph.real, device=absent.device)
+            read = (real & (absent == 0)).any(1).cpu().numpy()  # [forward nodes]: a kept out-edge
+            nodes_of = [
+                slice(graph.head_output(layer, 0), graph.mlp_output(layer) + 1)
+                for layer in range(graph.layers)
+            ]
+            self.skipped = [layer for layer, nodes in enumerate(nodes_of) if not read[nodes].any()]
         needed = np.zeros(len(graph.upstream), dtype=bool)
         for layer in range(graph.layers + 1):
             first = layer * graph.per_layer
             nodes = slice(first, min(first + graph.per_layer, len(graph.downstream)))
-            if not changes[nodes].any():
+            if not changes[nodes].any() or layer in self.skipped:
                 continue
             # the layer's changes are summed at its first rebuilt input: a head's, else the MLP's
             mlp = graph.mlp_input(layer) if layer < graph.layers else None
@@ -279,6 +298,20 @@ class _Pass:
             self.layer_heads += bias.detach().float()
         self.total.add_(self.layer_heads)
 
+    def skip(self, layer: int, stream: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """``layer`` of a planned masked pass does not run (:attr:`skipped`): each of its nodes outputs
+        nothing, so its difference is its replacement, which the running total gains; the layer returns its
+        input ``stream`` [batch, pos, d_model] plus its attention output projection's ``bias``, what the
+        layer adds to the stream whatever its nodes compute."""
+        assert self.differences is not None and self.total is not None and self.head_sums is not None
+        assert self.replacement is not None
+        nodes = slice(self.graph.head_output(layer, 0), self.graph.mlp_output(layer) + 1)
+        assert self.done == nodes.start
+        self.differences[nodes] = self.replacement[nodes]
+        self.done = nodes.stop
+        self.total.add_(self.head_sums[layer]).add_(self.replacement[nodes.stop - 1])
+        return stream if bias is None else stream + bias.detach().to(stream.dtype)
+
     def absent_sum(self, backward: slice) -> tuple[torch.Tensor, list[int]]:
         """The sums of ``replacement_u - current_u`` over the absent in-edges from the forward nodes done so
         far of backward nodes ``backward`` (a layer's): ([distinct, batch, pos, d_model] one per distinct
@@ -312,11 +345,11 @@ class _Pass:
     def weighted_sum(self, weights: torch.Tensor, start: int) -> torch.Tensor:
         """[columns, batch * pos * d_model] ``weights`` [columns, rows] times the differences of forward
         nodes ``start`` to ``start + rows`` (:func:`~bertology.interventions.circuit_sums.weighted_sum`;
-        the rows of heads no weight reads were not computed)."""
+        the rows of heads no weight reads were not computed in this pass: they hold an earlier pass's
+        differences, or the zeros the workspace was made with)."""
         assert self.differences is not None
         stop = start + weights.shape[1]
-        computed = self.needed is None or bool(self.needed[start:stop].all())
-        return weighted_sum(weights, self.differences[start:stop].flatten(1), computed)
+        return weighted_sum(weights, self.differences[start:stop].flatten(1))
 
     def own_heads_sum(self, summed: int, mlp: int) -> torch.Tensor:
         """[batch, pos, d_model] the sum of ``replacement_u - current_u`` over the absent in-edges of the
@@ -380,9 +413,11 @@ class _Pass:
                 if change.summed < self.done:  # an MLP's in-edges from its own layer's heads
                     shared += self.own_heads_sum(change.summed, backward.start).to(base.dtype)
                 tensor = shared[:, :, None].expand_as(tensor)
-            else:
-                stacked = change.changes[which]  # [nodes, batch, pos, d_model], a copy
-                tensor = stacked.add_(base).permute(1, 2, 0, 3).to(tensor.dtype)
+            else:  # [nodes, batch, pos, d_model], written row by row (an index of the changes is slower)
+                stacked = self._buffer(f"inputs of {len(which)}", (len(which), *base.shape), base.device)
+                for row, pattern in enumerate(which):
+                    torch.add(base, change.changes[pattern], out=stacked[row])
+                tensor = stacked.permute(1, 2, 0, 3).to(tensor.dtype)
         if self.inputs is not None:
             self.inputs[backward.start] = GradientPoint(tensor)
         return tensor
@@ -483,13 +518,19 @@ def _masked(
         return hook
 
     after = [(point.norm, on_norm(point)) for point in points]
+    skips: dict[int, Callable[[torch.Tensor], torch.Tensor]] = {}
     if state.sources is not None and state.record and not state.carries:
-        state.plan()
+        state.plan(can_skip=returns_hidden_states(layer_modules(loaded.model)[0]))
         parts = attention_parts(loaded.model)
         after += [(part.output, on_attention(layer, part)) for layer, part in enumerate(parts)]
+        skips = {
+            layer: partial(state.skip, layer, bias=getattr(parts[layer].output, "bias", None))
+            for layer in state.skipped
+        }
     with (
         hooking(after=after),
         replacing(loaded.model, _replacements(loaded, state, embedding, leaf)),
+        skipping(loaded.model, skips),
     ):
         yield state
 

@@ -80,14 +80,14 @@ def edge_weights(graph: CircuitGraph, absent: torch.Tensor, nodes: slice, rows: 
     return EdgeWeights(rows, weights, (~few_absent).nonzero()[:, 0].tolist(), which.tolist())
 
 
-def weighted_sum(weights: torch.Tensor, rows: torch.Tensor, computed: bool) -> torch.Tensor:
-    """[columns, n] ``weights`` [columns, rows] times ``rows`` [rows, n] (some forward nodes' differences):
-    a sparse product where under :data:`SPARSE_BELOW` of the weights are not 0, else a dense one over the
-    rows that weigh anything, or all of them where most do and every one was ``computed`` (the others may
-    hold anything)."""
+def weighted_sum(weights: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """[columns, n] ``weights`` [columns, rows] times ``rows`` [rows, n] (some forward nodes' differences,
+    finite numbers where a weight is 0): a sparse product where under :data:`SPARSE_BELOW` of the weights
+    are not 0, else a dense one over every row or, where fewer than half weigh anything, over a copy of
+    those (a row read by the product costs about what a row copied does)."""
     if is_sparse(weights):
         return torch.sparse.mm(weights.to_sparse(), rows)
     weighing = weights.any(0).nonzero()[:, 0]
-    if not computed or len(weighing) < weights.shape[1] // 2:
-        weights, rows = weights[:, weighing], rows[weighing]
+    if len(weighing) < weights.shape[1] // 2:
+        weights, rows = weights.index_select(1, weighing), rows.index_select(0, weighing)
     return weights @ rows

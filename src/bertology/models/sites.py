@@ -34,6 +34,7 @@ output). Cross-attention's ``k`` and ``v`` are over the source's positions, its 
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
@@ -600,6 +601,46 @@ def hooking(
         for hooks, on_input in ((before, True), (after, False)):
             for module, fn in hooks:
                 stack.callback(hook_module(module, fn, before=on_input).remove)
+        yield
+
+
+def returns_hidden_states(layer: nn.Module) -> bool:
+    """Whether the forward of layer module ``layer`` is declared to return its hidden states alone (a
+    tensor, as the decoder layers of transformers 5 do): what :func:`skipping` needs."""
+    return inspect.signature(type(layer).forward).return_annotation in (torch.Tensor, "torch.Tensor")
+
+
+@contextmanager
+def skipping(
+    model: PreTrainedModel, layers: Mapping[int, Callable[[torch.Tensor], torch.Tensor]]
+) -> Iterator[None]:
+    """Inside the block, the layers of ``model`` whose indices ``layers`` holds do not run: a call returns
+    ``fn(hidden_states)`` of the layer's hidden-state input [batch, pos, d_model]. Hooks on the layer module
+    itself still run (its input and output sites); those on its parts do not. Not a hook: the layer module's
+    ``forward`` is set aside for the block.
+
+    Raises:
+        BertologyError: a layer whose forward does not return its hidden states alone.
+    """
+    modules = layer_modules(model)
+    with ExitStack() as stack:
+        for index, fn in layers.items():
+            module = modules[index]
+            if not returns_hidden_states(module):
+                raise BertologyError(
+                    f"Layers of type {type(module).__name__} cannot be skipped: their forward returns more "
+                    "than their hidden states."
+                )
+
+            def skipped(*args: Any, fn: Callable = fn, **kwargs: Any) -> torch.Tensor:
+                return fn(args[0] if args else kwargs[_input_keyword(kwargs)])
+
+            own = module.__dict__.get("forward")
+            module.forward = skipped
+            if own is None:
+                stack.callback(module.__dict__.pop, "forward")
+            else:
+                stack.callback(setattr, module, "forward", own)
         yield
 
 
