@@ -25,7 +25,7 @@ from support.cli import invoke
 from support.tiny_models import tiny_language_model
 
 from bertology import BertologyError
-from bertology.interventions import circuit_pass
+from bertology.interventions import circuit_pass, circuit_scores
 from bertology.interventions.circuit import CircuitResult, circuit
 from bertology.interventions.circuit_faithfulness import (
     FRACTIONS,
@@ -249,10 +249,15 @@ def test_exact_edge_scores_equal_the_reference_masked_pass(llama: LoadedModel) -
     assert max(abs(_score(result, *edge)) for edge in EDGES) > 1e-3  # the edges chosen do matter
 
 
-@pytest.mark.parametrize("steps", [None, 3])
+# (EAP-IG, 5 steps, points side by side in passes of at most twice a group's tokens: two or three points a
+# pass, its last pass with fewer)
+@pytest.mark.parametrize(("steps", "side_by_side"), [(None, False), (3, False), (5, True)])
 def test_eap_and_eap_ig_equal_gradients_taken_at_the_reference_inputs(
-    llama: LoadedModel, steps: int | None
+    llama: LoadedModel, steps: int | None, side_by_side: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    if side_by_side:
+        most = max(group.clean["input_ids"].numel() for group in _groups(llama))
+        monkeypatch.setattr(circuit_scores, "_TOKENS_PER_GRADIENT_PASS", 2 * most)
     result = circuit(llama, PAIRS, method="eap" if steps is None else "eap-ig", ig_steps=steps or 5)
     downstream = [down for _, down in EDGES]
     expected: dict[tuple[str, str], float] = {}

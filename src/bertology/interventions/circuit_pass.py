@@ -263,9 +263,16 @@ class _Pass:
 
     def add_heads(self, parts: AttentionParts, z: torch.Tensor) -> None:
         """Keep the next forward nodes, the heads of attention ``parts``, from their features ``z`` [batch,
-        pos, heads, head_dim]: as :meth:`add` their outputs (:func:`head_outputs`) or, in a masked pass
-        that keeps no outputs, ``replacement - output`` written by one fused batched product."""
+        pos, heads, head_dim]: as :meth:`add` their outputs (:func:`head_outputs`; a plain pass's written
+        in place by one batched product) or, in a masked pass that keeps no outputs, ``replacement -
+        output`` written by one fused batched product."""
         if not self.record:
+            return
+        if self.replacement is None and self.outputs is not None:  # a plain pass: written in place
+            nodes = slice(self.done, self.done + z.shape[2])
+            self.done = nodes.stop
+            rows, per_head = _head_factors(parts, z)
+            torch.bmm(rows, per_head, out=self.outputs[nodes].flatten(1, 2))
             return
         if self.replacement is None or self.carries or self.differences is None:
             self.add(head_outputs(parts, z))

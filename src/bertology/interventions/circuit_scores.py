@@ -45,6 +45,7 @@ from bertology.interventions.circuit_pass import (
     masked_pass,
     node_outputs,
 )
+from bertology.interventions.partial import tiled
 from bertology.interventions.patching_metrics import Scorer, patching_metric
 from bertology.interventions.patching_pairs import PairGroup
 from bertology.models.loading import LoadedModel
@@ -102,23 +103,27 @@ class InputGradients:
         self.direct: dict[int, torch.Tensor] = {}  # the others' sums [rows, pos, nodes, d_model]
         self.passes = 0
 
-    def add(self, score: Scorer, logits: torch.Tensor, points: dict[int, GradientPoint]) -> None:
+    def add(
+        self, score: Scorer, logits: torch.Tensor, points: dict[int, GradientPoint], copies: int = 1
+    ) -> None:
         """The gradient of ``score(logits)`` summed over the rows at the backward nodes' inputs of one pass
         (``points``: where each is taken, as :func:`~bertology.interventions.circuit_pass.gradient_pass`
-        gives them)."""
+        gives them) of ``copies`` passes side by side (copy ``k``: rows ``k * rows .. (k + 1) * rows - 1``),
+        each counted as one."""
         order = sorted(points)
-        found = torch.autograd.grad(score(logits).sum(), [points[index].tensor for index in order])
-        self.passes += 1
+        found = torch.autograd.grad(score(logits, copies).sum(), [points[index].tensor for index in order])
+        self.passes += copies
         with torch.no_grad():
             for index, part in zip(order, found, strict=True):
                 point = points[index]
                 if point.site is None:
+                    part = part.unflatten(0, (copies, -1)).sum(0)
                     self.direct[index] = self.direct[index].add_(part) if index in self.direct else part
                     continue
                 if index not in self.heads:
                     self.heads[index] = self.new_head_sum(*point.site)
                 assert point.layer_input is not None
-                self.heads[index].add(point.layer_input, point.tensor, part)
+                self.heads[index].add(point.layer_input, point.tensor, part, copies)
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -167,7 +172,8 @@ def circuit_runs(
     corrupted edges, MIB's setting; ``denoising`` the reverse) and, for ``method`` ``eap`` or ``eap-ig``,
     the metric's gradient at the backward nodes' inputs that :func:`attribution_scores` multiplies (module
     docstring): EAP's from the target run made a pass with gradients; EAP-IG's summed over its
-    ``ig_steps`` points and divided by their number. (``exact`` or ``None``: the plain runs only.)
+    ``ig_steps`` points and divided by their number, up to :data:`_TOKENS_PER_GRADIENT_PASS` tokens of
+    points side by side in one pass. (``exact`` or ``None``: the plain runs only.)
 
     EAP-IG's first point (``k = 0``) gives the ``input`` node the source run's embeddings: where the
     group's clean and corrupted inputs differ in their tokens only (the same attention mask and every other
@@ -204,10 +210,14 @@ def circuit_runs(
     if taken is not None:
         gradients.add(score, logits[taken[0]], taken[1])
     if method == "eap-ig":
-        start, end = outputs[source][0], outputs[target][0]
-        for k in range(gradients.passes, ig_steps):
-            step = gradient_pass(loaded, inputs[target], start + (k / ig_steps) * (end - start))
-            gradients.add(score, *step[:2])
+        start, end = outputs[source][0], outputs[target][0]  # [rows, pos, d_model]
+        rows = start.shape[0]
+        together = max(1, _TOKENS_PER_GRADIENT_PASS // (rows * start.shape[1]))
+        for first in range(gradients.passes, ig_steps, together):
+            points = range(first, min(first + together, ig_steps))
+            embedding = torch.cat([start + (k / ig_steps) * (end - start) for k in points])
+            step = gradient_pass(loaded, tiled(inputs[target], len(points), rows), embedding)
+            gradients.add(score, *step[:2], copies=len(points))
     logits = {name: value.detach() for name, value in logits.items()}
     stages = circuit_stages(loaded, circuit_graph(loaded))
     return CircuitRuns(
@@ -215,6 +225,9 @@ def circuit_runs(
     )
 
 
+#: EAP-IG's points run side by side in one pass with gradients up to this many tokens (smollm2-135m on one
+#: CPU thread: a pass of 4 points of 252 tokens takes 0.91 of the time of 4 passes of one).
+_TOKENS_PER_GRADIENT_PASS = 1024
 #: Backward nodes of this many layers are multiplied in one matrix product (over the forward nodes that
 #: feed the last of them; the products of forward nodes that feed none are no edge and dropped).
 _LAYERS_PER_PRODUCT = 3

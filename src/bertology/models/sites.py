@@ -464,9 +464,18 @@ class HeadInputGradientSum:
         heads, head_dim = self.weight.shape[:2]
         return part.detach().float().unflatten(-1, (heads, head_dim)).permute(2, 0, 1, 3).flatten(1, 2)
 
-    def add(self, layer_input: torch.Tensor, output: torch.Tensor, gradient: torch.Tensor) -> None:
+    def add(
+        self, layer_input: torch.Tensor, output: torch.Tensor, gradient: torch.Tensor, copies: int = 1
+    ) -> None:
         """One pass: its layer input [batch, pos, d_model], the projection's output [batch, pos, outputs]
-        and the gradient there."""
+        and the gradient there; or ``copies`` passes side by side (copy ``k``: rows ``k * batch .. (k + 1) *
+        batch - 1`` of each), each taken as one."""
+        if copies > 1:
+            for parts in zip(
+                *(tensor.chunk(copies) for tensor in (layer_input, output, gradient)), strict=True
+            ):
+                self.add(*parts)
+            return
         self.passes += 1
         rows = self._heads(gradient)
         if self.norm is not None and not self.rms:
