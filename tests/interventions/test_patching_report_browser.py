@@ -59,8 +59,18 @@ def test_a_cell_shows_its_head_on_hover_and_its_attention_on_a_click(
         assert matrix.locator("tbody th").all_text_contents() == [prettify(token) for token in tokens]
         assert matrix.locator("tbody td").count() == len(tokens) ** 2
     assert "fox" in panel.locator("table").nth(0).inner_text() and "dog" in panel.inner_text()
-    # the attribution grid's cells open the same panels, one head's at a time
-    page.locator(".head-grid").nth(1).locator("a[href='#head-0-1']").click()
-    assert page.locator("#head-0-1").is_visible() and not panel.is_visible()
+    # the attribution grid's cells open the same panels, one head's at a time, over the page: the grid
+    # clicked stays where it was, the panel in view
+    second = page.locator(".head-grid").nth(1)
+    second.scroll_into_view_if_needed()
+    where = page.evaluate("window.scrollY")
+    second.locator("a[href='#head-0-1']").click()
+    other = page.locator("#head-0-1")
+    assert other.is_visible() and not panel.is_visible()
+    assert page.evaluate("window.scrollY") == where and second.locator("a[href='#head-0-1']").is_visible()
+    box = other.bounding_box()
+    assert box is not None and box["y"] >= 0 and box["y"] + box["height"] <= 900
+    other.locator("a.close").click()
+    assert not other.is_visible() and page.evaluate("window.scrollY") == where
     assert page.locator("script").count() == 0 and errors == []
     context.close()

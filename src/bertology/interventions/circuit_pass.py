@@ -23,7 +23,9 @@ The same sums, computed with less work (each tested against a masked pass writte
   are rebuilt head by head);
 - a pattern with more absent in-edges than kept ones is the running total of ``replacement_u -
   current_u`` less the kept edges' (the total of a layer's heads taken from the attention's output);
-- a pass is planned before it runs, so a head whose difference no sum reads is never computed;
+- a pass is planned before it runs, so a head whose difference no sum reads is never computed, and a layer
+  none of whose nodes has a kept out-edge does not run at all (:func:`~bertology.models.sites.skipping`):
+  its nodes output nothing, so each of their out-edges, all absent, carries its whole replacement;
 - a sum with few non-zero weights is a sparse matrix product, and up to
   :data:`~bertology.interventions.circuit_sums.BLOCK_LAYERS` layers with
   dense ones share one larger product.

@@ -2,7 +2,9 @@
 allows none): each cell is a link whose tip shows the head's name and value on hover (or keyboard focus;
 CSS ``:hover``, not a ``title``, so that it shows at once and in every browser), and a click
 opens (CSS ``:target``) that head's attention on the first pair's clean and corrupted input, two small
-query x key matrices with their tokens, inserted as text.
+query x key matrices with their tokens, inserted as text, in a panel fixed over the page's corner (so a click
+in either of a page's two grids scrolls neither out of view); its close link goes to a fragment no element
+has, which shuts the panel and scrolls nothing.
 """
 
 from __future__ import annotations
