@@ -225,9 +225,11 @@ def circuit_runs(
     )
 
 
-#: EAP-IG's points run side by side in one pass with gradients up to this many tokens (smollm2-135m on one
-#: CPU thread: a pass of 4 points of 252 tokens takes 0.91 of the time of 4 passes of one).
-_TOKENS_PER_GRADIENT_PASS = 1024
+#: EAP-IG's points run side by side in one pass with gradients up to this many tokens. smollm2-135m on one
+#: CPU thread, the 18 IOI pairs (252 tokens a point): a pass of 2 points takes 0.94 of the time of 2 passes of
+#: one, of 4 points 0.91 of 4; EAP-IG as a whole, the second and third run in a process, 12.3 and 12.0 plain
+#: passes with 2 points a pass (peak memory 2.9 GB), 12.6 and 12.2 with 4 (3.6 GB), 13.3 and 12.8 with 1.
+_TOKENS_PER_GRADIENT_PASS = 512
 #: Backward nodes of this many layers are multiplied in one matrix product (over the forward nodes that
 #: feed the last of them; the products of forward nodes that feed none are no edge and dropped).
 _LAYERS_PER_PRODUCT = 3
