@@ -16,7 +16,15 @@ import bertology
 from bertology.errors import BertologyError
 from bertology.models import hook
 from bertology.models.anatomy import attention_parts, layer_modules
-from bertology.models.sites import SITES, head_input_gradients, hook_gates, hooking, recording, replacing
+from bertology.models.sites import (
+    SITES,
+    head_input_gradients,
+    hook_gates,
+    hooking,
+    recording,
+    replacing,
+    skipping,
+)
 
 _BERT = {
     "q": "attention.self.query",
@@ -397,6 +405,39 @@ def test_hooks_of_a_block_go_when_it_ends_with_an_error(llama: bertology.LoadedM
     with torch.no_grad():
         llama.model(**_inputs(llama))
     assert calls == ["input", "output"]
+
+
+def test_a_skipped_layer_returns_what_it_is_given_and_its_forward_comes_back(
+    llama: bertology.LoadedModel,
+) -> None:
+    """Skipping layer 1 of the tiny Llama: its attention never runs, the layer returns the function of its
+    input (here the input itself, so the logits are the final norm and head of layer 0's output), hooks on
+    the layer module still run, and after the block (one ending with an error too) the layer runs again; a
+    forward set on the module itself (as accelerate sets one) is put back."""
+    layer = layer_modules(llama.model)[1]
+    inputs = _inputs(llama)
+    with torch.no_grad():
+        plain = llama.model(**inputs).logits
+        kept = recording(llama.model, [("resid_post", 0), ("resid_post", 1)])
+        with kept as cache, skipping(llama.model, {1: lambda hidden: hidden}):
+            skipped = llama.model(**inputs).logits
+        final = llama.model.get_output_embeddings()(llama.model.model.norm(cache["resid_post", 0]))
+    torch.testing.assert_close(cache["resid_post", 1], cache["resid_post", 0], rtol=0, atol=0)
+    torch.testing.assert_close(skipped, final, rtol=1e-5, atol=1e-5)
+    assert (skipped - plain).abs().max() > 1e-3
+    calls: list[int] = []
+    own = layer.forward
+    layer.forward = lambda *args, **kwargs: (calls.append(1), own(*args, **kwargs))[1]
+    try:
+        with pytest.raises(ZeroDivisionError), torch.no_grad(), skipping(llama.model, {1: lambda h: h}):
+            llama.model(**inputs)
+            _ = 1 / 0
+        assert not calls
+        with torch.no_grad():
+            torch.testing.assert_close(llama.model(**inputs).logits, plain, rtol=0, atol=0)
+        assert calls == [1]
+    finally:
+        del layer.forward
 
 
 def test_module_paths_and_consumed_patterns_are_refused(llama: bertology.LoadedModel) -> None:

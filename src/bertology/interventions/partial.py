@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import copy
 import inspect
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -33,7 +32,7 @@ from transformers.cache_utils import Cache
 from bertology.interventions.gates import gated
 from bertology.models.anatomy import layer_modules
 from bertology.models.loading import LoadedModel
-from bertology.models.sites import hooking
+from bertology.models.sites import hooking, skipping
 
 
 @dataclass
@@ -111,19 +110,6 @@ def _hidden_of(output: torch.Tensor | tuple[Any, ...]) -> torch.Tensor:
     return output[0] if isinstance(output, tuple) else output
 
 
-@contextmanager
-def _layers_returning(modules: list[nn.Module], output: torch.Tensor | tuple[Any, ...]) -> Iterator[None]:
-    """Inside the block every layer returns ``output`` (and computes nothing)."""
-    distinct = _distinct(modules)
-    for module in distinct:
-        module.forward = lambda *args, **kwargs: output  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        for module in distinct:
-            del module.forward
-
-
 def logits_from_layer(
     loaded: LoadedModel,
     inputs: dict[str, torch.Tensor],
@@ -148,7 +134,7 @@ def logits_from_layer(
         for index in range(start, len(modules)):
             hidden = _hidden_of(output)
             output = modules[index](hidden, *recorded.extra_args[index], **recorded.extra_kwargs[index])
-    with _layers_returning(modules, output):
+    with skipping(loaded.model, dict.fromkeys(range(len(modules)), lambda _hidden: output)):
         return loaded.model(**inputs).logits
 
 

@@ -620,31 +620,26 @@ def returns_hidden_states(layer: nn.Module) -> bool:
 
 
 @contextmanager
-def skipping(
-    model: PreTrainedModel, layers: Mapping[int, Callable[[torch.Tensor], torch.Tensor]]
-) -> Iterator[None]:
+def skipping(model: PreTrainedModel, layers: Mapping[int, Callable[[torch.Tensor], Any]]) -> Iterator[None]:
     """Inside the block, the layers of ``model`` whose indices ``layers`` holds do not run: a call returns
-    ``fn(hidden_states)`` of the layer's hidden-state input [batch, pos, d_model]. Hooks on the layer module
-    itself still run (its input and output sites); those on its parts do not. Not a hook: the layer module's
-    ``forward`` is set aside for the block.
-
-    Raises:
-        BertologyError: a layer whose forward does not return its hidden states alone.
-    """
+    ``fn(hidden_states)`` of the layer's hidden-state input [batch, pos, d_model], which must be what the
+    layer returns (its hidden states alone where :func:`returns_hidden_states`, else the tuple it returns).
+    A layer module several layers share (ALBERT's) takes the first one's ``fn``. Hooks on the layer module
+    itself still run (its input and output sites); those on its parts do not. Not a hook: the layer
+    module's ``forward`` is set aside for the block."""
     modules = layer_modules(model)
     with ExitStack() as stack:
+        set_aside: set[int] = set()
         for index, fn in layers.items():
             module = modules[index]
-            if not returns_hidden_states(module):
-                raise BertologyError(
-                    f"Layers of type {type(module).__name__} cannot be skipped: their forward returns more "
-                    "than their hidden states."
-                )
+            if id(module) in set_aside:
+                continue
+            set_aside.add(id(module))
 
-            def skipped(*args: Any, fn: Callable = fn, **kwargs: Any) -> torch.Tensor:
+            def skipped(*args: Any, fn: Callable = fn, **kwargs: Any) -> Any:
                 return fn(args[0] if args else kwargs[_input_keyword(kwargs)])
 
-            own = module.__dict__.get("forward")
+            own = module.__dict__.get("forward")  # one set on the module itself (accelerate's), put back
             module.forward = skipped
             if own is None:
                 stack.callback(module.__dict__.pop, "forward")
