@@ -522,6 +522,9 @@ def test_bad_options_and_models_are_refused_in_one_sentence(
     bare = load_model(tiny_model_dirs["llama"])  # no language-model head: no logits to end at
     with pytest.raises(BertologyError, match="has no head: circuits end at logits"):
         circuit(bare, PAIRS)
+    gemma2 = tiny_language_model(tiny_model_dirs["gemma2"])  # norms after attention and the MLP too
+    with pytest.raises(BertologyError, match=r"Circuits rebuild every node's input, which .* refuses: Site "):
+        circuit(gemma2, PAIRS)
 
 
 def _invoke(*arguments: str) -> tuple[int, str]:

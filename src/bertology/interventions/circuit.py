@@ -51,6 +51,7 @@ from bertology.interventions.patching_metrics import patching_metric
 from bertology.interventions.patching_pairs import PatchPair
 from bertology.models.anatomy import shares_layers
 from bertology.models.loading import LoadedModel, require_single_stack
+from bertology.models.sites import require_site
 from bertology.options import (
     CIRCUIT_ABLATIONS,
     CIRCUIT_METHODS,
@@ -160,8 +161,8 @@ def check_circuit_options(
     loaded: LoadedModel, method: str, ablation: str, direction: str, metric: str, ig_steps: int
 ) -> None:
     """Refuse an unknown method, ablation, direction or metric, fewer than one IG step, or a model the graph
-    does not fit (no head, layers that share their weights, a post-norm encoder whose norms bertology does
-    not know).
+    does not fit (no head, layers that share their weights, node inputs bertology cannot rebuild, as the
+    sandwich-normed layers of Gemma 2 and 3, a post-norm encoder whose norms bertology does not know).
 
     Raises:
         BertologyError: as said.
@@ -183,6 +184,13 @@ def check_circuit_options(
     if shares_layers(loaded.model):
         raise BertologyError(f"{loaded.name} shares one layer's weights across layers; use a model without.")
     circuit_stages(loaded, circuit_graph(loaded))
+    for site in ("q_input", "mlp_in"):  # every node input is rebuilt at such a site
+        try:
+            require_site(loaded.model, site)
+        except BertologyError as error:
+            raise BertologyError(
+                f"Circuits rebuild every node's input, which {loaded.name} refuses: {error}"
+            ) from None
 
 
 def circuit(

@@ -752,6 +752,15 @@ def _where(model: PreTrainedModel) -> Callable[[str, int], _Spot]:
     return where
 
 
+def require_site(model: PreTrainedModel, name: str, layer: int = 0) -> None:
+    """Raise, before any pass, what hooking per-layer site ``name`` of ``layer`` of ``model`` would raise.
+
+    Raises:
+        BertologyError: a site the model's layers do not have, or whose module bertology does not know.
+    """
+    _where(model)(name, layer)
+
+
 def _hook_sites(model: PreTrainedModel, keys: Iterable[SiteKey], action: _Action, stack: ExitStack) -> None:
     """Register on ``model``, until ``stack`` closes, a hook at every site of ``keys`` (except ``pattern``,
     which :mod:`bertology.models.hook` records) that calls ``action``."""
