@@ -615,7 +615,8 @@ def hooking(
 
 def returns_hidden_states(layer: nn.Module) -> bool:
     """Whether the forward of layer module ``layer`` is declared to return its hidden states alone (a
-    tensor, as the decoder layers of transformers 5 do): what :func:`skipping` needs."""
+    tensor, as the decoder layers of transformers 5 do), so that a :func:`skipping` function may return
+    hidden states alone."""
     return inspect.signature(type(layer).forward).return_annotation in (torch.Tensor, "torch.Tensor")
 
 
