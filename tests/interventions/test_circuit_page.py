@@ -20,7 +20,7 @@ from support.tiny_models import tiny_language_model
 from bertology.attention.capturing import Attention, capture
 from bertology.errors import BertologyError
 from bertology.interventions.circuit_attention import PairAttention, circuit_attention
-from bertology.interventions.circuit_edges import head_edges, read_edges
+from bertology.interventions.circuit_edges import head_edges, key_value_groups, read_edges
 from bertology.interventions.patching_pairs import PatchPair
 from bertology.models.loading import LoadedModel
 from bertology.report import circuit
@@ -74,6 +74,22 @@ def test_head_edges_are_the_strongest_into_and_out_of_the_head(tmp_path: Path) -
         :3
     ]
     assert [e["score"] for e in listed["out"]] == [ranked[rank - 1][2] for rank, _ in out[:3]]
+
+
+def test_a_heads_edges_under_grouped_query_attention_take_its_key_value_heads_inputs(tmp_path: Path) -> None:
+    """4 heads sharing 2 key/value heads: ``a1.h1<k>`` is key/value head 1, read by heads 2 and 3, so head
+    3's in-edges are those into ``a1.h3<q>``, ``a1.h1<k>`` and ``a1.h1<v>``, head 1's into ``a1.h1<q>`` and
+    key/value head 0's inputs."""
+    ranked = write_run(tmp_path / "run", heads=4, key_value_heads=2)
+    edges = read_edges(str(tmp_path / "run" / "edges.csv"))
+    assert key_value_groups(edges) == 2
+    write_run(tmp_path / "plain")  # every head its own keys and values
+    assert key_value_groups(read_edges(str(tmp_path / "plain" / "edges.csv"))) == 1
+    reads = {3: ("a1.h3<q>", "a1.h1<k>", "a1.h1<v>"), 1: ("a1.h1<q>", "a1.h0<k>", "a1.h0<v>")}
+    for head, inputs in reads.items():
+        listed = head_edges(edges, 1, head, count=len(ranked))
+        expected = [(rank + 1, up) for rank, (up, down, _) in enumerate(ranked) if down in inputs]
+        assert [(edge["rank"], edge["node"]) for edge in listed["into"]] == expected
 
 
 def test_the_page_keeps_tiny_scores(tmp_path: Path) -> None:
@@ -241,6 +257,31 @@ def test_the_slider_draws_the_top_edges_and_a_head_shows_its_attention(
         )
         assert tokens == [prettify(token) for token in captured.tokens]
     assert errors == []
+    context.close()
+
+
+@pytest.mark.browser
+def test_a_shared_key_or_value_is_listed_with_the_heads_that_read_it(
+    chromium_browser: Any, tmp_path: Path
+) -> None:
+    """4 heads sharing 2 key/value heads, every edge in the circuit: head a1.h3's in-edges are its query's
+    and key/value head 1's keys and values, each of those named with the heads that read it."""
+    ranked = write_run(tmp_path / "run", heads=4, key_value_heads=2)
+    context, page, errors = open_page(chromium_browser, write_circuit_page(tmp_path / "run"))
+    page.focus("#size")
+    page.keyboard.press("End")
+    page.wait_for_selector("#circuit[data-percent='100']", timeout=WAIT_MS)
+    page.click("#graph .node[data-node='a1.h3']")
+    page.wait_for_selector("#circuit[data-selected='a1.h3']", timeout=WAIT_MS)
+    cells = "rows => rows.map(r => [...r.cells].slice(0, 2).map(c => c.textContent))"
+    kinds = {
+        "a1.h3<q>": "query",
+        "a1.h1<k>": "key (a1.h1<k>, read by a1.h2, a1.h3)",
+        "a1.h1<v>": "value (a1.h1<v>, read by a1.h2, a1.h3)",
+    }
+    expected = [[up, kinds[down]] for up, down, _ in ranked if down in kinds][:5]
+    assert page.eval_on_selector_all("#edges-in tr", cells) == expected
+    assert {kind for _, kind in expected} != {"query"} and errors == []
     context.close()
 
 

@@ -16,27 +16,37 @@ LAYERS, HEADS = 2, 3
 PERCENTS = (1.0, 10.0, 50.0, 100.0)
 
 
-def mib_edges(layers: int, heads: int) -> list[tuple[str, str]]:
+def mib_edges(layers: int, heads: int, key_value_heads: int | None = None) -> list[tuple[str, str]]:
     """Every edge of MIB's graph of ``layers`` x ``heads``: from each node to every later node's input, a
-    head's input once per kind (q, k, v); an MLP follows its layer's heads."""
+    head's input once per kind (q, k, v; with ``key_value_heads``, grouped-query attention, the keys' and
+    values' once per key/value head, ``a1.h{j}<k>``); an MLP follows its layer's heads."""
     earlier = ["input"]
     edges = []
     for layer in range(layers):
         names = [f"a{layer}.h{head}" for head in range(heads)]
-        edges += [(up, f"{name}<{kind}>") for name in names for kind in "qkv" for up in earlier]
+        shared = heads if key_value_heads is None else key_value_heads
+        for head, name in enumerate(names):
+            kinds = "qkv" if head < shared else "q"
+            edges += [(up, f"{name}<{kind}>") for kind in kinds for up in earlier]
         edges += [(up, f"m{layer}") for up in earlier + names]
         earlier += [*names, f"m{layer}"]
     return edges + [(up, "logits") for up in earlier]
 
 
 def write_run(
-    folder: Path, *, model: str = "tiny", layers: int = LAYERS, heads: int = HEADS, seed: int = 0
+    folder: Path,
+    *,
+    model: str = "tiny",
+    layers: int = LAYERS,
+    heads: int = HEADS,
+    key_value_heads: int | None = None,
+    seed: int = 0,
 ) -> list[tuple[str, str, float]]:
     """A circuit run of ``model`` in ``folder`` (marked, with its three files) over every edge of MIB's
-    graph of ``layers`` x ``heads``, with seeded scores of both signs; returns its edges by |score|,
-    largest first (edges.csv's order)."""
+    graph of ``layers`` x ``heads`` (``key_value_heads``: :func:`mib_edges`), with seeded scores of both
+    signs; returns its edges by |score|, largest first (edges.csv's order)."""
     folder.mkdir(parents=True, exist_ok=True)
-    edges = mib_edges(layers, heads)
+    edges = mib_edges(layers, heads, key_value_heads)
     scores = np.random.default_rng(seed).normal(size=len(edges))
     ranked = sorted(
         ((up, down, float(score)) for (up, down), score in zip(edges, scores, strict=True)),

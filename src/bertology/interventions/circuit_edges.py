@@ -143,13 +143,30 @@ def graph_shape(edges: pd.DataFrame) -> tuple[int, int]:
     return layers, heads
 
 
+def key_value_groups(edges: pd.DataFrame) -> int:
+    """How many query heads read each key/value head in the graph of ``edges`` (:func:`read_edges`): its
+    heads (:func:`graph_shape`) over its key/value heads, one more than the largest head a key or value
+    input names (``a5.h1<k>`` is key/value head 1 under grouped-query attention); 1 where none does."""
+    _, heads = graph_shape(edges)
+    shared = edges["downstream"][edges["kind"].isin(["k", "v"])]
+    if shared.empty:
+        return 1
+    key_value_heads = int(shared.str.extract(r"\.h(\d+)$")[0].astype(int).max()) + 1
+    return max(1, heads // key_value_heads)
+
+
 def head_edges(edges: pd.DataFrame, layer: int, head: int, count: int = HEAD_EDGES) -> dict[str, Any]:
     """The ``count`` edges into and out of the head ``(layer, head)`` of largest ``|score|`` (``edges`` as
     :func:`read_edges` gives them): ``{"into": [...], "out": [...]}``, each edge ``{"node": the other end,
     "kind": the input of the edge's downstream head it reaches ("q", "k", "v"; "" for an MLP or the
     logits), "score", "rank": its place in the whole ranking, 1-based (the circuit of n edges holds the
-    ranks up to n)}``."""
+    ranks up to n)}``. The edges into a head are those into its query and into its key/value head's key and
+    value (under grouped-query attention shared with the group's other heads, :func:`key_value_groups`);
+    an edge out of it into another layer's key or value names that key/value head, as MIB does."""
     node = head_node(layer, head)
+    shared = edges["kind"].isin(["k", "v"])
+    own = head_node(layer, head // key_value_groups(edges))
+    reads = ((edges["downstream"] == node) & ~shared) | ((edges["downstream"] == own) & shared)
 
     def listed(rows: pd.DataFrame, other: str) -> list[dict[str, Any]]:
         top = rows.head(count)
@@ -159,6 +176,6 @@ def head_edges(edges: pd.DataFrame, layer: int, head: int, count: int = HEAD_EDG
         ]
 
     return {
-        "into": listed(edges[edges["downstream"] == node], "upstream"),
+        "into": listed(edges[reads], "upstream"),
         "out": listed(edges[edges["upstream"] == node], "downstream"),
     }

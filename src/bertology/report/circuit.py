@@ -35,7 +35,13 @@ from bertology.attention.capturing import Attention
 from bertology.errors import BertologyError
 from bertology.files.run_files import CIRCUIT_PAGE_FILE, EDGES_FILE, FAITHFULNESS_FILE, SUMMARY_FILE
 from bertology.interventions.circuit_attention import PairAttention, circuit_attention
-from bertology.interventions.circuit_edges import NODE_NAME, graph_shape, read_edges, read_faithfulness
+from bertology.interventions.circuit_edges import (
+    NODE_NAME,
+    graph_shape,
+    key_value_groups,
+    read_edges,
+    read_faithfulness,
+)
 from bertology.interventions.patching_pairs import PatchPair
 from bertology.models.loading import LoadedModel
 from bertology.report.page import definitions, render
@@ -88,7 +94,9 @@ def _place(node: str, layers: int, heads: int) -> tuple[float, float]:
 
 def graph_data(edges: pd.DataFrame) -> dict[str, Any]:
     """The nodes (name, column, row) and edges (indices into the nodes, the downstream input's kind, score;
-    by ``|score|`` largest first) of ``edges`` (:func:`~bertology.interventions.circuit_edges.read_edges`)."""
+    by ``|score|`` largest first) of ``edges`` (:func:`~bertology.interventions.circuit_edges.read_edges`),
+    and how many query heads read each key/value head (``groups``: a key or value input's node is its
+    key/value head's name, ``a5.h1`` for ``a5.h1<k>``, which the page draws into the heads that read it)."""
     names = pd.unique(pd.concat([edges["upstream"], edges["downstream"]], ignore_index=True))
     layers, heads = graph_shape(edges)
     heads = max(heads, 1)
@@ -101,6 +109,7 @@ def graph_data(edges: pd.DataFrame) -> dict[str, Any]:
         "upstream": [index[name] for name in edges["upstream"]],
         "downstream": [index[name] for name in edges["downstream"]],
         "kinds": "".join(kind or "." for kind in edges["kind"]),
+        "groups": key_value_groups(edges),
         "scores": [float(f"{score:.7g}") for score in edges["score"]],  # EAP's scores can be tiny
     }
 

@@ -23,6 +23,22 @@
     y: TOP + row * ROW,
     head: /^a(\d+)\.h(\d+)$/.exec(name),
   }));
+  // The heads an edge's input belongs to: a key or value input is its key/value head's (its node named as
+  // that head, a5.h1 for a5.h1<k>), read by graph.groups query heads under grouped-query attention.
+  const GROUPS = graph.groups || 1;
+  const nodeIndex = new Map(nodes.map((node, index) => [node.name, index]));
+  const readers = graph.downstream.map((down, i) => {
+    const head = nodes[down].head;
+    const kind = graph.kinds[i];
+    if (GROUPS === 1 || !head || (kind !== "k" && kind !== "v")) return [down];
+    const first = Number(head[2]) * GROUPS;
+    const found = [];
+    for (let h = first; h < first + GROUPS; h += 1) {
+      const index = nodeIndex.get(`a${head[1]}.h${h}`);
+      if (index !== undefined) found.push(index);
+    }
+    return found.length ? found : [down];
+  });
   const width = 2 * MARGIN + lastColumn * COLUMN;
   const height = TOP + MARGIN + Math.max(0, graph.heads - 1) * ROW;
   const canvas = document.getElementById("edges");
@@ -87,15 +103,17 @@
     const touched = new Uint8Array(nodes.length);
     for (let i = 0; i < count; i += 1) {
       touched[graph.upstream[i]] = 1;
-      touched[graph.downstream[i]] = 1;
+      for (const reader of readers[i]) touched[reader] = 1;
     }
     let drawn = 0;
     for (let i = drawnCount - 1; i >= 0; i -= 1) {  // the strongest last, on top
       const up = nodes[graph.upstream[i]];
-      const down = nodes[graph.downstream[i]];
+      const down = nodes[readers[i][0]];
       const score = graph.scores[i];
       const size = Math.abs(score) / largest;
-      const end = down.y + KIND_OFFSET[graph.kinds[i]];
+      // into the middle of the heads that read the input
+      const middleY = readers[i].reduce((sum, reader) => sum + nodes[reader].y, 0) / readers[i].length;
+      const end = middleY + KIND_OFFSET[graph.kinds[i]];
       const middle = (up.x + down.x) / 2;
       context.lineWidth = 0.5 + 3.5 * size;
       context.strokeStyle = colour(score, 0.25 + 0.65 * size);
@@ -129,7 +147,12 @@
     for (const i of edges) {
       const row = el("tr");
       const other = nodes[into ? graph.upstream[i] : graph.downstream[i]].name;
-      row.append(el("td", other), el("td", KIND_NAME[graph.kinds[i]]));
+      let kind = KIND_NAME[graph.kinds[i]];
+      if (readers[i].length > 1 || readers[i][0] !== graph.downstream[i]) {  // a shared key or value
+        const input = `${nodes[graph.downstream[i]].name}<${graph.kinds[i]}>`;
+        kind += ` (${input}, read by ${readers[i].map((reader) => nodes[reader].name).join(", ")})`;
+      }
+      row.append(el("td", other), el("td", kind));
       row.append(el("td", graph.scores[i].toPrecision(4), "num"), el("td", String(i + 1), "num"));
       body.append(row);
     }
@@ -208,7 +231,7 @@
     const into = [];
     const out = [];
     for (let i = 0; i < count; i += 1) {
-      if (graph.downstream[i] === index && into.length < SHOWN_EDGES) into.push(i);
+      if (readers[i].includes(index) && into.length < SHOWN_EDGES) into.push(i);
       if (graph.upstream[i] === index && out.length < SHOWN_EDGES) out.push(i);
     }
     edgeRows(document.getElementById("edges-in"), into, true);
