@@ -189,11 +189,9 @@ class _Pass:
         if can_skip:
             real = torch.as_tensor(graph.real, device=absent.device)
             read = (real & (absent == 0)).any(1).cpu().numpy()  # [forward nodes]: a kept out-edge
-            nodes_of = [
-                slice(graph.head_output(layer, 0), graph.mlp_output(layer) + 1)
-                for layer in range(graph.layers)
-            ]
-            self.skipped = [layer for layer, nodes in enumerate(nodes_of) if not read[nodes].any()]
+            # after ``input`` the forward nodes are layer by layer, its heads then its MLP
+            by_layer = read[1:].reshape(graph.layers, graph.heads + 1).any(1)
+            self.skipped = np.flatnonzero(~by_layer).tolist()
         needed = np.zeros(len(graph.upstream), dtype=bool)
         for layer in range(graph.layers + 1):
             first = layer * graph.per_layer

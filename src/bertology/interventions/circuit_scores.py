@@ -225,11 +225,10 @@ def circuit_runs(
     )
 
 
-#: EAP-IG's points run side by side in one pass with gradients up to this many tokens. smollm2-135m on one
-#: CPU thread, the 18 IOI pairs (252 tokens a point): a pass of 2 points takes 0.94 of the time of 2 passes of
-#: one, of 4 points 0.91 of 4; EAP-IG as a whole, its second and third run in a process (two processes
-#: each), 12.3 to 12.4 and 11.9 to 12.2 plain passes with 2 points a pass (peak memory 2.9 GB), 12.6 to 12.7
-#: and 12.1 to 12.3 with 4 (3.6 GB), 13.2 to 13.4 and 12.5 to 13.0 with 1 (2.3 GB).
+#: EAP-IG's points run side by side in one pass with gradients up to this many tokens
+#: (``benchmarks/bench_circuit_passes.py``, smollm2-135m on the 18 IOI pairs, 252 tokens a point: EAP-IG's
+#: second and third scoring in a process 12.1 and 11.8 plain passes with 2 points a pass, peak 2.8 GiB; 12.5
+#: and 12.1 with 4, 3.4 GiB; 13.0 and 13.0 with 1, 2.3 GiB).
 _TOKENS_PER_GRADIENT_PASS = 512
 #: Backward nodes of this many layers are multiplied in one matrix product (over the forward nodes that
 #: feed the last of them; the products of forward nodes that feed none are no edge and dropped).
